@@ -1,0 +1,35 @@
+// Declarations and factories of the individual connectors; only registry.cc calls these.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "connectors/sink.h"
+#include "connectors/source.h"
+#include "engine/options.h"
+#include "engine/pipeline_spec.h"
+
+namespace driftd {
+
+ConnectorDecl FileSourceDecl();
+ConnectorDecl RateSourceDecl();
+ConnectorDecl SocketSourceDecl();
+ConnectorDecl KafkaSourceDecl();
+ConnectorDecl FileSinkDecl();
+ConnectorDecl ConsoleSinkDecl();
+ConnectorDecl KafkaSinkDecl();
+
+Result<std::unique_ptr<Source>> CreateFileSource(const PipelineSpec& pipeline);
+Result<std::unique_ptr<Source>> CreateRateSource(const PipelineSpec& pipeline);
+Result<std::unique_ptr<Source>> CreateSocketSource(const PipelineSpec& pipeline);
+Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec& pipeline);
+
+/// Each creates one Sink for the given specs (indices into pipeline.sinks).
+Result<std::unique_ptr<Sink>> CreateFileSink(const PipelineSpec& pipeline, const SinkSpec& spec);
+Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec& pipeline,
+                                                const SinkSpec& spec);
+/// One Sink for all Kafka sinks of the pipeline (one transactional producer).
+Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
+                                              const std::vector<const SinkSpec*>& specs);
+
+}  // namespace driftd

@@ -1,0 +1,28 @@
+// The connector registry: every source and sink format driftd knows, its option declarations,
+// and a factory. config/ validates against Declarations(); the executor creates through it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "connectors/sink.h"
+#include "connectors/source.h"
+#include "engine/options.h"
+#include "engine/pipeline_spec.h"
+
+namespace driftd {
+
+/// Declarations of every connector (sources and sinks), for validation and documentation.
+const ConnectorCatalog& ConnectorDeclarations();
+
+/// Creates the pipeline's source. The spec must have passed validation.
+Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline);
+
+/// Creates the pipeline's sinks. Sinks of one format may share one Sink object (all Kafka sinks
+/// share a transactional producer); each SinkSpec is served by exactly one returned Sink.
+Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline);
+
+/// Markdown reference of every connector's options, generated from the declarations.
+std::string ConnectorReferenceMarkdown();
+
+}  // namespace driftd

@@ -1,0 +1,84 @@
+// The Sink interface (Spark's DataStreamWriter side). The executor persists a batch's output in
+// the checkpoint's outbox before delivering it; a sink makes delivery idempotent per batch id so
+// that recovery can finish an interrupted delivery without repeating it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/pipeline_spec.h"
+#include "connectors/source.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+/// The rows of one result stream for one batch. Each row is a JSON object (one line, no
+/// trailing newline); `keys[i]` is the row's message key (e.g. the model id) or empty.
+struct OutputRows {
+  std::vector<std::string> columns;
+  std::vector<std::string> rows;
+  std::vector<std::string> keys;
+
+  bool empty() const { return rows.empty(); }
+  void Add(std::string key, std::string row) {
+    keys.push_back(std::move(key));
+    rows.push_back(std::move(row));
+  }
+};
+
+/// Everything a batch produced, by stream and output mode. Only the combinations some sink asked
+/// for are filled in.
+struct BatchOutput {
+  int64_t batch_id = 0;
+  OutputRows stats_append;
+  OutputRows stats_update;
+  OutputRows stats_complete;
+  OutputRows alerts;
+  OutputRows dead_letters;
+  /// Source end offsets of the batch (for Kafka's send_offsets_to_transaction).
+  SourceOffsets source_end;
+
+  const OutputRows& For(StreamKind stream, OutputMode mode) const {
+    switch (stream) {
+      case StreamKind::kAlerts: return alerts;
+      case StreamKind::kDeadLetter: return dead_letters;
+      case StreamKind::kStats: break;
+    }
+    switch (mode) {
+      case OutputMode::kAppend: return stats_append;
+      case OutputMode::kUpdate: return stats_update;
+      case OutputMode::kComplete: return stats_complete;
+    }
+    return stats_append;
+  }
+};
+
+/// A delivery target. One Sink object may serve several SinkSpecs of its format (all Kafka
+/// sinks of a pipeline share one transactional producer, so a batch commits everywhere or
+/// nowhere).
+/// Lifecycle: Open, then Delivered/Deliver per batch from the executor's thread, then Close.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  /// A stable name, used to track delivery in the outbox.
+  virtual const std::string& name() const = 0;
+
+  /// Connects; fences zombies and aborts open transactions where the sink has them.
+  virtual Status Open() = 0;
+
+  /// Whether batch `batch_id` was fully delivered before (file manifest, committed Kafka
+  /// transaction). Used only on recovery for batches still in the outbox.
+  virtual Result<bool> IsDelivered(int64_t batch_id) = 0;
+
+  /// Delivers the batch's rows atomically: afterwards IsDelivered(batch_id) is true, and a
+  /// crash before that leaves nothing visible to readers of committed output.
+  virtual Status Deliver(const BatchOutput& output) = 0;
+
+  /// Flushes and releases resources; best effort.
+  virtual Status Close() { return Ok(); }
+};
+
+}  // namespace driftd

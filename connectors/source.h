@@ -1,0 +1,84 @@
+// The Source interface (Spark's DataStreamReader side): what the executor asks of every input
+// connector. A source plans a batch as an offset range, reads exactly that range again on
+// replay, and learns when a batch is durably committed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/offsets.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+/// Lag of one partition after a batch: records (or bytes) available but not yet read.
+struct PartitionLag {
+  std::string partition;
+  int64_t committed = 0;
+  int64_t latest = 0;
+  int64_t lag() const { return latest > committed ? latest - committed : 0; }
+};
+
+/// Reads the records of one planned batch, in chunks so memory stays bounded.
+/// Lifecycle: created by Source::Read, used by the executor's thread, destroyed before the next
+/// Source call.
+class SourceReader {
+ public:
+  virtual ~SourceReader() = default;
+  /// Appends up to about `max_bytes` of records to `chunk` (which the caller cleared).
+  /// Returns false when the range is exhausted (chunk may still hold the last records).
+  virtual Result<bool> Next(InputChunk& chunk, size_t max_bytes) = 0;
+  /// Records the range could not deliver because they are gone (failOnDataLoss=false), counted.
+  virtual int64_t lost_records() const { return 0; }
+};
+
+/// Lifecycle: Start once, then any number of PlanBatch / Read / OnCommitted from the executor's
+/// thread, then destruction. Not thread-safe unless a method says so.
+class Source {
+ public:
+  virtual ~Source() = default;
+
+  /// Connects and positions the source. `committed` holds the end offsets of the last committed
+  /// batch, or is empty on a first start (then startingOffsets applies).
+  virtual Status Start(const SourceOffsets& committed) = 0;
+
+  /// The start offsets of the first batch when the checkpoint is empty (after Start).
+  virtual Result<SourceOffsets> InitialOffsets() = 0;
+
+  /// End offsets of the next batch beginning at `start`, bounded by the source's rate limits
+  /// (maxOffsetsPerTrigger, maxFilesPerTrigger, ...). Returning `start` means: no new data.
+  virtual Result<SourceOffsets> PlanBatch(const SourceOffsets& start) = 0;
+
+  /// Reads the records in [start, end). Reading the same range twice yields the same records
+  /// (fault-tolerant sources only).
+  virtual Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
+                                                     const SourceOffsets& end) = 0;
+
+  /// The batch ending at `end` is durably committed: the source may commit consumer-group
+  /// offsets or release resources. Failure here is logged, never fatal.
+  virtual Status OnCommitted(const SourceOffsets& end) { (void)end; return Ok(); }
+
+  /// Lag per partition relative to `position`, for progress and metrics.
+  virtual std::vector<PartitionLag> Lag(const SourceOffsets& position) {
+    (void)position;
+    return {};
+  }
+
+  /// "topic inference-logs partition 3 offset 1742", "file /data/a.jsonl byte 4096".
+  virtual std::string DescribePosition(const RecordPosition& position) const = 0;
+
+  /// Spark-like description for progress records, e.g. "FileSource[/data/in]".
+  virtual std::string Describe() const = 0;
+
+  /// False for sources that cannot replay a range (socket): exactly-once does not hold.
+  virtual bool IsReplayable() const { return true; }
+
+  /// True when the source is connected and able to serve data (for /readyz).
+  virtual bool IsReady() const { return true; }
+};
+
+}  // namespace driftd

@@ -1,0 +1,201 @@
+// The typed form of a pipeline file: what a query is. config/ parses and validates YAML into a PipelineSpec;
+// everything downstream (executor, connectors, drift) reads only these structs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/options.h"
+#include "engine/schema.h"
+
+namespace driftd {
+
+/// A place in the pipeline file, 1-based. line == 0 means "not from a file" (defaults).
+struct SourceMark {
+  int line = 0;
+  int column = 0;
+};
+
+enum class MalformedPolicy {
+  kPermissive,  // bad fields become null; the record is kept and counted
+  kDrop,        // the record is dropped and counted
+  kFail,        // the query stops with an error naming the record's position
+  kDeadLetter,  // raw bytes + reason go to the dead_letter stream, counted
+};
+
+struct MalformedSpec {
+  /// Default: permissive (as Spark's JSON reader).
+  MalformedPolicy policy = MalformedPolicy::kPermissive;
+  /// Records larger than this are malformed (reason too_large). Default: 1 MiB.
+  int64_t max_record_bytes = 1 << 20;
+  /// JSON nesting deeper than this is malformed (reason too_deep). Default: 64.
+  int max_depth = 64;
+};
+
+struct SourceSpec {
+  std::string format;  // kafka, file, rate, socket
+  Options options;     // validated against the connector's declaration, defaults filled in
+  MalformedSpec malformed;
+  SourceMark mark;
+};
+
+enum class AggregateFn { kCount, kSum, kMean, kStddev, kVariance, kMin, kMax };
+
+struct AggregateSpec {
+  AggregateFn fn = AggregateFn::kCount;
+  /// Column aggregated; empty for count(*). An array<double> column aggregates per element.
+  std::string column;
+  /// Output column name as Spark prints it: "count", "mean(prediction)", "stddev(x)".
+  std::string output_name;
+  SourceMark mark;
+};
+
+/// Tumbling (slide == size) or sliding event-time window on a timestamp column.
+struct WindowSpec {
+  std::string column;
+  int64_t size_ms = 0;
+  int64_t slide_ms = 0;
+  SourceMark mark;
+};
+
+struct WatermarkSpec {
+  std::string column;
+  int64_t delay_ms = 0;
+  SourceMark mark;
+};
+
+struct QuerySpec {
+  /// Key columns (e.g. model_id). An aggregation query has group_by and/or aggregates.
+  std::vector<std::string> group_by;
+  std::optional<WindowSpec> window;
+  std::vector<AggregateSpec> aggregates;
+  std::optional<WatermarkSpec> watermark;
+  /// For a non-aggregation query: the columns to emit (empty: every schema column).
+  std::vector<std::string> select;
+
+  bool IsAggregation() const { return !aggregates.empty() || !group_by.empty() || window; }
+};
+
+enum class BaselineKind {
+  kWarmup,    // the first N records or the first T of event time per model
+  kFile,      // reference statistics or records loaded at start
+  kTrailing,  // the previous K windows
+};
+
+struct BaselineSpec {
+  BaselineKind kind = BaselineKind::kWarmup;
+  /// warmup: records per model that form the baseline. Default: 1000.
+  int64_t records = 1000;
+  /// warmup: event time span instead of a record count (0 = use records). Default: 0.
+  int64_t duration_ms = 0;
+  /// file: path to reference statistics or records.
+  std::string path;
+  /// trailing: number of previous windows. Default: 3.
+  int windows = 3;
+  SourceMark mark;
+};
+
+enum class DetectorKind {
+  kMeanShift,
+  kStddevRatio,
+  kPsi,
+  kJensenShannon,
+  kKs,
+  kPageHinkley,
+  kErrorRate,
+};
+
+struct DetectorSpec {
+  DetectorKind kind = DetectorKind::kMeanShift;
+  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, page_hinkley, error_rate
+  /// Thresholds on the detector's statistic; defaults depend on the detector.
+  double warn = 0;
+  double alert = 0;
+  /// Detector-specific parameters (e.g. min_effect, bins), defaults filled in.
+  std::map<std::string, double> params;
+  SourceMark mark;
+};
+
+/// Per-model or per-series overrides of detector thresholds.
+struct ThresholdOverride {
+  std::string model;   // empty: any model
+  std::string series;  // empty: any series
+  std::string detector;
+  std::optional<double> warn;
+  std::optional<double> alert;
+  SourceMark mark;
+};
+
+struct DriftSpec {
+  bool enabled = false;
+  /// Column identifying the model. Default: the first group_by column.
+  std::string model_column;
+  /// Numeric or array<double> columns watched for drift (each array element is a series).
+  std::vector<std::string> series;
+  /// Optional label and prediction columns for error-rate drift.
+  std::string prediction_column;
+  std::string label_column;
+  BaselineSpec baseline;
+  std::vector<DetectorSpec> detectors;
+  std::vector<ThresholdOverride> overrides;
+  /// Records in the current window before a detector may fire. Default: 200.
+  int64_t min_samples = 200;
+  /// Consecutive evaluations above a threshold before the level rises. Default: 2.
+  int hysteresis = 2;
+  /// After RESOLVED, no new ALERT for the same series for this long. Default: 5 minutes.
+  int64_t cooldown_ms = 5 * 60 * 1000;
+  SourceMark mark;
+};
+
+enum class OutputMode { kAppend, kUpdate, kComplete };
+
+/// Which of a pipeline's result streams a sink receives.
+enum class StreamKind { kStats, kAlerts, kDeadLetter };
+
+struct SinkSpec {
+  std::string name;    // unique in the pipeline; default "<format>-<index>"
+  std::string format;  // kafka, file, console, webhook
+  Options options;
+  OutputMode output_mode = OutputMode::kAppend;
+  StreamKind stream = StreamKind::kStats;
+  SourceMark mark;
+};
+
+enum class TriggerKind {
+  kProcessingTime,  // a batch every interval (0: as fast as possible)
+  kOnce,            // one batch, then exit
+  kAvailableNow,    // everything available at start in rate-limited batches, then exit
+  kContinuous,      // record at a time, checkpoint every interval
+};
+
+struct TriggerSpec {
+  /// Default: processingTime 0 (next batch as soon as the previous one ends), as Spark.
+  TriggerKind kind = TriggerKind::kProcessingTime;
+  int64_t interval_ms = 0;
+  SourceMark mark;
+};
+
+struct PipelineSpec {
+  std::string name;
+  std::string file;  // where it was loaded from, for messages
+  Schema schema;
+  SourceSpec source;
+  QuerySpec query;
+  DriftSpec drift;
+  std::vector<SinkSpec> sinks;
+  TriggerSpec trigger;
+  std::string checkpoint_location;
+};
+
+std::string_view ToString(MalformedPolicy policy);
+std::string_view ToString(AggregateFn fn);
+std::string_view ToString(OutputMode mode);
+std::string_view ToString(StreamKind stream);
+std::string_view ToString(TriggerKind kind);
+std::string_view ToString(DetectorKind kind);
+std::string_view ToString(BaselineKind kind);
+
+}  // namespace driftd
