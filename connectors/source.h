@@ -53,6 +53,10 @@ class Source {
   /// (maxOffsetsPerTrigger, maxFilesPerTrigger, ...). Returning `start` means: no new data.
   virtual Result<SourceOffsets> PlanBatch(const SourceOffsets& start) = 0;
 
+  /// Trigger availableNow: from now on PlanBatch never plans past the data available at this
+  /// moment, so the query drains what exists at start and then sees "no new data".
+  virtual Status FreezeAvailable() { return Ok(); }
+
   /// Reads the records in [start, end). Reading the same range twice yields the same records
   /// (fault-tolerant sources only).
   virtual Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
