@@ -1,0 +1,78 @@
+#include "engine/pipeline_spec.h"
+
+namespace driftd {
+
+std::string_view ToString(MalformedPolicy policy) {
+  switch (policy) {
+    case MalformedPolicy::kPermissive: return "permissive";
+    case MalformedPolicy::kDrop: return "drop";
+    case MalformedPolicy::kFail: return "fail";
+    case MalformedPolicy::kDeadLetter: return "dead_letter";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(AggregateFn fn) {
+  switch (fn) {
+    case AggregateFn::kCount: return "count";
+    case AggregateFn::kSum: return "sum";
+    case AggregateFn::kMean: return "mean";
+    case AggregateFn::kStddev: return "stddev";
+    case AggregateFn::kVariance: return "variance";
+    case AggregateFn::kMin: return "min";
+    case AggregateFn::kMax: return "max";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(OutputMode mode) {
+  switch (mode) {
+    case OutputMode::kAppend: return "append";
+    case OutputMode::kUpdate: return "update";
+    case OutputMode::kComplete: return "complete";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(StreamKind stream) {
+  switch (stream) {
+    case StreamKind::kStats: return "stats";
+    case StreamKind::kAlerts: return "alerts";
+    case StreamKind::kDeadLetter: return "dead_letter";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(TriggerKind kind) {
+  switch (kind) {
+    case TriggerKind::kProcessingTime: return "processingTime";
+    case TriggerKind::kOnce: return "once";
+    case TriggerKind::kAvailableNow: return "availableNow";
+    case TriggerKind::kContinuous: return "continuous";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(DetectorKind kind) {
+  switch (kind) {
+    case DetectorKind::kMeanShift: return "mean_shift";
+    case DetectorKind::kStddevRatio: return "stddev_ratio";
+    case DetectorKind::kPsi: return "psi";
+    case DetectorKind::kJensenShannon: return "js";
+    case DetectorKind::kKs: return "ks";
+    case DetectorKind::kPageHinkley: return "page_hinkley";
+    case DetectorKind::kErrorRate: return "error_rate";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(BaselineKind kind) {
+  switch (kind) {
+    case BaselineKind::kWarmup: return "warmup";
+    case BaselineKind::kFile: return "file";
+    case BaselineKind::kTrailing: return "trailing";
+  }
+  return "unknown";
+}
+
+}  // namespace driftd
