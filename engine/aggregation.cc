@@ -1,0 +1,515 @@
+#include "engine/aggregation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/json_writer.h"
+
+namespace driftd {
+
+namespace {
+
+constexpr char kStatePrefix = 'a';
+constexpr uint8_t kGroupFormat = 1;
+
+void PutU64(std::string& out, uint64_t v) {
+  char bytes[8];
+  std::memcpy(bytes, &v, 8);
+  out.append(bytes, 8);
+}
+void PutI64(std::string& out, int64_t v) { PutU64(out, static_cast<uint64_t>(v)); }
+
+bool GetU64(std::string_view& in, uint64_t& v) {
+  if (in.size() < 8) return false;
+  std::memcpy(&v, in.data(), 8);
+  in.remove_prefix(8);
+  return true;
+}
+bool GetI64(std::string_view& in, int64_t& v) {
+  uint64_t u = 0;
+  if (!GetU64(in, u)) return false;
+  v = static_cast<int64_t>(u);
+  return true;
+}
+
+bool ReadMoments(std::string_view& in, Moments& m) {
+  if (in.size() < Moments::kEncodedSize) return false;
+  auto decoded = Moments::Decode(in.substr(0, Moments::kEncodedSize));
+  if (!decoded) return false;
+  m = *decoded;
+  in.remove_prefix(Moments::kEncodedSize);
+  return true;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+std::string_view FnName(AggregateFn fn) { return ToString(fn); }
+
+}  // namespace
+
+size_t Aggregator::ArrayWidth(const Group& group) {
+  size_t width = 0;
+  for (const auto& elements : group.arrays) width += elements.size();
+  return width;
+}
+
+namespace {
+
+// The value an aggregate takes over `m`; NaN renders as null.
+double AggregateValue(AggregateFn fn, const Moments& m) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  switch (fn) {
+    case AggregateFn::kCount: return static_cast<double>(m.count());
+    case AggregateFn::kSum: return m.count() > 0 ? m.sum() : nan;
+    case AggregateFn::kMean: return m.count() > 0 ? m.mean() : nan;
+    case AggregateFn::kStddev: return m.count() > 1 ? m.Stddev() : nan;
+    case AggregateFn::kVariance: return m.count() > 1 ? m.SampleVariance() : nan;
+    case AggregateFn::kMin: return m.count() > 0 ? m.min() : nan;
+    case AggregateFn::kMax: return m.count() > 0 ? m.max() : nan;
+  }
+  return nan;
+}
+
+}  // namespace
+
+std::string AggregateColumnName(AggregateFn fn, std::string_view column, int element) {
+  if (column.empty()) return std::string(FnName(fn));
+  if (element < 0) return fmt::format("{}({})", FnName(fn), column);
+  return fmt::format("{}({}[{}])", FnName(fn), column, element);
+}
+
+Aggregator::Aggregator(const QuerySpec& query, const Schema& schema)
+    : query_(query), schema_(schema) {}
+
+Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
+                                                       const Schema& schema) {
+  std::unique_ptr<Aggregator> agg(new Aggregator(query, schema));
+  for (const std::string& name : query.group_by) {
+    int index = schema.IndexOf(name);
+    if (index < 0) return MakeError(ErrorCode::kConfig, "groupBy column '{}' is not in the schema", name);
+    agg->key_columns_.push_back(index);
+  }
+  if (query.window) {
+    agg->window_column_ = schema.IndexOf(query.window->column);
+    if (agg->window_column_ < 0) {
+      return MakeError(ErrorCode::kConfig, "window column '{}' is not in the schema",
+                       query.window->column);
+    }
+    agg->window_size_us_ = query.window->size_ms * 1000;
+    agg->window_slide_us_ = (query.window->slide_ms > 0 ? query.window->slide_ms
+                                                        : query.window->size_ms) * 1000;
+    if (agg->window_size_us_ <= 0) return MakeError(ErrorCode::kConfig, "window size must be > 0");
+  }
+  if (query.watermark) {
+    agg->watermark_column_ = schema.IndexOf(query.watermark->column);
+    if (agg->watermark_column_ < 0) {
+      return MakeError(ErrorCode::kConfig, "watermark column '{}' is not in the schema",
+                       query.watermark->column);
+    }
+  }
+  for (const AggregateSpec& aggregate : query.aggregates) {
+    if (aggregate.column.empty()) continue;
+    int index = schema.IndexOf(aggregate.column);
+    if (index < 0) {
+      return MakeError(ErrorCode::kConfig, "aggregate column '{}' is not in the schema",
+                       aggregate.column);
+    }
+    bool is_array = schema.fields[index].type == FieldType::kDoubleArray;
+    if (!is_array && !IsNumeric(schema.fields[index].type)) {
+      return MakeError(ErrorCode::kConfig, "aggregate column '{}' is not numeric",
+                       aggregate.column);
+    }
+    auto& list = is_array ? agg->array_series_ : agg->scalar_series_;
+    if (std::none_of(list.begin(), list.end(), [&](const Series& s) { return s.column == index; })) {
+      list.push_back({index, is_array});
+    }
+  }
+  return agg;
+}
+
+bool Aggregator::OwnsKey(std::string_view key) { return !key.empty() && key[0] == kStatePrefix; }
+
+uint32_t Aggregator::FindOrAddGroup(std::string_view key, int64_t window_start_us) {
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second;
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    groups_[slot] = Group{};
+  } else {
+    slot = static_cast<uint32_t>(groups_.size());
+    groups_.emplace_back();
+    is_updated_.push_back(0);
+  }
+  Group& group = groups_[slot];
+  group.key.assign(key);
+  group.window_start_us = window_start_us;
+  group.scalars.resize(scalar_series_.size());
+  group.arrays.resize(array_series_.size());
+  index_.emplace(group.key, slot);
+  ++live_groups_;
+  return slot;
+}
+
+void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
+  ++group.count;
+  for (size_t s = 0; s < scalar_series_.size(); ++s) {
+    const Column& column = batch.columns[scalar_series_[s].column];
+    if (column.IsNull(row)) continue;
+    double value = column.type == FieldType::kDouble ? column.f64[row]
+                                                     : static_cast<double>(column.i64[row]);
+    if (std::isnan(value)) continue;
+    group.scalars[s].Add(value);
+  }
+  for (size_t s = 0; s < array_series_.size(); ++s) {
+    const Column& column = batch.columns[array_series_[s].column];
+    if (column.IsNull(row)) continue;
+    size_t size = column.ArraySize(row);
+    const double* data = column.ArrayData(row);
+    std::vector<Moments>& elements = group.arrays[s];
+    if (elements.size() < size) elements.resize(size);
+    for (size_t e = 0; e < size; ++e) {
+      if (!std::isnan(data[e])) elements[e].Add(data[e]);
+    }
+  }
+}
+
+void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
+  std::string& key = key_buffer_;
+  uint32_t last_slot = UINT32_MAX;
+  std::string last_key;
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    int64_t event_time = INT64_MIN;
+    if (watermark_column_ >= 0) {
+      const Column& column = batch.columns[watermark_column_];
+      if (!column.IsNull(row)) {
+        event_time = column.i64[row];
+        if (watermark_us != INT64_MIN && event_time <= watermark_us) {
+          ++dropped_by_watermark_;
+          continue;
+        }
+        max_event_time_us_ = std::max(max_event_time_us_, event_time);
+      }
+    }
+    key.clear();
+    key.push_back(kStatePrefix);
+    for (int index : key_columns_) {
+      const Column& column = batch.columns[index];
+      if (column.IsNull(row)) {
+        key.push_back('\0');
+        continue;
+      }
+      key.push_back('\1');
+      if (column.type == FieldType::kString) {
+        std::string_view value = column.String(row);
+        uint32_t size = static_cast<uint32_t>(value.size());
+        key.append(reinterpret_cast<const char*>(&size), 4);
+        key.append(value);
+      } else {
+        PutI64(key, column.i64[row]);
+      }
+    }
+    auto touch = [&](uint32_t slot) {
+      AddRow(groups_[slot], batch, row);
+      if (!is_updated_[slot]) {
+        is_updated_[slot] = 1;
+        updated_.push_back(slot);
+      }
+    };
+    if (window_column_ < 0) {
+      // Consecutive rows of one model are common: skip the hash lookup for them.
+      if (last_slot == UINT32_MAX || key != last_key) {
+        last_slot = FindOrAddGroup(key, INT64_MIN);
+        last_key = key;
+      }
+      touch(last_slot);
+      continue;
+    }
+    const Column& time_column = batch.columns[window_column_];
+    if (time_column.IsNull(row)) {
+      ++dropped_by_watermark_;  // no event time: it cannot be placed in a window
+      continue;
+    }
+    int64_t t = time_column.i64[row];
+    size_t key_size = key.size();
+    int64_t start = FloorDiv(t, window_slide_us_) * window_slide_us_;
+    for (; start > t - window_size_us_; start -= window_slide_us_) {
+      if (watermark_us != INT64_MIN && start + window_size_us_ <= watermark_us) break;
+      key.resize(key_size);
+      // Big-endian with the sign flipped so windows of a key sort by time.
+      uint64_t ordered = static_cast<uint64_t>(start) ^ (uint64_t{1} << 63);
+      for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>(ordered >> shift));
+      touch(FindOrAddGroup(key, start));
+    }
+  }
+}
+
+int64_t Aggregator::TakeMaxEventTimeUs() {
+  int64_t value = max_event_time_us_;
+  max_event_time_us_ = INT64_MIN;
+  return value;
+}
+
+int64_t Aggregator::TakeRowsDroppedByWatermark() {
+  int64_t value = dropped_by_watermark_;
+  dropped_by_watermark_ = 0;
+  return value;
+}
+
+void Aggregator::BuildColumns(const Group* sample, std::vector<std::string>& columns) const {
+  columns.clear();
+  for (const std::string& name : query_.group_by) columns.push_back(name);
+  if (window_column_ >= 0) columns.push_back("window");
+  for (const AggregateSpec& aggregate : query_.aggregates) {
+    if (aggregate.column.empty()) {
+      columns.push_back(aggregate.output_name.empty() ? "count" : aggregate.output_name);
+      continue;
+    }
+    int index = schema_.IndexOf(aggregate.column);
+    if (schema_.fields[index].type != FieldType::kDoubleArray) {
+      columns.push_back(AggregateColumnName(aggregate.fn, aggregate.column, -1));
+      continue;
+    }
+    size_t elements = 0;
+    if (sample) {
+      for (size_t s = 0; s < array_series_.size(); ++s) {
+        if (array_series_[s].column == index) elements = sample->arrays[s].size();
+      }
+    }
+    for (size_t e = 0; e < elements; ++e) {
+      columns.push_back(AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e)));
+    }
+  }
+}
+
+void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
+  std::string row;
+  std::string message_key;
+  JsonObject object(row);
+  std::string_view key(group.key);
+  key.remove_prefix(1);
+  for (size_t k = 0; k < key_columns_.size(); ++k) {
+    const Field& field = schema_.fields[key_columns_[k]];
+    bool valid = key[0] != '\0';
+    key.remove_prefix(1);
+    if (!valid) {
+      object.Null(field.name);
+      continue;
+    }
+    if (field.type == FieldType::kString) {
+      uint32_t size = 0;
+      std::memcpy(&size, key.data(), 4);
+      std::string_view value = key.substr(4, size);
+      key.remove_prefix(4 + size);
+      object.String(field.name, value);
+      if (k == 0) message_key.assign(value);
+    } else {
+      int64_t value = 0;
+      GetI64(key, value);
+      if (field.type == FieldType::kBoolean) {
+        object.Bool(field.name, value != 0);
+      } else if (field.type == FieldType::kTimestamp) {
+        object.Timestamp(field.name, value);
+      } else {
+        object.Int(field.name, value);
+      }
+      if (k == 0) message_key = std::to_string(value);
+    }
+  }
+  if (window_column_ >= 0) {
+    std::string window;
+    JsonObject bounds(window);
+    bounds.Timestamp("start", group.window_start_us);
+    bounds.Timestamp("end", group.window_start_us + window_size_us_);
+    bounds.Close();
+    object.Raw("window", window);
+  }
+  for (const AggregateSpec& aggregate : query_.aggregates) {
+    if (aggregate.column.empty()) {
+      object.Int(aggregate.output_name.empty() ? "count" : aggregate.output_name, group.count);
+      continue;
+    }
+    int index = schema_.IndexOf(aggregate.column);
+    bool is_array = schema_.fields[index].type == FieldType::kDoubleArray;
+    const auto& list = is_array ? array_series_ : scalar_series_;
+    size_t s = 0;
+    while (list[s].column != index) ++s;
+    if (!is_array) {
+      const Moments& m = group.scalars[s];
+      std::string name = AggregateColumnName(aggregate.fn, aggregate.column, -1);
+      if (aggregate.fn == AggregateFn::kCount) {
+        object.Int(name, m.count());
+      } else {
+        object.Number(name, AggregateValue(aggregate.fn, m));
+      }
+      continue;
+    }
+    const std::vector<Moments>& elements = group.arrays[s];
+    for (size_t e = 0; e < elements.size(); ++e) {
+      std::string name = AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e));
+      if (aggregate.fn == AggregateFn::kCount) {
+        object.Int(name, elements[e].count());
+      } else {
+        object.Number(name, AggregateValue(aggregate.fn, elements[e]));
+      }
+    }
+  }
+  object.Close();
+  out.rows.push_back(std::move(row));
+  out.keys.push_back(std::move(message_key));
+}
+
+void Aggregator::EmitUpdated(EmittedRows& out) const {
+  std::vector<uint32_t> order(updated_);
+  // Deterministic output: by key (and window start).
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
+  const Group* widest = nullptr;
+  for (uint32_t slot : order) {
+    RenderGroup(groups_[slot], out);
+    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+  }
+  BuildColumns(widest, out.columns);
+}
+
+void Aggregator::EmitAll(EmittedRows& out) const {
+  std::vector<uint32_t> order;
+  for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
+    if (groups_[slot].live) order.push_back(slot);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
+  const Group* widest = nullptr;
+  for (uint32_t slot : order) {
+    RenderGroup(groups_[slot], out);
+    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+  }
+  BuildColumns(widest, out.columns);
+}
+
+void Aggregator::EmitClosed(int64_t watermark_us, EmittedRows& out) const {
+  if (window_column_ < 0 || watermark_us == INT64_MIN) {
+    BuildColumns(nullptr, out.columns);
+    return;
+  }
+  std::vector<uint32_t> order;
+  for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
+    const Group& group = groups_[slot];
+    if (group.live && !group.emitted && group.window_start_us + window_size_us_ <= watermark_us) {
+      order.push_back(slot);
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    if (groups_[a].window_start_us != groups_[b].window_start_us) {
+      return groups_[a].window_start_us < groups_[b].window_start_us;
+    }
+    return groups_[a].key < groups_[b].key;
+  });
+  const Group* widest = nullptr;
+  for (uint32_t slot : order) {
+    RenderGroup(groups_[slot], out);
+    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+  }
+  BuildColumns(widest, out.columns);
+}
+
+bool Aggregator::HasClosableWindows(int64_t watermark_us) const {
+  if (window_column_ < 0 || watermark_us == INT64_MIN) return false;
+  for (const Group& group : groups_) {
+    if (group.live && group.window_start_us + window_size_us_ <= watermark_us) return true;
+  }
+  return false;
+}
+
+void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
+  out.push_back(static_cast<char>(kGroupFormat));
+  PutI64(out, group.window_start_us);
+  PutI64(out, group.count);
+  out.push_back(group.emitted ? 1 : 0);
+  PutU64(out, group.scalars.size());
+  for (const Moments& m : group.scalars) m.Encode(out);
+  PutU64(out, group.arrays.size());
+  for (const auto& elements : group.arrays) {
+    PutU64(out, elements.size());
+    for (const Moments& m : elements) m.Encode(out);
+  }
+}
+
+void Aggregator::EndBatch(int64_t watermark_us, bool evict,
+                          std::vector<std::pair<std::string, std::string>>& puts,
+                          std::vector<std::string>& deletes) {
+  if (window_column_ >= 0 && watermark_us != INT64_MIN) {
+    for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
+      Group& group = groups_[slot];
+      if (!group.live || group.window_start_us + window_size_us_ > watermark_us) continue;
+      if (!evict) {
+        // Kept for complete mode; remember that append mode has emitted it.
+        if (!group.emitted) {
+          group.emitted = true;
+          if (!is_updated_[slot]) {
+            is_updated_[slot] = 1;
+            updated_.push_back(slot);
+          }
+        }
+        continue;
+      }
+      deletes.push_back(group.key);
+      index_.erase(group.key);
+      group = Group{};
+      group.live = false;
+      free_slots_.push_back(slot);
+      --live_groups_;
+    }
+  }
+  for (uint32_t slot : updated_) {
+    const Group& group = groups_[slot];
+    if (!group.live) continue;
+    std::string value;
+    EncodeGroup(group, value);
+    puts.emplace_back(group.key, std::move(value));
+  }
+  for (uint32_t slot : updated_) is_updated_[slot] = 0;
+  updated_.clear();
+}
+
+Status Aggregator::Restore(std::string_view key, std::string_view value) {
+  auto corrupt = [&] {
+    return MakeError(ErrorCode::kCorruption, "aggregation state entry of {} bytes is unreadable",
+                     value.size());
+  };
+  if (value.empty() || static_cast<uint8_t>(value[0]) != kGroupFormat) return corrupt();
+  value.remove_prefix(1);
+  int64_t window_start = 0;
+  int64_t count = 0;
+  uint64_t scalars = 0;
+  if (!GetI64(value, window_start) || !GetI64(value, count) || value.empty()) return corrupt();
+  bool emitted = value[0] != 0;
+  value.remove_prefix(1);
+  if (!GetU64(value, scalars) || scalars != scalar_series_.size()) return corrupt();
+  uint32_t slot = FindOrAddGroup(key, window_start);
+  Group& group = groups_[slot];
+  group.count = count;
+  group.emitted = emitted;
+  for (Moments& m : group.scalars) {
+    if (!ReadMoments(value, m)) return corrupt();
+  }
+  uint64_t arrays = 0;
+  if (!GetU64(value, arrays) || arrays != array_series_.size()) return corrupt();
+  for (auto& elements : group.arrays) {
+    uint64_t size = 0;
+    if (!GetU64(value, size) || size > (1u << 20)) return corrupt();
+    elements.resize(size);
+    for (Moments& m : elements) {
+      if (!ReadMoments(value, m)) return corrupt();
+    }
+  }
+  return Ok();
+}
+
+}  // namespace driftd

@@ -1,0 +1,121 @@
+// Streaming aggregation: group by key columns (and optionally an event-time window), with
+// count/sum/mean/stddev/variance/min/max kept as mergeable moments per group and per series.
+// An array<double> column is aggregated element by element ("feature_vector[0]", ...).
+//
+// The aggregator owns the result table in memory; the executor persists the groups it reports
+// as changed and restores them on start. Not thread-safe; used by the executor's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+#include "engine/stats.h"
+
+namespace driftd {
+
+/// Rows of a result table ready for sinks: JSON objects and their message keys.
+struct EmittedRows {
+  std::vector<std::string> columns;
+  std::vector<std::string> rows;
+  std::vector<std::string> keys;
+};
+
+class Aggregator {
+ public:
+  /// The query must be an aggregation query that passed validation against `schema`.
+  static Result<std::unique_ptr<Aggregator>> Create(const QuerySpec& query, const Schema& schema);
+
+  /// Folds a batch into the groups. With a watermark, rows whose event time is behind
+  /// `watermark_us` are dropped and counted instead.
+  void Add(const RecordBatch& batch, int64_t watermark_us);
+
+  /// Largest event time (watermark column) seen since the last call, or INT64_MIN.
+  int64_t TakeMaxEventTimeUs();
+  /// Rows dropped by the watermark since the last call.
+  int64_t TakeRowsDroppedByWatermark();
+
+  /// Output mode update: the groups changed since the last EndBatch.
+  void EmitUpdated(EmittedRows& out) const;
+  /// Output mode complete: every group.
+  void EmitAll(EmittedRows& out) const;
+  /// Output mode append: windows whose end is at or behind the watermark and not yet emitted.
+  void EmitClosed(int64_t watermark_us, EmittedRows& out) const;
+
+  /// Ends the batch: windows closed by `watermark_us` are evicted (state deleted) if `evict`
+  /// (every output mode but complete), else marked emitted; changed groups and evicted keys are
+  /// reported for the checkpoint; the per-batch "updated" marks are cleared.
+  void EndBatch(int64_t watermark_us, bool evict,
+                std::vector<std::pair<std::string, std::string>>& puts,
+                std::vector<std::string>& deletes);
+
+  /// Restores one group from the checkpoint (a key and value reported by EndBatch).
+  Status Restore(std::string_view key, std::string_view value);
+
+  /// True if `key` (from the checkpoint) belongs to this aggregator.
+  static bool OwnsKey(std::string_view key);
+
+  size_t num_groups() const { return live_groups_; }
+  int64_t rows_updated_last_batch() const { return updated_.size(); }
+  /// Whether some window ends at or before `watermark_us` (a no-data batch is due to emit it).
+  bool HasClosableWindows(int64_t watermark_us) const;
+
+ private:
+  struct Series {
+    int column = -1;      // schema field index
+    bool is_array = false;
+  };
+  struct Group {
+    std::string key;            // encoded key columns + window start
+    int64_t window_start_us = INT64_MIN;
+    int64_t count = 0;          // count(*)
+    std::vector<Moments> scalars;               // one per scalar series
+    std::vector<std::vector<Moments>> arrays;   // one vector per array series
+    bool live = true;
+    bool emitted = false;       // append mode: already emitted
+  };
+
+  Aggregator(const QuerySpec& query, const Schema& schema);
+  static size_t ArrayWidth(const Group& group);
+  uint32_t FindOrAddGroup(std::string_view key, int64_t window_start_us);
+  void AddRow(Group& group, const RecordBatch& batch, size_t row);
+  void EncodeGroup(const Group& group, std::string& out) const;
+  void RenderGroup(const Group& group, EmittedRows& out) const;
+  void BuildColumns(const Group* sample, std::vector<std::string>& columns) const;
+
+  QuerySpec query_;
+  Schema schema_;
+  std::vector<int> key_columns_;
+  int window_column_ = -1;
+  int64_t window_size_us_ = 0;
+  int64_t window_slide_us_ = 0;
+  int watermark_column_ = -1;
+  std::vector<Series> scalar_series_;
+  std::vector<Series> array_series_;
+
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, KeyHash, std::equal_to<>> index_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> free_slots_;
+  size_t live_groups_ = 0;
+  std::vector<uint32_t> updated_;   // groups touched this batch (unique)
+  std::vector<uint8_t> is_updated_;
+  std::string key_buffer_;
+  int64_t max_event_time_us_ = INT64_MIN;
+  int64_t dropped_by_watermark_ = 0;
+};
+
+/// Expands the aggregate specs to output column names for a given array length of each array
+/// series, e.g. mean(feature_vector) -> mean(feature_vector[0]) ... mean(feature_vector[7]).
+std::string AggregateColumnName(AggregateFn fn, std::string_view column, int element);
+
+}  // namespace driftd

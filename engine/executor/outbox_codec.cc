@@ -1,0 +1,111 @@
+#include "engine/executor/outbox_codec.h"
+
+#include <cstring>
+
+namespace driftd {
+
+namespace {
+
+constexpr uint8_t kFormat = 1;
+
+void PutU32(std::string& out, uint32_t v) {
+  char bytes[4];
+  std::memcpy(bytes, &v, 4);
+  out.append(bytes, 4);
+}
+void PutString(std::string& out, std::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out.append(s);
+}
+void PutRows(std::string& out, const OutputRows& rows) {
+  PutU32(out, static_cast<uint32_t>(rows.columns.size()));
+  for (const auto& column : rows.columns) PutString(out, column);
+  PutU32(out, static_cast<uint32_t>(rows.rows.size()));
+  for (size_t i = 0; i < rows.rows.size(); ++i) {
+    PutString(out, i < rows.keys.size() ? rows.keys[i] : std::string_view());
+    PutString(out, rows.rows[i]);
+  }
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U32(uint32_t& v) {
+    if (in_.size() < 4) return false;
+    std::memcpy(&v, in_.data(), 4);
+    in_.remove_prefix(4);
+    return true;
+  }
+  bool String(std::string& s) {
+    uint32_t size = 0;
+    if (!U32(size) || in_.size() < size) return false;
+    s.assign(in_.data(), size);
+    in_.remove_prefix(size);
+    return true;
+  }
+  bool Rows(OutputRows& rows) {
+    uint32_t columns = 0;
+    if (!U32(columns) || columns > in_.size()) return false;
+    rows.columns.resize(columns);
+    for (auto& column : rows.columns) {
+      if (!String(column)) return false;
+    }
+    uint32_t count = 0;
+    if (!U32(count) || count > in_.size()) return false;
+    rows.keys.resize(count);
+    rows.rows.resize(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      if (!String(rows.keys[i]) || !String(rows.rows[i])) return false;
+    }
+    return true;
+  }
+  bool Byte(uint8_t& b) {
+    if (in_.empty()) return false;
+    b = static_cast<uint8_t>(in_[0]);
+    in_.remove_prefix(1);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+}  // namespace
+
+std::string EncodeBatchOutput(const BatchOutput& output) {
+  std::string out;
+  out.push_back(static_cast<char>(kFormat));
+  PutString(out, std::to_string(output.batch_id));
+  PutString(out, OffsetsToJson(output.source_end));
+  for (const OutputRows* rows : {&output.stats_append, &output.stats_update,
+                                 &output.stats_complete, &output.alerts, &output.dead_letters}) {
+    PutRows(out, *rows);
+  }
+  return out;
+}
+
+Result<BatchOutput> DecodeBatchOutput(std::string_view bytes) {
+  Reader reader(bytes);
+  BatchOutput output;
+  uint8_t format = 0;
+  std::string batch_id;
+  std::string offsets;
+  bool ok = reader.Byte(format) && format == kFormat && reader.String(batch_id) &&
+            reader.String(offsets);
+  for (OutputRows* rows : {&output.stats_append, &output.stats_update, &output.stats_complete,
+                           &output.alerts, &output.dead_letters}) {
+    ok = ok && reader.Rows(*rows);
+  }
+  if (!ok || !reader.done()) {
+    return MakeError(ErrorCode::kCorruption, "outbox entry of {} bytes is unreadable",
+                     bytes.size());
+  }
+  output.batch_id = std::stoll(batch_id);
+  auto end = OffsetsFromJson(offsets);
+  if (!end) return tl::unexpected(end.error());
+  output.source_end = std::move(*end);
+  return output;
+}
+
+}  // namespace driftd

@@ -1,0 +1,46 @@
+// The progress record written after every batch, shaped like Spark's StreamingQueryProgress.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "connectors/source.h"
+#include "engine/json_decoder.h"
+#include "engine/pipeline_spec.h"
+#include "state/checkpoint_store.h"
+
+namespace driftd {
+
+struct ProgressRecord {
+  int64_t batch_id = 0;
+  int64_t timestamp_ms = 0;
+  int64_t num_input_rows = 0;
+  int64_t num_output_rows = 0;
+  int64_t num_alerts = 0;
+  double input_rows_per_second = 0;
+  double processed_rows_per_second = 0;
+  // durationMs by phase
+  int64_t latest_offset_ms = 0;  // planning the batch's offsets
+  int64_t add_batch_ms = 0;      // reading, decoding, aggregating, drift
+  int64_t wal_commit_ms = 0;     // the RocksDB commit
+  int64_t delivery_ms = 0;       // delivering the outbox to the sinks
+  int64_t trigger_execution_ms = 0;
+  SourceOffsets start_offsets;
+  SourceOffsets end_offsets;
+  std::vector<PartitionLag> lag;
+  std::string source_description;
+  StateStats state;
+  int64_t num_groups = 0;
+  int64_t rows_updated = 0;
+  int64_t dropped_by_watermark = 0;
+  int64_t lost_records = 0;
+  int64_t max_event_time_us = INT64_MIN;
+  int64_t watermark_us = INT64_MIN;
+  MalformedCounts malformed;       // cumulative since start
+  int64_t malformed_in_batch = 0;
+};
+
+std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& progress);
+
+}  // namespace driftd
