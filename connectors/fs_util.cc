@@ -1,0 +1,164 @@
+#include "connectors/fs_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace driftd {
+
+namespace {
+
+tl::unexpected<Error> IoError(std::string_view what, const std::string& path, int error) {
+  return MakeError(ErrorCode::kIo, "{} {}: {}", what, path, std::strerror(error));
+}
+
+Status WriteAll(int fd, const std::string& path, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t written = ::write(fd, data.data(), data.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return IoError("writing", path, errno);
+    }
+    data.remove_prefix(static_cast<size_t>(written));
+  }
+  return Ok();
+}
+
+Status SyncDirectory(const std::string& directory) {
+  UniqueFd fd{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (!fd.valid()) return IoError("opening directory", directory, errno);
+  if (::fsync(fd.get()) != 0) return IoError("syncing directory", directory, errno);
+  return Ok();
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string JoinPath(std::string_view directory, std::string_view name) {
+  std::string path(directory);
+  if (!path.empty() && path.back() != '/') path.push_back('/');
+  path += name;
+  return path;
+}
+
+Result<std::vector<DirEntry>> ListRegularFiles(const std::string& directory) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir{::opendir(directory.c_str()), &::closedir};
+  if (!dir) return IoError("listing directory", directory, errno);
+  std::vector<DirEntry> entries;
+  while (true) {
+    errno = 0;
+    dirent* entry = ::readdir(dir.get());
+    if (entry == nullptr) {
+      if (errno != 0) return IoError("listing directory", directory, errno);
+      break;
+    }
+    std::string_view name(entry->d_name);
+    if (name == "." || name == "..") continue;
+    struct stat info {};
+    if (::fstatat(::dirfd(dir.get()), entry->d_name, &info, 0) != 0) {
+      if (errno == ENOENT) continue;  // removed while listing
+      return IoError("inspecting", JoinPath(directory, name), errno);
+    }
+    if (!S_ISREG(info.st_mode)) continue;
+    entries.push_back({std::string(name), static_cast<int64_t>(info.st_size)});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  return entries;
+}
+
+Status CreateDirectories(const std::string& directory) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return MakeError(ErrorCode::kIo, "creating directory {}: {}", directory, error.message());
+  }
+  return Ok();
+}
+
+Result<int64_t> FileSizeOrMissing(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) return int64_t{-1};
+    return IoError("inspecting", path, errno);
+  }
+  return static_cast<int64_t>(info.st_size);
+}
+
+Result<UniqueFd> OpenForReading(const std::string& path) {
+  UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (!fd.valid()) return IoError("opening", path, errno);
+  return fd;
+}
+
+Status ReadAt(const UniqueFd& fd, const std::string& path, int64_t offset, size_t size,
+              std::string& out) {
+  out.resize(size);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t got = ::pread(fd.get(), out.data() + done, size - done,
+                          static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return IoError("reading", path, errno);
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  out.resize(done);
+  return Ok();
+}
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  auto fd = OpenForReading(path);
+  if (!fd) return tl::unexpected(fd.error());
+  std::string data;
+  std::string block;
+  int64_t offset = 0;
+  while (true) {
+    DRIFTD_TRY(ReadAt(*fd, path, offset, 1 << 16, block));
+    if (block.empty()) break;
+    data += block;
+    offset += static_cast<int64_t>(block.size());
+  }
+  return data;
+}
+
+Status WriteFileAtomically(const std::string& directory, const std::string& name,
+                           std::string_view data) {
+  // Hidden (leading '.') so directory readers and the file source's globs skip it.
+  std::string temp_path = JoinPath(directory, "." + name + ".tmp");
+  std::string final_path = JoinPath(directory, name);
+  {
+    UniqueFd fd{::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    if (!fd.valid()) return IoError("creating", temp_path, errno);
+    DRIFTD_TRY(WriteAll(fd.get(), temp_path, data));
+    if (::fsync(fd.get()) != 0) return IoError("syncing", temp_path, errno);
+  }
+  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+    int error = errno;
+    ::unlink(temp_path.c_str());
+    return IoError("renaming into place", final_path, error);
+  }
+  return SyncDirectory(directory);
+}
+
+}  // namespace driftd
