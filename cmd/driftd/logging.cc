@@ -1,0 +1,48 @@
+#include "cmd/driftd/logging.h"
+
+#include <memory>
+#include <string>
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/json_writer.h"
+
+namespace driftd {
+namespace {
+
+// %J: the message as a JSON string literal (quoted and escaped).
+class JsonMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string quoted;
+    AppendJsonString(quoted, std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(quoted.data(), quoted.data() + quoted.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
+}  // namespace
+
+void SetUpLogging(std::string_view format, std::string_view level) {
+  auto logger = std::make_shared<spdlog::logger>("driftd",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(std::string(level)));
+  if (format == "json") {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JsonMessageFlag>('J').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":%J})",
+        spdlog::pattern_time_type::utc);
+    spdlog::set_formatter(std::move(formatter));
+  } else {
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%n] %v");
+  }
+  spdlog::flush_on(spdlog::level::info);
+}
+
+}  // namespace driftd
