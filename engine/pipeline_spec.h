@@ -147,6 +147,12 @@ struct DriftSpec {
   int hysteresis = 2;
   /// After RESOLVED, no new ALERT for the same series for this long. Default: 5 minutes.
   int64_t cooldown_ms = 5 * 60 * 1000;
+  /// Records per tumbling evaluation window of each (model, series) when the query has no
+  /// event-time window (YAML: windowRecords). Default: 1000.
+  int64_t window_records = 1000;
+  /// A model with at least this many series in ALERT also gets one model-level alert
+  /// (YAML: modelAlertSeries; 0 disables the roll-up). Default: 3.
+  int model_alert_series = 3;
   SourceMark mark;
 };
 
