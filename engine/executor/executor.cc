@@ -1,1 +1,570 @@
 #include "engine/executor/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <simdjson.h>
+
+#include "connectors/registry.h"
+#include "engine/aggregation.h"
+#include "engine/executor/drift_stage.h"
+#include "engine/executor/outbox_codec.h"
+#include "engine/executor/progress.h"
+#include "engine/json_decoder.h"
+#include "engine/json_writer.h"
+#include "engine/log.h"
+#include "state/checkpoint_store.h"
+
+namespace driftd {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t MillisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// Top-level keys whose values differ between two fingerprint objects.
+std::vector<std::string> FingerprintDifferences(std::string_view stored, std::string_view current) {
+  simdjson::dom::parser parser_a;
+  simdjson::dom::parser parser_b;
+  simdjson::dom::object a;
+  simdjson::dom::object b;
+  std::vector<std::string> changed;
+  if (parser_a.parse(stored.data(), stored.size()).get(a) != simdjson::SUCCESS ||
+      parser_b.parse(current.data(), current.size()).get(b) != simdjson::SUCCESS) {
+    changed.push_back("(fingerprint unreadable)");
+    return changed;
+  }
+  for (auto field : a) {
+    simdjson::dom::element other;
+    if (b.at_key(field.key).get(other) != simdjson::SUCCESS) {
+      changed.emplace_back(field.key);
+      continue;
+    }
+    if (simdjson::minify(field.value) != simdjson::minify(other)) changed.emplace_back(field.key);
+  }
+  for (auto field : b) {
+    simdjson::dom::element other;
+    if (a.at_key(field.key).get(other) != simdjson::SUCCESS) changed.emplace_back(field.key);
+  }
+  return changed;
+}
+
+std::string DeadLetterRow(const DeadLetter& dead, const std::string& position) {
+  std::string row;
+  JsonObject object(row);
+  object.String("position", position);
+  object.String("reason", ToString(dead.reason));
+  object.String("detail", dead.detail);
+  object.String("raw", dead.raw);
+  object.Int("rawBytes", static_cast<int64_t>(dead.raw.size()));
+  object.Close();
+  return row;
+}
+
+// Renders row `row` of a decoded batch as a JSON object of the selected columns.
+void RenderRecord(const Schema& schema, const std::vector<int>& columns, const RecordBatch& batch,
+                  size_t row, std::string& out) {
+  JsonObject object(out);
+  for (int index : columns) {
+    const Field& field = schema.fields[index];
+    const Column& column = batch.columns[index];
+    if (column.IsNull(row)) {
+      object.Null(field.name);
+      continue;
+    }
+    switch (field.type) {
+      case FieldType::kString: object.String(field.name, column.String(row)); break;
+      case FieldType::kDouble: object.Number(field.name, column.f64[row]); break;
+      case FieldType::kLong:
+      case FieldType::kInt: object.Int(field.name, column.i64[row]); break;
+      case FieldType::kBoolean: object.Bool(field.name, column.i64[row] != 0); break;
+      case FieldType::kTimestamp: object.Timestamp(field.name, column.i64[row]); break;
+      case FieldType::kDoubleArray: {
+        object.Key(field.name);
+        out.push_back('[');
+        for (size_t e = 0; e < column.ArraySize(row); ++e) {
+          if (e > 0) out.push_back(',');
+          AppendJsonNumber(out, column.ArrayData(row)[e]);
+        }
+        out.push_back(']');
+        break;
+      }
+    }
+  }
+  object.Close();
+}
+
+}  // namespace
+
+class QueryExecutor::Impl {
+ public:
+  Impl(const PipelineSpec& spec, ExecutorOptions options, QueryCounters& counters)
+      : spec_(spec),
+        options_(std::move(options)),
+        counters_(counters),
+        decoder_(spec.schema, spec.source.malformed),
+        log_(GetLogger("engine")) {}
+
+  Status Init() {
+    auto source = CreateSource(spec_);
+    if (!source) return tl::unexpected(source.error());
+    source_ = std::move(*source);
+    auto sinks = CreateSinks(spec_);
+    if (!sinks) return tl::unexpected(sinks.error());
+    sinks_ = std::move(*sinks);
+    for (const SinkSpec& sink : spec_.sinks) {
+      if (sink.stream != StreamKind::kStats) continue;
+      switch (sink.output_mode) {
+        case OutputMode::kAppend: want_append_ = true; break;
+        case OutputMode::kUpdate: want_update_ = true; break;
+        case OutputMode::kComplete: want_complete_ = true; break;
+      }
+    }
+    if (spec_.query.IsAggregation()) {
+      auto aggregator = Aggregator::Create(spec_.query, spec_.schema);
+      if (!aggregator) return tl::unexpected(aggregator.error());
+      aggregator_ = std::move(*aggregator);
+    } else {
+      for (const std::string& name : spec_.query.select) {
+        select_columns_.push_back(spec_.schema.IndexOf(name));
+      }
+      if (select_columns_.empty()) {
+        for (size_t i = 0; i < spec_.schema.fields.size(); ++i) {
+          select_columns_.push_back(static_cast<int>(i));
+        }
+      }
+    }
+    if (spec_.drift.enabled) {
+      auto drift = DriftStage::Create(spec_);
+      if (!drift) return tl::unexpected(drift.error());
+      drift_ = std::move(*drift);
+    }
+    return Ok();
+  }
+
+  Status Start() {
+    CheckpointOptions checkpoint_options;
+    checkpoint_options.sync = options_.sync_commits;
+    auto store = CheckpointStore::Open(spec_.checkpoint_location, checkpoint_options);
+    if (!store) return tl::unexpected(store.error().Wrap("opening the checkpoint"));
+    store_ = std::move(*store);
+    DRIFTD_TRY(CheckMetadata());
+
+    auto last = store_->LastCommit();
+    if (!last) return tl::unexpected(last.error());
+    Clock::time_point restore_start = Clock::now();
+    int64_t restored = 0;
+    Status restore_status = Ok();
+    DRIFTD_TRY(store_->ScanState([&](std::string_view key, std::string_view value) {
+      if (!restore_status) return;
+      ++restored;
+      if (aggregator_ && Aggregator::OwnsKey(key)) {
+        restore_status = aggregator_->Restore(key, value);
+      } else if (drift_ && DriftStage::OwnsKey(key)) {
+        restore_status = drift_->Restore(key, value);
+      }
+    }));
+    DRIFTD_TRY(restore_status);
+
+    SourceOffsets committed;
+    if (*last) {
+      next_batch_id_ = (*last)->batch_id + 1;
+      committed = (*last)->end;
+      watermark_us_ = (*last)->watermark_us;
+      log_->info("pipeline {}: resuming after batch {} ({} state entries restored in {} ms)",
+                 spec_.name, (*last)->batch_id, restored, MillisSince(restore_start));
+    } else {
+      log_->info("pipeline {}: starting with an empty checkpoint at {}", spec_.name,
+                 spec_.checkpoint_location);
+    }
+
+    for (auto& sink : sinks_) {
+      DRIFTD_TRY(sink->Open().map_error(
+          [&](const Error& e) { return e.Wrap(fmt::format("opening sink '{}'", sink->name())); }));
+    }
+    DRIFTD_TRY(FinishOutbox());
+    DRIFTD_TRY(source_->Start(committed));
+    if (committed.empty()) {
+      auto initial = source_->InitialOffsets();
+      if (!initial) return tl::unexpected(initial.error());
+      position_ = std::move(*initial);
+    } else {
+      position_ = committed;
+    }
+    if (spec_.trigger.kind == TriggerKind::kAvailableNow) DRIFTD_TRY(source_->FreezeAvailable());
+    started_ = true;
+    return Ok();
+  }
+
+  Status Run() {
+    const TriggerSpec& trigger = spec_.trigger;
+    auto interval = std::chrono::milliseconds(trigger.interval_ms);
+    while (!stop_requested_.load()) {
+      Clock::time_point trigger_start = Clock::now();
+      auto ran = RunBatch();
+      if (!ran) {
+        if (ran.error().code() == ErrorCode::kCancelled) break;
+        return tl::unexpected(ran.error());
+      }
+      if (trigger.kind == TriggerKind::kOnce) break;
+      if (trigger.kind == TriggerKind::kAvailableNow) {
+        if (!*ran) break;
+        continue;
+      }
+      if (*ran && !(interval.count() > 0)) continue;
+      // processingTime: the next batch starts at the next interval boundary; an overrun batch is
+      // followed at once. With no data, poll again after the interval (or 100 ms if it is 0).
+      Clock::time_point next = trigger_start + (interval.count() > 0
+                                                    ? std::chrono::duration_cast<Clock::duration>(interval)
+                                                    : std::chrono::milliseconds(100));
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
+    }
+    for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
+    return Ok();
+  }
+
+  void Stop() {
+    stop_requested_.store(true);
+    std::lock_guard<std::mutex> lock(mutex_);
+    wake_.notify_all();
+  }
+
+  std::string LastProgress() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_progress_;
+  }
+
+  bool IsReady() const { return started_ && source_ && source_->IsReady(); }
+
+ private:
+  Status CheckMetadata() {
+    auto metadata = store_->ReadMetadata();
+    if (!metadata) return tl::unexpected(metadata.error());
+    if (!*metadata) {
+      CheckpointMetadata fresh;
+      fresh.pipeline_name = spec_.name;
+      fresh.fingerprint_json = options_.fingerprint_json;
+      fresh.created_at_ms = NowMs();
+      return store_->WriteMetadata(fresh);
+    }
+    const CheckpointMetadata& stored = **metadata;
+    if (stored.pipeline_name != spec_.name) {
+      return MakeError(ErrorCode::kIncompatible,
+                       "checkpoint {} belongs to pipeline '{}', not '{}': point "
+                       "checkpointLocation at a directory of this pipeline's own",
+                       spec_.checkpoint_location, stored.pipeline_name, spec_.name);
+    }
+    if (!options_.fingerprint_json.empty() && stored.fingerprint_json != options_.fingerprint_json) {
+      std::vector<std::string> changed =
+          FingerprintDifferences(stored.fingerprint_json, options_.fingerprint_json);
+      return MakeError(
+          ErrorCode::kIncompatible,
+          "pipeline '{}' changed in ways its checkpoint {} cannot serve: {} changed. The "
+          "saved state and offsets were computed for the old definition. Revert the change, or "
+          "start over with a new checkpointLocation (or delete the old one) to recompute from "
+          "the source's startingOffsets",
+          spec_.name, spec_.checkpoint_location, fmt::join(changed, ", "));
+    }
+    return Ok();
+  }
+
+  // Delivers batches committed before a restart whose delivery did not finish.
+  Status FinishOutbox() {
+    auto pending = store_->PendingOutbox();
+    if (!pending) return tl::unexpected(pending.error());
+    for (const OutboxEntry& entry : *pending) {
+      auto output = DecodeBatchOutput(entry.payload);
+      if (!output) return tl::unexpected(output.error());
+      for (const std::string& name : entry.pending_sinks) {
+        Sink* sink = FindSink(name);
+        if (!sink) {
+          // The sink was removed from the pipeline: nothing can deliver it any more.
+          log_->warn("batch {}: sink '{}' is no longer in the pipeline; its undelivered output "
+                     "is dropped",
+                     entry.batch_id, name);
+          DRIFTD_TRY(store_->MarkDelivered(entry.batch_id, name));
+          continue;
+        }
+        auto delivered = sink->IsDelivered(entry.batch_id);
+        if (!delivered) return tl::unexpected(delivered.error());
+        if (!*delivered) {
+          log_->info("batch {}: finishing delivery to sink '{}' after restart", entry.batch_id,
+                     name);
+          DRIFTD_TRY(DeliverWithRetry(*sink, *output));
+        }
+        DRIFTD_TRY(store_->MarkDelivered(entry.batch_id, name));
+      }
+    }
+    return Ok();
+  }
+
+  Sink* FindSink(const std::string& name) {
+    for (auto& sink : sinks_) {
+      if (sink->name() == name) return sink.get();
+    }
+    return nullptr;
+  }
+
+  Status DeliverWithRetry(Sink& sink, const BatchOutput& output) {
+    std::chrono::milliseconds backoff(100);
+    for (int attempt = 1;; ++attempt) {
+      Status status = sink.Deliver(output);
+      if (status) return status;
+      bool retriable = status.error().code() == ErrorCode::kExternal ||
+                       status.error().code() == ErrorCode::kIo;
+      if (!retriable || attempt >= options_.delivery_attempts || stop_requested_.load()) {
+        return tl::unexpected(status.error().Wrap(
+            fmt::format("delivering batch {} to sink '{}'", output.batch_id, sink.name())));
+      }
+      log_->warn("batch {}: sink '{}' failed (attempt {}/{}), retrying in {} ms: {}",
+                 output.batch_id, sink.name(), attempt, options_.delivery_attempts,
+                 backoff.count(), status.error().message());
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_for(lock, backoff, [&] { return stop_requested_.load(); });
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(10'000));
+    }
+  }
+
+  // Runs one batch. Returns false when there was nothing to do.
+  Result<bool> RunBatch() {
+    Clock::time_point batch_start = Clock::now();
+    ProgressRecord progress;
+    progress.batch_id = next_batch_id_;
+    progress.timestamp_ms = NowMs();
+
+    auto planned = source_->PlanBatch(position_);
+    if (!planned) return tl::unexpected(planned.error());
+    const SourceOffsets& end = *planned;
+    progress.latest_offset_ms = MillisSince(batch_start);
+    bool has_data = end != position_;
+    bool closable = aggregator_ && aggregator_->HasClosableWindows(watermark_us_);
+    if (!has_data && !closable) return false;
+
+    BatchOutput output;
+    output.batch_id = next_batch_id_;
+    output.source_end = end;
+    int64_t input_rows = 0;
+    int64_t malformed_before = decoder_.counts().total();
+    Clock::time_point read_start = Clock::now();
+    if (has_data) {
+      auto reader = source_->Read(position_, end);
+      if (!reader) return tl::unexpected(reader.error());
+      bool more = true;
+      while (more) {
+        if (stop_requested_.load()) {
+          return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
+        }
+        chunk_.Clear();
+        auto next = (*reader)->Next(chunk_, options_.chunk_bytes);
+        if (!next) return tl::unexpected(next.error());
+        more = *next;
+        chunk_.Seal();
+        input_rows += static_cast<int64_t>(chunk_.size());
+        records_.Reset(spec_.schema);
+        dead_letters_.clear();
+        DRIFTD_TRY(decoder_.Decode(chunk_, records_, &dead_letters_,
+                                   [&](const RecordPosition& position) {
+                                     return source_->DescribePosition(position);
+                                   }));
+        for (const DeadLetter& dead : dead_letters_) {
+          output.dead_letters.Add("", DeadLetterRow(dead, source_->DescribePosition(dead.position)));
+        }
+        Process(records_, output);
+      }
+      progress.lost_records = (*reader)->lost_records();
+    }
+    progress.add_batch_ms = MillisSince(read_start);
+
+    // Results, state changes and the watermark for the next batch.
+    std::vector<std::pair<std::string, std::string>> puts;
+    std::vector<std::string> deletes;
+    int64_t next_watermark = watermark_us_;
+    if (aggregator_) {
+      EmittedRows rows;
+      if (want_update_) {
+        aggregator_->EmitUpdated(rows);
+        Move(rows, output.stats_update);
+      }
+      if (want_complete_) {
+        aggregator_->EmitAll(rows);
+        Move(rows, output.stats_complete);
+      }
+      if (want_append_) {
+        aggregator_->EmitClosed(watermark_us_, rows);
+        Move(rows, output.stats_append);
+      }
+      progress.rows_updated = aggregator_->rows_updated_last_batch();
+      progress.dropped_by_watermark = aggregator_->TakeRowsDroppedByWatermark();
+      int64_t max_event_time = aggregator_->TakeMaxEventTimeUs();
+      progress.max_event_time_us = max_event_time;
+      if (spec_.query.watermark && max_event_time != INT64_MIN) {
+        next_watermark = std::max(next_watermark,
+                                  max_event_time - spec_.query.watermark->delay_ms * 1000);
+      }
+      aggregator_->EndBatch(watermark_us_, !want_complete_, puts, deletes);
+    }
+    if (drift_) {
+      drift_->Evaluate(next_batch_id_, NowMs(), output.alerts);
+      drift_->CollectDirty(puts);
+    }
+
+    // Commit: state, offsets, watermark, commit record and outbox in one write.
+    Clock::time_point commit_start = Clock::now();
+    BatchWrite write;
+    write.commit.batch_id = next_batch_id_;
+    write.commit.start = position_;
+    write.commit.end = end;
+    write.commit.watermark_us = next_watermark;
+    write.commit.committed_at_ms = NowMs();
+    write.state_puts = std::move(puts);
+    write.state_deletes = std::move(deletes);
+    write.outbox.batch_id = next_batch_id_;
+    for (const auto& sink : sinks_) write.outbox.pending_sinks.push_back(sink->name());
+    if (!write.outbox.pending_sinks.empty()) write.outbox.payload = EncodeBatchOutput(output);
+    DRIFTD_TRY(store_->Commit(write));
+    progress.wal_commit_ms = MillisSince(commit_start);
+
+    // Deliver, then mark delivered.
+    Clock::time_point deliver_start = Clock::now();
+    int64_t output_rows = 0;
+    for (const SinkSpec& spec : spec_.sinks) {
+      output_rows += static_cast<int64_t>(output.For(spec.stream, spec.output_mode).rows.size());
+    }
+    for (auto& sink : sinks_) {
+      DRIFTD_TRY(DeliverWithRetry(*sink, output));
+      DRIFTD_TRY(store_->MarkDelivered(next_batch_id_, sink->name()));
+    }
+    progress.delivery_ms = MillisSince(deliver_start);
+    Status committed = source_->OnCommitted(end);
+    if (!committed) {
+      log_->warn("batch {}: source could not record the commit: {}", next_batch_id_,
+                 committed.error().message());
+    }
+
+    // Progress.
+    progress.start_offsets = position_;
+    progress.end_offsets = end;
+    progress.num_input_rows = input_rows;
+    progress.num_output_rows = output_rows;
+    progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
+    progress.malformed = decoder_.counts();
+    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.watermark_us = next_watermark;
+    progress.trigger_execution_ms = MillisSince(batch_start);
+    progress.processed_rows_per_second =
+        input_rows / std::max(SecondsSince(batch_start), 1e-6);
+    double since_last = last_batch_end_ == Clock::time_point{}
+                            ? SecondsSince(batch_start)
+                            : SecondsSince(last_batch_end_);
+    progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
+    progress.state = store_->Stats();
+    progress.source_description = source_->Describe();
+    progress.lag = source_->Lag(end);
+    progress.num_groups = aggregator_ ? static_cast<int64_t>(aggregator_->num_groups()) : 0;
+    last_batch_end_ = Clock::now();
+
+    counters_.batches.fetch_add(1);
+    counters_.input_rows.fetch_add(input_rows);
+    counters_.output_rows.fetch_add(output_rows);
+    counters_.malformed_rows.fetch_add(progress.malformed_in_batch);
+    counters_.dropped_by_watermark.fetch_add(progress.dropped_by_watermark);
+    counters_.alerts.fetch_add(progress.num_alerts);
+    counters_.last_batch_id.store(next_batch_id_);
+
+    std::string json = RenderProgress(spec_, progress);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_progress_ = json;
+    }
+    if (options_.on_progress) options_.on_progress(json);
+
+    position_ = end;
+    watermark_us_ = next_watermark;
+    ++next_batch_id_;
+    return true;
+  }
+
+  void Process(const RecordBatch& batch, BatchOutput& output) {
+    if (aggregator_) {
+      aggregator_->Add(batch, watermark_us_);
+    } else if (want_append_ || want_update_) {
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        std::string json;
+        RenderRecord(spec_.schema, select_columns_, batch, row, json);
+        if (want_append_) output.stats_append.Add("", json);
+        if (want_update_) output.stats_update.Add("", std::move(json));
+      }
+    }
+    if (drift_) drift_->Observe(batch);
+  }
+
+  static void Move(EmittedRows& from, OutputRows& to) {
+    to.columns = std::move(from.columns);
+    to.rows = std::move(from.rows);
+    to.keys = std::move(from.keys);
+    from = EmittedRows{};
+  }
+
+  PipelineSpec spec_;
+  ExecutorOptions options_;
+  QueryCounters& counters_;
+  JsonDecoder decoder_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<Source> source_;
+  std::vector<std::unique_ptr<Sink>> sinks_;
+  std::unique_ptr<CheckpointStore> store_;
+  std::unique_ptr<Aggregator> aggregator_;
+  std::unique_ptr<DriftStage> drift_;
+  std::vector<int> select_columns_;
+  bool want_append_ = false;
+  bool want_update_ = false;
+  bool want_complete_ = false;
+
+  InputChunk chunk_;
+  RecordBatch records_;
+  std::vector<DeadLetter> dead_letters_;
+  SourceOffsets position_;
+  int64_t next_batch_id_ = 0;
+  int64_t watermark_us_ = INT64_MIN;
+  Clock::time_point last_batch_end_{};
+
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> started_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::string last_progress_;
+};
+
+Result<std::unique_ptr<QueryExecutor>> QueryExecutor::Create(const PipelineSpec& spec,
+                                                             ExecutorOptions options) {
+  std::unique_ptr<QueryExecutor> executor(new QueryExecutor(nullptr));
+  executor->impl_ = std::make_unique<Impl>(spec, std::move(options), executor->counters_);
+  DRIFTD_TRY(executor->impl_->Init());
+  return executor;
+}
+
+QueryExecutor::QueryExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+QueryExecutor::~QueryExecutor() = default;
+
+Status QueryExecutor::Start() { return impl_->Start(); }
+Status QueryExecutor::Run() { return impl_->Run(); }
+void QueryExecutor::Stop() { impl_->Stop(); }
+std::string QueryExecutor::LastProgress() const { return impl_->LastProgress(); }
+bool QueryExecutor::IsReady() const { return impl_->IsReady(); }
+
+}  // namespace driftd
