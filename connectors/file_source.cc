@@ -1,18 +1,454 @@
-// Placeholder until the file source lands: declares the format, refuses to run.
+// The `file` source: a directory of JSON-lines files, processed in file-name order, with files
+// that appear while running picked up at the next batch. Offsets map each file name to the
+// byte position up to which complete lines have been consumed, so files may grow (appends) and
+// new files may be added, but a file must never be rewritten, truncated or removed while it
+// holds unread data. A last line without '\n' is left alone until its newline arrives.
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
 #include "connectors/connector_factories.h"
+#include "connectors/fs_util.h"
+#include "engine/log.h"
 
 namespace driftd {
+
+namespace {
+
+constexpr size_t kBlockBytes = 1 << 20;
+constexpr size_t kScanBlockBytes = 64 << 10;
+
+struct FileSourceOptions {
+  std::string path;
+  /// Files with new data per batch; 0: no limit.
+  int64_t max_files_per_trigger = 0;
+  /// Bytes per batch (soft: one line longer than this still goes alone); 0: no limit.
+  int64_t max_bytes_per_trigger = 0;
+  std::vector<std::string> globs;
+  bool fail_on_data_loss = true;
+  /// Lines longer than this reach the decoder cut to max + 1 bytes (reported as too large).
+  int64_t max_record_bytes = 1 << 20;
+};
+
+bool IsBlank(std::string_view line) {
+  return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t'; });
+}
+
+// Position just after the last '\n' in [begin, end) of the file, or -1.
+Result<int64_t> LastLineEnd(const UniqueFd& fd, const std::string& path, int64_t begin,
+                            int64_t end, std::string& block) {
+  int64_t at = end;
+  while (at > begin) {
+    int64_t from = std::max(begin, at - static_cast<int64_t>(kScanBlockBytes));
+    DRIFTD_TRY(ReadAt(fd, path, from, static_cast<size_t>(at - from), block));
+    if (static_cast<int64_t>(block.size()) < at - from) {
+      return MakeError(ErrorCode::kDataLoss, "file {} shrank while being read", path);
+    }
+    size_t newline = block.rfind('\n');
+    if (newline != std::string::npos) return from + static_cast<int64_t>(newline) + 1;
+    at = from;
+  }
+  return int64_t{-1};
+}
+
+// Position just after the first '\n' in [begin, end) of the file, or -1.
+Result<int64_t> FirstLineEnd(const UniqueFd& fd, const std::string& path, int64_t begin,
+                             int64_t end, std::string& block) {
+  int64_t at = begin;
+  while (at < end) {
+    size_t size = static_cast<size_t>(std::min<int64_t>(end - at, kScanBlockBytes));
+    DRIFTD_TRY(ReadAt(fd, path, at, size, block));
+    if (block.empty()) break;
+    size_t newline = block.find('\n');
+    if (newline != std::string::npos) return at + static_cast<int64_t>(newline) + 1;
+    at += static_cast<int64_t>(block.size());
+  }
+  return int64_t{-1};
+}
+
+struct FileRange {
+  uint32_t index = 0;
+  std::string path;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// Streams the lines of a list of byte ranges, each starting and ending at a line boundary.
+class FileReader final : public SourceReader {
+ public:
+  FileReader(std::vector<FileRange> ranges, int64_t max_record_bytes)
+      : ranges_(std::move(ranges)), max_record_bytes_(std::max<int64_t>(max_record_bytes, 1)) {}
+
+  Result<bool> Next(InputChunk& chunk, size_t max_bytes) override {
+    while (current_ < ranges_.size()) {
+      const FileRange& range = ranges_[current_];
+      if (!fd_.valid()) DRIFTD_TRY(OpenRange(range));
+      bool range_done = false;
+      while (!range_done && chunk.byte_size() < max_bytes) {
+        if (!skipping_) {
+          size_t newline = buffer_.find('\n', scan_from_);
+          if (newline != std::string::npos) {
+            EmitLine(chunk, range,
+                     std::string_view(buffer_).substr(line_begin_, newline - line_begin_));
+            line_begin_ = scan_from_ = newline + 1;
+            continue;
+          }
+          scan_from_ = buffer_.size();
+          if (static_cast<int64_t>(buffer_.size() - line_begin_) > max_record_bytes_) {
+            CutOversizedLine(chunk, range);
+            continue;
+          }
+        }
+        if (read_pos_ >= range.end) {
+          // Planning ends ranges at a newline; a remainder means the file changed under us.
+          if (!skipping_ && line_begin_ < buffer_.size()) {
+            return MakeError(ErrorCode::kDataLoss,
+                             "file {} was rewritten: byte {} is no longer the end of a line",
+                             range.path, range.end);
+          }
+          range_done = true;
+          break;
+        }
+        DRIFTD_TRY(Refill(range));
+      }
+      if (!range_done) return true;  // chunk full; the range continues at the next call
+      fd_ = UniqueFd();
+      ++current_;
+    }
+    return false;
+  }
+
+ private:
+  Status OpenRange(const FileRange& range) {
+    auto fd = OpenForReading(range.path);
+    if (!fd) {
+      return MakeError(ErrorCode::kDataLoss,
+                       "file {} is gone but bytes {}..{} of it are still to be read; files must "
+                       "not be removed before they are processed",
+                       range.path, range.begin, range.end);
+    }
+    struct stat info {};
+    if (::fstat(fd->get(), &info) == 0 && info.st_size < range.end) {
+      return MakeError(ErrorCode::kDataLoss,
+                       "file {} shrank to {} bytes but bytes {}..{} are still to be read; files "
+                       "must only be appended to, never rewritten",
+                       range.path, static_cast<int64_t>(info.st_size), range.begin, range.end);
+    }
+    fd_ = std::move(*fd);
+    read_pos_ = range.begin;
+    buffer_.clear();
+    buffer_begin_ = range.begin;
+    line_begin_ = scan_from_ = 0;
+    skipping_ = false;
+    return Ok();
+  }
+
+  // Reads the next block, first dropping consumed lines; cuts a line that grows past the record
+  // limit so memory stays bounded whatever the file holds.
+  Status Refill(const FileRange& range) {
+    if (line_begin_ > 0) {
+      buffer_.erase(0, line_begin_);
+      buffer_begin_ += static_cast<int64_t>(line_begin_);
+      scan_from_ -= line_begin_;
+      line_begin_ = 0;
+    }
+    size_t size = static_cast<size_t>(std::min<int64_t>(range.end - read_pos_, kBlockBytes));
+    DRIFTD_TRY(ReadAt(fd_, range.path, read_pos_, size, block_));
+    if (block_.size() < size) {
+      return MakeError(ErrorCode::kDataLoss, "file {} shrank below byte {} while being read",
+                       range.path, range.end);
+    }
+    read_pos_ += static_cast<int64_t>(block_.size());
+    if (skipping_) {
+      // Still inside an oversized line: drop bytes up to its newline.
+      size_t newline = block_.find('\n');
+      buffer_begin_ += static_cast<int64_t>(newline == std::string::npos ? block_.size()
+                                                                         : newline + 1);
+      if (newline == std::string::npos) return Ok();
+      skipping_ = false;
+      buffer_.assign(block_, newline + 1);
+      scan_from_ = 0;
+      return Ok();
+    }
+    buffer_ += block_;
+    return Ok();
+  }
+
+  // An oversized pending line is emitted cut to max + 1 bytes (the decoder reports it as too
+  // large) and the rest of it is skipped.
+  void CutOversizedLine(InputChunk& chunk, const FileRange& range) {
+    chunk.Append(std::string_view(buffer_).substr(line_begin_,
+                                                  static_cast<size_t>(max_record_bytes_) + 1),
+                 RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)});
+    buffer_begin_ += static_cast<int64_t>(buffer_.size());
+    buffer_.clear();
+    line_begin_ = scan_from_ = 0;
+    skipping_ = true;
+  }
+
+  void EmitLine(InputChunk& chunk, const FileRange& range, std::string_view line) {
+    int64_t position = buffer_begin_ + static_cast<int64_t>(line.data() - buffer_.data());
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || IsBlank(line)) return;
+    chunk.Append(line, RecordPosition{range.index, position});
+  }
+
+  std::vector<FileRange> ranges_;
+  int64_t max_record_bytes_;
+  size_t current_ = 0;
+  UniqueFd fd_;
+  int64_t read_pos_ = 0;       // next file byte to read
+  std::string buffer_;         // file bytes from buffer_begin_ on, not yet emitted
+  int64_t buffer_begin_ = 0;
+  size_t line_begin_ = 0;      // start of the current line in buffer_
+  size_t scan_from_ = 0;       // buffer_ before this has no '\n' after line_begin_
+  bool skipping_ = false;
+  std::string block_;
+
+};
+
+class FileSource final : public Source {
+ public:
+  explicit FileSource(FileSourceOptions options) : options_(std::move(options)) {}
+
+  Status Start(const SourceOffsets& committed) override {
+    (void)committed;  // positions are per file and read from `start` in every call
+    struct stat info {};
+    if (::stat(options_.path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+      return MakeError(ErrorCode::kIo, "the file source's path {} is not a directory",
+                       options_.path);
+    }
+    return Ok();
+  }
+
+  Result<SourceOffsets> InitialOffsets() override { return SourceOffsets{}; }
+
+  Result<SourceOffsets> PlanBatch(const SourceOffsets& start) override {
+    auto listing = ListInput();
+    if (!listing) return tl::unexpected(listing.error());
+    DRIFTD_TRY(CheckCommitted(start, *listing));
+
+    SourceOffsets end = start;
+    int64_t files = 0;
+    int64_t bytes = 0;
+    const int64_t budget = options_.max_bytes_per_trigger > 0
+                               ? options_.max_bytes_per_trigger
+                               : std::numeric_limits<int64_t>::max();
+    for (const DirEntry& entry : *listing) {
+      auto it = start.find(entry.name);
+      int64_t consumed = it == start.end() ? 0 : it->second;
+      if (consumed >= entry.size) continue;
+      if (options_.max_files_per_trigger > 0 && files >= options_.max_files_per_trigger) break;
+      if (bytes >= budget) break;
+      std::string path = JoinPath(options_.path, entry.name);
+      auto fd = OpenForReading(path);
+      if (!fd) {
+        if (FileSizeOrMissing(path).value_or(0) < 0) continue;  // removed since listing
+        return tl::unexpected(fd.error());
+      }
+      int64_t limit = std::min(entry.size, consumed + (budget - bytes));
+      auto line_end = LastLineEnd(*fd, path, consumed, limit, scan_block_);
+      if (!line_end) return tl::unexpected(line_end.error());
+      int64_t stop = *line_end;
+      if (stop < 0 && limit < entry.size) {
+        // No complete line fits the remaining budget. The first file of a batch still takes
+        // one line, so a line longer than maxBytesPerTrigger cannot stall the source.
+        if (bytes > 0) break;
+        auto first = FirstLineEnd(*fd, path, limit, entry.size, scan_block_);
+        if (!first) return tl::unexpected(first.error());
+        stop = *first;
+      }
+      if (stop < 0) continue;  // only a half-written last line so far
+      end[entry.name] = stop;
+      bytes += stop - consumed;
+      ++files;
+    }
+    return end;
+  }
+
+  Status FreezeAvailable() override {
+    auto listing = ListInput();
+    if (!listing) return tl::unexpected(listing.error());
+    frozen_.emplace();
+    for (const DirEntry& entry : *listing) (*frozen_)[entry.name] = entry.size;
+    return Ok();
+  }
+
+  Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
+                                             const SourceOffsets& end) override {
+    std::vector<FileRange> ranges;
+    for (const auto& [name, stop] : end) {
+      auto it = start.find(name);
+      int64_t begin = it == start.end() ? 0 : it->second;
+      if (stop <= begin) continue;
+      ranges.push_back({IndexOf(name), JoinPath(options_.path, name), begin, stop});
+    }
+    return std::make_unique<FileReader>(std::move(ranges), options_.max_record_bytes);
+  }
+
+  std::vector<PartitionLag> Lag(const SourceOffsets& position) override {
+    std::vector<PartitionLag> lags;
+    auto listing = ListInput();
+    if (!listing) return lags;  // progress only; the next PlanBatch reports the error
+    for (const DirEntry& entry : *listing) {
+      auto it = position.find(entry.name);
+      int64_t committed = it == position.end() ? 0 : it->second;
+      if (entry.size > committed) lags.push_back({entry.name, committed, entry.size});
+    }
+    return lags;
+  }
+
+  std::string DescribePosition(const RecordPosition& position) const override {
+    std::string name = position.partition < names_.size() ? names_[position.partition]
+                                                          : fmt::format("#{}", position.partition);
+    return fmt::format("file {} byte {}", JoinPath(options_.path, name), position.offset);
+  }
+
+  std::string Describe() const override { return fmt::format("FileSource[{}]", options_.path); }
+
+ private:
+  bool Matches(const std::string& name) const {
+    // Hidden and '_' files are in-progress writes or metadata (as in Spark).
+    if (name.empty() || name[0] == '.' || name[0] == '_') return false;
+    for (const std::string& glob : options_.globs) {
+      if (::fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
+    }
+    return false;
+  }
+
+  // Matching files in name order, limited to the frozen snapshot under availableNow.
+  Result<std::vector<DirEntry>> ListInput() const {
+    auto listing = ListRegularFiles(options_.path);
+    if (!listing) return tl::unexpected(listing.error());
+    std::vector<DirEntry> input;
+    for (DirEntry& entry : *listing) {
+      if (!Matches(entry.name)) continue;
+      if (frozen_) {
+        auto it = frozen_->find(entry.name);
+        if (it == frozen_->end()) continue;
+        entry.size = std::min(entry.size, it->second);
+      }
+      input.push_back(std::move(entry));
+    }
+    return input;
+  }
+
+  // A committed position beyond a file's end (or in a removed file) means the input changed
+  // under the checkpoint: data is lost unless failOnDataLoss is off.
+  Status CheckCommitted(const SourceOffsets& start, const std::vector<DirEntry>& listing) {
+    for (const auto& [name, offset] : start) {
+      if (offset <= 0) continue;
+      auto it = std::lower_bound(listing.begin(), listing.end(), name,
+                                 [](const DirEntry& e, const std::string& n) { return e.name < n; });
+      bool present = it != listing.end() && it->name == name;
+      if (present && it->size >= offset) continue;
+      if (frozen_ && !present) continue;  // created after the freeze; not this run's concern
+      std::string problem =
+          present ? fmt::format("file {} shrank to {} bytes below the committed position {}",
+                                JoinPath(options_.path, name), it->size, offset)
+                  : fmt::format("file {} was removed (committed position {})",
+                                JoinPath(options_.path, name), offset);
+      if (options_.fail_on_data_loss) {
+        return MakeError(ErrorCode::kDataLoss,
+                         "{}: input files must only be added or appended to, never rewritten or "
+                         "removed (set failOnDataLoss: false to tolerate removing processed "
+                         "files)",
+                         problem);
+      }
+      if (warned_.insert(name).second) {
+        GetLogger("connectors")->warn("{}; continuing because failOnDataLoss is false", problem);
+      }
+    }
+    return Ok();
+  }
+
+  uint32_t IndexOf(const std::string& name) {
+    auto [it, inserted] = index_.try_emplace(name, static_cast<uint32_t>(names_.size()));
+    if (inserted) names_.push_back(name);
+    return it->second;
+  }
+
+  FileSourceOptions options_;
+  std::optional<std::unordered_map<std::string, int64_t>> frozen_;
+  // Stable per-process numbering of files for RecordPosition::partition.
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> index_;
+  std::set<std::string> warned_;
+  std::string scan_block_;
+};
+
+std::vector<std::string> SplitGlobs(std::string_view text) {
+  std::vector<std::string> globs;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view glob = text.substr(begin, end - begin);
+    while (!glob.empty() && glob.front() == ' ') glob.remove_prefix(1);
+    while (!glob.empty() && glob.back() == ' ') glob.remove_suffix(1);
+    if (!glob.empty()) globs.emplace_back(glob);
+    begin = end + 1;
+  }
+  return globs;
+}
+
+}  // namespace
 
 ConnectorDecl FileSourceDecl() {
   ConnectorDecl decl;
   decl.format = "file";
   decl.role = ConnectorRole::kSource;
-  decl.doc = "not yet available";
+  decl.doc =
+      "A directory of JSON-lines files (one JSON object per line, `\\n` or `\\r\\n`; blank "
+      "lines are skipped). The directory is listed at every batch and files are processed in "
+      "file-name order, so new files are picked up while running; name them so that newer "
+      "files sort later (e.g. `2026-11-29T10-00.jsonl`). Files may be added or appended to, "
+      "never rewritten or truncated; a last line without a newline is read once it is "
+      "complete. Files whose names start with `.` or `_` are ignored, so write elsewhere or "
+      "under a hidden name and rename into place. Offsets: file name -> bytes consumed.";
+  decl.options = {
+      {"path", OptionType::kString, "", "The input directory.", true},
+      {"maxFilesPerTrigger", OptionType::kInt, "",
+       "Files with new data read per batch (unset: no limit)."},
+      {"maxBytesPerTrigger", OptionType::kInt, "",
+       "Bytes read per batch, cut at line ends; a single longer line still goes alone (unset: "
+       "no limit)."},
+      {"fileNameGlob", OptionType::kString, "*.json,*.jsonl,*.ndjson",
+       "File-name patterns (shell globs, comma-separated) of the files to read."},
+      {"failOnDataLoss", OptionType::kBool, "true",
+       "Stop when a file shrank or was removed below the committed position. false: warn and "
+       "go on (lets a cleanup job remove processed files)."},
+  };
   return decl;
 }
 
-Result<std::unique_ptr<Source>> CreateFileSource(const PipelineSpec&) {
-  return MakeError(ErrorCode::kConfig, "the file source is not available in this build");
+Result<std::unique_ptr<Source>> CreateFileSource(const PipelineSpec& pipeline) {
+  const Options& o = pipeline.source.options;
+  FileSourceOptions options;
+  options.path = o.GetString("path");
+  options.max_files_per_trigger = o.GetInt("maxFilesPerTrigger", 0);
+  options.max_bytes_per_trigger = o.GetInt("maxBytesPerTrigger", 0);
+  options.globs = SplitGlobs(o.GetString("fileNameGlob", "*.json,*.jsonl,*.ndjson"));
+  options.fail_on_data_loss = o.GetBool("failOnDataLoss", true);
+  options.max_record_bytes = pipeline.source.malformed.max_record_bytes;
+  if (options.path.empty()) {
+    return MakeError(ErrorCode::kConfig, "the file source needs option path (a directory)");
+  }
+  if (options.globs.empty()) {
+    return MakeError(ErrorCode::kConfig, "fileNameGlob has no pattern");
+  }
+  if (options.max_files_per_trigger < 0 || options.max_bytes_per_trigger < 0) {
+    return MakeError(ErrorCode::kConfig,
+                     "maxFilesPerTrigger and maxBytesPerTrigger must not be negative");
+  }
+  return std::make_unique<FileSource>(std::move(options));
 }
 
 }  // namespace driftd
