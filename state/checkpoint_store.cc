@@ -1,0 +1,772 @@
+// CheckpointStore on RocksDB.
+//
+// On-disk layout (one RocksDB database per pipeline, in the checkpoint directory):
+//
+//   column family  key                           value
+//   -------------  ----------------------------  ---------------------------------------------
+//   default        (unused; RocksDB requires it)
+//   meta           "driftd.layout"               layout version, decimal ("1"); its presence is
+//                                                what makes a directory a driftd checkpoint
+//                  "pipeline_name"               UTF-8 name
+//                  "fingerprint_json"            JSON object
+//                  "format_version"              decimal
+//                  "created_at_ms"               decimal, Unix epoch milliseconds
+//   commits        batch id, 8 bytes big-endian  encoded CommitRecord (below); the newest
+//                                                options.commit_history records are kept
+//   state          opaque executor bytes         opaque executor bytes
+//   outbox         batch id, 8 bytes big-endian  encoded pending sinks + payload (below)
+//
+// Big-endian ids make RocksDB's bytewise order the numeric order (batch ids are >= 0).
+//
+// CommitRecord value: u8 version (1) | i64 batch_id | i64 watermark_us | i64 committed_at_ms |
+//   u32 length + start offsets JSON | u32 length + end offsets JSON. Integers are big-endian.
+// Outbox value: u8 version (1) | u32 sink count | per sink: u32 length + name | payload (rest).
+//
+// Commit() writes the state puts (then deletes), the commit record, the outbox entry and the
+// deletion of commit records beyond the history limit in one WriteBatch, so a crash leaves either
+// all of a batch or none of it (the WAL is replayed in point-in-time recovery mode).
+//
+// Read-only opens (driftd inspect) use RocksDB's secondary mode, which is the supported way to
+// read a database that a running daemon is writing: it replays the primary's MANIFEST and WAL
+// without taking the LOCK and without touching the primary's files. Its own bookkeeping goes to
+// a private temporary directory that is removed on close.
+#include "state/checkpoint_store.h"
+
+#include <fmt/format.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <unordered_map>
+
+#include "engine/log.h"
+
+namespace driftd {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum CfIndex : size_t { kDefaultCf = 0, kMetaCf, kCommitsCf, kStateCf, kOutboxCf, kCfCount };
+constexpr std::string_view kCfNames[kCfCount] = {"default", "meta", "commits", "state", "outbox"};
+
+constexpr std::string_view kLayoutKey = "driftd.layout";
+constexpr int kLayoutVersion = 1;
+constexpr std::string_view kPipelineNameKey = "pipeline_name";
+constexpr std::string_view kFingerprintKey = "fingerprint_json";
+constexpr std::string_view kFormatVersionKey = "format_version";
+constexpr std::string_view kCreatedAtKey = "created_at_ms";
+
+constexpr uint8_t kCommitEncodingVersion = 1;
+constexpr uint8_t kOutboxEncodingVersion = 1;
+
+std::shared_ptr<spdlog::logger> Log() { return GetLogger("state"); }
+
+rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// --- Encoding -------------------------------------------------------------------------------
+
+void PutU32(std::string& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+
+/// Reads big-endian integers and length-prefixed strings from a value, failing on truncation.
+class Reader {
+ public:
+  explicit Reader(std::string_view data) : data_(data) {}
+
+  bool U8(uint8_t& v) {
+    if (data_.size() < 1) return false;
+    v = static_cast<uint8_t>(data_[0]);
+    data_.remove_prefix(1);
+    return true;
+  }
+  bool U32(uint32_t& v) {
+    if (data_.size() < 4) return false;
+    v = 0;
+    for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(data_[i]);
+    data_.remove_prefix(4);
+    return true;
+  }
+  bool U64(uint64_t& v) {
+    if (data_.size() < 8) return false;
+    v = 0;
+    for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(data_[i]);
+    data_.remove_prefix(8);
+    return true;
+  }
+  bool I64(int64_t& v) {
+    uint64_t u = 0;
+    if (!U64(u)) return false;
+    v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool Bytes(std::string_view& v) {
+    uint32_t length = 0;
+    if (!U32(length) || data_.size() < length) return false;
+    v = data_.substr(0, length);
+    data_.remove_prefix(length);
+    return true;
+  }
+  std::string_view Rest() const { return data_; }
+  bool Done() const { return data_.empty(); }
+
+ private:
+  std::string_view data_;
+};
+
+std::string EncodeBatchId(int64_t batch_id) {
+  std::string key;
+  key.reserve(8);
+  PutU64(key, static_cast<uint64_t>(batch_id));
+  return key;
+}
+
+Result<int64_t> DecodeBatchId(std::string_view key) {
+  Reader reader(key);
+  int64_t batch_id = 0;
+  if (key.size() != 8 || !reader.I64(batch_id) || batch_id < 0) {
+    return MakeError(ErrorCode::kCorruption, "malformed batch id key ({} bytes)", key.size());
+  }
+  return batch_id;
+}
+
+std::string EncodeCommit(const CommitRecord& commit) {
+  const std::string start = OffsetsToJson(commit.start);
+  const std::string end = OffsetsToJson(commit.end);
+  std::string out;
+  out.reserve(1 + 3 * 8 + 8 + start.size() + end.size());
+  out.push_back(static_cast<char>(kCommitEncodingVersion));
+  PutU64(out, static_cast<uint64_t>(commit.batch_id));
+  PutU64(out, static_cast<uint64_t>(commit.watermark_us));
+  PutU64(out, static_cast<uint64_t>(commit.committed_at_ms));
+  PutU32(out, static_cast<uint32_t>(start.size()));
+  out += start;
+  PutU32(out, static_cast<uint32_t>(end.size()));
+  out += end;
+  return out;
+}
+
+Result<CommitRecord> DecodeCommit(std::string_view value) {
+  Reader reader(value);
+  uint8_t version = 0;
+  CommitRecord commit;
+  std::string_view start, end;
+  if (!reader.U8(version)) {
+    return MakeError(ErrorCode::kCorruption, "empty commit record");
+  }
+  if (version != kCommitEncodingVersion) {
+    return MakeError(ErrorCode::kIncompatible,
+                     "commit record encoding {} is not supported (this driftd reads {})", version,
+                     kCommitEncodingVersion);
+  }
+  if (!reader.I64(commit.batch_id) || !reader.I64(commit.watermark_us) ||
+      !reader.I64(commit.committed_at_ms) || !reader.Bytes(start) || !reader.Bytes(end) ||
+      !reader.Done()) {
+    return MakeError(ErrorCode::kCorruption, "truncated commit record ({} bytes)", value.size());
+  }
+  auto start_offsets = OffsetsFromJson(start);
+  if (!start_offsets) return tl::unexpected(start_offsets.error().Wrap("commit start offsets"));
+  auto end_offsets = OffsetsFromJson(end);
+  if (!end_offsets) return tl::unexpected(end_offsets.error().Wrap("commit end offsets"));
+  commit.start = std::move(*start_offsets);
+  commit.end = std::move(*end_offsets);
+  return commit;
+}
+
+std::string EncodeOutbox(const std::vector<std::string>& sinks, std::string_view payload) {
+  size_t size = 1 + 4 + payload.size();
+  for (const auto& sink : sinks) size += 4 + sink.size();
+  std::string out;
+  out.reserve(size);
+  out.push_back(static_cast<char>(kOutboxEncodingVersion));
+  PutU32(out, static_cast<uint32_t>(sinks.size()));
+  for (const auto& sink : sinks) {
+    PutU32(out, static_cast<uint32_t>(sink.size()));
+    out += sink;
+  }
+  out += payload;
+  return out;
+}
+
+Result<OutboxEntry> DecodeOutbox(int64_t batch_id, std::string_view value) {
+  Reader reader(value);
+  uint8_t version = 0;
+  uint32_t count = 0;
+  if (!reader.U8(version)) return MakeError(ErrorCode::kCorruption, "empty outbox entry");
+  if (version != kOutboxEncodingVersion) {
+    return MakeError(ErrorCode::kIncompatible,
+                     "outbox encoding {} is not supported (this driftd reads {})", version,
+                     kOutboxEncodingVersion);
+  }
+  if (!reader.U32(count)) {
+    return MakeError(ErrorCode::kCorruption, "truncated outbox entry of batch {}", batch_id);
+  }
+  OutboxEntry entry;
+  entry.batch_id = batch_id;
+  entry.pending_sinks.reserve(std::min<uint32_t>(count, 64));
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view sink;
+    if (!reader.Bytes(sink)) {
+      return MakeError(ErrorCode::kCorruption, "truncated outbox entry of batch {}", batch_id);
+    }
+    entry.pending_sinks.emplace_back(sink);
+  }
+  entry.payload.assign(reader.Rest());
+  return entry;
+}
+
+// --- RocksDB plumbing ------------------------------------------------------------------------
+
+/// Drops RocksDB's info log. Used by read-only opens so that `driftd inspect` never rotates or
+/// writes the LOG file of a running daemon.
+class DiscardLogger final : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+Error RocksError(const rocksdb::Status& status, std::string_view what, const std::string& dir) {
+  ErrorCode code = status.IsCorruption() ? ErrorCode::kCorruption : ErrorCode::kIo;
+  std::string hint;
+  if (status.IsIOError() && status.ToString().find("lock") != std::string::npos) {
+    hint = " (is another driftd process running with this checkpoint?)";
+  }
+  return Error(code, fmt::format("checkpoint '{}': {}: {}{}", dir, what, status.ToString(), hint));
+}
+
+rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
+                                           size_t write_buffer_bytes) {
+  rocksdb::ColumnFamilyOptions cf;
+  cf.write_buffer_size = write_buffer_bytes;
+  cf.max_write_buffer_number = 2;
+  cf.level_compaction_dynamic_level_bytes = true;
+  cf.target_file_size_base = 8 << 20;
+  cf.max_bytes_for_level_base = 32 << 20;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return cf;
+}
+
+size_t WriteBufferBytes(std::string_view cf_name) {
+  // meta and commits stay tiny; state and outbox take the batch volume.
+  if (cf_name == "state" || cf_name == "outbox") return 4 << 20;
+  return 1 << 20;
+}
+
+class RocksCheckpointStore final : public CheckpointStore {
+ public:
+  RocksCheckpointStore(std::string directory, CheckpointOptions options)
+      : directory_(std::move(directory)), options_(options) {
+    options_.commit_history = std::max(1, options_.commit_history);
+  }
+
+  ~RocksCheckpointStore() override {
+    if (db_ != nullptr) {
+      for (rocksdb::ColumnFamilyHandle* handle : handles_) {
+        // Destroying a handle only fails for the default one, which RocksDB owns.
+        db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+      }
+      handles_.clear();
+      rocksdb::Status status = db_->Close();
+      if (!status.ok() && !status.IsNotSupported()) {
+        Log()->warn("closing checkpoint '{}': {}", directory_, status.ToString());
+      }
+      db_.reset();
+    }
+    if (!secondary_dir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(secondary_dir_, ec);  // best effort: a temp dir of ours
+    }
+  }
+
+  Status Init();
+
+  Result<std::optional<CheckpointMetadata>> ReadMetadata() override;
+  Status WriteMetadata(const CheckpointMetadata& metadata) override;
+  Result<std::optional<CommitRecord>> LastCommit() override;
+  Result<std::vector<CommitRecord>> RecentCommits(int limit) override;
+  Status ScanState(
+      const std::function<void(std::string_view key, std::string_view value)>& visit) override;
+  Status Commit(const BatchWrite& write) override;
+  Result<std::vector<OutboxEntry>> PendingOutbox() override;
+  Status MarkDelivered(int64_t batch_id, std::string_view sink) override;
+  StateStats Stats() override { return stats_; }
+
+ private:
+  rocksdb::ColumnFamilyHandle* cf(CfIndex index) const { return handles_[index]; }
+  Error Fail(const rocksdb::Status& status, std::string_view what) const {
+    return RocksError(status, what, directory_);
+  }
+  Status RefuseIfReadOnly(std::string_view operation) const {
+    if (options_.read_only) {
+      return MakeError(ErrorCode::kInvalidArgument, "checkpoint '{}': {} on a read-only open",
+                       directory_, operation);
+    }
+    return Ok();
+  }
+  rocksdb::WriteOptions SyncedWrite() const {
+    rocksdb::WriteOptions write_options;
+    write_options.sync = options_.sync;
+    return write_options;
+  }
+
+  Status OpenDatabase(const std::vector<std::string>& existing_cfs);
+  Status CheckOrWriteMarker(bool created_now);
+  Result<bool> CfIsEmpty(CfIndex index);
+  Status LoadIndexes();
+  Result<std::optional<std::string>> GetMeta(std::string_view key);
+
+  std::string directory_;
+  CheckpointOptions options_;
+  std::shared_ptr<rocksdb::Cache> cache_;
+  std::shared_ptr<rocksdb::Logger> discard_logger_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // kCfNames order, then unknown ones
+  std::string secondary_dir_;
+
+  // Exact sizes of live state entries, so a put over an existing key adjusts bytes instead of
+  // double counting. State is bounded (models x features x open windows), ~100k keys at most.
+  std::unordered_map<std::string, uint32_t> value_sizes_;
+  StateStats stats_;
+  // Batch ids present in the commits column family, oldest first (at most commit_history + a
+  // few after the limit was lowered); lets Commit trim without reading.
+  std::deque<int64_t> commit_ids_;
+};
+
+Status RocksCheckpointStore::Init() {
+  std::error_code ec;
+  const fs::file_status status = fs::status(directory_, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return MakeError(ErrorCode::kIo, "checkpoint '{}': {}", directory_, ec.message());
+  }
+  bool has_database = false;
+  if (!fs::exists(status)) {
+    if (options_.read_only) {
+      return MakeError(ErrorCode::kIo, "checkpoint '{}' does not exist", directory_);
+    }
+    fs::create_directories(directory_, ec);
+    if (ec) {
+      return MakeError(ErrorCode::kIo, "checkpoint '{}': cannot create the directory: {}",
+                       directory_, ec.message());
+    }
+  } else if (!fs::is_directory(status)) {
+    return MakeError(ErrorCode::kInvalidArgument, "checkpoint '{}' is not a directory", directory_);
+  } else {
+    has_database = fs::exists(fs::path(directory_) / "CURRENT", ec);
+    const bool empty = fs::is_empty(directory_, ec);
+    if (ec) {
+      return MakeError(ErrorCode::kIo, "checkpoint '{}': {}", directory_, ec.message());
+    }
+    if (!has_database && !empty) {
+      return MakeError(ErrorCode::kIncompatible,
+                       "'{}' is not a driftd checkpoint: the directory is not empty and holds no "
+                       "checkpoint database; use an empty or new directory",
+                       directory_);
+    }
+    if (!has_database && options_.read_only) {
+      return MakeError(ErrorCode::kIo, "checkpoint '{}' is empty: no pipeline has run with it",
+                       directory_);
+    }
+  }
+
+  std::vector<std::string> existing_cfs;
+  if (has_database) {
+    rocksdb::Status list =
+        rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), directory_, &existing_cfs);
+    if (!list.ok()) return tl::unexpected(Fail(list, "reading the database's column families"));
+    std::vector<std::string> missing;
+    for (std::string_view name : kCfNames) {
+      if (std::find(existing_cfs.begin(), existing_cfs.end(), name) == existing_cfs.end()) {
+        missing.emplace_back(name);
+      }
+    }
+    if (!missing.empty()) {
+      return MakeError(ErrorCode::kIncompatible,
+                       "'{}' is a RocksDB database but not a driftd checkpoint (it has no '{}' "
+                       "column family)",
+                       directory_, fmt::join(missing, "', '"));
+    }
+  }
+
+  DRIFTD_TRY(OpenDatabase(existing_cfs));
+  DRIFTD_TRY(CheckOrWriteMarker(/*created_now=*/!has_database));
+  DRIFTD_TRY(LoadIndexes());
+  // `driftd inspect` prints its own report; only a daemon's open is worth an info line.
+  Log()->log(options_.read_only ? spdlog::level::debug : spdlog::level::info,
+             "opened checkpoint '{}'{}: {} commits kept, {} state keys ({} bytes)", directory_,
+             options_.read_only ? " read-only" : "", commit_ids_.size(), stats_.keys, stats_.bytes);
+  return Ok();
+}
+
+Status RocksCheckpointStore::OpenDatabase(const std::vector<std::string>& existing_cfs) {
+  cache_ = rocksdb::NewLRUCache(std::max<size_t>(options_.block_cache_bytes, 1 << 20));
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = !options_.read_only;
+  db_options.create_missing_column_families = !options_.read_only;
+  db_options.max_open_files = options_.read_only ? -1 : 64;  // secondary mode requires -1
+  db_options.keep_log_file_num = 2;
+  db_options.max_log_file_size = 1 << 20;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.stats_dump_period_sec = 0;
+  db_options.stats_persist_period_sec = 0;
+  db_options.max_background_jobs = 2;
+  // meta and commits are written rarely or tiny, so their memtables would pin old WAL files;
+  // this bound makes RocksDB flush them instead of keeping the WAL forever.
+  db_options.max_total_wal_size = 32 << 20;
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (std::string_view name : kCfNames) {
+    descriptors.emplace_back(std::string(name), MakeCfOptions(cache_, WriteBufferBytes(name)));
+  }
+  // Column families of a newer driftd must be opened too (RocksDB insists on all of them);
+  // the layout version check below decides whether we can serve this checkpoint.
+  for (const std::string& name : existing_cfs) {
+    if (std::find(std::begin(kCfNames), std::end(kCfNames), name) == std::end(kCfNames)) {
+      descriptors.emplace_back(name, MakeCfOptions(cache_, 1 << 20));
+    }
+  }
+
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status;
+  if (options_.read_only) {
+    discard_logger_ = std::make_shared<DiscardLogger>();
+    db_options.info_log = discard_logger_;
+    std::string pattern = (fs::temp_directory_path() / "driftd-inspect-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return MakeError(ErrorCode::kIo,
+                       "checkpoint '{}': cannot create a temporary directory "
+                       "for the read-only open: {}",
+                       directory_, std::strerror(errno));
+    }
+    secondary_dir_ = pattern;
+    status = rocksdb::DB::OpenAsSecondary(db_options, directory_, secondary_dir_, descriptors,
+                                          &handles_, &raw);
+  } else {
+    status = rocksdb::DB::Open(db_options, directory_, descriptors, &handles_, &raw);
+  }
+  db_.reset(raw);
+  if (!status.ok()) {
+    return tl::unexpected(Fail(status, options_.read_only ? "opening read-only" : "opening"));
+  }
+  return Ok();
+}
+
+Result<bool> RocksCheckpointStore::CfIsEmpty(CfIndex index) {
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(rocksdb::ReadOptions(), cf(index))};
+  it->SeekToFirst();
+  if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "reading"));
+  return !it->Valid();
+}
+
+Status RocksCheckpointStore::CheckOrWriteMarker(bool created_now) {
+  auto marker = GetMeta(kLayoutKey);
+  if (!marker) return tl::unexpected(marker.error());
+  if (*marker) {
+    int version = 0;
+    try {
+      version = std::stoi(**marker);
+    } catch (const std::exception&) {
+      return MakeError(ErrorCode::kCorruption, "checkpoint '{}': unreadable layout marker '{}'",
+                       directory_, **marker);
+    }
+    if (version > kLayoutVersion) {
+      return MakeError(ErrorCode::kIncompatible,
+                       "checkpoint '{}' has layout version {}, written by a newer driftd (this "
+                       "one reads up to {})",
+                       directory_, version, kLayoutVersion);
+    }
+    return Ok();
+  }
+  // No marker. Either we just created the database, or a first open crashed between creating
+  // the column families and writing the marker (then every column family is still empty).
+  bool adopt = created_now;
+  if (!adopt) {
+    adopt = true;
+    for (CfIndex index : {kMetaCf, kCommitsCf, kStateCf, kOutboxCf}) {
+      auto empty = CfIsEmpty(index);
+      if (!empty) return tl::unexpected(empty.error());
+      adopt = adopt && *empty;
+    }
+  }
+  if (!adopt) {
+    return MakeError(ErrorCode::kIncompatible,
+                     "'{}' is not a driftd checkpoint: its database has no driftd layout marker",
+                     directory_);
+  }
+  if (options_.read_only) {
+    return MakeError(ErrorCode::kIo, "checkpoint '{}' was never initialised by a pipeline run",
+                     directory_);
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = true;
+  rocksdb::Status status =
+      db_->Put(write_options, cf(kMetaCf), ToSlice(kLayoutKey), std::to_string(kLayoutVersion));
+  if (!status.ok()) return tl::unexpected(Fail(status, "writing the layout marker"));
+  return Ok();
+}
+
+Status RocksCheckpointStore::LoadIndexes() {
+  rocksdb::ReadOptions read_options;
+  read_options.fill_cache = false;  // one pass at open; keep the cache for later reads
+  read_options.readahead_size = 1 << 20;
+  {
+    std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(read_options, cf(kStateCf))};
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      const size_t value_size = it->value().size();
+      value_sizes_.emplace(key.ToString(), static_cast<uint32_t>(value_size));
+      stats_.keys += 1;
+      stats_.bytes += static_cast<int64_t>(key.size() + value_size);
+    }
+    if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "scanning state"));
+  }
+  {
+    std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(read_options, cf(kCommitsCf))};
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto batch_id = DecodeBatchId(ToView(it->key()));
+      if (!batch_id) return tl::unexpected(batch_id.error().Wrap("checkpoint commit log"));
+      commit_ids_.push_back(*batch_id);
+    }
+    if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "scanning commits"));
+  }
+  return Ok();
+}
+
+Result<std::optional<std::string>> RocksCheckpointStore::GetMeta(std::string_view key) {
+  std::string value;
+  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), cf(kMetaCf), ToSlice(key), &value);
+  if (status.IsNotFound()) return std::optional<std::string>();
+  if (!status.ok()) return tl::unexpected(Fail(status, fmt::format("reading meta '{}'", key)));
+  return std::optional<std::string>(std::move(value));
+}
+
+Result<std::optional<CheckpointMetadata>> RocksCheckpointStore::ReadMetadata() {
+  auto name = GetMeta(kPipelineNameKey);
+  if (!name) return tl::unexpected(name.error());
+  if (!*name) return std::optional<CheckpointMetadata>();
+  auto fingerprint = GetMeta(kFingerprintKey);
+  if (!fingerprint) return tl::unexpected(fingerprint.error());
+  auto version = GetMeta(kFormatVersionKey);
+  if (!version) return tl::unexpected(version.error());
+  auto created = GetMeta(kCreatedAtKey);
+  if (!created) return tl::unexpected(created.error());
+
+  CheckpointMetadata metadata;
+  metadata.pipeline_name = std::move(**name);
+  metadata.fingerprint_json = fingerprint->value_or("");
+  try {
+    if (*version) metadata.format_version = std::stoi(**version);
+    if (*created) metadata.created_at_ms = std::stoll(**created);
+  } catch (const std::exception&) {
+    return MakeError(ErrorCode::kCorruption, "checkpoint '{}': unreadable metadata numbers",
+                     directory_);
+  }
+  return std::optional<CheckpointMetadata>(std::move(metadata));
+}
+
+Status RocksCheckpointStore::WriteMetadata(const CheckpointMetadata& metadata) {
+  DRIFTD_TRY(RefuseIfReadOnly("writing metadata"));
+  rocksdb::WriteBatch batch;
+  rocksdb::ColumnFamilyHandle* meta = cf(kMetaCf);
+  const std::string version = std::to_string(metadata.format_version);
+  const std::string created = std::to_string(metadata.created_at_ms);
+  rocksdb::Status status = batch.Put(meta, ToSlice(kPipelineNameKey), metadata.pipeline_name);
+  if (status.ok()) status = batch.Put(meta, ToSlice(kFingerprintKey), metadata.fingerprint_json);
+  if (status.ok()) status = batch.Put(meta, ToSlice(kFormatVersionKey), version);
+  if (status.ok()) status = batch.Put(meta, ToSlice(kCreatedAtKey), created);
+  if (status.ok()) {
+    rocksdb::WriteOptions write_options;
+    write_options.sync = true;  // rare and the checkpoint's identity: always durable
+    status = db_->Write(write_options, &batch);
+  }
+  if (!status.ok()) return tl::unexpected(Fail(status, "writing metadata"));
+  return Ok();
+}
+
+Result<std::optional<CommitRecord>> RocksCheckpointStore::LastCommit() {
+  auto recent = RecentCommits(1);
+  if (!recent) return tl::unexpected(recent.error());
+  if (recent->empty()) return std::optional<CommitRecord>();
+  return std::optional<CommitRecord>(std::move(recent->front()));
+}
+
+Result<std::vector<CommitRecord>> RocksCheckpointStore::RecentCommits(int limit) {
+  std::vector<CommitRecord> commits;
+  if (limit <= 0) return commits;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(rocksdb::ReadOptions(), cf(kCommitsCf))};
+  for (it->SeekToLast(); it->Valid() && static_cast<int>(commits.size()) < limit; it->Prev()) {
+    auto commit = DecodeCommit(ToView(it->value()));
+    if (!commit) {
+      return tl::unexpected(commit.error().Wrap(fmt::format("checkpoint '{}'", directory_)));
+    }
+    commits.push_back(std::move(*commit));
+  }
+  if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "reading commits"));
+  return commits;
+}
+
+Status RocksCheckpointStore::ScanState(
+    const std::function<void(std::string_view key, std::string_view value)>& visit) {
+  rocksdb::ReadOptions read_options;
+  read_options.readahead_size = 1 << 20;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(read_options, cf(kStateCf))};
+  for (it->SeekToFirst(); it->Valid(); it->Next()) visit(ToView(it->key()), ToView(it->value()));
+  if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "scanning state"));
+  return Ok();
+}
+
+Status RocksCheckpointStore::Commit(const BatchWrite& write) {
+  DRIFTD_TRY(RefuseIfReadOnly("commit"));
+  const int64_t batch_id = write.commit.batch_id;
+  if (batch_id < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "checkpoint '{}': batch id {} is negative",
+                     directory_, batch_id);
+  }
+  if (!commit_ids_.empty() && batch_id <= commit_ids_.back()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "checkpoint '{}': batch {} is not after the last committed batch {}",
+                     directory_, batch_id, commit_ids_.back());
+  }
+
+  CommitRecord record = write.commit;
+  if (record.committed_at_ms == 0) record.committed_at_ms = NowMs();
+  const std::string id_key = EncodeBatchId(batch_id);
+
+  rocksdb::WriteBatch batch;
+  rocksdb::Status status;
+  // Puts before deletes: a key both put and deleted in one batch ends up deleted.
+  for (const auto& [key, value] : write.state_puts) {
+    if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+  }
+  for (const std::string& key : write.state_deletes) {
+    if (status.ok()) status = batch.Delete(cf(kStateCf), key);
+  }
+  if (status.ok()) status = batch.Put(cf(kCommitsCf), id_key, EncodeCommit(record));
+
+  std::vector<std::string> sinks = write.outbox.pending_sinks;
+  std::sort(sinks.begin(), sinks.end());
+  sinks.erase(std::unique(sinks.begin(), sinks.end()), sinks.end());
+  if (status.ok() && !sinks.empty()) {
+    status = batch.Put(cf(kOutboxCf), id_key, EncodeOutbox(sinks, write.outbox.payload));
+  }
+
+  // Trim the commit log to the newest commit_history records, this one included.
+  const size_t keep = static_cast<size_t>(options_.commit_history);
+  const size_t trim = commit_ids_.size() + 1 > keep ? commit_ids_.size() + 1 - keep : 0;
+  for (size_t i = 0; i < trim && status.ok(); ++i) {
+    status = batch.Delete(cf(kCommitsCf), EncodeBatchId(commit_ids_[i]));
+  }
+  if (!status.ok())
+    return tl::unexpected(Fail(status, fmt::format("preparing batch {}", batch_id)));
+
+  status = db_->Write(SyncedWrite(), &batch);
+  if (!status.ok())
+    return tl::unexpected(Fail(status, fmt::format("committing batch {}", batch_id)));
+
+  // Durable: now mirror it in memory, in the same order the WriteBatch applied it.
+  commit_ids_.erase(commit_ids_.begin(), commit_ids_.begin() + static_cast<ptrdiff_t>(trim));
+  commit_ids_.push_back(batch_id);
+  for (const auto& [key, value] : write.state_puts) {
+    auto [it, inserted] = value_sizes_.try_emplace(key, 0);
+    if (inserted) {
+      stats_.keys += 1;
+      stats_.bytes += static_cast<int64_t>(key.size());
+    }
+    stats_.bytes += static_cast<int64_t>(value.size()) - static_cast<int64_t>(it->second);
+    it->second = static_cast<uint32_t>(value.size());
+  }
+  for (const std::string& key : write.state_deletes) {
+    auto it = value_sizes_.find(key);
+    if (it == value_sizes_.end()) continue;
+    stats_.keys -= 1;
+    stats_.bytes -= static_cast<int64_t>(key.size() + it->second);
+    value_sizes_.erase(it);
+  }
+  return Ok();
+}
+
+Result<std::vector<OutboxEntry>> RocksCheckpointStore::PendingOutbox() {
+  std::vector<OutboxEntry> entries;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(rocksdb::ReadOptions(), cf(kOutboxCf))};
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto batch_id = DecodeBatchId(ToView(it->key()));
+    if (!batch_id) return tl::unexpected(batch_id.error().Wrap("checkpoint outbox"));
+    auto entry = DecodeOutbox(*batch_id, ToView(it->value()));
+    if (!entry) {
+      return tl::unexpected(entry.error().Wrap(fmt::format("checkpoint '{}'", directory_)));
+    }
+    entries.push_back(std::move(*entry));
+  }
+  if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "reading the outbox"));
+  return entries;
+}
+
+Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view sink) {
+  DRIFTD_TRY(RefuseIfReadOnly("marking delivery"));
+  if (batch_id < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "checkpoint '{}': batch id {} is negative",
+                     directory_, batch_id);
+  }
+  const std::string key = EncodeBatchId(batch_id);
+  std::string value;
+  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), cf(kOutboxCf), key, &value);
+  // Idempotent: recovery may confirm a delivery that was already recorded.
+  if (status.IsNotFound()) return Ok();
+  if (!status.ok()) return tl::unexpected(Fail(status, "reading the outbox"));
+  auto entry = DecodeOutbox(batch_id, value);
+  if (!entry) return tl::unexpected(entry.error().Wrap(fmt::format("checkpoint '{}'", directory_)));
+
+  auto& sinks = entry->pending_sinks;
+  auto found = std::find(sinks.begin(), sinks.end(), sink);
+  if (found == sinks.end()) return Ok();
+  sinks.erase(found);
+  if (sinks.empty()) {
+    status = db_->Delete(SyncedWrite(), cf(kOutboxCf), key);
+  } else {
+    status = db_->Put(SyncedWrite(), cf(kOutboxCf), key, EncodeOutbox(sinks, entry->payload));
+  }
+  if (!status.ok()) {
+    return tl::unexpected(Fail(status, fmt::format("marking batch {} delivered", batch_id)));
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::string& directory,
+                                                               const CheckpointOptions& options) {
+  if (directory.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "checkpoint directory is empty");
+  }
+  auto store = std::make_unique<RocksCheckpointStore>(directory, options);
+  DRIFTD_TRY(store->Init());
+  return std::unique_ptr<CheckpointStore>(std::move(store));
+}
+
+}  // namespace driftd
