@@ -1,0 +1,975 @@
+#include "engine/json_decoder.h"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "engine/time_iso8601.h"
+
+namespace driftd {
+namespace {
+
+namespace ondemand = simdjson::ondemand;
+using simdjson::error_code;
+
+static_assert(kInputPadding >= simdjson::SIMDJSON_PADDING,
+              "InputChunk padding must cover simdjson's over-read");
+
+constexpr std::array<std::string_view, kMalformedReasonCount> kReasonNames = {
+    "not_json",  "truncated",           "wrong_type", "missing_field", "invalid_utf8",   "too_deep",
+    "too_large", "number_out_of_range", "not_object", "empty",         "duplicate_field",
+};
+
+inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+inline std::string_view TrimRight(std::string_view text) {
+  while (!text.empty() && IsJsonSpace(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+inline bool IsDigit(char c) { return static_cast<unsigned char>(c) - unsigned{'0'} <= 9; }
+
+// True if `token` is exactly one JSON number (RFC 8259 grammar); *integer tells whether it has
+// neither fraction nor exponent. simdjson reports a well-formed but unrepresentable number and
+// a malformed one alike, so the grammar decides between number_out_of_range and not_json.
+bool IsJsonNumber(std::string_view token, bool* integer) {
+  size_t i = 0;
+  const size_t n = token.size();
+  if (i < n && token[i] == '-') ++i;
+  if (i >= n) return false;
+  if (token[i] == '0') {
+    ++i;
+  } else if (IsDigit(token[i])) {
+    while (i < n && IsDigit(token[i])) ++i;
+  } else {
+    return false;
+  }
+  *integer = true;
+  if (i < n && token[i] == '.') {
+    ++i;
+    if (i >= n || !IsDigit(token[i])) return false;
+    while (i < n && IsDigit(token[i])) ++i;
+    *integer = false;
+  }
+  if (i < n && (token[i] == 'e' || token[i] == 'E')) {
+    ++i;
+    if (i < n && (token[i] == '+' || token[i] == '-')) ++i;
+    if (i >= n || !IsDigit(token[i])) return false;
+    while (i < n && IsDigit(token[i])) ++i;
+    *integer = false;
+  }
+  return i == n;
+}
+
+// Whether a broken record was cut short (ends inside a string or an open container) rather
+// than garbled. Only runs on records already known to be malformed.
+bool EndsUnclosed(std::string_view record) {
+  int64_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : record) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return in_string || depth > 0;
+}
+
+const char* JsonTypeName(ondemand::json_type type) {
+  switch (type) {
+    case ondemand::json_type::array:
+      return "array";
+    case ondemand::json_type::object:
+      return "object";
+    case ondemand::json_type::number:
+      return "number";
+    case ondemand::json_type::string:
+      return "string";
+    case ondemand::json_type::boolean:
+      return "boolean";
+    case ondemand::json_type::null:
+      return "null";
+  }
+  return "unknown";
+}
+
+// Errors simdjson reports about one value whose surroundings are still well-formed; anything
+// else means the document itself is broken.
+inline bool IsValueError(error_code error) {
+  return error == simdjson::INCORRECT_TYPE || error == simdjson::NUMBER_ERROR ||
+         error == simdjson::NUMBER_OUT_OF_RANGE;
+}
+
+// A field name that can be compared against raw (still escaped) JSON key bytes: JSON spells it
+// without escapes.
+bool HasPlainSpelling(std::string_view name) {
+  for (char c : name) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view ToString(MalformedReason reason) {
+  const auto index = static_cast<size_t>(reason);
+  return index < kReasonNames.size() ? kReasonNames[index] : "unknown";
+}
+
+std::optional<MalformedReason> ParseMalformedReason(std::string_view name) {
+  for (size_t i = 0; i < kReasonNames.size(); ++i) {
+    if (kReasonNames[i] == name) return static_cast<MalformedReason>(i);
+  }
+  return std::nullopt;
+}
+
+int64_t MalformedCounts::total() const {
+  int64_t sum = 0;
+  for (int64_t count : by_reason) sum += count;
+  return sum;
+}
+
+void MalformedCounts::Add(const MalformedCounts& other) {
+  for (size_t i = 0; i < by_reason.size(); ++i) by_reason[i] += other.by_reason[i];
+}
+
+class JsonDecoder::Impl {
+ public:
+  Impl(const Schema& schema, const MalformedSpec& spec);
+
+  Status Decode(const InputChunk& chunk, RecordBatch& out, std::vector<DeadLetter>* dead_letters,
+                const std::function<std::string(const RecordPosition&)>& describe);
+
+  const Schema& schema() const { return schema_; }
+  MalformedCounts counts;
+
+ private:
+  enum class Verdict {
+    kOk,          // the row is complete
+    kKeptNulled,  // permissive: some nullable fields were bad and are null; the row is kept
+    kRejected,    // no row; problem_ says why
+  };
+
+  // What went wrong with a record, kept cheap: the message is only formatted when a dead
+  // letter or an error needs it.
+  struct Problem {
+    MalformedReason reason = MalformedReason::kNotJson;
+    int field = -1;               // schema field index, or -1 for the whole record
+    const char* text = nullptr;   // static description
+    const char* got = nullptr;    // JSON type found, for wrong_type
+    error_code error = simdjson::SUCCESS;
+    size_t record_size = 0;
+  };
+
+  struct FieldInfo {
+    FieldType type = FieldType::kString;
+    bool nullable = true;
+    bool plain_name = true;  // comparable with raw key bytes
+    int16_t next_same_first_byte = -1;
+  };
+
+  Verdict DecodeRecord(const char* data, size_t size, size_t readable, size_t row);
+  bool DecodeFields(ondemand::object& object, size_t row);
+  bool DecodeField(int field, ondemand::value& value, size_t row);
+  bool DecodeTimestamp(int field, ondemand::value& value, size_t row);
+  bool DecodeString(int field, ondemand::value& value, size_t row);
+  bool DecodeArray(int field, ondemand::value& value, size_t row);
+  bool OnValueError(int field, ondemand::value& value, error_code error, size_t row);
+  bool ClassifyValueError(FieldType want, ondemand::value& value, error_code error,
+                          MalformedReason* reason, ondemand::json_type* type);
+  bool FieldProblem(int field, MalformedReason reason, const char* text, const char* got,
+                    ondemand::value* unconsumed, size_t row);
+  bool NullValue(int field, size_t row);
+  bool SkipValue(ondemand::value& value, int depth);
+  int Lookup(const ondemand::raw_json_string& key, int hint) const;
+  int LookupUnescaped(std::string_view name) const;
+
+  bool Reject(MalformedReason reason, int field = -1, const char* text = nullptr,
+              error_code error = simdjson::SUCCESS);
+  bool RejectBroken(error_code error);
+
+  void PrepareColumns(RecordBatch& out, size_t rows);
+  void FinishRow(size_t row);
+  void ClearRow(size_t row);
+  void SetNull(int field, size_t row);
+  void TrimColumns(RecordBatch& out, size_t rows);
+  std::string Detail() const;
+
+  Schema schema_;
+  MalformedSpec spec_;
+  int max_depth_;
+  bool permissive_;
+  std::vector<FieldInfo> fields_;
+  std::array<int16_t, 256> first_byte_head_;
+  std::vector<int> string_columns_;
+  std::vector<int> array_columns_;
+  int num_required_ = 0;
+
+  ondemand::parser parser_;
+  std::string scratch_;  // padded copy of a record too close to an unpadded buffer's end
+
+  // Per record state.
+  std::vector<uint64_t> seen_stamp_;  // == stamp_ when the field was set in this record
+  uint64_t stamp_ = 0;
+  int required_seen_ = 0;
+  std::string_view record_;
+  Column* columns_ = nullptr;
+  bool row_nulled_ = false;  // permissive kept a bad field as null
+  Problem problem_;
+};
+
+JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
+    : schema_(schema), spec_(spec), permissive_(spec.policy == MalformedPolicy::kPermissive) {
+  max_depth_ = spec.max_depth < 1 ? 1 : (spec.max_depth > kMaxSupportedDepth ? kMaxSupportedDepth
+                                                                             : spec.max_depth);
+  first_byte_head_.fill(-1);
+  fields_.resize(schema_.fields.size());
+  // Walk backwards so that each first-byte chain lists fields in schema order.
+  for (int f = static_cast<int>(schema_.fields.size()) - 1; f >= 0; --f) {
+    const Field& field = schema_.fields[f];
+    FieldInfo& info = fields_[f];
+    info.type = field.type;
+    info.nullable = field.nullable;
+    info.plain_name = HasPlainSpelling(field.name);
+    if (info.plain_name) {
+      // An empty name's raw key starts with the closing quote.
+      const auto first = static_cast<unsigned char>(field.name.empty() ? '"' : field.name[0]);
+      info.next_same_first_byte = first_byte_head_[first];
+      first_byte_head_[first] = static_cast<int16_t>(f);
+    }
+  }
+  for (size_t f = 0; f < schema_.fields.size(); ++f) {
+    if (!schema_.fields[f].nullable) ++num_required_;
+    if (schema_.fields[f].type == FieldType::kString) string_columns_.push_back(static_cast<int>(f));
+    if (schema_.fields[f].type == FieldType::kDoubleArray) {
+      array_columns_.push_back(static_cast<int>(f));
+    }
+  }
+  seen_stamp_.assign(schema_.fields.size(), 0);
+  // Start with room for typical records; DecodeRecord grows it geometrically up to the limit.
+  const auto initial = static_cast<size_t>(std::min<int64_t>(spec_.max_record_bytes, 64 << 10));
+  // A failure here is not final: DecodeRecord allocates again when a record needs the room.
+  if (initial > 0 && parser_.allocate(initial) != simdjson::SUCCESS) {
+    // Nothing to do yet: DecodeRecord allocates again, and reports, when a record needs it.
+  }
+}
+
+int JsonDecoder::Impl::Lookup(const ondemand::raw_json_string& key, int hint) const {
+  // Records usually list fields in schema order, so the field after the previous one is tried
+  // first; then the fields whose names start with the key's first byte.
+  if (hint < static_cast<int>(fields_.size()) && fields_[hint].plain_name &&
+      key.unsafe_is_equal(schema_.fields[hint].name)) {
+    return hint;
+  }
+  const char* raw = key.raw();
+  for (int f = first_byte_head_[static_cast<unsigned char>(raw[0])]; f >= 0;
+       f = fields_[f].next_same_first_byte) {
+    if (key.unsafe_is_equal(schema_.fields[f].name)) return f;
+  }
+  return -1;
+}
+
+int JsonDecoder::Impl::LookupUnescaped(std::string_view name) const {
+  for (size_t f = 0; f < schema_.fields.size(); ++f) {
+    if (schema_.fields[f].name == name) return static_cast<int>(f);
+  }
+  return -1;
+}
+
+bool JsonDecoder::Impl::Reject(MalformedReason reason, int field, const char* text,
+                               error_code error) {
+  problem_.reason = reason;
+  problem_.field = field;
+  problem_.text = text;
+  problem_.got = nullptr;
+  problem_.error = error;
+  return false;
+}
+
+bool JsonDecoder::Impl::RejectBroken(error_code error) {
+  if (error == simdjson::UTF8_ERROR) return Reject(MalformedReason::kInvalidUtf8, -1, nullptr);
+  if (error == simdjson::DEPTH_ERROR) return Reject(MalformedReason::kTooDeep);
+  if (error == simdjson::MEMALLOC || error == simdjson::CAPACITY) {
+    return Reject(MalformedReason::kTooLarge, -1, nullptr, error);
+  }
+  const MalformedReason reason =
+      EndsUnclosed(record_) ? MalformedReason::kTruncated : MalformedReason::kNotJson;
+  return Reject(reason, -1, nullptr, error);
+}
+
+void JsonDecoder::Impl::PrepareColumns(RecordBatch& out, size_t rows) {
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    Column& column = out.columns[f];
+    column.valid.resize(rows);
+    switch (fields_[f].type) {
+      case FieldType::kDouble:
+        column.f64.resize(rows);
+        break;
+      case FieldType::kString:
+        column.str_offsets.resize(rows + 1);
+        break;
+      case FieldType::kDoubleArray:
+        column.arr_offsets.resize(rows + 1);
+        break;
+      default:
+        column.i64.resize(rows);
+        break;
+    }
+  }
+  out.positions.resize(rows);
+}
+
+void JsonDecoder::Impl::TrimColumns(RecordBatch& out, size_t rows) {
+  PrepareColumns(out, rows);
+  out.num_rows = rows;
+}
+
+void JsonDecoder::Impl::FinishRow(size_t row) {
+  for (int f : string_columns_) {
+    Column& column = columns_[f];
+    column.str_offsets[row + 1] = static_cast<uint32_t>(column.str_data.size());
+  }
+  for (int f : array_columns_) {
+    Column& column = columns_[f];
+    column.arr_offsets[row + 1] = static_cast<uint32_t>(column.f64.size());
+  }
+}
+
+void JsonDecoder::Impl::SetNull(int field, size_t row) {
+  Column& column = columns_[field];
+  column.valid[row] = 0;
+  switch (fields_[field].type) {
+    case FieldType::kDouble:
+      column.f64[row] = 0;
+      break;
+    case FieldType::kString:
+      column.str_data.resize(column.str_offsets[row]);
+      break;
+    case FieldType::kDoubleArray:
+      column.f64.resize(column.arr_offsets[row]);
+      break;
+    default:
+      column.i64[row] = 0;
+      break;
+  }
+}
+
+void JsonDecoder::Impl::ClearRow(size_t row) {
+  for (size_t f = 0; f < fields_.size(); ++f) SetNull(static_cast<int>(f), row);
+}
+
+bool JsonDecoder::Impl::NullValue(int field, size_t row) {
+  if (fields_[field].nullable) {
+    SetNull(field, row);
+    return true;
+  }
+  return Reject(MalformedReason::kMissingField, field, "is null but not nullable");
+}
+
+// A value that does not fit its field. Permissive keeps the row with the field null when the
+// field may be null, but still walks the value so that the record's validity and depth are
+// checked; everything else rejects the record.
+bool JsonDecoder::Impl::FieldProblem(int field, MalformedReason reason, const char* text,
+                                     const char* got, ondemand::value* unconsumed, size_t row) {
+  if (!permissive_ || !fields_[field].nullable) {
+    Reject(reason, field, text);
+    problem_.got = got;
+    return false;
+  }
+  SetNull(field, row);
+  if (!row_nulled_) {
+    row_nulled_ = true;
+    problem_ = Problem{reason, field, text, got, simdjson::SUCCESS, 0};
+  }
+  return unconsumed == nullptr || SkipValue(*unconsumed, 2);
+}
+
+// Decides what a failed typed read means. Returns false (with problem_ set) if the record is
+// broken; otherwise sets *reason to the value-level reason (wrong_type, number_out_of_range)
+// or to kMissingField for a null.
+bool JsonDecoder::Impl::ClassifyValueError(FieldType want, ondemand::value& value,
+                                           error_code error, MalformedReason* reason,
+                                           ondemand::json_type* type) {
+  if (!IsValueError(error)) return RejectBroken(error);
+  if (const error_code type_error = value.type().get(*type)) return RejectBroken(type_error);
+  switch (*type) {
+    case ondemand::json_type::null: {
+      bool is_null = false;
+      if (value.is_null().get(is_null) || !is_null) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+      }
+      *reason = MalformedReason::kMissingField;
+      return true;
+    }
+    case ondemand::json_type::number: {
+      bool integer = false;
+      const std::string_view token = TrimRight(value.raw_json_token());
+      if (!IsJsonNumber(token, &integer)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid number");
+      }
+      if (want == FieldType::kLong || want == FieldType::kInt) {
+        *reason = integer ? MalformedReason::kNumberOutOfRange : MalformedReason::kWrongType;
+      } else if (want == FieldType::kDouble || want == FieldType::kDoubleArray ||
+                 want == FieldType::kTimestamp) {
+        *reason = MalformedReason::kNumberOutOfRange;
+      } else {
+        *reason = MalformedReason::kWrongType;
+      }
+      return true;
+    }
+    case ondemand::json_type::string:
+      if (want == FieldType::kString || want == FieldType::kTimestamp) {
+        // The read of a string failed: a bad escape.
+        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
+      }
+      *reason = MalformedReason::kWrongType;
+      return true;
+    case ondemand::json_type::boolean: {
+      bool ignored = false;
+      if (value.get_bool().get(ignored)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+      }
+      *reason = MalformedReason::kWrongType;
+      return true;
+    }
+    case ondemand::json_type::array:
+    case ondemand::json_type::object:
+      *reason = MalformedReason::kWrongType;
+      return true;
+  }
+  return RejectBroken(error);
+}
+
+bool JsonDecoder::Impl::OnValueError(int field, ondemand::value& value, error_code error,
+                                     size_t row) {
+  MalformedReason reason = MalformedReason::kWrongType;
+  ondemand::json_type type{};
+  if (!ClassifyValueError(fields_[field].type, value, error, &reason, &type)) {
+    problem_.field = field;
+    return false;
+  }
+  if (reason == MalformedReason::kMissingField) return NullValue(field, row);
+  // A boolean was validated (and consumed) while classifying; other values are walked by
+  // FieldProblem.
+  const bool consumed = type == ondemand::json_type::boolean;
+  const char* text = reason == MalformedReason::kNumberOutOfRange ? "number out of range for"
+                                                                  : nullptr;
+  return FieldProblem(field, reason, text, JsonTypeName(type), consumed ? nullptr : &value, row);
+}
+
+// Walks a value that is not decoded (a field not in the schema, or a bad value kept as null),
+// checking that it is valid JSON no deeper than max_depth. `depth` is the nesting level the
+// value opens if it is a container (the record's object is level 1). Recursion is bounded by
+// max_depth, which is capped at kMaxSupportedDepth.
+bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
+  ondemand::json_type type;
+  if (const error_code error = value.type().get(type)) return RejectBroken(error);
+  switch (type) {
+    case ondemand::json_type::object: {
+      if (depth > max_depth_) return Reject(MalformedReason::kTooDeep);
+      ondemand::object object;
+      if (const error_code error = value.get_object().get(object)) return RejectBroken(error);
+      for (auto field_result : object) {
+        ondemand::field field;
+        if (const error_code error = std::move(field_result).get(field)) {
+          return RejectBroken(error);
+        }
+        std::string_view key;
+        if (const error_code error = field.unescaped_key().get(key)) {
+          return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
+        }
+        if (!SkipValue(field.value(), depth + 1)) return false;
+      }
+      return true;
+    }
+    case ondemand::json_type::array: {
+      if (depth > max_depth_) return Reject(MalformedReason::kTooDeep);
+      ondemand::array array;
+      if (const error_code error = value.get_array().get(array)) return RejectBroken(error);
+      for (auto element_result : array) {
+        ondemand::value element;
+        if (const error_code error = std::move(element_result).get(element)) {
+          return RejectBroken(error);
+        }
+        if (!SkipValue(element, depth + 1)) return false;
+      }
+      return true;
+    }
+    case ondemand::json_type::number: {
+      bool integer = false;
+      if (!IsJsonNumber(TrimRight(value.raw_json_token()), &integer)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid number");
+      }
+      return true;  // left for the parent's iteration to step over
+    }
+    case ondemand::json_type::string: {
+      std::string_view ignored;
+      if (const error_code error = value.get_string().get(ignored)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
+      }
+      return true;
+    }
+    case ondemand::json_type::boolean: {
+      bool ignored = false;
+      if (value.get_bool().get(ignored)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+      }
+      return true;
+    }
+    case ondemand::json_type::null: {
+      bool is_null = false;
+      if (value.is_null().get(is_null) || !is_null) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+      }
+      return true;
+    }
+  }
+  return Reject(MalformedReason::kNotJson);
+}
+
+bool JsonDecoder::Impl::DecodeTimestamp(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  std::string_view text;
+  const error_code string_error = value.get_string().get(text);
+  if (string_error == simdjson::SUCCESS) {
+    const std::optional<int64_t> micros = ParseIso8601Micros(text);
+    if (!micros) {
+      return FieldProblem(field, MalformedReason::kWrongType, "not an ISO-8601 timestamp",
+                          "string", nullptr, row);
+    }
+    column.i64[row] = *micros;
+    column.valid[row] = 1;
+    return true;
+  }
+  if (string_error != simdjson::INCORRECT_TYPE) return OnValueError(field, value, string_error, row);
+
+  // Epoch milliseconds.
+  ondemand::number number;
+  if (const error_code error = value.get_number().get(number)) {
+    return OnValueError(field, value, error, row);
+  }
+  constexpr int64_t kMaxMillis = std::numeric_limits<int64_t>::max() / 1000;
+  int64_t micros = 0;
+  switch (number.get_number_type()) {
+    case ondemand::number_type::signed_integer: {
+      const int64_t millis = number.get_int64();
+      if (millis > kMaxMillis || millis < -kMaxMillis) {
+        return FieldProblem(field, MalformedReason::kNumberOutOfRange, "number out of range for",
+                            "number", nullptr, row);
+      }
+      micros = millis * 1000;
+      break;
+    }
+    case ondemand::number_type::floating_point_number: {
+      const double scaled = number.get_double() * 1000.0;
+      if (!(std::fabs(scaled) < 9.2e18)) {
+        return FieldProblem(field, MalformedReason::kNumberOutOfRange, "number out of range for",
+                            "number", nullptr, row);
+      }
+      micros = std::llround(scaled);
+      break;
+    }
+    default:
+      return FieldProblem(field, MalformedReason::kNumberOutOfRange, "number out of range for",
+                          "number", nullptr, row);
+  }
+  column.i64[row] = micros;
+  column.valid[row] = 1;
+  return true;
+}
+
+bool JsonDecoder::Impl::DecodeString(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  std::string_view text;
+  const error_code error = value.get_string().get(text);
+  if (error == simdjson::SUCCESS) {
+    column.str_data.append(text);
+    column.valid[row] = 1;
+    return true;
+  }
+  if (error == simdjson::INCORRECT_TYPE) {
+    // Numbers and booleans are kept as their JSON text, as Spark's JSON reader does.
+    ondemand::json_type type;
+    if (const error_code type_error = value.type().get(type)) return RejectBroken(type_error);
+    if (type == ondemand::json_type::number) {
+      bool integer = false;
+      const std::string_view token = TrimRight(value.raw_json_token());
+      if (!IsJsonNumber(token, &integer)) {
+        return Reject(MalformedReason::kNotJson, field, "invalid number");
+      }
+      column.str_data.append(token);
+      column.valid[row] = 1;
+      return true;
+    }
+    if (type == ondemand::json_type::boolean) {
+      bool flag = false;
+      if (value.get_bool().get(flag)) {
+        return Reject(MalformedReason::kNotJson, field, "invalid literal");
+      }
+      column.str_data.append(flag ? "true" : "false");
+      column.valid[row] = 1;
+      return true;
+    }
+  }
+  return OnValueError(field, value, error, row);
+}
+
+bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  ondemand::array array;
+  if (const error_code error = value.get_array().get(array)) {
+    return OnValueError(field, value, error, row);
+  }
+  if (max_depth_ < 2) return Reject(MalformedReason::kTooDeep);
+  bool bad = false;
+  for (auto element_result : array) {
+    ondemand::value element;
+    if (const error_code error = std::move(element_result).get(element)) {
+      return RejectBroken(error);
+    }
+    if (!bad) {
+      double number = 0;
+      const error_code error = element.get_double().get(number);
+      if (error == simdjson::SUCCESS) [[likely]] {
+        column.f64.push_back(number);
+        continue;
+      }
+      MalformedReason reason = MalformedReason::kWrongType;
+      ondemand::json_type type{};
+      if (!ClassifyValueError(FieldType::kDoubleArray, element, error, &reason, &type)) {
+        problem_.field = field;
+        return false;
+      }
+      if (reason == MalformedReason::kMissingField) reason = MalformedReason::kWrongType;
+      const char* text = reason == MalformedReason::kNumberOutOfRange
+                             ? "number out of range for"
+                             : "array elements must be numbers, got";
+      if (!FieldProblem(field, reason, text, JsonTypeName(type), nullptr, row)) return false;
+      bad = true;  // permissive: the field is null; check the rest of the array
+      // Classifying consumed a literal; anything else is still to be walked.
+      if (type == ondemand::json_type::boolean || type == ondemand::json_type::null) continue;
+    }
+    if (!SkipValue(element, 3)) return false;
+  }
+  if (!bad) column.valid[row] = 1;
+  return true;
+}
+
+bool JsonDecoder::Impl::DecodeField(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  switch (fields_[field].type) {
+    case FieldType::kDouble: {
+      double number = 0;
+      const error_code error = value.get_double().get(number);
+      if (error == simdjson::SUCCESS) [[likely]] {
+        column.f64[row] = number;
+        column.valid[row] = 1;
+        return true;
+      }
+      return OnValueError(field, value, error, row);
+    }
+    case FieldType::kLong:
+    case FieldType::kInt: {
+      int64_t number = 0;
+      const error_code error = value.get_int64().get(number);
+      if (error == simdjson::SUCCESS) [[likely]] {
+        if (fields_[field].type == FieldType::kInt &&
+            (number < std::numeric_limits<int32_t>::min() ||
+             number > std::numeric_limits<int32_t>::max())) {
+          return FieldProblem(field, MalformedReason::kNumberOutOfRange, "number out of range for",
+                              "number", nullptr, row);
+        }
+        column.i64[row] = number;
+        column.valid[row] = 1;
+        return true;
+      }
+      return OnValueError(field, value, error, row);
+    }
+    case FieldType::kBoolean: {
+      bool flag = false;
+      const error_code error = value.get_bool().get(flag);
+      if (error == simdjson::SUCCESS) [[likely]] {
+        column.i64[row] = flag ? 1 : 0;
+        column.valid[row] = 1;
+        return true;
+      }
+      return OnValueError(field, value, error, row);
+    }
+    case FieldType::kString:
+      return DecodeString(field, value, row);
+    case FieldType::kTimestamp:
+      return DecodeTimestamp(field, value, row);
+    case FieldType::kDoubleArray:
+      return DecodeArray(field, value, row);
+  }
+  return Reject(MalformedReason::kWrongType, field);
+}
+
+bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row) {
+  int hint = 0;
+  for (auto field_result : object) {
+    ondemand::field field;
+    if (const error_code error = std::move(field_result).get(field)) return RejectBroken(error);
+    int index = Lookup(field.key(), hint);
+    if (index < 0) {
+      // Not a plain schema name: an escaped spelling of one, or a field to ignore.
+      const char* raw = field.key().raw();
+      while (*raw != '"' && *raw != '\\') ++raw;
+      if (*raw == '\\') {
+        std::string_view name;
+        if (const error_code error = field.unescaped_key().get(name)) {
+          return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
+        }
+        index = LookupUnescaped(name);
+      }
+      if (index < 0) {
+        if (!SkipValue(field.value(), 2)) return false;
+        continue;
+      }
+    }
+    if (seen_stamp_[index] == stamp_) {
+      return Reject(MalformedReason::kDuplicateField, index, "appears more than once");
+    }
+    seen_stamp_[index] = stamp_;
+    if (!fields_[index].nullable) ++required_seen_;
+    hint = index + 1;
+    if (!DecodeField(index, field.value(), row)) return false;
+  }
+  return true;
+}
+
+JsonDecoder::Impl::Verdict JsonDecoder::Impl::DecodeRecord(const char* data, size_t size,
+                                                           size_t readable, size_t row) {
+  record_ = std::string_view(data, size);
+  row_nulled_ = false;
+  required_seen_ = 0;
+  problem_.record_size = size;
+  if (static_cast<int64_t>(size) > spec_.max_record_bytes) {
+    Reject(MalformedReason::kTooLarge);
+    return Verdict::kRejected;
+  }
+  size_t begin = 0;
+  size_t end = size;
+  while (begin < end && IsJsonSpace(data[begin])) ++begin;
+  while (end > begin && IsJsonSpace(data[end - 1])) --end;
+  if (begin == end) {
+    Reject(MalformedReason::kEmpty);
+    return Verdict::kRejected;
+  }
+  if (data[begin] != '{') {
+    const std::string_view body(data + begin, end - begin);
+    const char first = body.front();
+    const bool json_like = first == '[' || first == '"' || first == '-' || IsDigit(first) ||
+                           body == "true" || body == "false" || body == "null";
+    Reject(json_like ? MalformedReason::kNotObject : MalformedReason::kNotJson, -1,
+           json_like ? "top level is not an object" : nullptr);
+    return Verdict::kRejected;
+  }
+  // A record whose last byte is not '}' cannot be a complete object. Rejecting it here also
+  // guarantees that simdjson never scans a number or literal past the record's end.
+  if (data[end - 1] != '}') {
+    RejectBroken(simdjson::TAPE_ERROR);
+    return Verdict::kRejected;
+  }
+
+  if (readable < size + simdjson::SIMDJSON_PADDING) {
+    scratch_.assign(data, size);
+    scratch_.reserve(size + simdjson::SIMDJSON_PADDING);
+    data = scratch_.data();
+    readable = scratch_.capacity();
+  }
+  if (size > parser_.capacity()) {
+    const size_t limit = static_cast<size_t>(spec_.max_record_bytes);
+    const size_t grown = std::max(size, std::min(limit, parser_.capacity() * 2));
+    if (parser_.allocate(grown) != simdjson::SUCCESS) {
+      Reject(MalformedReason::kTooLarge, -1, "cannot allocate parser memory", simdjson::MEMALLOC);
+      return Verdict::kRejected;
+    }
+  }
+
+  ondemand::document document;
+  if (const error_code error =
+          parser_.iterate(simdjson::padded_string_view(data, size, readable)).get(document)) {
+    RejectBroken(error);
+    return Verdict::kRejected;
+  }
+  ondemand::object object;
+  if (const error_code error = document.get_object().get(object)) {
+    RejectBroken(error);
+    return Verdict::kRejected;
+  }
+  if (!DecodeFields(object, row)) return Verdict::kRejected;
+  // On-demand parsing stops at the object's closing brace: anything after it is an error.
+  const char* trailing = nullptr;
+  if (document.current_location().get(trailing) != simdjson::OUT_OF_BOUNDS) {
+    Reject(MalformedReason::kNotJson, -1, "trailing content after the object");
+    return Verdict::kRejected;
+  }
+  if (required_seen_ != num_required_) {
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      if (!fields_[f].nullable && seen_stamp_[f] != stamp_) {
+        Reject(MalformedReason::kMissingField, static_cast<int>(f), "is missing");
+        return Verdict::kRejected;
+      }
+    }
+  }
+  return row_nulled_ ? Verdict::kKeptNulled : Verdict::kOk;
+}
+
+std::string JsonDecoder::Impl::Detail() const {
+  const Problem& p = problem_;
+  std::string detail;
+  if (p.field >= 0) detail = fmt::format("field '{}'", schema_.fields[p.field].name);
+  auto append = [&detail](std::string_view text) {
+    if (!detail.empty()) detail += ": ";
+    detail += text;
+  };
+  switch (p.reason) {
+    case MalformedReason::kTooLarge:
+      if (p.text) {
+        append(p.text);
+      } else {
+        append(fmt::format("record of {} bytes exceeds maxRecordBytes {}", p.record_size,
+                           spec_.max_record_bytes));
+      }
+      return detail;
+    case MalformedReason::kTooDeep:
+      append(fmt::format("nesting deeper than maxDepth {}", max_depth_));
+      return detail;
+    case MalformedReason::kEmpty:
+      append("empty record");
+      return detail;
+    case MalformedReason::kInvalidUtf8:
+      append("invalid UTF-8");
+      return detail;
+    case MalformedReason::kTruncated:
+      append("record ends inside an object, array or string");
+      return detail;
+    case MalformedReason::kMissingField:
+      detail += p.field >= 0 ? " " : "";
+      detail += p.text ? p.text : "is missing";
+      return detail;
+    case MalformedReason::kDuplicateField:
+      detail += " ";
+      detail += p.text ? p.text : "appears more than once";
+      return detail;
+    case MalformedReason::kWrongType:
+    case MalformedReason::kNumberOutOfRange: {
+      const std::string_view type =
+          p.field >= 0 ? FieldTypeName(schema_.fields[p.field].type) : std::string_view("?");
+      if (p.text && p.reason == MalformedReason::kNumberOutOfRange) {
+        append(fmt::format("{} {}", p.text, type));
+      } else if (p.text && p.got) {
+        append(fmt::format("{} {}", p.text, p.got));
+      } else if (p.text) {
+        append(p.text);
+      } else {
+        append(fmt::format("expected {}, got {}", type, p.got ? p.got : "another type"));
+      }
+      return detail;
+    }
+    default:
+      break;
+  }
+  if (p.text) append(p.text);
+  if (p.error != simdjson::SUCCESS) append(simdjson::error_message(p.error));
+  if (detail.empty()) append(ToString(p.reason));
+  return detail;
+}
+
+Status JsonDecoder::Impl::Decode(const InputChunk& chunk, RecordBatch& out,
+                                 std::vector<DeadLetter>* dead_letters,
+                                 const std::function<std::string(const RecordPosition&)>& describe) {
+  if (out.columns.size() != fields_.size()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "record batch has {} columns but the schema has {} fields (call Reset)",
+                     out.columns.size(), fields_.size());
+  }
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    if (out.columns[f].type != fields_[f].type || out.columns[f].valid.size() != out.num_rows) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "record batch column {} does not match the schema (call Reset)", f);
+    }
+  }
+  const size_t first_row = out.num_rows;
+  PrepareColumns(out, first_row + chunk.size());
+  columns_ = out.columns.data();
+
+  const std::string& bytes = chunk.bytes();
+  const size_t capacity = bytes.capacity();
+  size_t row = first_row;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const InputChunk::Record& record = chunk.records()[i];
+    ++stamp_;
+    const Verdict verdict =
+        DecodeRecord(bytes.data() + record.begin, record.size, capacity - record.begin, row);
+    if (verdict != Verdict::kRejected) [[likely]] {
+      FinishRow(row);
+      out.positions[row] = record.position;
+      ++row;
+      if (verdict == Verdict::kKeptNulled) {
+        ++counts.by_reason[static_cast<size_t>(problem_.reason)];
+      }
+      continue;
+    }
+    ClearRow(row);
+    ++counts.by_reason[static_cast<size_t>(problem_.reason)];
+    switch (spec_.policy) {
+      case MalformedPolicy::kFail: {
+        TrimColumns(out, row);
+        const std::string where =
+            describe ? describe(record.position)
+                     : fmt::format("partition {} offset {}", record.position.partition,
+                                   record.position.offset);
+        return MakeError(ErrorCode::kMalformedRecord, "malformed record at {}: {}: {}", where,
+                         ToString(problem_.reason), Detail());
+      }
+      case MalformedPolicy::kDeadLetter:
+        if (dead_letters != nullptr) {
+          dead_letters->push_back(DeadLetter{std::string(chunk.record(i)), problem_.reason,
+                                             Detail(), record.position});
+        }
+        break;
+      case MalformedPolicy::kPermissive:
+      case MalformedPolicy::kDrop:
+        break;
+    }
+  }
+  TrimColumns(out, row);
+  return Ok();
+}
+
+JsonDecoder::JsonDecoder(const Schema& schema, const MalformedSpec& spec)
+    : impl_(std::make_unique<Impl>(schema, spec)) {}
+JsonDecoder::~JsonDecoder() = default;
+JsonDecoder::JsonDecoder(JsonDecoder&&) noexcept = default;
+JsonDecoder& JsonDecoder::operator=(JsonDecoder&&) noexcept = default;
+
+Status JsonDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
+                           std::vector<DeadLetter>* dead_letters,
+                           const std::function<std::string(const RecordPosition&)>& describe) {
+  return impl_->Decode(chunk, out, dead_letters, describe);
+}
+
+const MalformedCounts& JsonDecoder::counts() const { return impl_->counts; }
+void JsonDecoder::ResetCounts() { impl_->counts = MalformedCounts{}; }
+const Schema& JsonDecoder::schema() const { return impl_->schema(); }
+
+}  // namespace driftd
