@@ -1,0 +1,202 @@
+// DriftMonitor: per-model drift detection that the executor drives record by record. It keeps a
+// baseline and a current window per (model, series), evaluates the configured detectors when a
+// window closes, runs the alert state machines, and hands back alert events as JSON-ready
+// structs. Its state is bounded (no raw records beyond a baseline's warmup values) and
+// persists as key/value pairs. Pure code: no I/O, no logging, deterministic.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/drift/alert_state.h"
+#include "engine/drift/detectors.h"
+#include "engine/drift/histogram.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+#include "engine/stats.h"
+
+namespace driftd {
+
+/// One detector's reading at the evaluation that produced an event.
+struct DetectorReading {
+  std::string_view detector;  // "mean_shift", "psi", ... (static storage)
+  double statistic = 0;
+  double warn = 0;
+  double alert = 0;
+  /// Level this reading alone indicates (before hysteresis).
+  AlertLevel level = AlertLevel::kOk;
+  /// Detector-specific extras, e.g. mean_shift: effect, welch_t; error_rate: rates and MAE.
+  std::vector<std::pair<std::string_view, double>> extras;
+};
+
+/// A histogram bin whose share changed most (by PSI term).
+struct BinChange {
+  int bin = 0;
+  double lower = 0;  // -inf for the first bin
+  double upper = 0;  // +inf for the last bin
+  double baseline_share = 0;
+  double window_share = 0;
+  double psi_term = 0;
+};
+
+/// A state change of a (model, series) alert, or of a model's roll-up. See engine/drift/README.md
+/// for the JSON payload.
+struct AlertEvent {
+  /// 16 hex digits: FNV-1a of model, series, detector, level and window start record. The same
+  /// input stream yields the same ids, whatever the batch boundaries or restarts.
+  std::string alert_id;
+  /// alert_id of the ALERT (or WARN) that opened the episode this event belongs to.
+  std::string incident_id;
+  AlertLevel level = AlertLevel::kOk;
+  AlertLevel previous_level = AlertLevel::kOk;
+  std::string model;
+  std::string series;    // "*" for a model-level roll-up
+  std::string detector;  // the detector that decided the level; "rollup" for a roll-up
+  double statistic = 0;
+  /// The threshold the statistic was compared with for `level` (alert for ALERT, warn else).
+  double threshold = 0;
+  /// Window: series value index range [start_record, end_record) and its event-time span
+  /// (INT64_MIN when unknown).
+  int64_t window_start_record = 0;
+  int64_t window_end_record = 0;
+  int64_t window_start_us = INT64_MIN;
+  int64_t window_end_us = INT64_MIN;
+  BaselineKind baseline_kind = BaselineKind::kWarmup;
+  int64_t baseline_n = 0;
+  double baseline_mean = 0;
+  double baseline_stddev = 0;
+  int64_t window_n = 0;
+  double window_mean = 0;
+  double window_stddev = 0;
+  std::vector<DetectorReading> detectors;
+  /// Up to three bins with the largest |PSI term| (series with histogram detectors).
+  std::vector<BinChange> top_bins;
+  /// Roll-up events: the model's series in ALERT.
+  std::vector<std::string> alerting_series;
+  int64_t batch_id = -1;
+  int64_t evaluated_at_ms = 0;
+
+  /// One JSON object, no trailing newline.
+  std::string ToJson() const;
+};
+
+/// Counters for progress reports.
+struct DriftMonitorStats {
+  int64_t models = 0;
+  int64_t series_in_alert = 0;
+  int64_t windows_evaluated = 0;
+  /// NaN or infinite values passed to Observe (not counted in any statistic).
+  int64_t skipped_values = 0;
+  /// ObserveLabel calls for a model that Observe had not seen yet.
+  int64_t skipped_labels = 0;
+};
+
+/// Drift detection for every model of one pipeline.
+///
+/// Lifecycle: construct from the DriftSpec; Restore() every persisted key (before the first
+/// Observe); then per batch: Observe()/ObserveLabel() for each record, Evaluate() at the end of
+/// the batch, CollectDirty() into the batch's atomic commit. Events produced by windows that
+/// close during Observe are held until Evaluate(), so CollectDirty() must follow Evaluate() in
+/// the same batch. Not thread-safe: one executor thread calls everything.
+///
+/// Windows: each (model, series) has tumbling windows of spec.window_records values (default
+/// 1000), numbered by the series' value index, so results do not depend on how records are cut
+/// into batches. The error series ("error", fed by ObserveLabel) has its own windows of labeled
+/// records. Event-time windows and the file baseline are not implemented yet (Create() rejects
+/// a file baseline).
+class DriftMonitor {
+ public:
+  /// Prefix of every key CollectDirty() produces; the executor routes such keys to Restore().
+  static constexpr std::string_view kStateKeyPrefix = "drift/";
+  /// Name of the error-rate series in events and state keys.
+  static constexpr std::string_view kErrorSeries = "error";
+  /// Warmup values kept per series to fix histogram edges (a duration warmup may see more
+  /// values; those count in the baseline moments but not in its histogram).
+  static constexpr size_t kMaxWarmupValues = 10'000;
+
+  /// `series_names` already expanded: "feature_vector[0]".."feature_vector[7]", "prediction".
+  /// An empty spec.detectors means DefaultDetectorSpecs(); detectors with warn == alert == 0
+  /// get their kind's defaults.
+  DriftMonitor(const DriftSpec& spec, std::vector<std::string> series_names);
+  ~DriftMonitor();
+  DriftMonitor(const DriftMonitor&) = delete;
+  DriftMonitor& operator=(const DriftMonitor&) = delete;
+
+  /// Validates what the constructor would accept silently (baseline kind, window size).
+  static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
+                                                      std::vector<std::string> series_names);
+
+  /// One value of series `series` (index into series_names) for `model`, a dense id the
+  /// executor interns; `model_name` is read only the first time a model id is seen.
+  /// `event_time_us` is the record's event time (pass the batch's processing time if the
+  /// record has none): it timestamps windows and drives the cooldown. Values that are NaN or
+  /// infinite are skipped and counted. No allocation once the model's baseline is frozen.
+  void Observe(uint32_t model, const std::string& model_name, size_t series, double value,
+               int64_t event_time_us);
+
+  /// A labeled outcome for the error series of `model` (call after Observe saw the model).
+  /// `event_time_us` as for Observe.
+  void ObserveLabel(uint32_t model, double prediction, double label,
+                    int64_t event_time_us = INT64_MIN);
+
+  /// End of a batch: appends the events of windows closed since the last call, stamped with
+  /// `batch_id` and `now_ms` (processing time, also the cooldown clock of windows without
+  /// event times).
+  void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out);
+
+  /// Appends (key, value) for every (model, series) and model roll-up changed since the last
+  /// call. Keys: "drift/<model>/<series>" and "drift/<model>", with '%' and '/' in names
+  /// percent-encoded.
+  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
+
+  /// Loads one persisted entry (a key CollectDirty produced). Call before the model's first
+  /// Observe; entries for series no longer configured are ignored.
+  Status Restore(std::string_view key, std::string_view value);
+
+  DriftMonitorStats stats() const;
+  const std::vector<std::string>& series_names() const { return series_names_; }
+
+  struct SeriesState;
+  struct ModelState;
+  struct DetectorConfig;
+
+ private:
+  ModelState& ModelFor(uint32_t model, const std::string& model_name);
+  void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us);
+  void FreezeBaseline(SeriesState& s);
+  void CloseWindow(ModelState& m, size_t series);
+  void CloseErrorWindow(ModelState& m);
+  void Transition(ModelState& m, size_t series, AlertLevel previous, AlertLevel level,
+                  AlertEvent event);
+  void UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_start_record);
+  void MarkDirty(ModelState& m, size_t series);
+  int64_t WindowClockMs(int64_t window_end_us) const;
+
+  DriftSpec spec_;
+  std::vector<std::string> series_names_;
+  std::vector<DetectorConfig> detectors_;
+  AlertPolicy policy_;
+  int histogram_bins_ = 10;
+  bool has_histogram_ = false;
+  bool has_error_rate_ = false;
+  std::vector<std::unique_ptr<ModelState>> models_;
+  /// Restored state of models not seen yet, by model name.
+  std::map<std::string, std::unique_ptr<ModelState>, std::less<>> pending_;
+  std::vector<AlertEvent> events_;
+  int64_t last_now_ms_ = 0;
+  int64_t windows_evaluated_ = 0;
+  int64_t skipped_values_ = 0;
+  int64_t skipped_labels_ = 0;
+  // Scratch space for evaluations, sized to the histogram once.
+  std::vector<int64_t> ref_counts_;
+  std::vector<double> ref_shares_;
+  std::vector<double> cur_shares_;
+  std::vector<double> terms_;
+};
+
+}  // namespace driftd
