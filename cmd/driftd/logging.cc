@@ -34,10 +34,9 @@ void SetUpLogging(std::string_view format, std::string_view level) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(std::string(level)));
   if (format == "json") {
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonMessageFlag>('J').set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":%J})",
-        spdlog::pattern_time_type::utc);
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":%J})");
     spdlog::set_formatter(std::move(formatter));
   } else {
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%n] %v");
