@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, as a new user and CI run it: installs dependencies, builds driftd twice
+# (release with debug info, and ASan+UBSan), and runs every ctest test in both builds. The Kafka
+# tests start their own broker (tests/kafka/broker.sh) through a ctest fixture.
+#   bash tests/run.sh              everything
+#   DRIFTD_BUILDS=release bash tests/run.sh     only the normal build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash deploy/setup-debian.sh
+# The Kafka broker is started (and its jars resolved on first use) by the ctest fixture.
+
+builds=${DRIFTD_BUILDS:-"release sanitize"}
+jobs=${DRIFTD_JOBS:-$(nproc)}
+status=0
+for build in $builds; do
+  dir="$root/build-test-$build"
+  case "$build" in
+    release) flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFTD_WERROR=ON) ;;
+    sanitize) flags=(-DCMAKE_BUILD_TYPE=Debug -DDRIFTD_SANITIZE=ON -DDRIFTD_WERROR=ON
+                     -DDRIFTD_BUILD_BENCHMARKS=OFF) ;;
+    *) echo "unknown build '$build'" >&2; exit 64 ;;
+  esac
+  echo "=== $build build ($dir)"
+  cmake -S "$root" -B "$dir" -G Ninja "${flags[@]}" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  echo "=== $build tests"
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export DRIFTD_BUILD_KIND=$build
+  if ! ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs"; then
+    status=1
+  fi
+done
+exit $status
