@@ -1,1 +1,0 @@
-// Keeps driftd_test_support a valid library while it has no other sources.

@@ -1,0 +1,74 @@
+// Helpers shared by driftd's tests: temporary directories, files, awaiting conditions, and
+// running the driftd binary as a child process (for end-to-end and crash tests).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace driftd::testing {
+
+/// A fresh directory under /tmp, removed with everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix = "driftd-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string operator/(std::string_view name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string ReadFile(const std::filesystem::path& path);
+void WriteFile(const std::filesystem::path& path, std::string_view content);
+void AppendFile(const std::filesystem::path& path, std::string_view content);
+std::vector<std::string> SplitLines(std::string_view text);
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+bool WaitFor(const std::function<bool()>& condition,
+             std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+/// A child process with stdout and stderr redirected to a file.
+class ChildProcess {
+ public:
+  /// Starts `argv` (argv[0] is the program path) with `env` added to the environment.
+  static ChildProcess Start(const std::vector<std::string>& argv, const std::string& output_path,
+                            const std::map<std::string, std::string>& env = {});
+  ChildProcess(ChildProcess&& other) noexcept;
+  ~ChildProcess();  // kills (SIGKILL) and reaps a child still running
+
+  pid_t pid() const { return pid_; }
+  void Signal(int signal) const;
+  /// Waits for the exit; returns the wait status, or nullopt on timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  bool Exited();
+
+ private:
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+/// Path of the driftd binary under test.
+std::string DriftdBinary();
+
+struct RunResult {
+  int exit_code = -1;   // -1 if killed by a signal or timed out
+  std::string output;   // stdout + stderr
+};
+
+/// Runs driftd with `args` to completion (killing it after `timeout`).
+RunResult RunDriftd(const std::vector<std::string>& args,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                    const std::map<std::string, std::string>& env = {});
+
+}  // namespace driftd::testing
