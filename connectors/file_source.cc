@@ -253,7 +253,8 @@ class FileSource final : public Source {
         if (FileSizeOrMissing(path).value_or(0) < 0) continue;  // removed since listing
         return tl::unexpected(fd.error());
       }
-      int64_t limit = std::min(entry.size, consumed + (budget - bytes));
+      int64_t limit = budget - bytes >= entry.size - consumed ? entry.size
+                                                              : consumed + (budget - bytes);
       auto line_end = LastLineEnd(*fd, path, consumed, limit, scan_block_);
       if (!line_end) return tl::unexpected(line_end.error());
       int64_t stop = *line_end;
@@ -269,6 +270,8 @@ class FileSource final : public Source {
       end[entry.name] = stop;
       bytes += stop - consumed;
       ++files;
+      // The budget cut this file: later files wait, so files are consumed in name order.
+      if (limit < entry.size) break;
     }
     return end;
   }
