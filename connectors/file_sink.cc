@@ -183,10 +183,13 @@ ConnectorDecl FileSinkDecl() {
 Result<std::unique_ptr<Sink>> CreateFileSink(const PipelineSpec& pipeline, const SinkSpec& spec) {
   std::string path = spec.options.GetString("path");
   if (path.empty()) return MakeError(ErrorCode::kConfig, "the file sink needs option path");
-  auto normal = std::filesystem::path(path).lexically_normal();
+  auto normal = [](const std::string& text) {
+    auto p = std::filesystem::path(text).lexically_normal();
+    return p.has_filename() ? p : p.parent_path();  // "out/" is "out"
+  };
   for (const SinkSpec& other : pipeline.sinks) {
     if (&other == &spec || other.name == spec.name || other.format != "file") continue;
-    if (std::filesystem::path(other.options.GetString("path")).lexically_normal() == normal) {
+    if (normal(other.options.GetString("path")) == normal(path)) {
       return MakeError(ErrorCode::kConfig,
                        "file sinks '{}' and '{}' both write to {}; each file sink needs its own "
                        "directory (their manifests would collide)",
