@@ -404,6 +404,17 @@ Status RocksCheckpointStore::Init() {
         missing.emplace_back(name);
       }
     }
+    // A first open killed while RocksDB was adding the column families leaves a database with
+    // only some of them (and nothing else): finish creating it. The layout marker check below
+    // still refuses a database that holds data but no marker.
+    bool only_ours = std::all_of(existing_cfs.begin(), existing_cfs.end(), [](const auto& name) {
+      return name == rocksdb::kDefaultColumnFamilyName ||
+             std::find(std::begin(kCfNames), std::end(kCfNames), name) != std::end(kCfNames);
+    });
+    if (!missing.empty() && only_ours && !options_.read_only) {
+      Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
+      missing.clear();
+    }
     if (!missing.empty()) {
       return MakeError(ErrorCode::kIncompatible,
                        "'{}' is a RocksDB database but not a driftd checkpoint (it has no '{}' "
