@@ -1,0 +1,1283 @@
+#include "config/loader.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "config/connector_options.h"
+#include "config/detectors.h"
+#include "config/suggest.h"
+#include "config/yaml_reader.h"
+
+namespace driftd {
+namespace {
+
+using config_detail::Describe;
+using config_detail::MapReader;
+using config_detail::Problems;
+using config_detail::Reader;
+using config_detail::Scalar;
+using config_detail::Show;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+bool IsValidName(std::string_view name) {
+  if (name.empty()) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+std::string Join(const std::vector<std::string_view>& words) {
+  std::string out;
+  for (std::string_view word : words) {
+    if (!out.empty()) out += ", ";
+    out += word;
+  }
+  return out;
+}
+
+template <typename E>
+std::optional<E> Lookup(const std::vector<std::pair<std::string_view, E>>& table,
+                        std::string_view name) {
+  for (const auto& [spelled, value] : table) {
+    if (spelled == name) return value;
+  }
+  return std::nullopt;
+}
+
+template <typename E>
+std::vector<std::string_view> Names(const std::vector<std::pair<std::string_view, E>>& table) {
+  std::vector<std::string_view> names;
+  for (const auto& entry : table) names.push_back(entry.first);
+  return names;
+}
+
+const std::vector<std::pair<std::string_view, MalformedPolicy>> kPolicies = {
+    {"permissive", MalformedPolicy::kPermissive},
+    {"drop", MalformedPolicy::kDrop},
+    {"fail", MalformedPolicy::kFail},
+    {"dead_letter", MalformedPolicy::kDeadLetter},
+};
+
+const std::vector<std::pair<std::string_view, AggregateFn>> kAggregates = {
+    {"count", AggregateFn::kCount},   {"sum", AggregateFn::kSum},
+    {"mean", AggregateFn::kMean},     {"avg", AggregateFn::kMean},
+    {"stddev", AggregateFn::kStddev}, {"variance", AggregateFn::kVariance},
+    {"min", AggregateFn::kMin},       {"max", AggregateFn::kMax},
+};
+
+const std::vector<std::pair<std::string_view, OutputMode>> kOutputModes = {
+    {"append", OutputMode::kAppend},
+    {"update", OutputMode::kUpdate},
+    {"complete", OutputMode::kComplete},
+};
+
+const std::vector<std::pair<std::string_view, StreamKind>> kStreams = {
+    {"stats", StreamKind::kStats},
+    {"alerts", StreamKind::kAlerts},
+    {"dead_letter", StreamKind::kDeadLetter},
+};
+
+const std::vector<std::pair<std::string_view, BaselineKind>> kBaselines = {
+    {"warmup", BaselineKind::kWarmup},
+    {"file", BaselineKind::kFile},
+    {"trailing", BaselineKind::kTrailing},
+};
+
+// Spellings from other systems that users type for driftd's field types.
+const std::vector<std::pair<std::string_view, std::string_view>> kTypeAliases = {
+    {"float", "double"},   {"float64", "double"},        {"number", "double"},
+    {"integer", "int"},    {"int32", "int"},             {"bigint", "long"},
+    {"int64", "long"},     {"bool", "boolean"},          {"str", "string"},
+    {"text", "string"},    {"datetime", "timestamp"},    {"array<float>", "array<double>"},
+    {"array", "array<double>"}, {"list<double>", "array<double>"},
+};
+
+std::string StreamName(StreamKind stream) {
+  for (const auto& [name, value] : kStreams) {
+    if (value == stream) return std::string(name);
+  }
+  return "stats";
+}
+
+std::string PolicyName(MalformedPolicy policy) {
+  for (const auto& [name, value] : kPolicies) {
+    if (value == policy) return std::string(name);
+  }
+  return "permissive";
+}
+
+std::string ModeName(OutputMode mode) {
+  for (const auto& [name, value] : kOutputModes) {
+    if (value == mode) return std::string(name);
+  }
+  return "append";
+}
+
+// Where a column reference is and what kinds of column it accepts.
+enum class ColumnUse {
+  kAny,
+  kGroupKey,     // string, long, int, boolean
+  kNumericLike,  // double, long, int, array<double>
+  kTimestamp,
+  kLabel,        // prediction / label for error rate: numeric, string or boolean
+};
+
+bool Accepts(ColumnUse use, FieldType type) {
+  switch (use) {
+    case ColumnUse::kAny: return true;
+    case ColumnUse::kGroupKey:
+      return type == FieldType::kString || type == FieldType::kLong || type == FieldType::kInt ||
+             type == FieldType::kBoolean;
+    case ColumnUse::kNumericLike: return IsNumeric(type) || type == FieldType::kDoubleArray;
+    case ColumnUse::kTimestamp: return type == FieldType::kTimestamp;
+    case ColumnUse::kLabel:
+      return IsNumeric(type) || type == FieldType::kString || type == FieldType::kBoolean;
+  }
+  return false;
+}
+
+std::string_view Expected(ColumnUse use) {
+  switch (use) {
+    case ColumnUse::kAny: return "any column";
+    case ColumnUse::kGroupKey: return "a string, long, int or boolean column";
+    case ColumnUse::kNumericLike: return "a numeric (double, long, int) or array<double> column";
+    case ColumnUse::kTimestamp: return "a timestamp column";
+    case ColumnUse::kLabel: return "a numeric, string or boolean column";
+  }
+  return "";
+}
+
+// What the sinks said, beyond the SinkSpec: which fields parsed and whether outputMode was given.
+struct SinkInfo {
+  bool stream_ok = false;
+  bool mode_given = false;
+  bool mode_ok = false;
+  SourceMark stream_mark;
+  SourceMark mode_mark;
+};
+
+class PipelineParser {
+ public:
+  PipelineParser(const LoadOptions& options, Problems& problems)
+      : options_(options), reader_{problems, options.env}, problems_(problems) {}
+
+  PipelineSpec Parse(const YAML::Node& root, std::string_view file_name) {
+    spec_.file = std::string(file_name);
+    MapReader top(reader_, root, "", {1, 1},
+                  std::vector<std::string_view>{"name", "schema", "source", "query", "drift",
+                                                "sinks", "trigger", "checkpointLocation"},
+                  " (a pipeline: name, schema, source, query, drift, sinks, trigger, "
+                  "checkpointLocation)");
+    if (!top.valid()) return spec_;
+    ParseName(top);
+    ParseSchema(top);
+    ParseSource(top);
+    ParseQuery(top);
+    ParseDrift(top);
+    ParseSinks(top);
+    ParseTrigger(top);
+    ParseCheckpoint(top);
+    CheckOutputModes();
+    CheckDeadLetter();
+    CheckStreams();
+    return spec_;
+  }
+
+ private:
+  // ---- name, schema -------------------------------------------------------------------------
+
+  void ParseName(const MapReader& top) {
+    auto name = top.String("name", /*required=*/true);
+    if (!name) return;
+    if (!IsValidName(name->value)) {
+      problems_.Error(name->path, name->mark,
+                      fmt::format("pipeline name {} may contain only letters, digits, '.', '_' "
+                                  "and '-' (it names the checkpoint and the Kafka "
+                                  "transactional.id)",
+                                  Show(*name)));
+      return;
+    }
+    spec_.name = name->value;
+  }
+
+  void ParseSchema(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("schema");
+    if (entry == nullptr || entry->value.IsNull()) {
+      top.ReportMissing("schema",
+                        " (a list of fields, e.g. - {name: model_id, type: string})");
+      return;
+    }
+    auto items = reader_.ReadList(entry->value, "schema",
+                                  " of fields, e.g. - {name: model_id, type: string}");
+    if (!items) return;
+    if (items->empty()) {
+      problems_.Error("schema", entry->key_mark, "the schema needs at least one field");
+      return;
+    }
+    schema_names_complete_ = true;
+    std::map<std::string, int> first_line;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string path = fmt::format("schema[{}]", i);
+      MapReader field(reader_, (*items)[i], path, {},
+                      std::vector<std::string_view>{"name", "type", "nullable"},
+                      " with name, type and nullable");
+      if (!field.valid()) {
+        schema_names_complete_ = false;
+        continue;
+      }
+      auto name = field.String("name", true);
+      std::optional<FieldType> type;
+      if (auto type_text = field.String("type", true)) {
+        type = ParseFieldType(type_text->value);
+        if (!type) {
+          std::string suggestion;
+          if (auto alias = Lookup(kTypeAliases, type_text->value)) {
+            suggestion = fmt::format("; did you mean '{}'?", *alias);
+          } else {
+            suggestion = DidYouMean(type_text->value, FieldTypeNames());
+          }
+          problems_.Error(type_text->path, type_text->mark,
+                          fmt::format("unknown type {}; expected one of {}{}", Show(*type_text),
+                                      Join(FieldTypeNames()), suggestion));
+        }
+      }
+      auto nullable = field.Bool("nullable");
+      if (!name) {
+        schema_names_complete_ = false;
+        continue;
+      }
+      if (name->value.empty()) {
+        problems_.Error(name->path, name->mark, "a field name cannot be empty");
+        schema_names_complete_ = false;
+        continue;
+      }
+      if (auto it = first_line.find(name->value); it != first_line.end()) {
+        problems_.Error(name->path, name->mark,
+                        fmt::format("duplicate field {} (first declared at line {})",
+                                    Show(*name), it->second));
+        continue;
+      }
+      first_line.emplace(name->value, name->mark.line);
+      columns_.emplace(name->value, type);
+      column_names_.push_back(name->value);
+      if (type) {
+        spec_.schema.fields.push_back({name->value, *type, nullable.value_or(true)});
+      }
+    }
+  }
+
+  // Checks a column reference; false when it is unknown or of the wrong type (reported).
+  bool CheckColumn(const Scalar& column, ColumnUse use, std::string_view role) {
+    auto it = columns_.find(column.value);
+    if (it == columns_.end()) {
+      if (schema_names_complete_) {
+        std::vector<std::string_view> names(column_names_.begin(), column_names_.end());
+        std::string suggestion = DidYouMean(column.value, names);
+        problems_.Error(column.path, column.mark,
+                        fmt::format("{} {} is not a schema column{}", role, Show(column),
+                                    suggestion.empty()
+                                        ? fmt::format(" (columns: {})", Join(names))
+                                        : suggestion));
+      }
+      return false;
+    }
+    if (it->second && !Accepts(use, *it->second)) {
+      problems_.Error(column.path, column.mark,
+                      fmt::format("{} {} is of type {}; expected {}", role, Show(column),
+                                  FieldTypeName(*it->second), Expected(use)));
+      return false;
+    }
+    return true;
+  }
+
+  std::optional<FieldType> ColumnType(std::string_view name) const {
+    auto it = columns_.find(std::string(name));
+    return it == columns_.end() ? std::nullopt : it->second;
+  }
+
+  // ---- source -------------------------------------------------------------------------------
+
+  void ParseSource(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("source");
+    if (entry == nullptr || entry->value.IsNull()) {
+      top.ReportMissing("source", " (e.g. source: {format: kafka, options: {...}})");
+      return;
+    }
+    MapReader source(reader_, entry->value, "source", entry->key_mark,
+                     std::vector<std::string_view>{"format", "options", "malformed"},
+                     " with format, options and malformed");
+    spec_.source.mark = entry->key_mark;
+    if (!source.valid()) return;
+    const ConnectorDecl* decl = nullptr;
+    bool format_ok = false;
+    if (auto format = source.String("format", true)) {
+      spec_.source.format = format->value;
+      format_ok = CheckFormat(*format, ConnectorRole::kSource, &decl);
+    }
+    if (format_ok || !options_.catalog) {
+      spec_.source.options = config_detail::ReadConnectorOptions(
+          reader_, source, decl, fmt::format("{} source", spec_.source.format));
+    }
+    ParseMalformed(source);
+  }
+
+  bool CheckFormat(const Scalar& format, ConnectorRole role, const ConnectorDecl** decl) {
+    if (!options_.catalog) return true;
+    *decl = config_detail::FindConnector(*options_.catalog, format.value, role);
+    if (*decl) return true;
+    const char* role_name = role == ConnectorRole::kSource ? "source" : "sink";
+    auto formats = config_detail::ConnectorFormats(*options_.catalog, role);
+    std::string message =
+        fmt::format("unknown {} format {} (known {} formats: {}){}", role_name, Show(format),
+                    role_name, Join(formats),
+                    format.secret ? "" : DidYouMean(format.value, formats));
+    const ConnectorRole other =
+        role == ConnectorRole::kSource ? ConnectorRole::kSink : ConnectorRole::kSource;
+    if (config_detail::FindConnector(*options_.catalog, format.value, other)) {
+      message += fmt::format(" ('{}' is a {} format)", format.value,
+                             role == ConnectorRole::kSource ? "sink" : "source");
+    }
+    problems_.Error(format.path, format.mark, std::move(message));
+    return false;
+  }
+
+  void ParseMalformed(const MapReader& source) {
+    const MapReader::Entry* entry = source.Find("malformed");
+    if (entry == nullptr) {
+      policy_ok_ = true;
+      return;
+    }
+    MapReader malformed(reader_, entry->value, "source.malformed", entry->key_mark,
+                        std::vector<std::string_view>{"policy", "maxRecordBytes", "maxDepth"},
+                        " with policy, maxRecordBytes and maxDepth");
+    if (!malformed.valid()) return;
+    MalformedSpec& spec = spec_.source.malformed;
+    if (auto policy = malformed.Choice("policy", Names(kPolicies))) {
+      spec.policy = *Lookup(kPolicies, *policy);
+      policy_ok_ = true;
+    } else {
+      policy_ok_ = !malformed.Has("policy");
+    }
+    policy_mark_ = malformed.MarkOf("policy");
+    if (auto bytes = malformed.Bytes("maxRecordBytes", 1)) {
+      spec.max_record_bytes = *bytes;
+    }
+    if (auto depth = malformed.Int("maxDepth", 1, 100'000)) {
+      spec.max_depth = static_cast<int>(*depth);
+    }
+  }
+
+  // ---- query --------------------------------------------------------------------------------
+
+  void ParseQuery(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("query");
+    if (entry == nullptr) return;
+    MapReader query(reader_, entry->value, "query", entry->key_mark,
+                    std::vector<std::string_view>{"groupBy", "aggregates", "window", "watermark",
+                                                  "select"},
+                    " with groupBy, aggregates, window, watermark or select");
+    if (!query.valid()) {
+      query_ok_ = false;
+      group_by_ok_ = false;
+      return;
+    }
+    QuerySpec& spec = spec_.query;
+    const size_t errors_before = problems_.error_count();
+
+    if (query.Has("groupBy")) {
+      auto columns = query.StringList("groupBy", ", e.g. [model_id]");
+      group_by_ok_ = columns.has_value();
+      std::set<std::string> seen;
+      for (const Scalar& column : columns.value_or(std::vector<Scalar>{})) {
+        if (!seen.insert(column.value).second) {
+          problems_.Error(column.path, column.mark,
+                          fmt::format("column {} is listed twice in groupBy", Show(column)));
+          group_by_ok_ = false;
+          continue;
+        }
+        if (!CheckColumn(column, ColumnUse::kGroupKey, "groupBy column")) group_by_ok_ = false;
+        spec.group_by.push_back(column.value);
+      }
+    }
+
+    if (query.Has("aggregates")) {
+      auto items = query.StringList("aggregates",
+                                    ", e.g. [count, mean(prediction), stddev(prediction)]");
+      if (items) {
+        std::map<std::string, int> seen;
+        for (const Scalar& item : *items) ParseAggregate(item, seen);
+      }
+    }
+
+    if (const MapReader::Entry* window_entry = query.Find("window")) {
+      MapReader window(reader_, window_entry->value, "query.window", window_entry->key_mark,
+                       std::vector<std::string_view>{"column", "size", "slide"},
+                       ", e.g. {column: event_time, size: 5 minutes, slide: 1 minute}");
+      if (window.valid() && !window_entry->value.IsNull()) {
+        WindowSpec w;
+        w.mark = window_entry->key_mark;
+        bool ok = true;
+        if (auto column = window.String("column", true)) {
+          ok = CheckColumn(*column, ColumnUse::kTimestamp, "window column") && ok;
+          w.column = column->value;
+        } else {
+          ok = false;
+        }
+        auto size = window.DurationMs("size", 1, true);
+        auto slide = window.DurationMs("slide", 1);
+        ok = ok && size.has_value() && (slide.has_value() || !window.Has("slide"));
+        if (size) {
+          w.size_ms = *size;
+          w.slide_ms = slide.value_or(*size);
+          if (slide && *slide > *size) {
+            problems_.Error(window.PathOf("slide"), window.MarkOf("slide"),
+                            fmt::format("window slide ({} ms) must not exceed the window size "
+                                        "({} ms): rows between windows would be skipped",
+                                        *slide, *size));
+            ok = false;
+          }
+        }
+        if (ok || w.size_ms > 0) spec.window = w;
+      } else if (window_entry->value.IsNull()) {
+        problems_.Error("query.window", window_entry->key_mark,
+                        "'window' has no value; expected e.g. {column: event_time, size: 5 "
+                        "minutes}");
+      }
+    }
+
+    if (const MapReader::Entry* wm_entry = query.Find("watermark")) {
+      MapReader watermark(reader_, wm_entry->value, "query.watermark", wm_entry->key_mark,
+                          std::vector<std::string_view>{"column", "delay"},
+                          ", e.g. {column: event_time, delay: 10 minutes}");
+      if (watermark.valid() && !wm_entry->value.IsNull()) {
+        WatermarkSpec w;
+        w.mark = wm_entry->key_mark;
+        if (auto column = watermark.String("column", true)) {
+          CheckColumn(*column, ColumnUse::kTimestamp, "watermark column");
+          w.column = column->value;
+        }
+        if (auto delay = watermark.DurationMs("delay", 0, true)) w.delay_ms = *delay;
+        spec.watermark = w;
+      } else if (wm_entry->value.IsNull()) {
+        problems_.Error("query.watermark", wm_entry->key_mark,
+                        "'watermark' has no value; expected e.g. {column: event_time, delay: 10 "
+                        "minutes}");
+      }
+    }
+
+    if (query.Has("select")) {
+      auto columns = query.StringList("select", ", e.g. [model_id, prediction]");
+      for (const Scalar& column : columns.value_or(std::vector<Scalar>{})) {
+        CheckColumn(column, ColumnUse::kAny, "selected column");
+        spec.select.push_back(column.value);
+      }
+      if (spec.IsAggregation()) {
+        problems_.Error(query.PathOf("select"), query.MarkOf("select"),
+                        "'select' applies to a query without groupBy, aggregates or window; an "
+                        "aggregation query outputs its keys and aggregates");
+      }
+    }
+    query_ok_ = problems_.error_count() == errors_before;
+  }
+
+  void ParseAggregate(const Scalar& item, std::map<std::string, int>& seen) {
+    std::string text = item.value;
+    text.erase(std::remove_if(text.begin(), text.end(),
+                              [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
+               text.end());
+    std::string fn_name = text;
+    std::string column;
+    bool has_parens = false;
+    if (size_t open = text.find('('); open != std::string::npos) {
+      has_parens = true;
+      if (text.back() != ')' || text.find('(', open + 1) != std::string::npos) {
+        problems_.Error(item.path, item.mark,
+                        fmt::format("cannot read aggregate {}; expected \"count\", \"count(*)\" "
+                                    "or \"fn(column)\" with fn one of {}",
+                                    Show(item), Join(Names(kAggregates))));
+        return;
+      }
+      fn_name = text.substr(0, open);
+      column = text.substr(open + 1, text.size() - open - 2);
+    }
+    std::string lower = fn_name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto fn = Lookup(kAggregates, lower);
+    if (!fn) {
+      problems_.Error(item.path, item.mark,
+                      fmt::format("unknown aggregate function {}; expected one of {}{}",
+                                  item.secret ? std::string("<redacted>")
+                                              : fmt::format("'{}'", fn_name),
+                                  Join(Names(kAggregates)),
+                                  item.secret ? "" : DidYouMean(lower, Names(kAggregates))));
+      return;
+    }
+    AggregateSpec aggregate;
+    aggregate.fn = *fn;
+    aggregate.mark = item.mark;
+    if (column == "*" || (!has_parens && *fn == AggregateFn::kCount)) {
+      if (*fn != AggregateFn::kCount) {
+        problems_.Error(item.path, item.mark,
+                        fmt::format("{}(*) is not defined; only count takes *",
+                                    item.secret ? "<redacted>" : lower));
+        return;
+      }
+      aggregate.output_name = "count";
+    } else if (column.empty()) {
+      problems_.Error(item.path, item.mark,
+                      fmt::format("aggregate {} names no column; write {}(column)", Show(item),
+                                  item.secret ? "fn" : lower));
+      return;
+    } else {
+      Scalar column_ref{column, item.secret, item.path, item.mark};
+      if (!CheckColumn(column_ref,
+                       *fn == AggregateFn::kCount ? ColumnUse::kAny : ColumnUse::kNumericLike,
+                       fmt::format("{} column", lower))) {
+        return;
+      }
+      aggregate.column = column;
+      aggregate.output_name = fmt::format("{}({})", lower, column);
+    }
+    if (auto it = seen.find(aggregate.output_name); it != seen.end()) {
+      problems_.Error(item.path, item.mark,
+                      fmt::format("aggregate {} is listed twice (first at line {})", Show(item),
+                                  it->second));
+      return;
+    }
+    seen.emplace(aggregate.output_name, item.mark.line);
+    spec_.query.aggregates.push_back(std::move(aggregate));
+  }
+
+  // ---- drift --------------------------------------------------------------------------------
+
+  void ParseDrift(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("drift");
+    if (entry == nullptr || entry->value.IsNull()) return;
+    MapReader drift(reader_, entry->value, "drift", entry->key_mark,
+                    std::vector<std::string_view>{"series", "baseline", "detectors",
+                                                  "minSamples", "hysteresis", "cooldown",
+                                                  "modelColumn", "predictionColumn",
+                                                  "labelColumn", "overrides"},
+                    " with series, baseline, detectors, ...");
+    if (!drift.valid()) return;
+    DriftSpec& spec = spec_.drift;
+    spec.enabled = true;
+    spec.mark = entry->key_mark;
+
+    // The model column: given, or the first groupBy column.
+    if (auto model = drift.String("modelColumn")) {
+      spec.model_column = model->value;
+      if (CheckColumn(*model, ColumnUse::kGroupKey, "modelColumn") && group_by_ok_ &&
+          std::find(spec_.query.group_by.begin(), spec_.query.group_by.end(), model->value) ==
+              spec_.query.group_by.end()) {
+        problems_.Error(model->path, model->mark,
+                        fmt::format("modelColumn {} must be one of the query's groupBy columns "
+                                    "({}): drift is tracked per group",
+                                    Show(*model),
+                                    spec_.query.group_by.empty()
+                                        ? std::string("none given")
+                                        : fmt::format("{}", fmt::join(spec_.query.group_by, ", "))));
+      }
+    } else if (!drift.Has("modelColumn")) {
+      if (!spec_.query.group_by.empty()) {
+        spec.model_column = spec_.query.group_by.front();
+      } else if (group_by_ok_) {
+        problems_.Error("drift", entry->key_mark,
+                        "drift is tracked per model, but the query has no groupBy: add "
+                        "query.groupBy (e.g. [model_id]); drift.modelColumn defaults to its "
+                        "first column");
+      }
+    }
+
+    const MapReader::Entry* series_entry = drift.Find("series");
+    if (series_entry == nullptr || series_entry->value.IsNull()) {
+      drift.ReportMissing("series", " (the numeric or array<double> columns to watch, e.g. "
+                                    "[feature_vector, prediction])");
+    } else if (auto series = drift.StringList("series", ", e.g. [feature_vector, prediction]")) {
+      if (series->empty()) {
+        problems_.Error("drift.series", series_entry->key_mark,
+                        "drift.series needs at least one column");
+      }
+      std::set<std::string> seen;
+      for (const Scalar& column : *series) {
+        if (!seen.insert(column.value).second) {
+          problems_.Error(column.path, column.mark,
+                          fmt::format("series {} is listed twice", Show(column)));
+          continue;
+        }
+        CheckColumn(column, ColumnUse::kNumericLike, "drift series");
+        spec.series.push_back(column.value);
+      }
+    }
+
+    if (auto column = drift.String("predictionColumn")) {
+      CheckColumn(*column, ColumnUse::kLabel, "predictionColumn");
+      spec.prediction_column = column->value;
+    }
+    if (auto column = drift.String("labelColumn")) {
+      CheckColumn(*column, ColumnUse::kLabel, "labelColumn");
+      spec.label_column = column->value;
+    }
+    if (auto value = drift.Int("minSamples", 1, kMaxInt)) spec.min_samples = *value;
+    if (auto value = drift.Int("hysteresis", 1, 1'000'000)) {
+      spec.hysteresis = static_cast<int>(*value);
+    }
+    if (auto value = drift.DurationMs("cooldown", 0)) spec.cooldown_ms = *value;
+
+    ParseBaseline(drift);
+    ParseDetectors(drift);
+    ParseOverrides(drift);
+  }
+
+  void ParseBaseline(const MapReader& drift) {
+    BaselineSpec& baseline = spec_.drift.baseline;
+    const MapReader::Entry* entry = drift.Find("baseline");
+    if (entry == nullptr) {
+      baseline.mark = drift.anchor();
+      return;
+    }
+    baseline.mark = entry->key_mark;
+    MapReader map(reader_, entry->value, "drift.baseline", entry->key_mark,
+                  std::vector<std::string_view>{"type", "records", "duration", "path",
+                                                "windows"},
+                  ", e.g. {type: warmup, records: 1000}");
+    if (!map.valid()) return;
+    auto type = map.Choice("type", Names(kBaselines));
+    if (!type) {
+      if (map.Has("type")) return;
+      type = "warmup";
+    }
+    baseline.kind = *Lookup(kBaselines, *type);
+    // Each key belongs to one baseline type; another type's key would silently do nothing.
+    const std::vector<std::pair<std::string_view, BaselineKind>> owners = {
+        {"records", BaselineKind::kWarmup},
+        {"duration", BaselineKind::kWarmup},
+        {"path", BaselineKind::kFile},
+        {"windows", BaselineKind::kTrailing},
+    };
+    for (const auto& [key, owner] : owners) {
+      if (map.Has(key) && owner != baseline.kind) {
+        problems_.Error(map.PathOf(key), map.MarkOf(key),
+                        fmt::format("'{}' applies to baseline type {}, not {}", key,
+                                    owner == BaselineKind::kWarmup ? "warmup"
+                                    : owner == BaselineKind::kFile ? "file"
+                                                                   : "trailing",
+                                    *type));
+      }
+    }
+    switch (baseline.kind) {
+      case BaselineKind::kWarmup:
+        if (map.Has("records") && map.Has("duration")) {
+          problems_.Error(map.PathOf("duration"), map.MarkOf("duration"),
+                          "give either records or duration for a warmup baseline, not both");
+        }
+        if (auto records = map.Int("records", 1, kMaxInt)) baseline.records = *records;
+        if (auto duration = map.DurationMs("duration", 1)) baseline.duration_ms = *duration;
+        break;
+      case BaselineKind::kFile:
+        if (auto path = map.String("path", true)) {
+          if (path->value.empty()) {
+            problems_.Error(path->path, path->mark, "the baseline path is empty");
+          }
+          baseline.path = path->value;
+        }
+        break;
+      case BaselineKind::kTrailing:
+        if (auto windows = map.Int("windows", 1, 10'000)) {
+          baseline.windows = static_cast<int>(*windows);
+        }
+        if (query_ok_ && !spec_.query.window) {
+          problems_.Error(map.PathOf("type"), map.MarkOf("type"),
+                          "a trailing baseline compares with previous windows, but the query "
+                          "has no window (add query.window)");
+        }
+        break;
+    }
+  }
+
+  void ParseDetectors(const MapReader& drift) {
+    const MapReader::Entry* entry = drift.Find("detectors");
+    if (entry == nullptr) {
+      // Documented default: a mean shift and a PSI detector with their default parameters.
+      for (DetectorKind kind : {DetectorKind::kMeanShift, DetectorKind::kPsi}) {
+        DetectorSpec detector = config_detail::DefaultDetector(kind);
+        detector.mark = drift.anchor();
+        spec_.drift.detectors.push_back(std::move(detector));
+      }
+      return;
+    }
+    auto items = reader_.ReadList(entry->value, "drift.detectors",
+                                  ", e.g. - {type: psi, warn: 0.1, alert: 0.25}");
+    if (!items) return;
+    if (items->empty()) {
+      problems_.Error("drift.detectors", entry->key_mark,
+                      "drift.detectors is empty; list at least one detector (or remove the key "
+                      "for the defaults: mean_shift and psi)");
+      return;
+    }
+    std::map<std::string, int> seen;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string path = fmt::format("drift.detectors[{}]", i);
+      const YAML::Node& node = (*items)[i];
+      // A detector is a map with `type`; its other valid keys depend on the type.
+      if (!node.IsMap()) {
+        problems_.Error(path, config_detail::MarkOf(node),
+                        fmt::format("expected a map such as {{type: psi, warn: 0.1, alert: "
+                                    "0.25}}, found {}",
+                                    Describe(node, false)));
+        continue;
+      }
+      // The type decides which other keys are valid, so it is read first.
+      YAML::Node type_node;
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (it->first.IsScalar() && it->first.Scalar() == "type") type_node = it->second;
+      }
+      if (!type_node.IsDefined()) {
+        problems_.Error(path + ".type", config_detail::MarkOf(node),
+                        fmt::format("'type' is required (one of {})", Join(config_detail::DetectorNames())));
+        continue;
+      }
+      auto type_scalar = reader_.ReadScalar(type_node, path + ".type", false);
+      if (!type_scalar) continue;
+      auto type = reader_.ToChoice(*type_scalar, config_detail::DetectorNames());
+      if (!type) continue;
+      const config_detail::DetectorInfo& info = *config_detail::FindDetector(*type);
+      std::vector<std::string_view> keys = {"type", "warn", "alert"};
+      for (const auto& param : info.params) keys.push_back(param.yaml_name);
+      // Unknown parameters of this detector type are reported with did-you-mean.
+      MapReader map(reader_, node, path, {}, keys);
+      DetectorSpec detector = config_detail::DefaultDetector(info.kind);
+      detector.mark = config_detail::MarkOf(node);
+      bool ok = true;
+      for (std::string_view threshold : {"warn", "alert"}) {
+        auto value = map.Double(threshold);
+        if (!value) {
+          ok = ok && !map.Has(threshold);
+          continue;
+        }
+        if (*value < 0 || *value > info.max_threshold) {
+          problems_.Error(map.PathOf(threshold), map.MarkOf(threshold),
+                          fmt::format("{} threshold must be between 0 and {} for {}, found {}",
+                                      threshold, info.max_threshold, info.name, *value));
+          ok = false;
+          continue;
+        }
+        (threshold == "warn" ? detector.warn : detector.alert) = *value;
+      }
+      if (ok && detector.warn > detector.alert) {
+        problems_.Error(map.PathOf(map.Has("warn") ? "warn" : "alert"),
+                        map.MarkOf(map.Has("warn") ? "warn" : "alert"),
+                        fmt::format("the warn threshold ({}) must not exceed the alert "
+                                    "threshold ({})",
+                                    detector.warn, detector.alert));
+      }
+      for (const auto& param : info.params) {
+        if (!map.Has(param.yaml_name)) continue;
+        auto scalar = map.String(param.yaml_name);
+        if (!scalar) continue;
+        std::optional<double> value;
+        if (param.integer) {
+          auto as_int = reader_.ToInt(*scalar, static_cast<int64_t>(param.min),
+                                      static_cast<int64_t>(param.max));
+          if (as_int) value = static_cast<double>(*as_int);
+        } else {
+          value = reader_.ToDouble(*scalar);
+          if (value && (*value < param.min || *value > param.max)) {
+            problems_.Error(scalar->path, scalar->mark,
+                            fmt::format("{} must be between {} and {}, found {}", param.yaml_name,
+                                        param.min, param.max, *value));
+            value.reset();
+          }
+        }
+        if (value) detector.params[std::string(param.key)] = *value;
+      }
+      if (auto it = seen.find(detector.name); it != seen.end()) {
+        problems_.Error(map.PathOf("type"), map.MarkOf("type"),
+                        fmt::format("detector {} is listed twice (first at line {}); use "
+                                    "overrides for per-model thresholds",
+                                    detector.name, it->second));
+        continue;
+      }
+      seen.emplace(detector.name, detector.mark.line);
+      if (info.kind == DetectorKind::kErrorRate) {
+        if (spec_.drift.prediction_column.empty() || spec_.drift.label_column.empty()) {
+          problems_.Error(map.PathOf("type"), map.MarkOf("type"),
+                          "the error_rate detector needs drift.predictionColumn and "
+                          "drift.labelColumn");
+        }
+      }
+      spec_.drift.detectors.push_back(std::move(detector));
+    }
+  }
+
+  void ParseOverrides(const MapReader& drift) {
+    const MapReader::Entry* entry = drift.Find("overrides");
+    if (entry == nullptr) return;
+    auto items = reader_.ReadList(entry->value, "drift.overrides",
+                                  ", e.g. - {model: model-3, detector: psi, alert: 0.4}");
+    if (!items) return;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string path = fmt::format("drift.overrides[{}]", i);
+      MapReader map(reader_, (*items)[i], path, {},
+                    std::vector<std::string_view>{"model", "series", "detector", "warn",
+                                                  "alert"},
+                    ", e.g. {model: model-3, detector: psi, alert: 0.4}");
+      if (!map.valid()) continue;
+      ThresholdOverride override_spec;
+      override_spec.mark = config_detail::MarkOf((*items)[i]);
+      if (auto model = map.String("model")) override_spec.model = model->value;
+      if (auto series = map.String("series")) {
+        override_spec.series = series->value;
+        CheckOverrideSeries(*series);
+      }
+      const DetectorSpec* detector = nullptr;
+      if (auto name = map.String("detector", true)) {
+        override_spec.detector = name->value;
+        std::vector<std::string_view> configured;
+        for (const DetectorSpec& d : spec_.drift.detectors) {
+          configured.push_back(d.name);
+          if (d.name == name->value) detector = &d;
+        }
+        if (detector == nullptr) {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("detector {} is not among drift.detectors ({}){}",
+                                      Show(*name), Join(configured),
+                                      DidYouMean(name->value, configured)));
+        }
+      }
+      override_spec.warn = map.Double("warn");
+      override_spec.alert = map.Double("alert");
+      if (!map.Has("warn") && !map.Has("alert")) {
+        problems_.Error(path, override_spec.mark,
+                        "an override needs warn, alert or both (it changes thresholds only)");
+      }
+      if (detector) {
+        double warn = override_spec.warn.value_or(detector->warn);
+        double alert = override_spec.alert.value_or(detector->alert);
+        if (warn > alert) {
+          problems_.Error(path, override_spec.mark,
+                          fmt::format("with this override the warn threshold ({}) exceeds the "
+                                      "alert threshold ({})",
+                                      warn, alert));
+        }
+      }
+      spec_.drift.overrides.push_back(std::move(override_spec));
+    }
+  }
+
+  // An override names a drift series, or one element of an array<double> series: "col[3]".
+  void CheckOverrideSeries(const Scalar& series) {
+    std::string base = series.value;
+    bool indexed = false;
+    if (size_t open = base.find('['); open != std::string::npos && base.back() == ']') {
+      std::string index = base.substr(open + 1, base.size() - open - 2);
+      bool digits = !index.empty() && std::all_of(index.begin(), index.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      });
+      if (!digits) {
+        problems_.Error(series.path, series.mark,
+                        fmt::format("cannot read series {}; expected a column or column[index]",
+                                    Show(series)));
+        return;
+      }
+      base = base.substr(0, open);
+      indexed = true;
+    }
+    const auto& watched = spec_.drift.series;
+    if (std::find(watched.begin(), watched.end(), base) == watched.end()) {
+      std::vector<std::string_view> names(watched.begin(), watched.end());
+      problems_.Error(series.path, series.mark,
+                      fmt::format("series {} is not among drift.series ({}){}", Show(series),
+                                  Join(names), DidYouMean(base, names)));
+      return;
+    }
+    if (indexed && ColumnType(base) && *ColumnType(base) != FieldType::kDoubleArray) {
+      problems_.Error(series.path, series.mark,
+                      fmt::format("series {} has an index, but its column is not an "
+                                  "array<double>",
+                                  Show(series)));
+    }
+  }
+
+  // ---- sinks --------------------------------------------------------------------------------
+
+  void ParseSinks(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("sinks");
+    if (entry == nullptr || entry->value.IsNull()) {
+      top.ReportMissing("sinks", " (a list, e.g. - {format: console})");
+      sinks_ok_ = false;
+      return;
+    }
+    auto items = reader_.ReadList(entry->value, "sinks", ", e.g. - {format: console}");
+    if (!items) {
+      sinks_ok_ = false;
+      return;
+    }
+    if (items->empty()) {
+      problems_.Error("sinks", entry->key_mark, "a pipeline needs at least one sink");
+      return;
+    }
+    std::map<std::string, int> names;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string path = fmt::format("sinks[{}]", i);
+      MapReader map(reader_, (*items)[i], path, {},
+                    std::vector<std::string_view>{"name", "format", "stream", "outputMode",
+                                                  "options"},
+                    " with name, format, stream, outputMode and options");
+      if (!map.valid()) {
+        sinks_ok_ = false;
+        continue;
+      }
+      SinkSpec sink;
+      SinkInfo info;
+      sink.mark = config_detail::MarkOf((*items)[i]);
+      const ConnectorDecl* decl = nullptr;
+      bool format_ok = false;
+      if (auto format = map.String("format", true)) {
+        sink.format = format->value;
+        format_ok = CheckFormat(*format, ConnectorRole::kSink, &decl);
+      }
+      if (auto name = map.String("name")) {
+        if (!IsValidName(name->value)) {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("sink name {} may contain only letters, digits, '.', '_' "
+                                      "and '-'",
+                                      Show(*name)));
+        }
+        sink.name = name->value;
+      } else if (!map.Has("name")) {
+        sink.name = fmt::format("{}-{}", sink.format.empty() ? "sink" : sink.format, i);
+      }
+      if (!sink.name.empty()) {
+        SourceMark name_mark = map.Has("name") ? map.MarkOf("name") : sink.mark;
+        if (auto it = names.find(sink.name); it != names.end()) {
+          problems_.Error(map.Has("name") ? map.PathOf("name") : path, name_mark,
+                          fmt::format("sink name '{}' is already used by the sink at line {}; "
+                                      "sink names must be unique",
+                                      sink.name, it->second));
+        } else {
+          names.emplace(sink.name, sink.mark.line);
+        }
+      }
+      info.stream_mark = map.MarkOf("stream");
+      if (auto stream = map.Choice("stream", Names(kStreams))) {
+        sink.stream = *Lookup(kStreams, *stream);
+        info.stream_ok = true;
+      } else {
+        info.stream_ok = !map.Has("stream");
+      }
+      info.mode_given = map.Has("outputMode");
+      info.mode_mark = map.MarkOf("outputMode");
+      if (auto mode = map.Choice("outputMode", Names(kOutputModes))) {
+        sink.output_mode = *Lookup(kOutputModes, *mode);
+        info.mode_ok = true;
+      }
+      if (format_ok || !options_.catalog) {
+        sink.options = config_detail::ReadConnectorOptions(
+            reader_, map, decl, fmt::format("{} sink", sink.format));
+      }
+      spec_.sinks.push_back(std::move(sink));
+      sink_info_.push_back(info);
+    }
+  }
+
+  // ---- trigger, checkpoint ------------------------------------------------------------------
+
+  void ParseTrigger(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("trigger");
+    if (entry == nullptr) return;
+    TriggerSpec& trigger = spec_.trigger;
+    trigger.mark = entry->key_mark;
+    constexpr std::string_view kHint =
+        ": one of {processingTime: 10 seconds}, {once: true}, {availableNow: true}, "
+        "{continuous: 1 second}";
+    if (entry->value.IsScalar()) {
+      // `trigger: once` is a natural slip; say how to write it.
+      problems_.Error("trigger", config_detail::MarkOf(entry->value),
+                      fmt::format("expected a map{}, found {}", kHint,
+                                  Describe(entry->value, false)));
+      return;
+    }
+    MapReader map(reader_, entry->value, "trigger", entry->key_mark,
+                  std::vector<std::string_view>{"processingTime", "once", "availableNow",
+                                                "continuous"},
+                  std::string(kHint));
+    if (!map.valid()) return;
+    if (map.entries().empty()) {
+      problems_.Error("trigger", entry->key_mark,
+                      fmt::format("the trigger is empty; expected exactly one kind{}", kHint));
+      return;
+    }
+    if (map.entries().size() > 1) {
+      const MapReader::Entry& second = map.entries()[1];
+      problems_.Error(map.PathOf(second.key), second.key_mark,
+                      fmt::format("a trigger has exactly one kind, found '{}' and '{}'",
+                                  map.entries()[0].key, second.key));
+      return;
+    }
+    const std::string& kind = map.entries()[0].key;
+    if (kind == "processingTime") {
+      trigger.kind = TriggerKind::kProcessingTime;
+      if (auto interval = map.DurationMs(kind, 0)) trigger.interval_ms = *interval;
+    } else if (kind == "continuous") {
+      trigger.kind = TriggerKind::kContinuous;
+      if (auto interval = map.DurationMs(kind, 1)) trigger.interval_ms = *interval;
+    } else {
+      trigger.kind = kind == "once" ? TriggerKind::kOnce : TriggerKind::kAvailableNow;
+      if (auto flag = map.Bool(kind); flag && !*flag) {
+        problems_.Error(map.PathOf(kind), map.MarkOf(kind),
+                        fmt::format("'{}: false' is not a trigger; write '{}: true', or remove "
+                                    "the trigger for the default (processingTime 0)",
+                                    kind, kind));
+      }
+    }
+  }
+
+  void ParseCheckpoint(const MapReader& top) {
+    if (auto location = top.String("checkpointLocation")) {
+      if (location->value.empty()) {
+        problems_.Error(location->path, location->mark, "checkpointLocation is empty");
+      }
+      spec_.checkpoint_location = location->value;
+    } else if (!top.Has("checkpointLocation") && !spec_.name.empty()) {
+      spec_.checkpoint_location = DefaultCheckpointLocation(spec_.name, options_.env);
+    }
+  }
+
+  // ---- rules across sections (Spark's) -----------------------------------------------------
+
+  void CheckOutputModes() {
+    if (!query_ok_) return;
+    const QuerySpec& query = spec_.query;
+    const bool aggregation = query.IsAggregation();
+    const bool final_rows_known =
+        query.window && query.watermark && query.watermark->column == query.window->column;
+    for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+      SinkSpec& sink = spec_.sinks[i];
+      const SinkInfo& info = sink_info_[i];
+      if (!info.stream_ok) continue;
+      const std::string mode_path = fmt::format("sinks[{}].outputMode", i);
+      if (sink.stream != StreamKind::kStats) {
+        if (info.mode_ok && sink.output_mode != OutputMode::kAppend) {
+          problems_.Error(mode_path, info.mode_mark,
+                          fmt::format("the {} stream supports only outputMode append, found "
+                                      "'{}' ({} are emitted once and never updated)",
+                                      StreamName(sink.stream), ModeName(sink.output_mode),
+                                      sink.stream == StreamKind::kAlerts ? "alerts"
+                                                                         : "dead letters"));
+        }
+        if (!info.mode_given) sink.output_mode = OutputMode::kAppend;
+        continue;
+      }
+      if (!info.mode_given) {
+        sink.output_mode =
+            !aggregation || final_rows_known ? OutputMode::kAppend : OutputMode::kUpdate;
+        continue;
+      }
+      if (!info.mode_ok) continue;
+      if (sink.output_mode == OutputMode::kComplete && !aggregation) {
+        problems_.Error(mode_path, info.mode_mark,
+                        "outputMode complete requires an aggregation query (groupBy, "
+                        "aggregates or window); use append or update");
+      } else if (sink.output_mode == OutputMode::kAppend && aggregation && !final_rows_known) {
+        problems_.Error(
+            mode_path, info.mode_mark,
+            query.window && query.watermark
+                ? fmt::format("outputMode append on an aggregation query requires the "
+                              "watermark on the window's column '{}' (it is on '{}')",
+                              query.window->column, query.watermark->column)
+                : std::string("outputMode append on an aggregation query requires "
+                              "query.window and query.watermark on the window's column (a "
+                              "row is final only when the watermark passes its window); use "
+                              "update or complete"));
+      } else if (sink.output_mode == OutputMode::kComplete && query.window) {
+        problems_.Warn(mode_path, info.mode_mark,
+                       "outputMode complete on a windowed query re-emits every window ever "
+                       "seen each batch, and its state grows without bound; consider update "
+                       "or append");
+      }
+    }
+  }
+
+  void CheckDeadLetter() {
+    if (!policy_ok_ || !sinks_ok_) return;
+    bool has_dead_letter_sink = false;
+    const bool policy_is_dead_letter =
+        spec_.source.malformed.policy == MalformedPolicy::kDeadLetter;
+    for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+      if (!sink_info_[i].stream_ok || spec_.sinks[i].stream != StreamKind::kDeadLetter) continue;
+      has_dead_letter_sink = true;
+      if (!policy_is_dead_letter) {
+        problems_.Error(fmt::format("sinks[{}].stream", i), sink_info_[i].stream_mark,
+                        fmt::format("a dead_letter sink receives records only with "
+                                    "source.malformed.policy dead_letter (the policy is {})",
+                                    PolicyName(spec_.source.malformed.policy)));
+      }
+    }
+    if (policy_is_dead_letter && !has_dead_letter_sink) {
+      problems_.Error("source.malformed.policy", policy_mark_,
+                      "policy dead_letter needs a sink with stream: dead_letter, or malformed "
+                      "records would be lost");
+    }
+  }
+
+  void CheckStreams() {
+    if (!sinks_ok_) return;
+    bool has_alert_sink = false;
+    for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+      if (!sink_info_[i].stream_ok || spec_.sinks[i].stream != StreamKind::kAlerts) continue;
+      has_alert_sink = true;
+      if (!spec_.drift.enabled) {
+        problems_.Warn(fmt::format("sinks[{}].stream", i), sink_info_[i].stream_mark,
+                       "this sink takes the alerts stream, but the pipeline has no drift "
+                       "section, so there will be no alerts");
+      }
+    }
+    if (spec_.drift.enabled && !has_alert_sink) {
+      problems_.Warn("drift", spec_.drift.mark,
+                     "drift is evaluated, but no sink takes the alerts stream (add a sink with "
+                     "stream: alerts)");
+    }
+  }
+
+ public:
+  const std::vector<std::string>& secrets() const { return reader_.secrets; }
+
+ private:
+  const LoadOptions& options_;
+  Reader reader_;
+  Problems& problems_;
+  PipelineSpec spec_;
+
+  // What parsed cleanly, so that cross-section rules do not pile onto earlier problems.
+  std::map<std::string, std::optional<FieldType>> columns_;
+  std::vector<std::string> column_names_;
+  bool schema_names_complete_ = false;
+  bool query_ok_ = true;
+  bool group_by_ok_ = true;
+  bool policy_ok_ = true;
+  SourceMark policy_mark_;
+  bool sinks_ok_ = true;
+  std::vector<SinkInfo> sink_info_;
+};
+
+// Replaces every occurrence of a secret value in the messages. Very short values are left alone:
+// replacing "1" everywhere would garble messages, and such values are not worth guessing.
+void Scrub(const std::vector<std::string>& secrets, Problems& problems) {
+  constexpr size_t kMinScrubbed = 4;
+  for (auto* list : {&problems.errors(), &problems.warnings()}) {
+    for (ConfigProblem& problem : *list) {
+      for (const std::string& secret : secrets) {
+        if (secret.size() < kMinScrubbed) continue;
+        for (size_t at = problem.message.find(secret); at != std::string::npos;
+             at = problem.message.find(secret, at)) {
+          problem.message.replace(at, secret.size(), "<redacted>");
+          at += std::string_view("<redacted>").size();
+        }
+      }
+    }
+  }
+}
+
+bool ByPosition(const ConfigProblem& a, const ConfigProblem& b) {
+  // Problems without a line go last.
+  auto key = [](const ConfigProblem& p) {
+    return std::pair(p.mark.line == 0 ? std::numeric_limits<int>::max() : p.mark.line,
+                     p.mark.column);
+  };
+  return key(a) < key(b);
+}
+
+}  // namespace
+
+PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
+                             const LoadOptions& options) {
+  Problems problems;
+  PipelineSpec spec;
+  try {
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    if (documents.empty() || documents[0].IsNull()) {
+      problems.Error("", {}, "the file holds no pipeline (it is empty)");
+    } else {
+      if (documents.size() > 1) {
+        problems.Error("", config_detail::MarkOf(documents[1]),
+                       "the file holds several YAML documents ('---'); a pipeline file holds "
+                       "one pipeline");
+      }
+      PipelineParser parser(options, problems);
+      spec = parser.Parse(documents[0], file_name);
+      Scrub(parser.secrets(), problems);
+    }
+  } catch (const YAML::Exception& e) {
+    // Syntax errors: the parser's own words (e.msg never echoes the document's values) and place.
+    problems.Error("", config_detail::ToSourceMark(e.mark),
+                   fmt::format("YAML syntax error: {}", e.msg));
+  }
+  std::stable_sort(problems.errors().begin(), problems.errors().end(), ByPosition);
+  std::stable_sort(problems.warnings().begin(), problems.warnings().end(), ByPosition);
+  if (problems.error_count() > 0) {
+    std::vector<ConfigProblem> all = std::move(problems.errors());
+    all.insert(all.end(), problems.warnings().begin(), problems.warnings().end());
+    return tl::unexpected(std::move(all));
+  }
+  if (options.warnings) {
+    options.warnings->insert(options.warnings->end(), problems.warnings().begin(),
+                             problems.warnings().end());
+  }
+  return spec;
+}
+
+PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return tl::unexpected(std::vector<ConfigProblem>{
+        {"", {}, fmt::format("cannot read the pipeline file: {}", std::strerror(errno))}});
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) {
+    return tl::unexpected(std::vector<ConfigProblem>{
+        {"", {}, fmt::format("cannot read the pipeline file: {}", std::strerror(errno))}});
+  }
+  return ParsePipeline(buffer.str(), path, options);
+}
+
+std::string FormatProblems(std::string_view file, const std::vector<ConfigProblem>& problems) {
+  std::string out;
+  for (const ConfigProblem& problem : problems) {
+    out += file;
+    if (problem.mark.line > 0) out += fmt::format(":{}:{}", problem.mark.line, problem.mark.column);
+    out += ": ";
+    if (!problem.path.empty()) out += fmt::format("{}: ", problem.path);
+    if (problem.severity == ProblemSeverity::kWarning) out += "warning: ";
+    out += problem.message;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string DefaultCheckpointLocation(std::string_view pipeline_name, const EnvLookup& env) {
+  std::optional<std::string> state_directory = env ? env("STATE_DIRECTORY") : std::nullopt;
+  std::string base = "/var/lib/driftd";
+  if (state_directory && !state_directory->empty()) {
+    // systemd passes one path per StateDirectory= entry, separated by ':'.
+    base = state_directory->substr(0, state_directory->find(':'));
+  }
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return fmt::format("{}/{}", base, pipeline_name);
+}
+
+}  // namespace driftd

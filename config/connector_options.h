@@ -1,0 +1,28 @@
+// Internal to config/: reads a source's or sink's `options` map and checks it against the
+// connector's declaration (unknown options, types, enum choices, required options, passthrough
+// prefixes), filling in declared defaults.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "config/yaml_reader.h"
+#include "engine/options.h"
+
+namespace driftd::config_detail {
+
+/// The declaration of `format` in `role`, or nullptr.
+const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
+                                   ConnectorRole role);
+
+/// The formats declared for `role`, sorted.
+std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog,
+                                               ConnectorRole role);
+
+/// Reads parent.options. With `decl`, each option is validated against it and defaults are
+/// filled in; `what` names the connector in messages ("kafka sink"). Without `decl` (no
+/// catalog), scalar values are taken as they are. Problems go to the reader.
+Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const ConnectorDecl* decl,
+                             std::string_view what);
+
+}  // namespace driftd::config_detail

@@ -1,0 +1,75 @@
+// Loads pipeline files: YAML -> a validated PipelineSpec. Every problem in a file is reported at
+// once, each naming its YAML path ("sinks[1].options.topic") and line. The file format is
+// described in config/README.md. yaml-cpp stays private to config/: nothing here throws.
+//
+// Thread-safety: the functions are reentrant; LoadOptions::env is called from the caller's thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tl/expected.hpp>
+
+#include "config/interpolate.h"
+#include "engine/options.h"
+#include "engine/pipeline_spec.h"
+
+namespace driftd {
+
+enum class ProblemSeverity {
+  kError,    // the pipeline is rejected
+  kWarning,  // the pipeline runs, but probably not as the user meant
+};
+
+struct ConfigProblem {
+  /// YAML path of the offending value, e.g. "sinks[1].options.topic"; empty for the whole file.
+  std::string path;
+  /// Where in the file (1-based); line 0 when the problem has no single place.
+  SourceMark mark;
+  /// What was found, what was expected, and "did you mean 'X'?" for a misspelt key. Values of
+  /// secret options (and of secret environment variables) are never included.
+  std::string message;
+  ProblemSeverity severity = ProblemSeverity::kError;
+};
+
+struct LoadOptions {
+  /// Declarations that source and sink options are checked against (connectors'
+  /// ConnectorDeclarations() in the daemon). Default: nullptr, which skips format and option
+  /// validation and passes options through unchecked (for tools that only read a file).
+  const ConnectorCatalog* catalog = nullptr;
+  /// Resolves ${VAR} references. Default: the process environment.
+  EnvLookup env = ProcessEnv();
+  /// When set, receives the warnings of a file that loaded (on failure, warnings are returned
+  /// together with the errors). Default: nullptr (warnings dropped).
+  std::vector<ConfigProblem>* warnings = nullptr;
+};
+
+using PipelineResult = tl::expected<PipelineSpec, std::vector<ConfigProblem>>;
+
+/// Parses and validates a pipeline held in memory. `file_name` is recorded in PipelineSpec::file.
+/// On failure, every problem found (errors, then any warnings), ordered by line.
+PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
+                             const LoadOptions& options);
+
+/// Reads `path` and parses it as ParsePipeline does; an unreadable file is one problem.
+PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options);
+
+/// One line per problem, compiler style:
+///   file.yaml:12:5: sinks[0].options.topc: unknown option 'topc' for the kafka sink; did you mean 'topic'?
+/// Warnings carry "warning: " before the message. Ends with a newline unless empty.
+std::string FormatProblems(std::string_view file, const std::vector<ConfigProblem>& problems);
+
+/// What a checkpoint's state depends on, as canonical JSON (fixed key order, no whitespace):
+/// source format and identity options (path, subscribe, subscribePattern, assign), schema,
+/// groupBy, window, aggregates, and the drift model column, series, baseline, detector kinds and
+/// bins. Not included, because changing them leaves state readable: trigger, watermark delay,
+/// thresholds, hysteresis, cooldown, overrides, sinks, malformed-record policy, other options.
+std::string PipelineFingerprintJson(const PipelineSpec& spec);
+
+/// The default checkpoint location of a pipeline without checkpointLocation:
+/// "$STATE_DIRECTORY/<name>" (the first entry of systemd's StateDirectory= list) or
+/// "/var/lib/driftd/<name>" when STATE_DIRECTORY is unset.
+std::string DefaultCheckpointLocation(std::string_view pipeline_name, const EnvLookup& env);
+
+}  // namespace driftd

@@ -1,0 +1,121 @@
+// The pipeline fingerprint decides whether a checkpoint can serve a pipeline: it must be
+// deterministic and change exactly when state-relevant parts change.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/config/config_test_util.h"
+
+namespace driftd {
+namespace {
+
+constexpr std::string_view kBase = R"(name: fp
+schema:
+  - {name: model_id, type: string}
+  - {name: event_time, type: timestamp}
+  - {name: features, type: array<double>}
+  - {name: prediction, type: double}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "b1:9092", subscribe: logs, maxOffsetsPerTrigger: 1000}
+query:
+  groupBy: [model_id]
+  aggregates: [count, mean(prediction)]
+  window: {column: event_time, size: 5 minutes}
+  watermark: {column: event_time, delay: 1 minute}
+drift:
+  series: [features]
+  baseline: {type: warmup, records: 1000}
+  detectors: [{type: psi, warn: 0.1, alert: 0.25, bins: 10}]
+  minSamples: 200
+sinks:
+  - {format: console}
+  - {format: console, stream: alerts}
+trigger: {processingTime: 10 seconds}
+)";
+
+std::string Fingerprint(std::string_view yaml) {
+  auto result = testing::ParseText(yaml);
+  INFO(testing::ProblemText(result));
+  REQUIRE(result);
+  return PipelineFingerprintJson(*result);
+}
+
+TEST_CASE("the fingerprint is deterministic canonical JSON", "[config][fingerprint]") {
+  const std::string fingerprint = Fingerprint(kBase);
+  CHECK(fingerprint == Fingerprint(kBase));
+  CHECK(fingerprint ==
+        R"({"version":1,"source":{"format":"kafka","identity":{"subscribe":"logs"}},)"
+        R"("schema":[{"name":"model_id","type":"string","nullable":true},)"
+        R"({"name":"event_time","type":"timestamp","nullable":true},)"
+        R"({"name":"features","type":"array<double>","nullable":true},)"
+        R"({"name":"prediction","type":"double","nullable":true}],)"
+        R"("groupBy":["model_id"],"window":{"column":"event_time","sizeMs":300000,)"
+        R"("slideMs":300000},"aggregates":[{"fn":"count","column":""},)"
+        R"({"fn":"mean","column":"prediction"}],"drift":{"modelColumn":"model_id",)"
+        R"("series":["features"],"baseline":{"type":"warmup","records":1000,"durationMs":0},)"
+        R"("detectors":[{"kind":"psi","bins":10}]}})");
+}
+
+TEST_CASE("the fingerprint ignores what state does not depend on", "[config][fingerprint]") {
+  const std::string base = Fingerprint(kBase);
+  for (const auto& [find, replace] : std::vector<std::pair<std::string, std::string>>{
+           {"processingTime: 10 seconds", "once: true"},
+           {"warn: 0.1, alert: 0.25", "warn: 0.2, alert: 0.5"},
+           {"minSamples: 200", "minSamples: 50"},
+           {"delay: 1 minute", "delay: 1 hour"},
+           {"b1:9092", "b2:9092"},
+           {"maxOffsetsPerTrigger: 1000", "maxOffsetsPerTrigger: 5"},
+           {"  - {format: console}\n", "  - {format: file, options: {path: /out}}\n"},
+           {"name: fp", "name: renamed"},
+           {"  baseline:", "  cooldown: 1 hour\n  hysteresis: 5\n  baseline:"},
+       }) {
+    INFO(find << " -> " << replace);
+    std::string yaml(kBase);
+    if (size_t at = yaml.find(find); at != std::string::npos) yaml.replace(at, find.size(), replace);
+    CHECK(Fingerprint(yaml) == base);
+  }
+}
+
+TEST_CASE("the fingerprint changes with every state-relevant field", "[config][fingerprint]") {
+  const std::string base = Fingerprint(kBase);
+  for (const auto& [find, replace] : std::vector<std::pair<std::string, std::string>>{
+           {"subscribe: logs", "subscribe: other-logs"},
+           {"subscribe: logs", "subscribePattern: logs-.*"},
+           {"{name: prediction, type: double}", "{name: prediction, type: long}"},
+           {"{name: prediction, type: double}", "{name: prediction, type: double, nullable: false}"},
+           {"  - {name: prediction, type: double}\n",
+            "  - {name: prediction, type: double}\n  - {name: region, type: string}\n"},
+           {"groupBy: [model_id]", "groupBy: [model_id, region]"},
+           {"size: 5 minutes}", "size: 10 minutes}"},
+           {"size: 5 minutes}", "size: 5 minutes, slide: 1 minute}"},
+           {"mean(prediction)", "max(prediction)"},
+           {"[count, mean(prediction)]", "[count, mean(prediction), stddev(features)]"},
+           {"series: [features]", "series: [features, prediction]"},
+           {"records: 1000", "records: 5000"},
+           {"{type: warmup, records: 1000}", "{type: trailing}"},
+           {"bins: 10", "bins: 20"},
+           {"{type: psi, warn: 0.1, alert: 0.25, bins: 10}", "{type: ks}"},
+       }) {
+    INFO(find << " -> " << replace);
+    std::string yaml(kBase);
+    size_t at = yaml.find(find);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, find.size(), replace);
+    if (replace.find("region") != std::string::npos && find.find("groupBy") != std::string::npos) {
+      yaml.replace(yaml.find("  - {name: prediction, type: double}\n"), 0,
+                   "  - {name: region, type: string}\n");
+    }
+    CHECK(Fingerprint(yaml) != base);
+  }
+}
+
+TEST_CASE("the fingerprint escapes names so that it stays valid JSON", "[config][fingerprint]") {
+  PipelineSpec spec;
+  spec.schema.fields.push_back({"we\"ird\\name\n", FieldType::kDouble, true});
+  const std::string json = PipelineFingerprintJson(spec);
+  CHECK_THAT(json, Catch::Matchers::Contains(R"("we\"ird\\name\n")"));
+}
+
+}  // namespace
+}  // namespace driftd

@@ -1,0 +1,505 @@
+// Parsing valid pipelines into PipelineSpec: values, defaults, interpolation, durations, and the
+// rules that span sections.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/config/config_test_util.h"
+
+namespace driftd {
+namespace {
+
+using testing::ErrorCount;
+using testing::kMinimalPipeline;
+using testing::ParseText;
+using testing::ProblemText;
+
+constexpr std::string_view kFullPipeline = R"(# every section, most keys
+name: fraud-models.v2
+schema:
+  - {name: model_id, type: string, nullable: false}
+  - {name: event_time, type: timestamp}
+  - {name: features, type: array<double>}
+  - {name: prediction, type: double}
+  - {name: label, type: double}
+  - {name: region, type: string}
+source:
+  format: kafka
+  options:
+    kafka.bootstrap.servers: ${BROKERS:-localhost:9092}
+    subscribe: inference-logs
+    startingOffsets: {inference-logs: {"0": 23, "1": -2}}
+    maxOffsetsPerTrigger: 50000
+    kafka.security.protocol: SASL_SSL
+  malformed:
+    policy: dead_letter
+    maxRecordBytes: 512 KiB
+    maxDepth: 32
+query:
+  groupBy: [model_id, region]
+  aggregates: [count(*), avg(prediction), stddev(features), max(prediction)]
+  window: {column: event_time, size: 5 minutes, slide: 1 minute}
+  watermark: {column: event_time, delay: 10 minutes}
+drift:
+  series: [features, prediction]
+  predictionColumn: prediction
+  labelColumn: label
+  baseline: {type: trailing, windows: 6}
+  detectors:
+    - {type: mean_shift, minEffect: 0.3}
+    - {type: psi, bins: 20, alert: 0.3}
+    - {type: page_hinkley}
+    - {type: error_rate, warn: 0.02}
+  minSamples: 500
+  hysteresis: 3
+  cooldown: 15 minutes
+  overrides:
+    - {model: model-3, series: "features[2]", detector: psi, alert: 0.4}
+sinks:
+  - name: stats
+    format: kafka
+    options: {kafka.bootstrap.servers: "localhost:9092", topic: drift-stats}
+  - name: alerts
+    format: kafka
+    stream: alerts
+    options: {kafka.bootstrap.servers: "localhost:9092", topic: drift-alerts, keyColumn: model_id}
+  - {format: console, stream: dead_letter}
+  - {format: console, outputMode: update}
+trigger: {processingTime: 30s}
+checkpointLocation: /var/lib/driftd/fraud
+)";
+
+TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader]") {
+  auto result = ParsePipeline(kFullPipeline, "fraud.yaml", testing::TestOptions());
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  const PipelineSpec& spec = *result;
+  CHECK(spec.name == "fraud-models.v2");
+  CHECK(spec.file == "fraud.yaml");
+  CHECK(spec.checkpoint_location == "/var/lib/driftd/fraud");
+
+  REQUIRE(spec.schema.fields.size() == 6);
+  CHECK(spec.schema.fields[0].name == "model_id");
+  CHECK(spec.schema.fields[0].type == FieldType::kString);
+  CHECK_FALSE(spec.schema.fields[0].nullable);
+  CHECK(spec.schema.fields[1].type == FieldType::kTimestamp);
+  CHECK(spec.schema.fields[1].nullable);
+  CHECK(spec.schema.fields[2].type == FieldType::kDoubleArray);
+
+  CHECK(spec.source.format == "kafka");
+  CHECK(spec.source.mark.line == 10);
+  const Options& in = spec.source.options;
+  CHECK(in.GetString("kafka.bootstrap.servers") == "localhost:9092");
+  CHECK(in.GetString("subscribe") == "inference-logs");
+  CHECK(in.GetString("startingOffsets") == R"({"inference-logs":{"0":23,"1":-2}})");
+  CHECK(in.GetInt("maxOffsetsPerTrigger") == 50000);
+  CHECK(in.GetBool("failOnDataLoss") == true);          // declared default
+  CHECK(in.GetDurationMs("pollTimeout") == 1000);       // declared default
+  CHECK(in.WithPrefix("kafka.").at("security.protocol") == "SASL_SSL");
+  CHECK_FALSE(in.Has("subscribePattern"));              // no default: stays unset
+  CHECK(spec.source.malformed.policy == MalformedPolicy::kDeadLetter);
+  CHECK(spec.source.malformed.max_record_bytes == 512 * 1024);
+  CHECK(spec.source.malformed.max_depth == 32);
+
+  const QuerySpec& query = spec.query;
+  CHECK(query.group_by == std::vector<std::string>{"model_id", "region"});
+  REQUIRE(query.aggregates.size() == 4);
+  CHECK(query.aggregates[0].fn == AggregateFn::kCount);
+  CHECK(query.aggregates[0].column.empty());
+  CHECK(query.aggregates[0].output_name == "count");
+  CHECK(query.aggregates[1].fn == AggregateFn::kMean);
+  CHECK(query.aggregates[1].output_name == "avg(prediction)");
+  CHECK(query.aggregates[2].fn == AggregateFn::kStddev);
+  CHECK(query.aggregates[2].column == "features");
+  CHECK(query.aggregates[3].fn == AggregateFn::kMax);
+  CHECK(query.aggregates[3].mark.line == 24);
+  REQUIRE(query.window);
+  CHECK(query.window->column == "event_time");
+  CHECK(query.window->size_ms == 300'000);
+  CHECK(query.window->slide_ms == 60'000);
+  REQUIRE(query.watermark);
+  CHECK(query.watermark->delay_ms == 600'000);
+
+  const DriftSpec& drift = spec.drift;
+  CHECK(drift.enabled);
+  CHECK(drift.model_column == "model_id");  // first groupBy column
+  CHECK(drift.series == std::vector<std::string>{"features", "prediction"});
+  CHECK(drift.prediction_column == "prediction");
+  CHECK(drift.label_column == "label");
+  CHECK(drift.baseline.kind == BaselineKind::kTrailing);
+  CHECK(drift.baseline.windows == 6);
+  CHECK(drift.min_samples == 500);
+  CHECK(drift.hysteresis == 3);
+  CHECK(drift.cooldown_ms == 15 * 60'000);
+  REQUIRE(drift.detectors.size() == 4);
+  CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
+  CHECK(drift.detectors[0].warn == 3);
+  CHECK(drift.detectors[0].alert == 5);
+  CHECK(drift.detectors[0].params.at("min_effect") == Approx(0.3));
+  CHECK(drift.detectors[1].kind == DetectorKind::kPsi);
+  CHECK(drift.detectors[1].warn == Approx(0.1));
+  CHECK(drift.detectors[1].alert == Approx(0.3));
+  CHECK(drift.detectors[1].params.at("bins") == 20);
+  CHECK(drift.detectors[2].name == "page_hinkley");
+  CHECK(drift.detectors[2].warn == 25);
+  CHECK(drift.detectors[2].alert == 50);
+  CHECK(drift.detectors[2].params.at("delta") == Approx(0.005));
+  CHECK(drift.detectors[3].kind == DetectorKind::kErrorRate);
+  CHECK(drift.detectors[3].warn == Approx(0.02));
+  CHECK(drift.detectors[3].alert == Approx(0.1));
+  REQUIRE(drift.overrides.size() == 1);
+  CHECK(drift.overrides[0].model == "model-3");
+  CHECK(drift.overrides[0].series == "features[2]");
+  CHECK(drift.overrides[0].detector == "psi");
+  CHECK_FALSE(drift.overrides[0].warn);
+  CHECK(drift.overrides[0].alert == Approx(0.4));
+
+  REQUIRE(spec.sinks.size() == 4);
+  CHECK(spec.sinks[0].name == "stats");
+  CHECK(spec.sinks[0].stream == StreamKind::kStats);
+  // Windowed query with a watermark on the window column: final rows, so append by default.
+  CHECK(spec.sinks[0].output_mode == OutputMode::kAppend);
+  CHECK(spec.sinks[0].options.GetString("topic") == "drift-stats");
+  CHECK(spec.sinks[1].stream == StreamKind::kAlerts);
+  CHECK(spec.sinks[1].options.GetString("keyColumn") == "model_id");
+  CHECK(spec.sinks[2].name == "console-2");
+  CHECK(spec.sinks[2].stream == StreamKind::kDeadLetter);
+  CHECK(spec.sinks[2].output_mode == OutputMode::kAppend);
+  CHECK(spec.sinks[2].options.GetInt("numRows") == 20);
+  CHECK(spec.sinks[3].output_mode == OutputMode::kUpdate);
+  CHECK(spec.sinks[3].mark.line == 51);
+
+  CHECK(spec.trigger.kind == TriggerKind::kProcessingTime);
+  CHECK(spec.trigger.interval_ms == 30'000);
+}
+
+TEST_CASE("omitted keys take their documented defaults", "[config][loader]") {
+  auto result = ParseText(kMinimalPipeline, {{"STATE_DIRECTORY", "/srv/state:/srv/other"}});
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->checkpoint_location == "/srv/state/minimal");
+  CHECK(result->trigger.kind == TriggerKind::kProcessingTime);
+  CHECK(result->trigger.interval_ms == 0);
+  CHECK(result->source.malformed.policy == MalformedPolicy::kPermissive);
+  CHECK(result->source.malformed.max_record_bytes == 1 << 20);
+  CHECK(result->source.malformed.max_depth == 64);
+  CHECK(result->source.options.GetInt("maxFilesPerTrigger") == 1000);
+  REQUIRE(result->sinks.size() == 1);
+  CHECK(result->sinks[0].name == "console-0");
+  CHECK(result->sinks[0].stream == StreamKind::kStats);
+  // An aggregation without a watermark never finalises rows: update, as Spark requires.
+  CHECK(result->sinks[0].output_mode == OutputMode::kUpdate);
+  CHECK_FALSE(result->drift.enabled);
+
+  auto without_state_dir = ParseText(kMinimalPipeline);
+  REQUIRE(without_state_dir);
+  CHECK(without_state_dir->checkpoint_location == "/var/lib/driftd/minimal");
+}
+
+TEST_CASE("a drift section without detectors gets mean_shift and psi with default thresholds",
+          "[config][loader][drift]") {
+  std::string yaml = std::string(kMinimalPipeline) +
+                     "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n";
+  auto result = ParseText(yaml);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  const DriftSpec& drift = result->drift;
+  CHECK(drift.model_column == "model_id");
+  CHECK(drift.baseline.kind == BaselineKind::kWarmup);
+  CHECK(drift.baseline.records == 1000);
+  CHECK(drift.min_samples == 200);
+  CHECK(drift.hysteresis == 2);
+  CHECK(drift.cooldown_ms == 5 * 60'000);
+  REQUIRE(drift.detectors.size() == 2);
+  CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
+  CHECK(drift.detectors[0].params.at("min_effect") == Approx(0.2));
+  CHECK(drift.detectors[1].kind == DetectorKind::kPsi);
+  CHECK(drift.detectors[1].warn == Approx(0.1));
+  CHECK(drift.detectors[1].alert == Approx(0.25));
+  CHECK(drift.detectors[1].params.at("bins") == 10);
+}
+
+TEST_CASE("each detector type has its documented default thresholds", "[config][loader][drift]") {
+  struct Expected {
+    const char* type;
+    double warn, alert;
+  };
+  for (const Expected& e : {Expected{"mean_shift", 3, 5}, Expected{"stddev_ratio", 1.3, 1.5},
+                            Expected{"psi", 0.1, 0.25}, Expected{"js", 0.1, 0.2},
+                            Expected{"ks", 0.1, 0.2}, Expected{"page_hinkley", 25, 50},
+                            Expected{"error_rate", 0.05, 0.1}}) {
+    INFO(e.type);
+    std::string yaml = std::string(kMinimalPipeline) +
+                       "  - {format: console, stream: alerts}\n"
+                       "drift:\n  series: [prediction]\n  predictionColumn: prediction\n"
+                       "  labelColumn: prediction\n  detectors:\n    - type: " +
+                       e.type + "\n";
+    auto result = ParseText(yaml);
+    INFO(ProblemText(result));
+    REQUIRE(result);
+    REQUIRE(result->drift.detectors.size() == 1);
+    CHECK(result->drift.detectors[0].name == e.type);
+    CHECK(result->drift.detectors[0].warn == Approx(e.warn));
+    CHECK(result->drift.detectors[0].alert == Approx(e.alert));
+  }
+}
+
+TEST_CASE("a file with several problems reports all of them, in line order", "[config][loader]") {
+  constexpr std::string_view yaml = R"(name: many problems
+schema:
+  - {name: model_id, type: strng}
+  - {name: prediction, type: double}
+source:
+  format: file
+  options: {path: /tmp/in, maxFilesPerTriger: 5}
+query:
+  groupBy: [model_id]
+  aggregates: [count, mean(predicton)]
+sinks:
+  - {format: console, outputmode: update}
+  - {format: kafka, options: {kafka.bootstrap.servers: "b:9092", topic: t}, stream: alert}
+trigger: {processingTime: 10 parsecs}
+checkpointLocaton: /tmp/cp
+)";
+  auto result = ParseText(yaml);
+  REQUIRE_FALSE(result);
+  const auto& problems = result.error();
+  INFO(FormatProblems("many.yaml", problems));
+  REQUIRE(problems.size() == 8);
+  CHECK(problems[0].path == "name");
+  CHECK(problems[1].path == "schema[0].type");
+  CHECK_THAT(problems[1].message, Catch::Matchers::Contains("did you mean 'string'?"));
+  CHECK(problems[2].path == "source.options.maxFilesPerTriger");
+  CHECK_THAT(problems[2].message, Catch::Matchers::Contains("did you mean 'maxFilesPerTrigger'?"));
+  CHECK(problems[3].path == "query.aggregates[1]");
+  CHECK_THAT(problems[3].message, Catch::Matchers::Contains("did you mean 'prediction'?"));
+  CHECK(problems[4].path == "sinks[0].outputmode");
+  CHECK(problems[5].path == "sinks[1].stream");
+  CHECK_THAT(problems[5].message, Catch::Matchers::Contains("did you mean 'alerts'?"));
+  CHECK(problems[6].path == "trigger.processingTime");
+  CHECK(problems[7].path == "checkpointLocaton");
+  CHECK_THAT(problems[7].message, Catch::Matchers::Contains("did you mean 'checkpointLocation'?"));
+  for (size_t i = 1; i < problems.size(); ++i) {
+    CHECK(problems[i - 1].mark.line <= problems[i].mark.line);
+  }
+}
+
+TEST_CASE("environment variables are interpolated in values", "[config][loader][env]") {
+  auto parse_path = [](std::string_view value, testing::EnvMap env) {
+    std::string yaml(kMinimalPipeline);
+    yaml.replace(yaml.find("{path: /tmp/in}"), 15, fmt::format("{{path: \"{}\"}}", value));
+    return ParseText(yaml, std::move(env));
+  };
+  SECTION("a set variable is substituted") {
+    auto result = parse_path("${DATA}/in", {{"DATA", "/data"}});
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("path") == "/data/in");
+  }
+  SECTION("an unset variable takes its default") {
+    auto result = parse_path("${DATA:-/var/in}", {});
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("path") == "/var/in");
+  }
+  SECTION("a set variable wins over its default") {
+    auto result = parse_path("${DATA:-/var/in}", {{"DATA", "/data"}});
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("path") == "/data");
+  }
+  SECTION("an empty variable takes its default, as in the shell") {
+    auto result = parse_path("${DATA:-/var/in}", {{"DATA", ""}});
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("path") == "/var/in");
+  }
+  SECTION("an unset variable without default is an error naming variable, path and line") {
+    auto result = parse_path("${DATA}/in", {});
+    REQUIRE_FALSE(result);
+    REQUIRE(result.error().size() == 1);
+    CHECK(result.error()[0].path == "source.options.path");
+    CHECK(result.error()[0].mark.line == 9);
+    CHECK_THAT(result.error()[0].message, Catch::Matchers::Contains("'DATA' is not set"));
+  }
+  SECTION("$${ is a literal ${") {
+    auto result = parse_path("/in/$${DATA}", {{"DATA", "/data"}});
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("path") == "/in/${DATA}");
+  }
+  SECTION("numbers come from variables too, and are type-checked after substitution") {
+    std::string yaml(kMinimalPipeline);
+    yaml += "trigger: {processingTime: \"${INTERVAL:-10 seconds}\"}\n";
+    auto with_default = ParseText(yaml);
+    REQUIRE(with_default);
+    CHECK(with_default->trigger.interval_ms == 10'000);
+    auto bad = ParseText(yaml, {{"INTERVAL", "often"}});
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error()[0].path == "trigger.processingTime");
+    CHECK_THAT(bad.error()[0].message, Catch::Matchers::Contains("often"));
+  }
+  SECTION("keys are not interpolated") {
+    std::string yaml(kMinimalPipeline);
+    yaml += "${KEY}: 1\n";
+    auto result = ParseText(yaml, {{"KEY", "trigger"}});
+    REQUIRE_FALSE(result);
+    CHECK(result.error()[0].path == "${KEY}");
+  }
+}
+
+TEST_CASE("durations accept Spark's spellings", "[config][loader][duration]") {
+  struct Case {
+    const char* text;
+    int64_t ms;
+  };
+  for (const Case& c : {Case{"30 seconds", 30'000}, Case{"30s", 30'000}, Case{"5 minutes", 300'000},
+                        Case{"1h", 3'600'000}, Case{"250ms", 250}, Case{"0", 0},
+                        Case{"1.5 minutes", 90'000}, Case{"2 days", 172'800'000}}) {
+    INFO(c.text);
+    auto result = ParseText(std::string(kMinimalPipeline) + "trigger: {processingTime: " + c.text +
+                            "}\n");
+    INFO(ProblemText(result));
+    REQUIRE(result);
+    CHECK(result->trigger.interval_ms == c.ms);
+  }
+  for (const char* bad : {"5 parsecs", "-5s", "soon", "s"}) {
+    INFO(bad);
+    auto result =
+        ParseText(std::string(kMinimalPipeline) + "trigger: {processingTime: \"" + bad + "\"}\n");
+    REQUIRE_FALSE(result);
+    CHECK(result.error()[0].path == "trigger.processingTime");
+    CHECK(result.error()[0].mark.line == 15);
+  }
+}
+
+TEST_CASE("each trigger kind is read", "[config][loader][trigger]") {
+  auto trigger = [](std::string_view text) {
+    auto result = ParseText(std::string(kMinimalPipeline) + "trigger: " + std::string(text) + "\n");
+    INFO(ProblemText(result));
+    REQUIRE(result);
+    return result->trigger;
+  };
+  CHECK(trigger("{once: true}").kind == TriggerKind::kOnce);
+  CHECK(trigger("{availableNow: true}").kind == TriggerKind::kAvailableNow);
+  TriggerSpec continuous = trigger("{continuous: 1 second}");
+  CHECK(continuous.kind == TriggerKind::kContinuous);
+  CHECK(continuous.interval_ms == 1000);
+  CHECK(continuous.mark.line == 15);
+}
+
+TEST_CASE("record size limits accept byte counts and binary or decimal units",
+          "[config][loader]") {
+  struct Case {
+    const char* text;
+    int64_t bytes;
+  };
+  for (const Case& c : {Case{"4096", 4096}, Case{"512 KiB", 512 * 1024}, Case{"1 MiB", 1 << 20},
+                        Case{"2MB", 2'000'000}, Case{"1 GiB", 1LL << 30}, Case{"100 B", 100}}) {
+    INFO(c.text);
+    std::string yaml(kMinimalPipeline);
+    yaml.insert(yaml.find("query:"), fmt::format("  malformed: {{maxRecordBytes: {}}}\n", c.text));
+    auto result = ParseText(yaml);
+    INFO(ProblemText(result));
+    REQUIRE(result);
+    CHECK(result->source.malformed.max_record_bytes == c.bytes);
+  }
+}
+
+TEST_CASE("a non-aggregation query appends by default and may select columns",
+          "[config][loader][outputMode]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.replace(yaml.find("  groupBy"), yaml.find("sinks:") - yaml.find("  groupBy"),
+               "  select: [model_id, prediction]\n");
+  auto result = ParseText(yaml);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  CHECK_FALSE(result->query.IsAggregation());
+  CHECK(result->query.select == std::vector<std::string>{"model_id", "prediction"});
+  CHECK(result->sinks[0].output_mode == OutputMode::kAppend);
+}
+
+TEST_CASE("complete output of a windowed query loads with a warning", "[config][loader]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.insert(yaml.find("sinks:"), "  window: {column: event_time, size: 1 minute}\n");
+  yaml.replace(yaml.find("{format: console}"), 17, "{format: console, outputMode: complete}");
+  std::vector<ConfigProblem> warnings;
+  LoadOptions options = testing::TestOptions();
+  options.warnings = &warnings;
+  auto result = ParsePipeline(yaml, "w.yaml", options);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->sinks[0].output_mode == OutputMode::kComplete);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].severity == ProblemSeverity::kWarning);
+  CHECK(warnings[0].path == "sinks[0].outputMode");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("grows without bound"));
+  CHECK_THAT(FormatProblems("w.yaml", warnings), Catch::Matchers::Contains(": warning: "));
+}
+
+TEST_CASE("json options take JSON text, words, or YAML maps", "[config][loader][options]") {
+  auto offsets = [](std::string_view value) {
+    std::string yaml = R"(name: k
+schema: [{name: model_id, type: string}]
+source:
+  format: kafka
+  options:
+    kafka.bootstrap.servers: b:9092
+    subscribe: t
+    startingOffsets: )" + std::string(value) +
+                       "\nsinks: [{format: console}]\n";
+    return ParseText(yaml);
+  };
+  auto earliest = offsets("earliest");
+  REQUIRE(earliest);
+  CHECK(earliest->source.options.GetString("startingOffsets") == "earliest");
+  auto text = offsets(R"('{"t":{"0":5}}')");
+  REQUIRE(text);
+  CHECK(text->source.options.GetString("startingOffsets") == R"({"t":{"0":5}})");
+  auto broken = offsets(R"('{"t":{"0":5}')");
+  REQUIRE_FALSE(broken);
+  CHECK(broken.error()[0].path == "source.options.startingOffsets");
+  CHECK_THAT(broken.error()[0].message, Catch::Matchers::Contains("expected a JSON document"));
+}
+
+TEST_CASE("without a catalog, formats and options pass through unchecked", "[config][loader]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.replace(yaml.find("{path: /tmp/in}"), 15, "{anything: goes, path: /x}");
+  yaml.replace(yaml.find("format: file"), 12, "format: custom");
+  LoadOptions options;
+  options.env = testing::FakeEnv({});
+  auto result = ParsePipeline(yaml, "x.yaml", options);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->source.format == "custom");
+  CHECK(result->source.options.GetString("anything") == "goes");
+}
+
+TEST_CASE("misspelt keys and values get a did-you-mean", "[config][loader][suggest]") {
+  struct Case {
+    const char* find;
+    const char* replace;
+    const char* path;
+    const char* suggestion;
+  };
+  for (const Case& c : {
+           Case{"groupBy:", "groupby:", "query.groupby", "'groupBy'"},
+           Case{"aggregates:", "aggregate:", "query.aggregate", "'aggregates'"},
+           Case{"type: string", "type: String", "schema[0].type", "'string'"},
+           Case{"format: console", "format: consol", "sinks[0].format", "'console'"},
+           Case{"{format: console}", "{format: console, strem: stats}", "sinks[0].strem",
+                "'stream'"},
+           Case{"{path: /tmp/in}", "{pth: /tmp/in}", "source.options.pth", "'path'"},
+           Case{"count,", "cout,", "query.aggregates[0]", "'count'"},
+           Case{"schema:", "shema:", "shema", "'schema'"},
+       }) {
+    INFO(c.replace);
+    std::string yaml(kMinimalPipeline);
+    yaml.replace(yaml.find(c.find), std::string_view(c.find).size(), c.replace);
+    auto result = ParseText(yaml);
+    REQUIRE_FALSE(result);
+    INFO(ProblemText(result));
+    CHECK(ErrorCount(result) == 1);
+    CHECK(result.error()[0].path == c.path);
+    CHECK_THAT(result.error()[0].message,
+               Catch::Matchers::Contains(std::string("did you mean ") + c.suggestion + "?"));
+  }
+}
+
+}  // namespace
+}  // namespace driftd
