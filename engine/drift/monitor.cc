@@ -490,7 +490,9 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     const int64_t now_ms = WindowClockMs(s.window_max_us);
     const auto changed =
         s.alert.Step(observed, immediate && observed == AlertLevel::kAlert, now_ms, policy_);
-    if (ph_fired) s.ph.Reset();
+    // Page-Hinkley restarts after it fires and while its series is in ALERT: it looks for the
+    // next change, and its memory of this one must not hold the alert open after a recovery.
+    if (ph_fired || s.alert.state() == AlertLevel::kAlert) s.ph.Reset();
     if (changed && lead >= 0) {
       const size_t ld = static_cast<size_t>(lead);
       const Thresholds& lt = m.thresholds[series * detectors_.size() + ld];
@@ -924,7 +926,8 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   }
   // A histogram that the current configuration does not use is dropped; one it needs but the
   // state lacks is rebuilt empty (the baseline then has no reference shares).
-  if (has_histogram_ && decoded.frozen && decoded.window_counts.size() != decoded.edges.bins()) {
+  if (has_histogram_ && index < series_names_.size() && decoded.frozen &&
+      decoded.window_counts.size() != decoded.edges.bins()) {
     decoded.window_counts.assign(decoded.edges.bins(), 0);
     decoded.ref_counts.assign(decoded.edges.bins(), 0);
   }

@@ -1,0 +1,190 @@
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/drift/detectors.h"
+#include "engine/drift/histogram.h"
+
+namespace driftd {
+namespace {
+
+const std::vector<double> kRef = {0.25, 0.25, 0.25, 0.25};
+const std::vector<double> kCur = {0.10, 0.20, 0.30, 0.40};
+
+TEST_CASE("PSI of the reference shares matches the published terms", "[drift][psi]") {
+  std::vector<double> terms(4);
+  const double psi = Psi(kRef, kCur, terms);
+  CHECK(terms[0] == Approx(0.137444).margin(1e-6));
+  CHECK(terms[1] == Approx(0.011157).margin(1e-6));
+  CHECK(terms[2] == Approx(0.009116).margin(1e-6));
+  CHECK(terms[3] == Approx(0.070501).margin(1e-6));
+  CHECK(psi == Approx(0.228217).margin(1e-6));
+  // 0.228 is a WARN (>= 0.1) and not an ALERT (< 0.25) with the default thresholds.
+  const DetectorDefaults& d = DefaultsFor(DetectorKind::kPsi);
+  CHECK(psi >= d.warn);
+  CHECK(psi < d.alert);
+}
+
+TEST_CASE("Jensen-Shannon distance and binned KS of the reference shares", "[drift][js][ks]") {
+  CHECK(JensenShannonDistance(kRef, kCur) == Approx(0.200503).margin(1e-6));
+  CHECK(KsFromBins(kRef, kCur) == Approx(0.20).margin(1e-12));
+  // Identical distributions are at distance zero; disjoint ones at the maximum of 1.
+  CHECK(JensenShannonDistance(kRef, kRef) == 0.0);
+  CHECK(JensenShannonDistance(std::vector<double>{1, 0}, std::vector<double>{0, 1}) ==
+        Approx(1.0).margin(1e-12));
+  CHECK(KsFromBins(kCur, kRef) == Approx(0.20).margin(1e-12));  // symmetric
+}
+
+TEST_CASE("PSI smooths empty bins with a share of 1e-4 and leaves others alone", "[drift][psi]") {
+  CHECK(kPsiEmptyBinShare == 1e-4);
+  // A bin empty in the baseline but holding half the window.
+  const std::vector<double> ref = {1.0, 0.0};
+  const std::vector<double> cur = {0.5, 0.5};
+  std::vector<double> terms(2);
+  const double psi = Psi(ref, cur, terms);
+  CHECK(terms[0] == Approx((0.5 - 1.0) * std::log(0.5 / 1.0)).margin(1e-12));
+  CHECK(terms[1] == Approx((0.5 - 1e-4) * std::log(0.5 / 1e-4)).margin(1e-12));
+  CHECK(std::isfinite(psi));
+  CHECK(psi == Approx(0.346574 + 4.257745).margin(1e-6));
+  // Empty in both: contributes nothing.
+  CHECK(PsiTerm(0.0, 0.0) == 0.0);
+  // A tiny non-empty share is not replaced by the epsilon.
+  CHECK(PsiTerm(1e-6, 1e-6) == 0.0);
+}
+
+TEST_CASE("quantile bin edges split the baseline into equally filled bins", "[drift][bins]") {
+  std::vector<double> values;
+  for (int i = 0; i < 1000; ++i) values.push_back(static_cast<double>((i * 7919) % 1000));
+  BinEdges edges = BinEdges::FromQuantiles(values, 10);
+  REQUIRE(edges.bins() == 10);
+  std::vector<int64_t> counts(edges.bins());
+  for (double v : values) ++counts[edges.BinOf(v)];
+  for (int64_t c : counts) CHECK(c == 100);
+  // The outer bins are open: nothing falls outside.
+  CHECK(edges.BinOf(-1e300) == 0);
+  CHECK(edges.BinOf(1e300) == 9);
+  CHECK(std::isinf(edges.Lower(0)));
+  CHECK(std::isinf(edges.Upper(9)));
+  CHECK(edges.Upper(0) == edges.Lower(1));
+}
+
+TEST_CASE("a feature with few distinct values gets one bin per value range", "[drift][bins]") {
+  std::vector<double> values;
+  for (int i = 0; i < 1000; ++i) values.push_back(i < 700 ? 0.0 : 1.0);
+  const BinEdges edges = BinEdges::FromQuantiles(values, 10);
+  // Edges collapse to {0, 1}: (-inf, 0), [0, 1), [1, inf).
+  REQUIRE(edges.inner() == std::vector<double>{0.0, 1.0});
+  CHECK(edges.BinOf(0.0) == 1);
+  CHECK(edges.BinOf(1.0) == 2);
+  CHECK(edges.BinOf(-0.5) == 0);
+  // And a constant one gets a single usable edge, never an empty histogram.
+  std::vector<double> constant(50, 3.0);
+  CHECK(BinEdges::FromQuantiles(constant, 10).bins() == 2);
+  std::vector<double> none;
+  CHECK(BinEdges::FromQuantiles(none, 10).bins() == 1);
+}
+
+TEST_CASE("mean shift statistics of the reference example", "[drift][mean_shift]") {
+  const MeanShiftResult r = MeanShift(10000, 0.50, 0.10, 400, 0.515, 0.12);
+  CHECK(r.z == Approx(3.000).margin(1e-9));
+  CHECK(r.welch_t == Approx(2.46598).margin(1e-5));
+  CHECK(r.effect == Approx(0.15).margin(1e-12));
+  // A downward shift is negative z with the same effect.
+  const MeanShiftResult down = MeanShift(10000, 0.50, 0.10, 400, 0.485, 0.12);
+  CHECK(down.z == Approx(-3.0).margin(1e-9));
+  CHECK(down.effect == Approx(0.15).margin(1e-12));
+}
+
+TEST_CASE("a constant baseline still scores a change as huge but finite", "[drift][mean_shift]") {
+  const MeanShiftResult r = MeanShift(1000, 1.0, 0.0, 1000, 1.5, 0.1);
+  CHECK(std::isfinite(r.z));
+  CHECK(r.z > 1e6);
+  CHECK(r.effect > 1e6);
+  CHECK(MeanShift(1000, 1.0, 0.0, 1000, 1.0, 0.0).z == 0.0);
+}
+
+TEST_CASE("the stddev ratio scores a rise and a fall in spread alike", "[drift][stddev_ratio]") {
+  CHECK(StddevRatio(1.0, 1.5) == Approx(1.5));
+  CHECK(StddevRatio(1.5, 1.0) == Approx(1.5));
+  CHECK(StddevRatio(2.0, 2.0) == 1.0);
+  CHECK(StddevRatio(0.0, 0.0) == 1.0);
+  CHECK(std::isfinite(StddevRatio(0.0, 1.0)));
+  CHECK(StddevRatio(0.0, 1.0) > 1e6);
+}
+
+TEST_CASE("Page-Hinkley stays quiet on stationary input and rises after a shift",
+          "[drift][page_hinkley]") {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> z(0.0, 1.0);
+  PageHinkley ph;
+  double worst = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    ph.Add(z(rng), 0.5);
+    worst = std::max(worst, ph.Statistic());
+  }
+  CHECK(worst < DefaultsFor(DetectorKind::kPageHinkley).warn);
+
+  // A shift of +2 standard errors per window crosses the alert threshold within 60 windows,
+  // and so does a shift downwards (two-sided).
+  for (double shift : {2.0, -2.0}) {
+    PageHinkley p = ph;
+    int windows = 0;
+    while (p.Statistic() < 50 && windows < 1000) {
+      p.Add(z(rng) + shift, 0.5);
+      ++windows;
+    }
+    CHECK(windows < 60);
+  }
+}
+
+TEST_CASE("Page-Hinkley state round-trips through its encoding", "[drift][page_hinkley]") {
+  PageHinkley ph;
+  for (int i = 0; i < 10; ++i) ph.Add(i * 0.3 - 1, 0.5);
+  std::string bytes;
+  ph.Encode(bytes);
+  auto back = PageHinkley::Decode(bytes);
+  REQUIRE(back);
+  CHECK(*back == ph);
+  CHECK_FALSE(PageHinkley::Decode(bytes.substr(0, bytes.size() - 2)));
+}
+
+TEST_CASE("error-rate rise counts predictions that miss their label by more than the threshold",
+          "[drift][error_rate]") {
+  ErrorSummary base;
+  ErrorSummary window;
+  for (int i = 0; i < 100; ++i) base.Add(i < 10 ? 1.0 : 0.0, 0.0, 0.5);    // 10% wrong
+  for (int i = 0; i < 100; ++i) window.Add(i < 25 ? 0.0 : 1.0, 1.0, 0.5);  // 25% wrong
+  CHECK(base.ErrorRate() == Approx(0.10));
+  CHECK(window.ErrorRate() == Approx(0.25));
+  CHECK(ErrorRateRise(base, window) == Approx(0.15));
+  CHECK(ErrorRateRise(window, base) == Approx(-0.15));  // fewer errors is no drift
+  CHECK(base.abs_error.mean() == Approx(0.10));          // MAE
+  CHECK(ErrorRateRise(ErrorSummary(), window) == 0.0);   // no labels, no evaluation
+}
+
+TEST_CASE("the defaults table carries the documented thresholds", "[drift][defaults]") {
+  const DetectorSpec ms = DefaultDetectorSpec(DetectorKind::kMeanShift);
+  CHECK(ms.name == "mean_shift");
+  CHECK(ms.warn == 3);
+  CHECK(ms.alert == 5);
+  CHECK(DetectorParam(ms, "minEffect") == 0.2);
+  CHECK(DefaultsFor(DetectorKind::kStddevRatio).warn == 1.3);
+  CHECK(DefaultsFor(DetectorKind::kStddevRatio).alert == 1.5);
+  CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kPsi), "bins") == 10);
+  CHECK(DefaultsFor(DetectorKind::kJensenShannon).alert == 0.2);
+  CHECK(DefaultsFor(DetectorKind::kKs).warn == 0.1);
+  CHECK(DefaultsFor(DetectorKind::kErrorRate).alert == 0.1);
+  CHECK(DefaultDetectorSpecs().size() == 7);
+  CHECK(ParseDetectorKind("js") == DetectorKind::kJensenShannon);
+  CHECK_FALSE(ParseDetectorKind("nope"));
+
+  // snake_case spellings of parameters are accepted too.
+  DetectorSpec custom = ms;
+  custom.params = {{"min_effect", 0.4}};
+  CHECK(DetectorParam(custom, "minEffect") == 0.4);
+}
+
+}  // namespace
+}  // namespace driftd
