@@ -519,7 +519,7 @@ Status RocksCheckpointStore::CheckOrWriteMarker(bool created_now) {
   bool adopt = created_now;
   if (!adopt) {
     adopt = true;
-    for (CfIndex index : {kMetaCf, kCommitsCf, kStateCf, kOutboxCf}) {
+    for (CfIndex index : {kDefaultCf, kMetaCf, kCommitsCf, kStateCf, kOutboxCf}) {
       auto empty = CfIsEmpty(index);
       if (!empty) return tl::unexpected(empty.error());
       adopt = adopt && *empty;
