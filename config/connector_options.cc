@@ -17,11 +17,21 @@ void AppendJsonString(std::string& out, std::string_view text) {
   out.push_back('"');
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
@@ -81,8 +91,8 @@ bool YamlToJson(Reader& reader, const YAML::Node& node, const std::string& path,
   auto scalar = reader.ReadScalar(node, path, secret);
   if (!scalar) return false;
   const bool plain = node.Tag() == "?";
-  if (plain && (LooksLikeJsonNumber(scalar->value) || scalar->value == "true" ||
-                scalar->value == "false")) {
+  if (plain &&
+      (LooksLikeJsonNumber(scalar->value) || scalar->value == "true" || scalar->value == "false")) {
     out += scalar->value;
   } else {
     AppendJsonString(out, scalar->value);
@@ -140,26 +150,24 @@ Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const Conn
     const std::string path = map.PathOf(option.key);
     const bool secret = IsSecretKey(option.key);
     const OptionDecl* declared_option = decl ? decl->Find(option.key) : nullptr;
-    const bool passthrough = decl && !decl->passthrough_prefix.empty() &&
-                             option.key.size() > decl->passthrough_prefix.size() &&
-                             option.key.compare(0, decl->passthrough_prefix.size(),
-                                                decl->passthrough_prefix) == 0;
+    const bool passthrough =
+        decl && !decl->passthrough_prefix.empty() &&
+        option.key.size() > decl->passthrough_prefix.size() &&
+        option.key.compare(0, decl->passthrough_prefix.size(), decl->passthrough_prefix) == 0;
     if (decl && !declared_option && !passthrough) {
       std::string message = fmt::format("unknown option '{}' for the {}", option.key, what);
       std::string suggestion = DidYouMean(option.key, declared);
       if (auto closest = SuggestClosest(option.key, declared)) suggested.push_back(*closest);
       if (!suggestion.empty()) {
         message += suggestion;
-      } else if (!decl->passthrough_prefix.empty() &&
-                 option.key.find('.') != std::string::npos) {
+      } else if (!decl->passthrough_prefix.empty() && option.key.find('.') != std::string::npos) {
         message += fmt::format(
             "; options for the client library take the prefix '{}' (did you mean '{}{}'?)",
             decl->passthrough_prefix, decl->passthrough_prefix, option.key);
       } else if (!declared.empty()) {
-        message += fmt::format(" (options: {}{})", ListNames(declared),
-                               decl->passthrough_prefix.empty()
-                                   ? ""
-                                   : fmt::format(", {}*", decl->passthrough_prefix));
+        message += fmt::format(
+            " (options: {}{})", ListNames(declared),
+            decl->passthrough_prefix.empty() ? "" : fmt::format(", {}*", decl->passthrough_prefix));
       } else {
         message += " (it takes no options)";
       }
@@ -189,8 +197,9 @@ Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const Conn
         case OptionType::kString:
           break;
         case OptionType::kInt:
-          ok = reader.ToInt(*scalar, std::numeric_limits<int64_t>::min(),
-                            std::numeric_limits<int64_t>::max())
+          ok = reader
+                   .ToInt(*scalar, std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max())
                    .has_value();
           break;
         case OptionType::kDouble:

@@ -16,8 +16,7 @@ const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_
                                    ConnectorRole role);
 
 /// The formats declared for `role`, sorted.
-std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog,
-                                               ConnectorRole role);
+std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog, ConnectorRole role);
 
 /// Reads parent.options. With `decl`, each option is validated against it and defaults are
 /// filled in; `what` names the connector in messages ("kafka sink"). Without `decl` (no

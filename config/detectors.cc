@@ -1,24 +1,52 @@
 #include "config/detectors.h"
 
+#include "engine/drift/detectors.h"
+
 namespace driftd::config_detail {
+namespace {
+
+// Valid ranges of the engine's detector parameters. A parameter the engine adds later without
+// an entry here is accepted as any non-negative number.
+DetectorParamInfo ParamInfo(std::string_view name, double default_value) {
+  DetectorParamInfo info{name, default_value};
+  if (name == "bins") {
+    info.min = 2;
+    info.max = 1000;
+    info.integer = true;
+  }
+  return info;
+}
+
+double MaxThreshold(DetectorKind kind) {
+  switch (kind) {
+    case DetectorKind::kJensenShannon:  // a distance in [0, 1] (base 2)
+    case DetectorKind::kKs:             // a difference of two CDFs
+    case DetectorKind::kErrorRate:      // a rise of a rate
+      return 1;
+    default:
+      return std::numeric_limits<double>::max();
+  }
+}
+
+}  // namespace
 
 const std::vector<DetectorInfo>& Detectors() {
-  // Defaults follow common practice: z >= 3 is the usual "unusual" line for a mean shift, with
-  // an effect-size gate so that large samples do not flag trivial shifts; PSI 0.1 / 0.25 is the
-  // credit-scoring convention; Page-Hinkley's delta is the tolerated drift per observation.
-  static const std::vector<DetectorInfo> detectors = {
-      {DetectorKind::kMeanShift, "mean_shift", 3, 5, std::numeric_limits<double>::max(),
-       {{"minEffect", "min_effect", 0.2, 0, 1e6, false}}},
-      {DetectorKind::kStddevRatio, "stddev_ratio", 1.3, 1.5, std::numeric_limits<double>::max(),
-       {}},
-      {DetectorKind::kPsi, "psi", 0.1, 0.25, std::numeric_limits<double>::max(),
-       {{"bins", "bins", 10, 2, 1000, true}}},
-      {DetectorKind::kJensenShannon, "js", 0.1, 0.2, 1, {{"bins", "bins", 10, 2, 1000, true}}},
-      {DetectorKind::kKs, "ks", 0.1, 0.2, 1, {{"bins", "bins", 10, 2, 1000, true}}},
-      {DetectorKind::kPageHinkley, "page_hinkley", 25, 50, std::numeric_limits<double>::max(),
-       {{"delta", "delta", 0.005, 0, 1e12, false}}},
-      {DetectorKind::kErrorRate, "error_rate", 0.05, 0.1, 1, {}},
-  };
+  static const std::vector<DetectorInfo> detectors = [] {
+    std::vector<DetectorInfo> out;
+    for (const DetectorDefaults& defaults : DetectorDefaultsTable()) {
+      DetectorInfo info{defaults.kind,
+                        defaults.name,
+                        defaults.warn,
+                        defaults.alert,
+                        MaxThreshold(defaults.kind),
+                        {}};
+      for (const auto& [name, value] : defaults.params) {
+        info.params.push_back(ParamInfo(name, value));
+      }
+      out.push_back(std::move(info));
+    }
+    return out;
+  }();
   return detectors;
 }
 
@@ -38,24 +66,6 @@ const DetectorInfo* FindDetector(std::string_view name) {
   return nullptr;
 }
 
-const DetectorInfo& DetectorFor(DetectorKind kind) {
-  for (const DetectorInfo& info : Detectors()) {
-    if (info.kind == kind) return info;
-  }
-  return Detectors().front();
-}
-
-DetectorSpec DefaultDetector(DetectorKind kind) {
-  const DetectorInfo& info = DetectorFor(kind);
-  DetectorSpec spec;
-  spec.kind = kind;
-  spec.name = std::string(info.name);
-  spec.warn = info.warn;
-  spec.alert = info.alert;
-  for (const DetectorParamInfo& param : info.params) {
-    spec.params[std::string(param.key)] = param.default_value;
-  }
-  return spec;
-}
+DetectorSpec DefaultDetector(DetectorKind kind) { return DefaultDetectorSpec(kind); }
 
 }  // namespace driftd::config_detail

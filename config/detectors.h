@@ -1,5 +1,6 @@
-// The drift detectors a pipeline file may name, with their default thresholds and parameters.
-// config/README.md documents the same table; the drift engine reads the resulting DetectorSpec.
+// What a pipeline file may say about each drift detector: its type name, its parameters and
+// their valid ranges. Defaults come from the drift engine's table (engine/drift/detectors.h), so
+// that the file format and the detectors never disagree; config/README.md documents them.
 #pragma once
 
 #include <limits>
@@ -11,8 +12,7 @@
 namespace driftd::config_detail {
 
 struct DetectorParamInfo {
-  std::string_view yaml_name;  // as written in the file: minEffect
-  std::string_view key;        // key in DetectorSpec::params: min_effect
+  std::string_view name;  // as written in the file and stored in DetectorSpec::params: minEffect
   double default_value = 0;
   double min = 0;
   double max = std::numeric_limits<double>::max();
@@ -29,11 +29,10 @@ struct DetectorInfo {
   std::vector<DetectorParamInfo> params;
 };
 
-/// Every detector, in documentation order.
+/// Every detector, in DetectorKind order.
 const std::vector<DetectorInfo>& Detectors();
 const std::vector<std::string_view>& DetectorNames();
 const DetectorInfo* FindDetector(std::string_view name);
-const DetectorInfo& DetectorFor(DetectorKind kind);
 
 /// A DetectorSpec with the detector's default thresholds and parameters.
 DetectorSpec DefaultDetector(DetectorKind kind);

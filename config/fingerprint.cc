@@ -12,35 +12,52 @@ namespace {
 // engine/ cannot silently invalidate every checkpoint.
 std::string_view FnName(AggregateFn fn) {
   switch (fn) {
-    case AggregateFn::kCount: return "count";
-    case AggregateFn::kSum: return "sum";
-    case AggregateFn::kMean: return "mean";
-    case AggregateFn::kStddev: return "stddev";
-    case AggregateFn::kVariance: return "variance";
-    case AggregateFn::kMin: return "min";
-    case AggregateFn::kMax: return "max";
+    case AggregateFn::kCount:
+      return "count";
+    case AggregateFn::kSum:
+      return "sum";
+    case AggregateFn::kMean:
+      return "mean";
+    case AggregateFn::kStddev:
+      return "stddev";
+    case AggregateFn::kVariance:
+      return "variance";
+    case AggregateFn::kMin:
+      return "min";
+    case AggregateFn::kMax:
+      return "max";
   }
   return "?";
 }
 
 std::string_view BaselineName(BaselineKind kind) {
   switch (kind) {
-    case BaselineKind::kWarmup: return "warmup";
-    case BaselineKind::kFile: return "file";
-    case BaselineKind::kTrailing: return "trailing";
+    case BaselineKind::kWarmup:
+      return "warmup";
+    case BaselineKind::kFile:
+      return "file";
+    case BaselineKind::kTrailing:
+      return "trailing";
   }
   return "?";
 }
 
 std::string_view DetectorName(DetectorKind kind) {
   switch (kind) {
-    case DetectorKind::kMeanShift: return "mean_shift";
-    case DetectorKind::kStddevRatio: return "stddev_ratio";
-    case DetectorKind::kPsi: return "psi";
-    case DetectorKind::kJensenShannon: return "js";
-    case DetectorKind::kKs: return "ks";
-    case DetectorKind::kPageHinkley: return "page_hinkley";
-    case DetectorKind::kErrorRate: return "error_rate";
+    case DetectorKind::kMeanShift:
+      return "mean_shift";
+    case DetectorKind::kStddevRatio:
+      return "stddev_ratio";
+    case DetectorKind::kPsi:
+      return "psi";
+    case DetectorKind::kJensenShannon:
+      return "js";
+    case DetectorKind::kKs:
+      return "ks";
+    case DetectorKind::kPageHinkley:
+      return "page_hinkley";
+    case DetectorKind::kErrorRate:
+      return "error_rate";
   }
   return "?";
 }
@@ -49,11 +66,21 @@ std::string Quote(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
@@ -80,10 +107,10 @@ std::string StringArray(const std::vector<std::string>& items) {
 std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   // Options that say which data the source reads: another path or topic is another stream,
   // whose offsets and state mean nothing to this checkpoint.
-  static constexpr std::string_view kIdentityOptions[] = {"assign", "path", "pattern",
-                                                          "subscribe", "subscribePattern"};
-  std::string out = "{\"version\":1,\"source\":{\"format\":" + Quote(spec.source.format) +
-                    ",\"identity\":{";
+  static constexpr std::string_view kIdentityOptions[] = {"assign", "path", "pattern", "subscribe",
+                                                          "subscribePattern"};
+  std::string out =
+      "{\"version\":1,\"source\":{\"format\":" + Quote(spec.source.format) + ",\"identity\":{";
   bool first = true;
   for (std::string_view name : kIdentityOptions) {
     if (!spec.source.options.Has(name)) continue;
@@ -102,8 +129,7 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   out += "],\"groupBy\":" + StringArray(query.group_by) + ",\"window\":";
   if (query.window) {
     out += fmt::format("{{\"column\":{},\"sizeMs\":{},\"slideMs\":{}}}",
-                       Quote(query.window->column), query.window->size_ms,
-                       query.window->slide_ms);
+                       Quote(query.window->column), query.window->size_ms, query.window->slide_ms);
   } else {
     out += "null";
   }

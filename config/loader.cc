@@ -98,10 +98,12 @@ const std::vector<std::pair<std::string_view, BaselineKind>> kBaselines = {
 
 // Spellings from other systems that users type for driftd's field types.
 const std::vector<std::pair<std::string_view, std::string_view>> kTypeAliases = {
-    {"float", "double"},   {"float64", "double"},        {"number", "double"},
-    {"integer", "int"},    {"int32", "int"},             {"bigint", "long"},
-    {"int64", "long"},     {"bool", "boolean"},          {"str", "string"},
-    {"text", "string"},    {"datetime", "timestamp"},    {"array<float>", "array<double>"},
+    {"float", "double"},        {"float64", "double"},
+    {"number", "double"},       {"integer", "int"},
+    {"int32", "int"},           {"bigint", "long"},
+    {"int64", "long"},          {"bool", "boolean"},
+    {"str", "string"},          {"text", "string"},
+    {"datetime", "timestamp"},  {"array<float>", "array<double>"},
     {"array", "array<double>"}, {"list<double>", "array<double>"},
 };
 
@@ -132,30 +134,38 @@ enum class ColumnUse {
   kGroupKey,     // string, long, int, boolean
   kNumericLike,  // double, long, int, array<double>
   kTimestamp,
-  kLabel,        // prediction / label for error rate: numeric, string or boolean
+  kLabel,  // prediction / label for error rate: numeric or boolean
 };
 
 bool Accepts(ColumnUse use, FieldType type) {
   switch (use) {
-    case ColumnUse::kAny: return true;
+    case ColumnUse::kAny:
+      return true;
     case ColumnUse::kGroupKey:
       return type == FieldType::kString || type == FieldType::kLong || type == FieldType::kInt ||
              type == FieldType::kBoolean;
-    case ColumnUse::kNumericLike: return IsNumeric(type) || type == FieldType::kDoubleArray;
-    case ColumnUse::kTimestamp: return type == FieldType::kTimestamp;
+    case ColumnUse::kNumericLike:
+      return IsNumeric(type) || type == FieldType::kDoubleArray;
+    case ColumnUse::kTimestamp:
+      return type == FieldType::kTimestamp;
     case ColumnUse::kLabel:
-      return IsNumeric(type) || type == FieldType::kString || type == FieldType::kBoolean;
+      return IsNumeric(type) || type == FieldType::kBoolean;
   }
   return false;
 }
 
 std::string_view Expected(ColumnUse use) {
   switch (use) {
-    case ColumnUse::kAny: return "any column";
-    case ColumnUse::kGroupKey: return "a string, long, int or boolean column";
-    case ColumnUse::kNumericLike: return "a numeric (double, long, int) or array<double> column";
-    case ColumnUse::kTimestamp: return "a timestamp column";
-    case ColumnUse::kLabel: return "a numeric, string or boolean column";
+    case ColumnUse::kAny:
+      return "any column";
+    case ColumnUse::kGroupKey:
+      return "a string, long, int or boolean column";
+    case ColumnUse::kNumericLike:
+      return "a numeric (double, long, int) or array<double> column";
+    case ColumnUse::kTimestamp:
+      return "a timestamp column";
+    case ColumnUse::kLabel:
+      return "a numeric or boolean column";
   }
   return "";
 }
@@ -216,8 +226,7 @@ class PipelineParser {
   void ParseSchema(const MapReader& top) {
     const MapReader::Entry* entry = top.Find("schema");
     if (entry == nullptr || entry->value.IsNull()) {
-      top.ReportMissing("schema",
-                        " (a list of fields, e.g. - {name: model_id, type: string})");
+      top.ReportMissing("schema", " (a list of fields, e.g. - {name: model_id, type: string})");
       return;
     }
     auto items = reader_.ReadList(entry->value, "schema",
@@ -265,9 +274,9 @@ class PipelineParser {
         continue;
       }
       if (auto it = first_line.find(name->value); it != first_line.end()) {
-        problems_.Error(name->path, name->mark,
-                        fmt::format("duplicate field {} (first declared at line {})",
-                                    Show(*name), it->second));
+        problems_.Error(
+            name->path, name->mark,
+            fmt::format("duplicate field {} (first declared at line {})", Show(*name), it->second));
         continue;
       }
       first_line.emplace(name->value, name->mark.line);
@@ -288,9 +297,8 @@ class PipelineParser {
         std::string suggestion = DidYouMean(column.value, names);
         problems_.Error(column.path, column.mark,
                         fmt::format("{} {} is not a schema column{}", role, Show(column),
-                                    suggestion.empty()
-                                        ? fmt::format(" (columns: {})", Join(names))
-                                        : suggestion));
+                                    suggestion.empty() ? fmt::format(" (columns: {})", Join(names))
+                                                       : suggestion));
       }
       return false;
     }
@@ -340,10 +348,9 @@ class PipelineParser {
     if (*decl) return true;
     const char* role_name = role == ConnectorRole::kSource ? "source" : "sink";
     auto formats = config_detail::ConnectorFormats(*options_.catalog, role);
-    std::string message =
-        fmt::format("unknown {} format {} (known {} formats: {}){}", role_name, Show(format),
-                    role_name, Join(formats),
-                    format.secret ? "" : DidYouMean(format.value, formats));
+    std::string message = fmt::format("unknown {} format {} (known {} formats: {}){}", role_name,
+                                      Show(format), role_name, Join(formats),
+                                      format.secret ? "" : DidYouMean(format.value, formats));
     const ConnectorRole other =
         role == ConnectorRole::kSource ? ConnectorRole::kSink : ConnectorRole::kSource;
     if (config_detail::FindConnector(*options_.catalog, format.value, other)) {
@@ -385,10 +392,10 @@ class PipelineParser {
   void ParseQuery(const MapReader& top) {
     const MapReader::Entry* entry = top.Find("query");
     if (entry == nullptr) return;
-    MapReader query(reader_, entry->value, "query", entry->key_mark,
-                    std::vector<std::string_view>{"groupBy", "aggregates", "window", "watermark",
-                                                  "select"},
-                    " with groupBy, aggregates, window, watermark or select");
+    MapReader query(
+        reader_, entry->value, "query", entry->key_mark,
+        std::vector<std::string_view>{"groupBy", "aggregates", "window", "watermark", "select"},
+        " with groupBy, aggregates, window, watermark or select");
     if (!query.valid()) {
       query_ok_ = false;
       group_by_ok_ = false;
@@ -414,8 +421,8 @@ class PipelineParser {
     }
 
     if (query.Has("aggregates")) {
-      auto items = query.StringList("aggregates",
-                                    ", e.g. [count, mean(prediction), stddev(prediction)]");
+      auto items =
+          query.StringList("aggregates", ", e.g. [count, mean(prediction), stddev(prediction)]");
       if (items) {
         std::map<std::string, int> seen;
         for (const Scalar& item : *items) ParseAggregate(item, seen);
@@ -517,12 +524,12 @@ class PipelineParser {
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     auto fn = Lookup(kAggregates, lower);
     if (!fn) {
-      problems_.Error(item.path, item.mark,
-                      fmt::format("unknown aggregate function {}; expected one of {}{}",
-                                  item.secret ? std::string("<redacted>")
-                                              : fmt::format("'{}'", fn_name),
-                                  Join(Names(kAggregates)),
-                                  item.secret ? "" : DidYouMean(lower, Names(kAggregates))));
+      problems_.Error(
+          item.path, item.mark,
+          fmt::format("unknown aggregate function {}; expected one of {}{}",
+                      item.secret ? std::string("<redacted>") : fmt::format("'{}'", fn_name),
+                      Join(Names(kAggregates)),
+                      item.secret ? "" : DidYouMean(lower, Names(kAggregates))));
       return;
     }
     AggregateSpec aggregate;
@@ -552,9 +559,9 @@ class PipelineParser {
       aggregate.output_name = fmt::format("{}({})", lower, column);
     }
     if (auto it = seen.find(aggregate.output_name); it != seen.end()) {
-      problems_.Error(item.path, item.mark,
-                      fmt::format("aggregate {} is listed twice (first at line {})", Show(item),
-                                  it->second));
+      problems_.Error(
+          item.path, item.mark,
+          fmt::format("aggregate {} is listed twice (first at line {})", Show(item), it->second));
       return;
     }
     seen.emplace(aggregate.output_name, item.mark.line);
@@ -567,10 +574,10 @@ class PipelineParser {
     const MapReader::Entry* entry = top.Find("drift");
     if (entry == nullptr || entry->value.IsNull()) return;
     MapReader drift(reader_, entry->value, "drift", entry->key_mark,
-                    std::vector<std::string_view>{"series", "baseline", "detectors",
-                                                  "minSamples", "hysteresis", "cooldown",
-                                                  "modelColumn", "predictionColumn",
-                                                  "labelColumn", "overrides"},
+                    std::vector<std::string_view>{"series", "baseline", "detectors", "minSamples",
+                                                  "windowRecords", "hysteresis", "cooldown",
+                                                  "modelAlertSeries", "modelColumn",
+                                                  "predictionColumn", "labelColumn", "overrides"},
                     " with series, baseline, detectors, ...");
     if (!drift.valid()) return;
     DriftSpec& spec = spec_.drift;
@@ -583,13 +590,14 @@ class PipelineParser {
       if (CheckColumn(*model, ColumnUse::kGroupKey, "modelColumn") && group_by_ok_ &&
           std::find(spec_.query.group_by.begin(), spec_.query.group_by.end(), model->value) ==
               spec_.query.group_by.end()) {
-        problems_.Error(model->path, model->mark,
-                        fmt::format("modelColumn {} must be one of the query's groupBy columns "
-                                    "({}): drift is tracked per group",
-                                    Show(*model),
-                                    spec_.query.group_by.empty()
-                                        ? std::string("none given")
-                                        : fmt::format("{}", fmt::join(spec_.query.group_by, ", "))));
+        problems_.Error(
+            model->path, model->mark,
+            fmt::format("modelColumn {} must be one of the query's groupBy columns "
+                        "({}): drift is tracked per group",
+                        Show(*model),
+                        spec_.query.group_by.empty()
+                            ? std::string("none given")
+                            : fmt::format("{}", fmt::join(spec_.query.group_by, ", "))));
       }
     } else if (!drift.Has("modelColumn")) {
       if (!spec_.query.group_by.empty()) {
@@ -604,8 +612,9 @@ class PipelineParser {
 
     const MapReader::Entry* series_entry = drift.Find("series");
     if (series_entry == nullptr || series_entry->value.IsNull()) {
-      drift.ReportMissing("series", " (the numeric or array<double> columns to watch, e.g. "
-                                    "[feature_vector, prediction])");
+      drift.ReportMissing("series",
+                          " (the numeric or array<double> columns to watch, e.g. "
+                          "[feature_vector, prediction])");
     } else if (auto series = drift.StringList("series", ", e.g. [feature_vector, prediction]")) {
       if (series->empty()) {
         problems_.Error("drift.series", series_entry->key_mark,
@@ -636,6 +645,19 @@ class PipelineParser {
       spec.hysteresis = static_cast<int>(*value);
     }
     if (auto value = drift.DurationMs("cooldown", 0)) spec.cooldown_ms = *value;
+    if (auto value = drift.Int("windowRecords", 1, kMaxInt)) spec.window_records = *value;
+    if (auto value = drift.Int("modelAlertSeries", 0, 1'000'000)) {
+      spec.model_alert_series = static_cast<int>(*value);
+    }
+    // A window or baseline smaller than minSamples could never be evaluated: no alert, ever.
+    if ((drift.Has("windowRecords") || drift.Has("minSamples")) &&
+        spec.window_records < spec.min_samples) {
+      const char* key = drift.Has("windowRecords") ? "windowRecords" : "minSamples";
+      problems_.Error(drift.PathOf(key), drift.MarkOf(key),
+                      fmt::format("windowRecords ({}) is below minSamples ({}): no window could "
+                                  "ever be evaluated",
+                                  spec.window_records, spec.min_samples));
+    }
 
     ParseBaseline(drift);
     ParseDetectors(drift);
@@ -647,12 +669,12 @@ class PipelineParser {
     const MapReader::Entry* entry = drift.Find("baseline");
     if (entry == nullptr) {
       baseline.mark = drift.anchor();
+      CheckWarmupSize(drift, nullptr);
       return;
     }
     baseline.mark = entry->key_mark;
     MapReader map(reader_, entry->value, "drift.baseline", entry->key_mark,
-                  std::vector<std::string_view>{"type", "records", "duration", "path",
-                                                "windows"},
+                  std::vector<std::string_view>{"type", "records", "duration", "path", "windows"},
                   ", e.g. {type: warmup, records: 1000}");
     if (!map.valid()) return;
     auto type = map.Choice("type", Names(kBaselines));
@@ -686,6 +708,7 @@ class PipelineParser {
         }
         if (auto records = map.Int("records", 1, kMaxInt)) baseline.records = *records;
         if (auto duration = map.DurationMs("duration", 1)) baseline.duration_ms = *duration;
+        CheckWarmupSize(drift, &map);
         break;
       case BaselineKind::kFile:
         if (auto path = map.String("path", true)) {
@@ -708,12 +731,29 @@ class PipelineParser {
     }
   }
 
+  // A warmup of fewer records than minSamples would never be complete enough to compare with.
+  void CheckWarmupSize(const MapReader& drift, const MapReader* baseline_map) {
+    const DriftSpec& spec = spec_.drift;
+    if (spec.baseline.duration_ms > 0 || spec.baseline.records >= spec.min_samples) return;
+    const bool records_given = baseline_map && baseline_map->Has("records");
+    problems_.Error(
+        records_given ? baseline_map->PathOf("records") : drift.PathOf("minSamples"),
+        records_given ? baseline_map->MarkOf("records") : drift.MarkOf("minSamples"),
+        fmt::format("a warmup baseline of {} records is below minSamples ({}): it would never "
+                    "hold enough records to compare with",
+                    spec.baseline.records, spec.min_samples));
+  }
+
   void ParseDetectors(const MapReader& drift) {
     const MapReader::Entry* entry = drift.Find("detectors");
     if (entry == nullptr) {
-      // Documented default: a mean shift and a PSI detector with their default parameters.
-      for (DetectorKind kind : {DetectorKind::kMeanShift, DetectorKind::kPsi}) {
-        DetectorSpec detector = config_detail::DefaultDetector(kind);
+      // Documented default: every detector with its default parameters; error_rate only when
+      // there are prediction and label columns to compare.
+      const bool labelled =
+          !spec_.drift.prediction_column.empty() && !spec_.drift.label_column.empty();
+      for (const config_detail::DetectorInfo& info : config_detail::Detectors()) {
+        if (info.kind == DetectorKind::kErrorRate && !labelled) continue;
+        DetectorSpec detector = config_detail::DefaultDetector(info.kind);
         detector.mark = drift.anchor();
         spec_.drift.detectors.push_back(std::move(detector));
       }
@@ -725,7 +765,7 @@ class PipelineParser {
     if (items->empty()) {
       problems_.Error("drift.detectors", entry->key_mark,
                       "drift.detectors is empty; list at least one detector (or remove the key "
-                      "for the defaults: mean_shift and psi)");
+                      "for the defaults: every detector)");
       return;
     }
     std::map<std::string, int> seen;
@@ -746,8 +786,9 @@ class PipelineParser {
         if (it->first.IsScalar() && it->first.Scalar() == "type") type_node = it->second;
       }
       if (!type_node.IsDefined()) {
-        problems_.Error(path + ".type", config_detail::MarkOf(node),
-                        fmt::format("'type' is required (one of {})", Join(config_detail::DetectorNames())));
+        problems_.Error(
+            path + ".type", config_detail::MarkOf(node),
+            fmt::format("'type' is required (one of {})", Join(config_detail::DetectorNames())));
         continue;
       }
       auto type_scalar = reader_.ReadScalar(type_node, path + ".type", false);
@@ -756,7 +797,7 @@ class PipelineParser {
       if (!type) continue;
       const config_detail::DetectorInfo& info = *config_detail::FindDetector(*type);
       std::vector<std::string_view> keys = {"type", "warn", "alert"};
-      for (const auto& param : info.params) keys.push_back(param.yaml_name);
+      for (const auto& param : info.params) keys.push_back(param.name);
       // Unknown parameters of this detector type are reported with did-you-mean.
       MapReader map(reader_, node, path, {}, keys);
       DetectorSpec detector = config_detail::DefaultDetector(info.kind);
@@ -768,10 +809,13 @@ class PipelineParser {
           ok = ok && !map.Has(threshold);
           continue;
         }
-        if (*value < 0 || *value > info.max_threshold) {
+        if (*value <= 0 || *value > info.max_threshold) {
           problems_.Error(map.PathOf(threshold), map.MarkOf(threshold),
-                          fmt::format("{} threshold must be between 0 and {} for {}, found {}",
-                                      threshold, info.max_threshold, info.name, *value));
+                          fmt::format("{} threshold must be above 0{} for {}, found {}", threshold,
+                                      info.max_threshold < std::numeric_limits<double>::max()
+                                          ? fmt::format(" and at most {}", info.max_threshold)
+                                          : std::string(),
+                                      info.name, *value));
           ok = false;
           continue;
         }
@@ -785,8 +829,8 @@ class PipelineParser {
                                     detector.warn, detector.alert));
       }
       for (const auto& param : info.params) {
-        if (!map.Has(param.yaml_name)) continue;
-        auto scalar = map.String(param.yaml_name);
+        if (!map.Has(param.name)) continue;
+        auto scalar = map.String(param.name);
         if (!scalar) continue;
         std::optional<double> value;
         if (param.integer) {
@@ -797,12 +841,12 @@ class PipelineParser {
           value = reader_.ToDouble(*scalar);
           if (value && (*value < param.min || *value > param.max)) {
             problems_.Error(scalar->path, scalar->mark,
-                            fmt::format("{} must be between {} and {}, found {}", param.yaml_name,
+                            fmt::format("{} must be between {} and {}, found {}", param.name,
                                         param.min, param.max, *value));
             value.reset();
           }
         }
-        if (value) detector.params[std::string(param.key)] = *value;
+        if (value) detector.params[std::string(param.name)] = *value;
       }
       if (auto it = seen.find(detector.name); it != seen.end()) {
         problems_.Error(map.PathOf("type"), map.MarkOf("type"),
@@ -832,8 +876,7 @@ class PipelineParser {
     for (size_t i = 0; i < items->size(); ++i) {
       const std::string path = fmt::format("drift.overrides[{}]", i);
       MapReader map(reader_, (*items)[i], path, {},
-                    std::vector<std::string_view>{"model", "series", "detector", "warn",
-                                                  "alert"},
+                    std::vector<std::string_view>{"model", "series", "detector", "warn", "alert"},
                     ", e.g. {model: model-3, detector: psi, alert: 0.4}");
       if (!map.valid()) continue;
       ThresholdOverride override_spec;
@@ -852,10 +895,10 @@ class PipelineParser {
           if (d.name == name->value) detector = &d;
         }
         if (detector == nullptr) {
-          problems_.Error(name->path, name->mark,
-                          fmt::format("detector {} is not among drift.detectors ({}){}",
-                                      Show(*name), Join(configured),
-                                      DidYouMean(name->value, configured)));
+          problems_.Error(
+              name->path, name->mark,
+              fmt::format("detector {} is not among drift.detectors ({}){}", Show(*name),
+                          Join(configured), DidYouMean(name->value, configured)));
         }
       }
       override_spec.warn = map.Double("warn");
@@ -888,9 +931,9 @@ class PipelineParser {
         return std::isdigit(static_cast<unsigned char>(c));
       });
       if (!digits) {
-        problems_.Error(series.path, series.mark,
-                        fmt::format("cannot read series {}; expected a column or column[index]",
-                                    Show(series)));
+        problems_.Error(
+            series.path, series.mark,
+            fmt::format("cannot read series {}; expected a column or column[index]", Show(series)));
         return;
       }
       base = base.substr(0, open);
@@ -933,10 +976,10 @@ class PipelineParser {
     std::map<std::string, int> names;
     for (size_t i = 0; i < items->size(); ++i) {
       const std::string path = fmt::format("sinks[{}]", i);
-      MapReader map(reader_, (*items)[i], path, {},
-                    std::vector<std::string_view>{"name", "format", "stream", "outputMode",
-                                                  "options"},
-                    " with name, format, stream, outputMode and options");
+      MapReader map(
+          reader_, (*items)[i], path, {},
+          std::vector<std::string_view>{"name", "format", "stream", "outputMode", "options"},
+          " with name, format, stream, outputMode and options");
       if (!map.valid()) {
         sinks_ok_ = false;
         continue;
@@ -986,8 +1029,8 @@ class PipelineParser {
         info.mode_ok = true;
       }
       if (format_ok || !options_.catalog) {
-        sink.options = config_detail::ReadConnectorOptions(
-            reader_, map, decl, fmt::format("{} sink", sink.format));
+        sink.options = config_detail::ReadConnectorOptions(reader_, map, decl,
+                                                           fmt::format("{} sink", sink.format));
       }
       spec_.sinks.push_back(std::move(sink));
       sink_info_.push_back(info);
@@ -1006,15 +1049,15 @@ class PipelineParser {
         "{continuous: 1 second}";
     if (entry->value.IsScalar()) {
       // `trigger: once` is a natural slip; say how to write it.
-      problems_.Error("trigger", config_detail::MarkOf(entry->value),
-                      fmt::format("expected a map{}, found {}", kHint,
-                                  Describe(entry->value, false)));
+      problems_.Error(
+          "trigger", config_detail::MarkOf(entry->value),
+          fmt::format("expected a map{}, found {}", kHint, Describe(entry->value, false)));
       return;
     }
-    MapReader map(reader_, entry->value, "trigger", entry->key_mark,
-                  std::vector<std::string_view>{"processingTime", "once", "availableNow",
-                                                "continuous"},
-                  std::string(kHint));
+    MapReader map(
+        reader_, entry->value, "trigger", entry->key_mark,
+        std::vector<std::string_view>{"processingTime", "once", "availableNow", "continuous"},
+        std::string(kHint));
     if (!map.valid()) return;
     if (map.entries().empty()) {
       problems_.Error("trigger", entry->key_mark,
@@ -1072,12 +1115,12 @@ class PipelineParser {
       const std::string mode_path = fmt::format("sinks[{}].outputMode", i);
       if (sink.stream != StreamKind::kStats) {
         if (info.mode_ok && sink.output_mode != OutputMode::kAppend) {
-          problems_.Error(mode_path, info.mode_mark,
-                          fmt::format("the {} stream supports only outputMode append, found "
-                                      "'{}' ({} are emitted once and never updated)",
-                                      StreamName(sink.stream), ModeName(sink.output_mode),
-                                      sink.stream == StreamKind::kAlerts ? "alerts"
-                                                                         : "dead letters"));
+          problems_.Error(
+              mode_path, info.mode_mark,
+              fmt::format("the {} stream supports only outputMode append, found "
+                          "'{}' ({} are emitted once and never updated)",
+                          StreamName(sink.stream), ModeName(sink.output_mode),
+                          sink.stream == StreamKind::kAlerts ? "alerts" : "dead letters"));
         }
         if (!info.mode_given) sink.output_mode = OutputMode::kAppend;
         continue;

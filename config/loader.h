@@ -55,8 +55,8 @@ PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
 /// Reads `path` and parses it as ParsePipeline does; an unreadable file is one problem.
 PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options);
 
-/// One line per problem, compiler style:
-///   file.yaml:12:5: sinks[0].options.topc: unknown option 'topc' for the kafka sink; did you mean 'topic'?
+/// One line per problem, compiler style ("file:line:column: path: message"), e.g.
+///   p.yaml:12:5: sinks[0].options.topc: unknown option 'topc' for the kafka sink; did you mean ...
 /// Warnings carry "warning: " before the message. Ends with a newline unless empty.
 std::string FormatProblems(std::string_view file, const std::vector<ConfigProblem>& problems);
 

@@ -95,8 +95,8 @@ std::optional<Scalar> Reader::ReadScalar(const YAML::Node& node, const std::stri
     return std::nullopt;
   }
   if (!node.IsScalar()) {
-    problems.Error(path, mark, fmt::format("expected a single value, found {}",
-                                           Describe(node, secret)));
+    problems.Error(path, mark,
+                   fmt::format("expected a single value, found {}", Describe(node, secret)));
     return std::nullopt;
   }
   auto interpolated = InterpolateEnv(node.Scalar(), env);
@@ -217,8 +217,9 @@ std::optional<std::string> Reader::ToChoice(const Scalar& s,
     if (s.value == choice) return s.value;
   }
   std::string suggestion = s.secret ? "" : DidYouMean(s.value, choices);
-  problems.Error(s.path, s.mark, fmt::format("expected one of {}, found {}{}", JoinQuoted(choices),
-                                             Show(s), suggestion));
+  problems.Error(
+      s.path, s.mark,
+      fmt::format("expected one of {}, found {}{}", JoinQuoted(choices), Show(s), suggestion));
   return std::nullopt;
 }
 
@@ -228,8 +229,8 @@ std::optional<std::vector<YAML::Node>> Reader::ReadList(const YAML::Node& node,
   std::vector<YAML::Node> items;
   if (!node.IsDefined() || node.IsNull()) return items;
   if (!node.IsSequence()) {
-    problems.Error(path, MarkOf(node), fmt::format("expected a list{}, found {}", hint,
-                                                   Describe(node, false)));
+    problems.Error(path, MarkOf(node),
+                   fmt::format("expected a list{}, found {}", hint, Describe(node, false)));
     return std::nullopt;
   }
   for (const auto& item : node) items.push_back(item);
@@ -257,9 +258,9 @@ MapReader::MapReader(Reader& reader, const YAML::Node& node, std::string path, S
     }
     std::string name = key.Scalar();
     if (const Entry* first = Find(name)) {
-      reader_.problems.Error(PathOf(name), key_mark,
-                             fmt::format("duplicate key '{}' (first given at line {})", name,
-                                         first->key_mark.line));
+      reader_.problems.Error(
+          PathOf(name), key_mark,
+          fmt::format("duplicate key '{}' (first given at line {})", name, first->key_mark.line));
       continue;
     }
     if (known) {
@@ -315,8 +316,7 @@ std::optional<Scalar> MapReader::String(std::string_view key, bool required) con
     return std::nullopt;
   }
   if (entry->value.IsNull()) {
-    reader_.problems.Error(PathOf(key), entry->key_mark,
-                           fmt::format("'{}' has no value", key));
+    reader_.problems.Error(PathOf(key), entry->key_mark, fmt::format("'{}' has no value", key));
     return std::nullopt;
   }
   return reader_.ReadScalar(entry->value, PathOf(key), IsSecretKey(key));
@@ -364,8 +364,8 @@ std::optional<std::vector<Scalar>> MapReader::StringList(std::string_view key,
   std::vector<Scalar> out;
   bool ok = true;
   for (size_t i = 0; i < items->size(); ++i) {
-    auto s = reader_.ReadScalar((*items)[i], fmt::format("{}[{}]", PathOf(key), i),
-                                IsSecretKey(key));
+    auto s =
+        reader_.ReadScalar((*items)[i], fmt::format("{}[{}]", PathOf(key), i), IsSecretKey(key));
     if (s) {
       out.push_back(std::move(*s));
     } else {

@@ -73,7 +73,8 @@ struct Reader {
   /// A byte count, or a number with a unit: B, KB, KiB, MB, MiB, GB, GiB.
   std::optional<int64_t> ToBytes(const Scalar& s, int64_t min);
   /// One of `choices` (exact spelling), with did-you-mean when it is not.
-  std::optional<std::string> ToChoice(const Scalar& s, const std::vector<std::string_view>& choices);
+  std::optional<std::string> ToChoice(const Scalar& s,
+                                      const std::vector<std::string_view>& choices);
 
   /// The elements of a list node; reports a problem (with `hint`) when it is not a list.
   /// A null node is an empty list.

@@ -37,12 +37,11 @@ TEST_CASE("every example pipeline in deploy/examples validates against the real 
 
     bool placeholders = false;
     for (const ConnectorDecl& decl : ConnectorDeclarations()) {
-      const bool used = (decl.role == ConnectorRole::kSource && decl.format == result->source.format) ||
-                        std::any_of(result->sinks.begin(), result->sinks.end(),
-                                    [&](const SinkSpec& s) {
-                                      return decl.role == ConnectorRole::kSink &&
-                                             decl.format == s.format;
-                                    });
+      const bool used =
+          (decl.role == ConnectorRole::kSource && decl.format == result->source.format) ||
+          std::any_of(result->sinks.begin(), result->sinks.end(), [&](const SinkSpec& s) {
+            return decl.role == ConnectorRole::kSink && decl.format == s.format;
+          });
       placeholders = placeholders || (used && IsPlaceholder(decl));
     }
     if (placeholders) {

@@ -72,7 +72,8 @@ TEST_CASE("the fingerprint ignores what state does not depend on", "[config][fin
        }) {
     INFO(find << " -> " << replace);
     std::string yaml(kBase);
-    if (size_t at = yaml.find(find); at != std::string::npos) yaml.replace(at, find.size(), replace);
+    if (size_t at = yaml.find(find); at != std::string::npos)
+      yaml.replace(at, find.size(), replace);
     CHECK(Fingerprint(yaml) == base);
   }
 }
@@ -83,7 +84,8 @@ TEST_CASE("the fingerprint changes with every state-relevant field", "[config][f
            {"subscribe: logs", "subscribe: other-logs"},
            {"subscribe: logs", "subscribePattern: logs-.*"},
            {"{name: prediction, type: double}", "{name: prediction, type: long}"},
-           {"{name: prediction, type: double}", "{name: prediction, type: double, nullable: false}"},
+           {"{name: prediction, type: double}",
+            "{name: prediction, type: double, nullable: false}"},
            {"  - {name: prediction, type: double}\n",
             "  - {name: prediction, type: double}\n  - {name: region, type: string}\n"},
            {"groupBy: [model_id]", "groupBy: [model_id, region]"},

@@ -93,10 +93,10 @@ TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader
   CHECK(in.GetString("subscribe") == "inference-logs");
   CHECK(in.GetString("startingOffsets") == R"({"inference-logs":{"0":23,"1":-2}})");
   CHECK(in.GetInt("maxOffsetsPerTrigger") == 50000);
-  CHECK(in.GetBool("failOnDataLoss") == true);          // declared default
-  CHECK(in.GetDurationMs("pollTimeout") == 1000);       // declared default
+  CHECK(in.GetBool("failOnDataLoss") == true);     // declared default
+  CHECK(in.GetDurationMs("pollTimeout") == 1000);  // declared default
   CHECK(in.WithPrefix("kafka.").at("security.protocol") == "SASL_SSL");
-  CHECK_FALSE(in.Has("subscribePattern"));              // no default: stays unset
+  CHECK_FALSE(in.Has("subscribePattern"));  // no default: stays unset
   CHECK(spec.source.malformed.policy == MalformedPolicy::kDeadLetter);
   CHECK(spec.source.malformed.max_record_bytes == 512 * 1024);
   CHECK(spec.source.malformed.max_depth == 32);
@@ -135,7 +135,7 @@ TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader
   CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
   CHECK(drift.detectors[0].warn == 3);
   CHECK(drift.detectors[0].alert == 5);
-  CHECK(drift.detectors[0].params.at("min_effect") == Approx(0.3));
+  CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.3));
   CHECK(drift.detectors[1].kind == DetectorKind::kPsi);
   CHECK(drift.detectors[1].warn == Approx(0.1));
   CHECK(drift.detectors[1].alert == Approx(0.3));
@@ -143,10 +143,11 @@ TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader
   CHECK(drift.detectors[2].name == "page_hinkley");
   CHECK(drift.detectors[2].warn == 25);
   CHECK(drift.detectors[2].alert == 50);
-  CHECK(drift.detectors[2].params.at("delta") == Approx(0.005));
+  CHECK(drift.detectors[2].params.at("delta") == Approx(0.5));  // the engine's default
   CHECK(drift.detectors[3].kind == DetectorKind::kErrorRate);
   CHECK(drift.detectors[3].warn == Approx(0.02));
   CHECK(drift.detectors[3].alert == Approx(0.1));
+  CHECK(drift.detectors[3].params.at("threshold") == Approx(0.5));
   REQUIRE(drift.overrides.size() == 1);
   CHECK(drift.overrides[0].model == "model-3");
   CHECK(drift.overrides[0].series == "features[2]");
@@ -196,7 +197,7 @@ TEST_CASE("omitted keys take their documented defaults", "[config][loader]") {
   CHECK(without_state_dir->checkpoint_location == "/var/lib/driftd/minimal");
 }
 
-TEST_CASE("a drift section without detectors gets mean_shift and psi with default thresholds",
+TEST_CASE("a drift section without detectors gets every detector with default thresholds",
           "[config][loader][drift]") {
   std::string yaml = std::string(kMinimalPipeline) +
                      "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n";
@@ -208,15 +209,41 @@ TEST_CASE("a drift section without detectors gets mean_shift and psi with defaul
   CHECK(drift.baseline.kind == BaselineKind::kWarmup);
   CHECK(drift.baseline.records == 1000);
   CHECK(drift.min_samples == 200);
+  CHECK(drift.window_records == 1000);
+  CHECK(drift.model_alert_series == 3);
   CHECK(drift.hysteresis == 2);
   CHECK(drift.cooldown_ms == 5 * 60'000);
-  REQUIRE(drift.detectors.size() == 2);
+  // error_rate needs prediction and label columns, which this pipeline does not name.
+  REQUIRE(drift.detectors.size() == 6);
   CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
-  CHECK(drift.detectors[0].params.at("min_effect") == Approx(0.2));
-  CHECK(drift.detectors[1].kind == DetectorKind::kPsi);
-  CHECK(drift.detectors[1].warn == Approx(0.1));
-  CHECK(drift.detectors[1].alert == Approx(0.25));
-  CHECK(drift.detectors[1].params.at("bins") == 10);
+  CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.2));
+  CHECK(drift.detectors[2].kind == DetectorKind::kPsi);
+  CHECK(drift.detectors[2].warn == Approx(0.1));
+  CHECK(drift.detectors[2].alert == Approx(0.25));
+  CHECK(drift.detectors[2].params.at("bins") == 10);
+  for (const DetectorSpec& detector : drift.detectors) {
+    CHECK(detector.kind != DetectorKind::kErrorRate);
+  }
+
+  auto labelled = ParseText(yaml + "  predictionColumn: prediction\n  labelColumn: prediction\n");
+  INFO(ProblemText(labelled));
+  REQUIRE(labelled);
+  REQUIRE(labelled->drift.detectors.size() == 7);
+  CHECK(labelled->drift.detectors.back().kind == DetectorKind::kErrorRate);
+}
+
+TEST_CASE("drift window and roll-up settings are read", "[config][loader][drift]") {
+  std::string yaml = std::string(kMinimalPipeline) +
+                     "  - {format: console, stream: alerts}\n"
+                     "drift:\n  series: [features]\n  minSamples: 50\n  windowRecords: 500\n"
+                     "  modelAlertSeries: 0\n  baseline: {records: 50}\n";
+  auto result = ParseText(yaml);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->drift.min_samples == 50);
+  CHECK(result->drift.window_records == 500);
+  CHECK(result->drift.model_alert_series == 0);
+  CHECK(result->drift.baseline.records == 50);
 }
 
 TEST_CASE("each detector type has its documented default thresholds", "[config][loader][drift]") {
@@ -224,10 +251,10 @@ TEST_CASE("each detector type has its documented default thresholds", "[config][
     const char* type;
     double warn, alert;
   };
-  for (const Expected& e : {Expected{"mean_shift", 3, 5}, Expected{"stddev_ratio", 1.3, 1.5},
-                            Expected{"psi", 0.1, 0.25}, Expected{"js", 0.1, 0.2},
-                            Expected{"ks", 0.1, 0.2}, Expected{"page_hinkley", 25, 50},
-                            Expected{"error_rate", 0.05, 0.1}}) {
+  for (const Expected& e :
+       {Expected{"mean_shift", 3, 5}, Expected{"stddev_ratio", 1.3, 1.5},
+        Expected{"psi", 0.1, 0.25}, Expected{"js", 0.1, 0.2}, Expected{"ks", 0.1, 0.2},
+        Expected{"page_hinkley", 25, 50}, Expected{"error_rate", 0.05, 0.1}}) {
     INFO(e.type);
     std::string yaml = std::string(kMinimalPipeline) +
                        "  - {format: console, stream: alerts}\n"
@@ -352,8 +379,8 @@ TEST_CASE("durations accept Spark's spellings", "[config][loader][duration]") {
                         Case{"1h", 3'600'000}, Case{"250ms", 250}, Case{"0", 0},
                         Case{"1.5 minutes", 90'000}, Case{"2 days", 172'800'000}}) {
     INFO(c.text);
-    auto result = ParseText(std::string(kMinimalPipeline) + "trigger: {processingTime: " + c.text +
-                            "}\n");
+    auto result =
+        ParseText(std::string(kMinimalPipeline) + "trigger: {processingTime: " + c.text + "}\n");
     INFO(ProblemText(result));
     REQUIRE(result);
     CHECK(result->trigger.interval_ms == c.ms);
@@ -383,8 +410,7 @@ TEST_CASE("each trigger kind is read", "[config][loader][trigger]") {
   CHECK(continuous.mark.line == 15);
 }
 
-TEST_CASE("record size limits accept byte counts and binary or decimal units",
-          "[config][loader]") {
+TEST_CASE("record size limits accept byte counts and binary or decimal units", "[config][loader]") {
   struct Case {
     const char* text;
     int64_t bytes;
@@ -441,8 +467,8 @@ source:
   options:
     kafka.bootstrap.servers: b:9092
     subscribe: t
-    startingOffsets: )" + std::string(value) +
-                       "\nsinks: [{format: console}]\n";
+    startingOffsets: )" +
+                       std::string(value) + "\nsinks: [{format: console}]\n";
     return ParseText(yaml);
   };
   auto earliest = offsets("earliest");

@@ -66,8 +66,8 @@ std::vector<std::string> BrokenFilesWithSecret() {
       Replace(m, "  options: {path: /tmp/in}\n",
               "  options: {path: /tmp/in}\n  malformed: {policy: \"" + env +
                   "\", maxRecordBytes: \"" + env_default + "\", maxDepth: \"" + env + "\"}\n"),
-      Replace(m, "  aggregates:", "  window: {column: \"" + env + "\", size: \"" + env +
-                                      "\"}\n  aggregates:"),
+      Replace(m, "  aggregates:",
+              "  window: {column: \"" + env + "\", size: \"" + env + "\"}\n  aggregates:"),
       m + "drift:\n  series: [\"" + env + "\"]\n  modelColumn: \"" + env +
           "\"\n  detectors: [{type: \"" + env + "\"}, {type: psi, bins: \"" + env + "\"}]\n" +
           "  baseline: {type: \"" + env + "\"}\n  minSamples: \"" + env + "\"\n",
@@ -99,8 +99,8 @@ TEST_CASE("no problem message ever prints a secret value", "[config][secrets]") 
     auto result = ParsePipeline(yaml, "secret.yaml", options);
     // Each file is broken: otherwise the test would not exercise any message.
     REQUIRE_FALSE(result);
-    std::string text = FormatProblems("secret.yaml", result.error()) +
-                       FormatProblems("secret.yaml", warnings);
+    std::string text =
+        FormatProblems("secret.yaml", result.error()) + FormatProblems("secret.yaml", warnings);
     INFO(text);
     CHECK(text.find(kSecret) == std::string::npos);
     CHECK(text.find("hunter2") == std::string::npos);
@@ -119,8 +119,8 @@ TEST_CASE("a secret option with a wrong type says what was expected without the 
 TEST_CASE("a value from a secret environment variable is redacted, others are shown",
           "[config][secrets]") {
   std::string yaml = std::string(kMinimalPipeline) + "trigger: {processingTime: \"${X}\"}\n";
-  auto secret = testing::ParseText(
-      Replace(yaml, "${X}", "${SERVICE_TOKEN}"), {{"SERVICE_TOKEN", "abcdef"}});
+  auto secret =
+      testing::ParseText(Replace(yaml, "${X}", "${SERVICE_TOKEN}"), {{"SERVICE_TOKEN", "abcdef"}});
   REQUIRE_FALSE(secret);
   CHECK_THAT(secret.error()[0].message, Catch::Matchers::Contains("<redacted>"));
   CHECK_THAT(secret.error()[0].message, !Catch::Matchers::Contains("abcdef"));

@@ -31,7 +31,8 @@ TEST_CASE("a suggestion is offered only when it is a plausible typo", "[config][
 }
 
 TEST_CASE("interpolation substitutes, defaults and escapes", "[config][env]") {
-  const EnvLookup env = testing::FakeEnv({{"HOST", "kafka-1"}, {"EMPTY", ""}, {"DB_PASSWORD", "pw"}});
+  const EnvLookup env =
+      testing::FakeEnv({{"HOST", "kafka-1"}, {"EMPTY", ""}, {"DB_PASSWORD", "pw"}});
   auto run = [&](std::string_view text) { return InterpolateEnv(text, env); };
   CHECK(run("plain")->value == "plain");
   CHECK_FALSE(run("plain")->substituted);

@@ -30,8 +30,7 @@ inline const ConnectorCatalog& TestCatalog() {
     ConnectorDecl rate_source{"rate", ConnectorRole::kSource, "synthetic rows", {}, ""};
     rate_source.options = {
         {"rowsPerSecond", OptionType::kInt, "1", "rows per second"},
-        {"mode", OptionType::kEnum, "rows", "rows or inference logs", false,
-         {"rows", "inference"}},
+        {"mode", OptionType::kEnum, "rows", "rows or inference logs", false, {"rows", "inference"}},
         {"driftAfter", OptionType::kDuration, "", "inject drift after"},
         {"driftMagnitude", OptionType::kDouble, "0.5", "size of injected drift"},
     };
@@ -59,7 +58,12 @@ inline const ConnectorCatalog& TestCatalog() {
         {"token", OptionType::kString, "", "bearer token"},
         {"passwordMinLength", OptionType::kInt, "", "test-only int secret"},
         {"secretRotation", OptionType::kDuration, "", "test-only duration secret"},
-        {"apiKeyScheme", OptionType::kEnum, "", "test-only enum secret", false, {"bearer", "basic"}},
+        {"apiKeyScheme",
+         OptionType::kEnum,
+         "",
+         "test-only enum secret",
+         false,
+         {"bearer", "basic"}},
         {"credentialsJson", OptionType::kJson, "", "test-only json secret"},
         {"tokenWeight", OptionType::kDouble, "", "test-only double secret"},
         {"secretEnabled", OptionType::kBool, "", "test-only bool secret"},
