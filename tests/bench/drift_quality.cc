@@ -43,6 +43,7 @@ struct Tally {
   std::vector<int64_t> delays;  // records from the change to the window that raised ALERT
   int64_t missed = 0;
   int64_t false_alarms = 0;
+  int64_t false_warnings = 0;  // WARN events before the change (not alerts, but noise)
   int64_t stationary_records = 0;
 };
 
@@ -55,7 +56,7 @@ std::vector<Scenario> Scenarios() {
   auto after = [](int64_t rec) { return rec >= kChangeAt; };
   std::vector<Scenario> s;
   s.push_back({"stationary", [](std::mt19937_64& r, int64_t) { return Normal(r); }, {}, false});
-  for (double shift : {0.25, 0.5, 1.0}) {
+  for (double shift : {0.1, 0.25, 0.5, 1.0}) {
     char name[64];
     std::snprintf(name, sizeof name, "mean +%.2f sigma", shift);
     s.push_back({name, [=](std::mt19937_64& r, int64_t rec) {
@@ -68,9 +69,14 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"stddev x1.6", [=](std::mt19937_64& r, int64_t rec) {
                  return Normal(r) * (after(rec) ? 1.6 : 1.0);
                }, {}, true});
-  s.push_back({"slow drift 1 sigma/100k", [=](std::mt19937_64& r, int64_t rec) {
-                 return Normal(r) + (after(rec) ? double(rec - kChangeAt) / 100'000.0 : 0.0);
-               }, {}, true});
+  for (double slope : {1.0, 0.2}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "slow drift %.1f sigma/100k", slope);
+    s.push_back({name, [=](std::mt19937_64& r, int64_t rec) {
+                   return Normal(r) +
+                          (after(rec) ? slope * double(rec - kChangeAt) / 100'000.0 : 0.0);
+                 }, {}, true});
+  }
   // A classifier score: logistic of a latent normal; the latent mean moves by 0.5.
   s.push_back({"prediction score drift", [=](std::mt19937_64& r, int64_t rec) {
                  const double latent = Normal(r) + (after(rec) ? 0.5 : 0.0);
@@ -141,8 +147,9 @@ int Run(int runs, int64_t records) {
             events.clear();
             monitors[c]->Evaluate(rec / 10'000, rec / 1000, events);
             for (const AlertEvent& e : events) {
-              if (e.level != AlertLevel::kAlert) continue;
               const bool before_change = !sc.has_change || e.window_end_record <= kChangeAt;
+              if (e.level == AlertLevel::kWarn && before_change) ++tally[c].false_warnings;
+              if (e.level != AlertLevel::kAlert) continue;
               if (before_change) {
                 ++tally[c].false_alarms;
               } else if (first_alert[c] < 0) {
@@ -166,6 +173,7 @@ int Run(int runs, int64_t records) {
     for (size_t c = 0; c < columns.size(); ++c) {
       Tally& t = tally[c];
       false_alarm_tally[c].false_alarms += t.false_alarms;
+      false_alarm_tally[c].false_warnings += t.false_warnings;
       false_alarm_tally[c].stationary_records += t.stationary_records;
       char cell[64];
       if (!sc.has_change) {
@@ -187,6 +195,13 @@ int Run(int runs, int64_t records) {
     const Tally& t = false_alarm_tally[c];
     std::printf(" %16.3f", t.stationary_records > 0
                                ? 1e6 * double(t.false_alarms) / double(t.stationary_records)
+                               : 0.0);
+  }
+  std::printf("\n%-26s", "false warnings / 1M");
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const Tally& t = false_alarm_tally[c];
+    std::printf(" %16.3f", t.stationary_records > 0
+                               ? 1e6 * double(t.false_warnings) / double(t.stationary_records)
                                : 0.0);
   }
   std::printf("\n%-26s", "stationary records seen");
