@@ -192,6 +192,7 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> serie
         has_histogram_ = true;
         break;
       case DetectorKind::kErrorRate:
+        if (!has_error_rate_) error_threshold_ = d.threshold;
         has_error_rate_ = true;
         break;
       default:
@@ -328,6 +329,9 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
         if (!ValidTime(s.first_event_us)) s.first_event_us = event_time_us;
         freeze_now = event_time_us >= s.first_event_us + spec_.baseline.duration_ms * 1000 &&
                      s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples);
+      } else {
+        // No clock to measure the duration by: fall back to the record count.
+        freeze_now = s.baseline.count() >= spec_.baseline.records;
       }
     }
     if (freeze_now) {
@@ -577,10 +581,7 @@ void DriftMonitor::ObserveLabel(uint32_t model, double prediction, double label,
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
-  double threshold = 0;
-  for (const DetectorConfig& det : detectors_) {
-    if (det.kind == DetectorKind::kErrorRate) threshold = det.threshold;
-  }
+  const double threshold = error_threshold_;
   if (!s.frozen) {
     ++s.seen;
     s.err_baseline.Add(prediction, label, threshold);

@@ -184,6 +184,7 @@ class DriftMonitor {
   int histogram_bins_ = 10;
   bool has_histogram_ = false;
   bool has_error_rate_ = false;
+  double error_threshold_ = 0.5;
   std::vector<std::unique_ptr<ModelState>> models_;
   /// Restored state of models not seen yet, by model name.
   std::map<std::string, std::unique_ptr<ModelState>, std::less<>> pending_;

@@ -341,6 +341,49 @@ TEST_CASE("per-model and per-series overrides change the thresholds that apply",
   CHECK(alerts[0].model == "model-0");
 }
 
+TEST_CASE("a trailing baseline absorbs a persistent step and resolves its alert",
+          "[drift][monitor][baseline]") {
+  DriftSpec spec = DefaultSpec();
+  spec.detectors = {DefaultDetectorSpec(DetectorKind::kMeanShift)};
+  spec.baseline.kind = BaselineKind::kTrailing;
+  spec.baseline.windows = 3;
+  DriftMonitor monitor(spec, SeriesNames());
+  Harness h(monitor, 1, 64);
+  h.changes.push_back({.model = 0, .series = 0, .from = 20'000, .to = 1'000'000, .shift_sd = 1});
+  h.Run(40'000);
+  h.EndBatch();
+  INFO(Describe(h.events));
+  const auto alerts = h.Filter(AlertLevel::kAlert);
+  REQUIRE(alerts.size() == 1);
+  CHECK(alerts[0].window_end_record <= 23'000);
+  CHECK(alerts[0].baseline_kind == BaselineKind::kTrailing);
+  CHECK(alerts[0].baseline_n == 3'000);
+  const auto resolved = h.Filter(AlertLevel::kResolved);
+  REQUIRE(resolved.size() == 1);
+  // Three windows after the step the baseline is all new level: two clean windows later the
+  // alert resolves, although the level never went back.
+  CHECK(resolved[0].window_end_record <= 26'000);
+  CHECK(h.events.size() == 2);
+}
+
+TEST_CASE("a warmup measured in event time takes the values of its first duration",
+          "[drift][monitor][baseline]") {
+  DriftSpec spec = DefaultSpec();
+  spec.detectors = {DefaultDetectorSpec(DetectorKind::kMeanShift)};
+  spec.baseline.duration_ms = 2'500;  // 2500 records at one record per millisecond
+  DriftMonitor monitor(spec, SeriesNames());
+  Harness h(monitor, 1, 65);
+  h.changes.push_back({.model = 0, .series = 2, .from = 6'500, .to = 1'000'000, .shift_sd = 1});
+  h.Run(10'000);
+  h.EndBatch();
+  INFO(Describe(h.events));
+  const auto alerts = h.Filter(AlertLevel::kAlert);
+  REQUIRE(alerts.size() == 1);
+  CHECK(alerts[0].baseline_n == 2'500);
+  // Windows start after the warmup: [2500, 3500), ..., [6500, 7500), [7500, 8500).
+  CHECK(alerts[0].window_start_record == 7'500);
+}
+
 TEST_CASE("alerts do not depend on where batches end", "[drift][monitor]") {
   auto run = [](int64_t batch_records) {
     DriftMonitor monitor(DefaultSpec(), SeriesNames());
