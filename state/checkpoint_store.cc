@@ -277,6 +277,20 @@ size_t WriteBufferBytes(std::string_view cf_name) {
   return 1 << 20;
 }
 
+/// True if every file in `dir` is one RocksDB writes while creating a database before CURRENT
+/// exists (the info log, LOCK, IDENTITY, the first MANIFEST, a temp file of CURRENT).
+bool OnlyCreationLeftovers(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool leftover = name == "LOCK" || name == "LOG" || name.starts_with("LOG.old.") ||
+                          name == "IDENTITY" || name.starts_with("MANIFEST-") ||
+                          name.starts_with("OPTIONS-") || name.ends_with(".dbtmp");
+    if (!leftover || !entry.is_regular_file()) return false;
+  }
+  return !ec;
+}
+
 class RocksCheckpointStore final : public CheckpointStore {
  public:
   RocksCheckpointStore(std::string directory, CheckpointOptions options)
@@ -337,6 +351,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status OpenDatabase(const std::vector<std::string>& existing_cfs);
   Status CheckOrWriteMarker(bool created_now);
   Result<bool> CfIsEmpty(CfIndex index);
+  Result<bool> DatabaseIsEmpty(const std::vector<std::string>& cf_names) const;
   Status LoadIndexes();
   Result<std::optional<std::string>> GetMeta(std::string_view key);
 
@@ -381,7 +396,10 @@ Status RocksCheckpointStore::Init() {
     if (ec) {
       return MakeError(ErrorCode::kIo, "checkpoint '{}': {}", directory_, ec.message());
     }
-    if (!has_database && !empty) {
+    if (!has_database && !empty && !options_.read_only && OnlyCreationLeftovers(directory_)) {
+      // Killed while RocksDB created the database, before it wrote CURRENT: create it again.
+      Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
+    } else if (!has_database && !empty) {
       return MakeError(ErrorCode::kIncompatible,
                        "'{}' is not a driftd checkpoint: the directory is not empty and holds no "
                        "checkpoint database; use an empty or new directory",
@@ -405,15 +423,18 @@ Status RocksCheckpointStore::Init() {
       }
     }
     // A first open killed while RocksDB was adding the column families leaves a database with
-    // only some of them (and nothing else): finish creating it. The layout marker check below
-    // still refuses a database that holds data but no marker.
+    // only some of them and no data: finish creating it. Anything holding data is someone
+    // else's database and must not even get our column families added, so look before writing.
     bool only_ours = std::all_of(existing_cfs.begin(), existing_cfs.end(), [](const auto& name) {
-      return name == rocksdb::kDefaultColumnFamilyName ||
-             std::find(std::begin(kCfNames), std::end(kCfNames), name) != std::end(kCfNames);
+      return std::find(std::begin(kCfNames), std::end(kCfNames), name) != std::end(kCfNames);
     });
     if (!missing.empty() && only_ours && !options_.read_only) {
-      Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
-      missing.clear();
+      auto empty = DatabaseIsEmpty(existing_cfs);
+      if (!empty) return tl::unexpected(empty.error());
+      if (*empty) {
+        Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
+        missing.clear();
+      }
     }
     if (!missing.empty()) {
       return MakeError(ErrorCode::kIncompatible,
@@ -493,6 +514,32 @@ Result<bool> RocksCheckpointStore::CfIsEmpty(CfIndex index) {
   it->SeekToFirst();
   if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "reading"));
   return !it->Valid();
+}
+
+Result<bool> RocksCheckpointStore::DatabaseIsEmpty(const std::vector<std::string>& cf_names) const {
+  rocksdb::DBOptions db_options;
+  db_options.info_log = std::make_shared<DiscardLogger>();  // leave the directory untouched
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& name : cf_names)
+    descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status =
+      rocksdb::DB::OpenForReadOnly(db_options, directory_, descriptors, &handles, &raw);
+  if (!status.ok()) return tl::unexpected(Fail(status, "examining the database"));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  bool empty = true;
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    std::unique_ptr<rocksdb::Iterator> it{db->NewIterator(rocksdb::ReadOptions(), handle)};
+    it->SeekToFirst();
+    if (!it->status().ok()) status = it->status();
+    empty = empty && !it->Valid();
+  }
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    db->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+  }
+  if (!status.ok()) return tl::unexpected(Fail(status, "examining the database"));
+  return empty;
 }
 
 Status RocksCheckpointStore::CheckOrWriteMarker(bool created_now) {

@@ -389,6 +389,42 @@ TEST_CASE("a RocksDB database of another program is refused", "[state]") {
   CHECK(store.error().code() == ErrorCode::kIncompatible);
   CHECK_THAT(store.error().message(),
              Catch::Contains(tmp.path()) && Catch::Contains("not a driftd checkpoint"));
+  // The other program's database was not changed (no column families added).
+  std::vector<std::string> cfs;
+  REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), tmp.path(), &cfs).ok());
+  CHECK(cfs == std::vector<std::string>{"default"});
+}
+
+TEST_CASE("a checkpoint whose creation was killed before it finished is completed", "[state]") {
+  TempDir tmp;
+  SECTION("killed before RocksDB wrote CURRENT") {
+    for (const char* name : {"LOCK", "LOG", "MANIFEST-000001", "000001.dbtmp"}) {
+      std::ofstream(tmp.Sub(name)).flush();
+    }
+    std::ofstream(tmp.Sub("IDENTITY")) << "9a8b7c6d-0000-4000-8000-123456789abc";
+  }
+  SECTION("killed while the column families were being added") {
+    rocksdb::DBOptions options;
+    options.create_if_missing = true;
+    options.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{"default", rocksdb::ColumnFamilyOptions()},
+                                                        {"meta", rocksdb::ColumnFamilyOptions()}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(options, tmp.path(), cfs, &handles, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    for (auto* handle : handles) REQUIRE(db->DestroyColumnFamilyHandle(handle).ok());
+    REQUIRE(db->Close().ok());
+  }
+  {
+    auto store = OpenOrFail(tmp.path());
+    RequireOk(store->Commit(MakeBatch(0)));
+  }
+  auto store = OpenOrFail(tmp.path());
+  auto last = store->LastCommit();
+  REQUIRE(last);
+  REQUIRE(last->has_value());
+  CHECK((*last)->batch_id == 0);
 }
 
 TEST_CASE("a database with driftd's column families but data and no marker is refused", "[state]") {
