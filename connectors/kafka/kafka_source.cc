@@ -1,18 +1,887 @@
-// Placeholder until the kafka source lands: declares the format, refuses to run.
+// The `kafka` source (Spark's Kafka source): topics by name, by pattern or by explicit
+// partitions. A batch is a planned offset range per partition; reading assigns exactly those
+// partitions at exactly those offsets (no group rebalancing decides positions), so a replayed
+// range yields the same records. Offsets are keyed "topic-partition". Partitions that appear
+// while running are read from their earliest offset. Offsets that vanished (retention,
+// DeleteRecords, a deleted topic) stop the query with kDataLoss, or with failOnDataLoss=false
+// are skipped and counted as lost records.
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include "connectors/connector_factories.h"
+#include "connectors/kafka/kafka_common.h"
+#include "engine/log.h"
 
 namespace driftd {
+
+namespace {
+
+using kafka::ErrorPtr;
+using kafka::Handle;
+using kafka::MessagePtr;
+using kafka::PartitionList;
+using kafka::QueuePtr;
+
+enum class Mode { kSubscribe, kSubscribePattern, kAssign };
+
+// Options the consumer's correctness depends on; the source sets them itself.
+constexpr const char* kManagedSettings[] = {"enable.auto.commit", "enable.auto.offset.store",
+                                            "auto.offset.reset", "enable.partition.eof"};
+
+constexpr int64_t kEarliest = -2;
+constexpr int64_t kLatest = -1;
+// Messages taken from the consumer queue per call.
+constexpr size_t kConsumeBatch = 1024;
+// How long one consume call waits before deadlines are checked again.
+constexpr int kConsumeWaitMs = 100;
+// Upper bound on one metadata or watermark round trip.
+constexpr int kRequestTimeoutMs = 10'000;
+
+struct KafkaSourceOptions {
+  Mode mode = Mode::kSubscribe;
+  /// subscribe: the topics.
+  std::vector<std::string> topics;
+  /// subscribePattern: a regular expression matched against whole topic names.
+  std::string pattern;
+  /// assign: the partitions of each topic.
+  std::map<std::string, std::vector<int32_t>> assign;
+  /// "earliest", "latest" or per-partition JSON. Default: latest.
+  std::string starting_offsets = "latest";
+  /// Records per batch over all partitions; 0: no limit. Default: 0.
+  int64_t max_offsets_per_trigger = 0;
+  /// Default: true.
+  bool fail_on_data_loss = true;
+  /// How long reading a planned range may wait for records. Default: 120000 ms.
+  int64_t poll_timeout_ms = 120'000;
+  /// librdkafka settings (kafka.* without the prefix).
+  std::map<std::string, std::string> client;
+  std::string group_id;
+  /// Commit consumer-group offsets in OnCommitted. False when a kafka sink commits them inside
+  /// its transaction (send_offsets_to_transaction).
+  bool commit_offsets = true;
+  std::string pipeline_name;
+};
+
+std::vector<std::string> SplitTopics(const std::string& text) {
+  std::vector<std::string> topics;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t comma = text.find(',', begin);
+    if (comma == std::string::npos) comma = text.size();
+    std::string topic = text.substr(begin, comma - begin);
+    topic.erase(0, topic.find_first_not_of(" \t"));
+    topic.erase(topic.find_last_not_of(" \t") + 1);
+    if (!topic.empty()) topics.push_back(topic);
+    begin = comma + 1;
+  }
+  return topics;
+}
+
+Result<std::map<std::string, std::vector<int32_t>>> ParseAssign(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object object;
+  if (parser.parse(json).get(object)) {
+    return MakeError(ErrorCode::kConfig, "assign: expected JSON like {{\"topic\":[0,1]}}, got {}",
+                     json);
+  }
+  std::map<std::string, std::vector<int32_t>> assign;
+  for (auto [topic, value] : object) {
+    simdjson::dom::array partitions;
+    if (value.get(partitions)) {
+      return MakeError(ErrorCode::kConfig, "assign: topic '{}' needs an array of partitions",
+                       std::string(topic));
+    }
+    for (simdjson::dom::element element : partitions) {
+      int64_t partition = 0;
+      if (element.get(partition) || partition < 0 || partition > INT32_MAX) {
+        return MakeError(ErrorCode::kConfig, "assign: topic '{}' has an invalid partition",
+                         std::string(topic));
+      }
+      assign[std::string(topic)].push_back(static_cast<int32_t>(partition));
+    }
+  }
+  if (assign.empty()) return MakeError(ErrorCode::kConfig, "assign names no partitions");
+  return assign;
+}
+
+// {"topic":{"0":23,"1":-2}} -> {"topic-0": 23, "topic-1": -2}
+Result<std::map<std::string, int64_t>> ParseStartingOffsetsJson(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object object;
+  if (parser.parse(json).get(object)) {
+    return MakeError(ErrorCode::kConfig,
+                     "startingOffsets: expected earliest, latest or JSON like "
+                     "{{\"topic\":{{\"0\":23,\"1\":-2}}}}, got {}",
+                     json);
+  }
+  std::map<std::string, int64_t> offsets;
+  for (auto [topic, value] : object) {
+    simdjson::dom::object partitions;
+    if (value.get(partitions)) {
+      return MakeError(ErrorCode::kConfig,
+                       "startingOffsets: topic '{}' needs an object of partition to offset",
+                       std::string(topic));
+    }
+    for (auto [partition_text, offset_value] : partitions) {
+      int32_t partition = -1;
+      auto [ptr, ec] = std::from_chars(partition_text.data(),
+                                       partition_text.data() + partition_text.size(), partition);
+      int64_t offset = 0;
+      if (ec != std::errc() || ptr != partition_text.data() + partition_text.size() ||
+          partition < 0 || offset_value.get(offset) || offset < kEarliest) {
+        return MakeError(ErrorCode::kConfig,
+                         "startingOffsets: topic '{}' partition '{}' needs an offset, -2 "
+                         "(earliest) or -1 (latest)",
+                         std::string(topic), std::string(partition_text));
+      }
+      offsets[kafka::PartitionKey(topic, partition)] = offset;
+    }
+  }
+  return offsets;
+}
+
+Result<KafkaSourceOptions> ParseOptions(const PipelineSpec& pipeline) {
+  const Options& options = pipeline.source.options;
+  KafkaSourceOptions parsed;
+  parsed.pipeline_name = pipeline.name;
+  int modes = 0;
+  if (std::string subscribe = options.GetString("subscribe"); !subscribe.empty()) {
+    ++modes;
+    parsed.mode = Mode::kSubscribe;
+    parsed.topics = SplitTopics(subscribe);
+    if (parsed.topics.empty()) return MakeError(ErrorCode::kConfig, "subscribe names no topic");
+  }
+  if (std::string pattern = options.GetString("subscribePattern"); !pattern.empty()) {
+    ++modes;
+    parsed.mode = Mode::kSubscribePattern;
+    parsed.pattern = pattern;
+    try {
+      std::regex check(pattern);
+    } catch (const std::regex_error& error) {
+      return MakeError(ErrorCode::kConfig, "subscribePattern '{}' is not a regular expression: {}",
+                       pattern, error.what());
+    }
+  }
+  if (std::string assign = options.GetString("assign"); !assign.empty()) {
+    ++modes;
+    parsed.mode = Mode::kAssign;
+    auto assigned = ParseAssign(assign);
+    if (!assigned) return tl::unexpected(assigned.error());
+    parsed.assign = std::move(*assigned);
+  }
+  if (modes != 1) {
+    return MakeError(ErrorCode::kConfig,
+                     "the kafka source needs exactly one of subscribe, subscribePattern, assign");
+  }
+  parsed.starting_offsets = options.GetString("startingOffsets", "latest");
+  if (parsed.starting_offsets != "earliest" && parsed.starting_offsets != "latest") {
+    auto check = ParseStartingOffsetsJson(parsed.starting_offsets);
+    if (!check) return tl::unexpected(check.error());
+  }
+  parsed.max_offsets_per_trigger = options.GetInt("maxOffsetsPerTrigger", 0);
+  if (parsed.max_offsets_per_trigger < 0) {
+    return MakeError(ErrorCode::kConfig, "maxOffsetsPerTrigger must be positive");
+  }
+  parsed.fail_on_data_loss = options.GetBool("failOnDataLoss", true);
+  parsed.poll_timeout_ms = options.GetInt("kafkaConsumer.pollTimeoutMs", 120'000);
+  if (parsed.poll_timeout_ms <= 0) {
+    return MakeError(ErrorCode::kConfig, "kafkaConsumer.pollTimeoutMs must be positive");
+  }
+  parsed.client = options.WithPrefix("kafka.");
+  if (parsed.client["bootstrap.servers"].empty()) {
+    return MakeError(ErrorCode::kConfig, "the kafka source needs kafka.bootstrap.servers");
+  }
+  for (const char* managed : kManagedSettings) {
+    if (parsed.client.count(managed)) {
+      return MakeError(ErrorCode::kConfig,
+                       "kafka.{} is not supported: the kafka source manages offsets itself",
+                       managed);
+    }
+  }
+  parsed.group_id = kafka::GroupId(pipeline);
+  parsed.commit_offsets = std::none_of(pipeline.sinks.begin(), pipeline.sinks.end(),
+                                       [](const SinkSpec& sink) { return sink.format == "kafka"; });
+  return parsed;
+}
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
+  return logger;
+}
+
+struct PartitionState {
+  std::string topic;
+  int32_t partition = 0;
+  std::string key;  // "topic-partition"
+  /// Watermarks at the last PlanBatch (high is the last stable offset under read_committed).
+  int64_t low = 0;
+  int64_t high = 0;
+};
+
+struct Watermarks {
+  int64_t low = 0;
+  int64_t high = 0;
+  /// The topic or partition no longer exists.
+  bool gone = false;
+};
+
+class KafkaSource;
+
+// Reads one planned batch: the partitions with data are assigned at their start offsets and
+// consumed until each reaches its end offset.
+class KafkaReader final : public SourceReader {
+ public:
+  struct Range {
+    uint32_t index = 0;  // into the source's partition list
+    int32_t partition = 0;
+    std::string topic;
+    int64_t next = 0;
+    int64_t end = 0;
+    bool done = false;
+  };
+
+  KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost);
+  ~KafkaReader() override;
+
+  Status Begin();
+  Result<bool> Next(InputChunk& chunk, size_t max_bytes) override;
+  int64_t lost_records() const override { return lost_; }
+
+ private:
+  Range* Find(const rd_kafka_message_t& message);
+  void Finish(Range& range) {
+    if (!range.done) {
+      range.done = true;
+      --remaining_;
+    }
+  }
+  Status HandleError(const rd_kafka_message_t& message);
+  Status SkipTo(Range& range, int64_t offset);
+
+  KafkaSource& source_;
+  std::vector<Range> ranges_;
+  size_t remaining_ = 0;
+  int64_t lost_ = 0;
+  size_t last_found_ = 0;
+  bool assigned_ = false;
+  std::vector<rd_kafka_message_t*> messages_;
+  std::chrono::steady_clock::time_point last_progress_;
+};
+
+class KafkaSource final : public Source {
+ public:
+  explicit KafkaSource(KafkaSourceOptions options) : options_(std::move(options)) {
+    if (options_.mode == Mode::kSubscribePattern) pattern_ = std::regex(options_.pattern);
+  }
+
+  ~KafkaSource() override {
+    if (consumer_) {
+      // Nothing is subscribed, so closing leaves no group to wait for.
+      rd_kafka_consumer_close(consumer_.get());
+    }
+  }
+
+  Status Start(const SourceOffsets& committed) override {
+    (void)committed;  // positions come with every PlanBatch/Read; startingOffsets needs none
+    std::map<std::string, std::string> settings = {
+        {"client.id", "driftd-" + options_.pipeline_name},
+        {"group.id", options_.group_id},
+        // Read-your-committed: ranges end at the last stable offset, aborted data is skipped.
+        {"isolation.level", "read_committed"},
+    };
+    for (const auto& [name, value] : options_.client) settings[name] = value;
+    settings["enable.auto.commit"] = "false";
+    settings["enable.auto.offset.store"] = "false";
+    settings["enable.partition.eof"] = "true";
+    // A vanished start offset must surface as an error, never as a silent jump.
+    settings["auto.offset.reset"] = "error";
+    auto conf = kafka::MakeConf(settings);
+    if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
+    rd_kafka_conf_set_opaque(conf->get(), this);
+    rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);
+    auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
+    if (!client) return tl::unexpected(client.error().Wrap("kafka source"));
+    consumer_ = std::move(*client);
+    queue_.reset(rd_kafka_queue_get_consumer(consumer_.get()));
+    // Reachability is reported through IsReady; planning fails with kExternal meanwhile.
+    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+    ready_ = metadata.has_value();
+    if (!metadata) {
+      Log()->warn("kafka source: brokers {} not reachable yet: {}",
+                  options_.client.at("bootstrap.servers"), metadata.error().message());
+    }
+    return Ok();
+  }
+
+  Result<SourceOffsets> InitialOffsets() override {
+    DRIFTD_TRY(RefreshPartitions());
+    std::map<std::string, int64_t> specific;
+    const bool is_json =
+        options_.starting_offsets != "earliest" && options_.starting_offsets != "latest";
+    if (is_json) {
+      auto parsed = ParseStartingOffsetsJson(options_.starting_offsets);
+      if (!parsed) return tl::unexpected(parsed.error());
+      specific = std::move(*parsed);
+      for (const auto& [key, offset] : specific) {
+        if (!index_.count(key)) {
+          return MakeError(ErrorCode::kConfig,
+                           "startingOffsets names {}, which is not among the source's partitions",
+                           key);
+        }
+      }
+    }
+    SourceOffsets offsets;
+    for (uint32_t i : present_) {
+      PartitionState& state = partitions_[i];
+      auto marks = QueryWatermarks(state);
+      if (!marks) return tl::unexpected(marks.error());
+      int64_t wanted = options_.starting_offsets == "earliest" ? kEarliest : kLatest;
+      if (is_json) {
+        auto it = specific.find(state.key);
+        if (it == specific.end()) {
+          return MakeError(ErrorCode::kConfig,
+                           "startingOffsets has no offset for topic {} partition {} (give every "
+                           "partition: an offset, -2 for earliest or -1 for latest)",
+                           state.topic, state.partition);
+        }
+        wanted = it->second;
+      }
+      offsets[state.key] = wanted == kEarliest ? marks->low : wanted == kLatest ? marks->high
+                                                                                 : wanted;
+    }
+    return offsets;
+  }
+
+  Result<SourceOffsets> PlanBatch(const SourceOffsets& start) override {
+    rd_kafka_poll(consumer_.get(), 0);  // serves the error callback
+    DRIFTD_TRY(RefreshPartitions());
+
+    // Partitions of the previous batch that no longer exist.
+    for (const auto& [key, offset] : start) {
+      auto it = index_.find(key);
+      if (it != index_.end() && present_set_.count(it->second)) continue;
+      const PartitionState* state = it != index_.end() ? &partitions_[it->second] : nullptr;
+      if (options_.fail_on_data_loss) {
+        return MakeError(ErrorCode::kDataLoss,
+                         "{} no longer exists (the query was at offset {}); some data may have "
+                         "been lost. Set failOnDataLoss=false to continue without it",
+                         state ? Name(*state) : key, offset);
+      }
+      Log()->warn("kafka source: {} no longer exists at offset {}; continuing without it", key,
+                  offset);
+    }
+
+    struct Plan {
+      uint32_t index;
+      int64_t from;
+      int64_t available;
+    };
+    std::vector<Plan> plans;
+    int64_t total = 0;
+    for (uint32_t i : present_) {
+      PartitionState& state = partitions_[i];
+      auto marks = QueryWatermarks(state);
+      if (!marks) return tl::unexpected(marks.error());
+      if (marks->gone) continue;  // deleted between metadata and watermarks; next batch says so
+      int64_t from = 0;
+      auto it = start.find(state.key);
+      if (it == start.end()) {
+        // A partition new to the query starts at its earliest offset.
+        from = marks->low;
+        new_partition_start_[state.key] = from;
+      } else {
+        from = it->second;
+      }
+      if (from < marks->low || from > marks->high) {
+        if (options_.fail_on_data_loss) return DataLossError(state, from, *marks);
+        from = marks->low;  // Read counts what was skipped
+      }
+      int64_t available = std::max<int64_t>(0, marks->high - from);
+      plans.push_back({i, from, available});
+      total += available;
+    }
+
+    SourceOffsets end;
+    const int64_t limit = options_.max_offsets_per_trigger;
+    if (limit <= 0 || total <= limit) {
+      for (const Plan& plan : plans) end[partitions_[plan.index].key] = plan.from + plan.available;
+      return end;
+    }
+    // Split the limit in proportion to each partition's lag; the largest remainders take the
+    // records left over by rounding down, so the batch holds exactly `limit` records.
+    std::vector<int64_t> take(plans.size());
+    std::vector<std::pair<double, size_t>> remainders;
+    int64_t taken = 0;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      double share = static_cast<double>(limit) * static_cast<double>(plans[i].available) /
+                     static_cast<double>(total);
+      take[i] = std::min(plans[i].available, static_cast<int64_t>(share));
+      taken += take[i];
+      remainders.push_back({share - static_cast<double>(take[i]), i});
+    }
+    std::stable_sort(remainders.begin(), remainders.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t r = 0; taken < limit && r < remainders.size(); ++r) {
+      size_t i = remainders[r].second;
+      if (take[i] < plans[i].available) {
+        ++take[i];
+        ++taken;
+      }
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+      end[partitions_[plans[i].index].key] = plans[i].from + take[i];
+    }
+    return end;
+  }
+
+  Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
+                                             const SourceOffsets& end) override {
+    std::vector<KafkaReader::Range> ranges;
+    int64_t lost = 0;
+    for (const auto& [key, end_offset] : end) {
+      auto index = IndexOf(key);
+      if (!index) return tl::unexpected(index.error());
+      PartitionState& state = partitions_[*index];
+      int64_t from = 0;
+      if (auto it = start.find(key); it != start.end()) {
+        from = it->second;
+      } else if (auto found = new_partition_start_.find(key); found != new_partition_start_.end()) {
+        from = found->second;
+      } else {
+        from = -1;  // new partition planned before a restart: its earliest offset
+      }
+      if (from == end_offset) continue;  // nothing to read
+      auto marks = QueryWatermarks(state);
+      if (!marks) return tl::unexpected(marks.error());
+      if (from < 0) from = marks->low;
+      if (marks->gone) {
+        if (options_.fail_on_data_loss) {
+          return MakeError(ErrorCode::kDataLoss,
+                           "{} no longer exists; offsets {} to {} of the batch are lost. Set "
+                           "failOnDataLoss=false to continue without them",
+                           Name(state), from, end_offset);
+        }
+        lost += std::max<int64_t>(0, end_offset - from);
+        continue;
+      }
+      if (from < marks->low || from > end_offset) {
+        if (options_.fail_on_data_loss) return DataLossError(state, from, *marks);
+        if (from < marks->low) lost += std::min(marks->low, end_offset) - from;
+        Log()->warn("kafka source: {} offsets from {} are gone (earliest now {}); skipping ahead",
+                    Name(state), from, marks->low);
+        from = marks->low;
+      }
+      if (from >= end_offset) continue;
+      ranges.push_back({*index, state.partition, state.topic, from, end_offset, false});
+    }
+    auto reader = std::make_unique<KafkaReader>(*this, std::move(ranges), lost);
+    DRIFTD_TRY(reader->Begin());
+    return std::unique_ptr<SourceReader>(std::move(reader));
+  }
+
+  Status OnCommitted(const SourceOffsets& end) override {
+    if (!options_.commit_offsets || end.empty()) return Ok();
+    PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(end.size()))};
+    for (const auto& [key, offset] : end) {
+      auto parsed = kafka::ParsePartitionKey(key);
+      if (!parsed) continue;
+      rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second)
+          ->offset = offset;
+    }
+    rd_kafka_resp_err_t err = rd_kafka_commit(consumer_.get(), list.get(), 0);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "committing offsets of group {}: {}",
+                       options_.group_id, rd_kafka_err2str(err));
+    }
+    return Ok();
+  }
+
+  std::vector<PartitionLag> Lag(const SourceOffsets& position) override {
+    std::vector<PartitionLag> lags;
+    for (const auto& [key, offset] : position) {
+      auto it = index_.find(key);
+      if (it == index_.end()) continue;
+      lags.push_back({key, offset, partitions_[it->second].high});
+    }
+    return lags;
+  }
+
+  std::string DescribePosition(const RecordPosition& position) const override {
+    if (position.partition >= partitions_.size()) {
+      return fmt::format("partition #{} offset {}", position.partition, position.offset);
+    }
+    const PartitionState& state = partitions_[position.partition];
+    return fmt::format("topic {} partition {} offset {}", state.topic, state.partition,
+                       position.offset);
+  }
+
+  std::string Describe() const override {
+    switch (options_.mode) {
+      case Mode::kSubscribe:
+        return fmt::format("KafkaV2[Subscribe[{}]]", fmt::join(options_.topics, ","));
+      case Mode::kSubscribePattern:
+        return fmt::format("KafkaV2[SubscribePattern[{}]]", options_.pattern);
+      case Mode::kAssign: {
+        std::vector<std::string> keys;
+        for (const auto& [topic, partitions] : options_.assign) {
+          for (int32_t partition : partitions) keys.push_back(kafka::PartitionKey(topic, partition));
+        }
+        return fmt::format("KafkaV2[Assign[{}]]", fmt::join(keys, ", "));
+      }
+    }
+    return "KafkaV2";
+  }
+
+  bool IsReady() const override { return ready_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class KafkaReader;
+
+  static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    auto* source = static_cast<KafkaSource*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) source->ready_ = false;
+    Log()->warn("kafka source {}: {}: {}", rd_kafka_name(rk),
+                rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
+  }
+
+  static std::string Name(const PartitionState& state) {
+    return fmt::format("topic {} partition {}", state.topic, state.partition);
+  }
+
+  Error DataLossErrorValue(const PartitionState& state, int64_t from,
+                           const Watermarks& marks) const {
+    if (from > marks.high) {
+      return Error(ErrorCode::kDataLoss,
+                   fmt::format("{}: offset {} is beyond the latest offset {} (was the topic "
+                               "deleted and re-created?); some data may have been lost. Set "
+                               "failOnDataLoss=false to continue from offset {}",
+                               Name(state), from, marks.high, marks.low));
+    }
+    return Error(ErrorCode::kDataLoss,
+                 fmt::format("{}: offsets {} to {} are gone (earliest available is {}; "
+                             "retention or record deletion removed them). Set "
+                             "failOnDataLoss=false to skip them",
+                             Name(state), from, marks.low - 1, marks.low));
+  }
+
+  tl::unexpected<Error> DataLossError(const PartitionState& state, int64_t from,
+                                      const Watermarks& marks) const {
+    return tl::unexpected(DataLossErrorValue(state, from, marks));
+  }
+
+  uint32_t AddPartition(const std::string& topic, int32_t partition) {
+    std::string key = kafka::PartitionKey(topic, partition);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    uint32_t index = static_cast<uint32_t>(partitions_.size());
+    partitions_.push_back({topic, partition, key, 0, 0});
+    index_.emplace(std::move(key), index);
+    return index;
+  }
+
+  Result<uint32_t> IndexOf(const std::string& key) {
+    if (auto it = index_.find(key); it != index_.end()) return it->second;
+    auto parsed = kafka::ParsePartitionKey(key);
+    if (!parsed) return MakeError(ErrorCode::kCorruption, "'{}' is not a Kafka partition", key);
+    return AddPartition(parsed->first, parsed->second);
+  }
+
+  // Brings partitions_ / present_ up to date with the broker's metadata.
+  Status RefreshPartitions() {
+    present_.clear();
+    present_set_.clear();
+    if (options_.mode == Mode::kAssign) {
+      // Explicit partitions are always part of the query; watermarks tell whether they exist.
+      auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+      ready_ = metadata.has_value();
+      if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
+      std::set<std::string> existing;
+      for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
+        const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
+        for (int p = 0; p < topic.partition_cnt; ++p) {
+          existing.insert(kafka::PartitionKey(topic.topic, topic.partitions[p].id));
+        }
+      }
+      for (const auto& [topic, partitions] : options_.assign) {
+        for (int32_t partition : partitions) {
+          uint32_t index = AddPartition(topic, partition);
+          if (existing.count(partitions_[index].key)) Mark(index);
+        }
+      }
+      return Ok();
+    }
+    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+    ready_ = metadata.has_value();
+    if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
+    std::vector<std::pair<std::string, int32_t>> found;
+    for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
+      const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
+      if (topic.err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+      std::string name = topic.topic;
+      bool wanted = false;
+      if (options_.mode == Mode::kSubscribe) {
+        wanted = std::find(options_.topics.begin(), options_.topics.end(), name) !=
+                 options_.topics.end();
+      } else {
+        wanted = name.rfind("__", 0) != 0 && std::regex_match(name, pattern_);
+      }
+      if (!wanted) continue;
+      for (int p = 0; p < topic.partition_cnt; ++p) found.push_back({name, topic.partitions[p].id});
+    }
+    // Deterministic order: the index of a partition is its position in partitions_.
+    std::sort(found.begin(), found.end());
+    for (const auto& [topic, partition] : found) Mark(AddPartition(topic, partition));
+    return Ok();
+  }
+
+  void Mark(uint32_t index) {
+    if (present_set_.insert(index).second) present_.push_back(index);
+  }
+
+  Result<Watermarks> QueryWatermarks(PartitionState& state) {
+    Watermarks marks;
+    rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+        consumer_.get(), state.topic.c_str(), state.partition, &marks.low, &marks.high,
+        kRequestTimeoutMs);
+    if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+        err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
+      marks.gone = true;
+      return marks;
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      ready_ = false;
+      return MakeError(ErrorCode::kExternal, "kafka source: offsets of {}: {}", Name(state),
+                       rd_kafka_err2str(err));
+    }
+    ready_ = true;
+    state.low = marks.low;
+    state.high = marks.high;
+    return marks;
+  }
+
+  KafkaSourceOptions options_;
+  std::regex pattern_;
+  Handle consumer_;
+  QueuePtr queue_;
+  std::vector<PartitionState> partitions_;
+  std::unordered_map<std::string, uint32_t> index_;
+  /// Partitions that exist now, in discovery order.
+  std::vector<uint32_t> present_;
+  std::set<uint32_t> present_set_;
+  /// Start offsets chosen for partitions that joined after the previous batch was planned.
+  std::map<std::string, int64_t> new_partition_start_;
+  std::atomic<bool> ready_{false};
+};
+
+KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
+    : source_(source), ranges_(std::move(ranges)), remaining_(ranges_.size()), lost_(lost) {
+  messages_.resize(kConsumeBatch);
+}
+
+KafkaReader::~KafkaReader() {
+  if (assigned_) {
+    rd_kafka_resp_err_t err = rd_kafka_assign(source_.consumer_.get(), nullptr);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      Log()->warn("kafka source: unassigning partitions: {}", rd_kafka_err2str(err));
+    }
+  }
+}
+
+Status KafkaReader::Begin() {
+  last_progress_ = std::chrono::steady_clock::now();
+  if (ranges_.empty()) return Ok();
+  PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(ranges_.size()))};
+  for (const Range& range : ranges_) {
+    rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
+        range.next;
+  }
+  rd_kafka_resp_err_t err = rd_kafka_assign(source_.consumer_.get(), list.get());
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return MakeError(ErrorCode::kExternal, "kafka source: assigning partitions: {}",
+                     rd_kafka_err2str(err));
+  }
+  assigned_ = true;
+  return Ok();
+}
+
+KafkaReader::Range* KafkaReader::Find(const rd_kafka_message_t& message) {
+  if (!message.rkt) return nullptr;
+  const char* topic = rd_kafka_topic_name(message.rkt);
+  auto matches = [&](const Range& range) {
+    return range.partition == message.partition && range.topic == topic;
+  };
+  if (last_found_ < ranges_.size() && matches(ranges_[last_found_])) return &ranges_[last_found_];
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    if (matches(ranges_[i])) {
+      last_found_ = i;
+      return &ranges_[i];
+    }
+  }
+  return nullptr;
+}
+
+Status KafkaReader::SkipTo(Range& range, int64_t offset) {
+  lost_ += std::min(offset, range.end) - range.next;
+  range.next = offset;
+  if (range.next >= range.end) {
+    Finish(range);
+    return Ok();
+  }
+  PartitionList list{rd_kafka_topic_partition_list_new(1)};
+  rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
+      offset;
+  ErrorPtr error{rd_kafka_seek_partitions(source_.consumer_.get(), list.get(), kRequestTimeoutMs)};
+  if (error) {
+    return MakeError(ErrorCode::kExternal, "kafka source: seeking {} partition {}: {}",
+                     range.topic, range.partition, kafka::Describe(error.get()));
+  }
+  return Ok();
+}
+
+Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
+  Range* range = Find(message);
+  switch (message.err) {
+    case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+      // Everything up to the end of the log (or the last stable offset) was delivered; offsets
+      // not seen were transaction markers or aborted records.
+      if (range && message.offset >= range->end) Finish(*range);
+      return Ok();
+    case RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE:
+    case RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC: {
+      if (!range || range->done) return Ok();
+      PartitionState& state = source_.partitions_[range->index];
+      auto marks = source_.QueryWatermarks(state);
+      if (!marks) return tl::unexpected(marks.error());
+      if (marks->gone) {
+        if (source_.options_.fail_on_data_loss) {
+          return MakeError(ErrorCode::kDataLoss,
+                           "{} was deleted while offsets {} to {} were being read. Set "
+                           "failOnDataLoss=false to continue without them",
+                           KafkaSource::Name(state), range->next, range->end - 1);
+        }
+        return SkipTo(*range, range->end);
+      }
+      if (range->next >= marks->low) {
+        // Nothing was deleted below us: a transient reset; read on from where we are.
+        return SkipTo(*range, range->next);
+      }
+      if (source_.options_.fail_on_data_loss) {
+        return source_.DataLossError(state, range->next, *marks);
+      }
+      return SkipTo(*range, marks->low);
+    }
+    default:
+      // Transport and broker errors are retried by librdkafka; the poll timeout bounds them.
+      Log()->debug("kafka source: {}", rd_kafka_message_errstr(&message));
+      return Ok();
+  }
+}
+
+Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
+  const auto timeout = std::chrono::milliseconds(source_.options_.poll_timeout_ms);
+  while (remaining_ > 0 && chunk.byte_size() < max_bytes) {
+    ssize_t count = rd_kafka_consume_batch_queue(source_.queue_.get(), kConsumeWaitMs,
+                                                 messages_.data(), messages_.size());
+    if (count < 0) {
+      return MakeError(ErrorCode::kExternal, "kafka source: consuming: {}",
+                       rd_kafka_err2str(rd_kafka_last_error()));
+    }
+    Status status = Ok();
+    // Every message taken must be handled (and destroyed) even after an error.
+    for (ssize_t i = 0; i < count; ++i) {
+      MessagePtr message{messages_[i]};
+      if (!status) continue;
+      if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        status = HandleError(*message);
+        continue;
+      }
+      Range* range = Find(*message);
+      if (!range || range->done || message->offset < range->next) continue;
+      if (message->offset >= range->end) {
+        Finish(*range);
+        continue;
+      }
+      rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+      int64_t timestamp_ms = rd_kafka_message_timestamp(message.get(), &type);
+      int64_t timestamp_us = type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || timestamp_ms < 0
+                                 ? INT64_MIN
+                                 : timestamp_ms * 1000;
+      chunk.Append(std::string_view(static_cast<const char*>(message->payload), message->len),
+                   RecordPosition{range->index, message->offset}, timestamp_us);
+      range->next = message->offset + 1;
+      if (range->next >= range->end) Finish(*range);
+    }
+    if (!status) return tl::unexpected(status.error());
+    if (count > 0) {
+      last_progress_ = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_progress_ > timeout) {
+      for (const Range& range : ranges_) {
+        if (range.done) continue;
+        return MakeError(ErrorCode::kExternal,
+                         "kafka source: no records from topic {} partition {} at offset {} "
+                         "(planned up to {}) within kafkaConsumer.pollTimeoutMs={}",
+                         range.topic, range.partition, range.next, range.end,
+                         source_.options_.poll_timeout_ms);
+      }
+    }
+  }
+  chunk.Seal();
+  return remaining_ > 0;
+}
+
+}  // namespace
 
 ConnectorDecl KafkaSourceDecl() {
   ConnectorDecl decl;
   decl.format = "kafka";
   decl.role = ConnectorRole::kSource;
-  decl.doc = "not yet available";
+  decl.doc =
+      "Reads JSON records from Kafka topics, like Spark's Kafka source. Batches are offset "
+      "ranges read by explicit partition assignment, so replays are exact. Consumer-group "
+      "offsets are committed after each batch (inside the sink's transaction when the pipeline "
+      "also writes to Kafka), so standard lag tools see the progress.";
+  decl.passthrough_prefix = "kafka.";
+  decl.options = {
+      {"subscribe", OptionType::kString, "", "Comma-separated topics to read."},
+      {"subscribePattern", OptionType::kString, "",
+       "Regular expression; every topic whose whole name matches is read (topics created "
+       "later too)."},
+      {"assign", OptionType::kJson, "",
+       "Explicit partitions, as JSON: {\"topic\":[0,1]}. Exactly one of subscribe, "
+       "subscribePattern and assign is required."},
+      {"startingOffsets", OptionType::kJson, "latest",
+       "Where a new query starts: earliest, latest, or JSON per partition "
+       "{\"topic\":{\"0\":23,\"1\":-2}} (-2 earliest, -1 latest). Ignored when resuming from a "
+       "checkpoint; partitions discovered later start at earliest."},
+      {"maxOffsetsPerTrigger", OptionType::kInt, "",
+       "Upper bound on records per batch, split across partitions in proportion to their lag."},
+      {"failOnDataLoss", OptionType::kBool, "true",
+       "Stop when offsets to read are gone (retention, deleted records or topics). false: skip "
+       "them and count them as lost."},
+      {"kafkaConsumer.pollTimeoutMs", OptionType::kInt, "120000",
+       "How long reading a planned range waits for its records before failing, milliseconds."},
+      {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
+       true},
+  };
   return decl;
 }
 
-Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec&) {
-  return MakeError(ErrorCode::kConfig, "the kafka source is not available in this build");
+Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec& pipeline) {
+  auto options = ParseOptions(pipeline);
+  if (!options) return tl::unexpected(options.error());
+  return std::unique_ptr<Source>(std::make_unique<KafkaSource>(std::move(*options)));
 }
 
 }  // namespace driftd
