@@ -1,18 +1,475 @@
-// Placeholder until the kafka sink lands: declares the format, refuses to run.
+// The `kafka` sink: every Kafka sink of a pipeline shares one transactional producer, so a
+// batch's rows reach all their topics in one transaction or not at all. The transaction also
+// carries a progress record {"pipeline":name,"batchId":N} (keyed by the pipeline name, on a
+// compacted progress topic) and, when the source is Kafka, the source's end offsets for its
+// consumer group. A read_committed reader of the progress topic therefore knows exactly which
+// batches were delivered, which is how recovery decides whether to deliver an outbox entry again.
+//
+// Test hook: DRIFTD_KAFKA_SINK_FAULT=before_commit (or after_commit) makes the process kill
+// itself with SIGKILL inside Deliver, just before (after) commit_transaction; crash tests use it
+// to stop a delivery half-way.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include "connectors/connector_factories.h"
+#include "connectors/kafka/kafka_common.h"
+#include "engine/json_writer.h"
+#include "engine/log.h"
 
 namespace driftd {
+
+namespace {
+
+using kafka::ErrorPtr;
+using kafka::GroupMetadataPtr;
+using kafka::Handle;
+using kafka::MessagePtr;
+using kafka::PartitionList;
+
+// Whole-batch attempts after abortable transaction errors before Deliver gives up.
+constexpr int kMaxBatchAttempts = 5;
+// Attempts of one transactional call that failed with a retriable error.
+constexpr int kMaxCallAttempts = 10;
+constexpr int kRequestTimeoutMs = 10'000;
+// Records scanned per step when searching the progress topic backwards from its end.
+constexpr int64_t kProgressScanWindow = 1000;
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
+  return logger;
+}
+
+struct Target {
+  std::string sink_name;
+  std::string topic;
+  StreamKind stream = StreamKind::kStats;
+  OutputMode mode = OutputMode::kAppend;
+};
+
+struct KafkaSinkOptions {
+  std::string pipeline_name;
+  std::vector<Target> targets;
+  /// Compacted topic holding each pipeline's last delivered batch. Default: driftd-progress.
+  std::string progress_topic = "driftd-progress";
+  /// librdkafka producer settings, merged from every sink's kafka.* options.
+  std::map<std::string, std::string> client;
+  std::string transactional_id;
+  /// Consumer group whose offsets the transaction commits; empty when the source is not Kafka.
+  std::string source_group_id;
+  /// How long one transactional call may take. Default: transaction.timeout.ms or 60 s.
+  int timeout_ms = 60'000;
+  /// Test hook, see the top of this file: "", "before_commit" or "after_commit".
+  std::string fault;
+};
+
+// How a failed transactional call is to be handled (librdkafka's classification).
+enum class Outcome { kOk, kAbortable, kFailed };
+
+class KafkaSink final : public Sink {
+ public:
+  explicit KafkaSink(KafkaSinkOptions options) : options_(std::move(options)) {}
+
+  ~KafkaSink() override { IgnoreError(Close()); }
+
+  const std::string& name() const override { return name_; }
+
+  Status Open() override {
+    if (producer_) return Ok();
+    auto conf = kafka::MakeConf(ProducerSettings());
+    if (!conf) return tl::unexpected(conf.error().Wrap("kafka sink"));
+    auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
+    if (!client) return tl::unexpected(client.error().Wrap("kafka sink"));
+    producer_ = std::move(*client);
+
+    // Fences an older producer with our transactional.id and aborts its open transaction, so
+    // what the progress topic says afterwards is final.
+    Status init = Call("init_transactions", [&] {
+      return rd_kafka_init_transactions(producer_.get(), options_.timeout_ms);
+    }).second;
+    if (!init) return Fail(init);
+
+    for (const Target& target : options_.targets) {
+      auto metadata = kafka::FetchMetadata(producer_.get(), target.topic.c_str(),
+                                           kRequestTimeoutMs);
+      if (!metadata) return Fail(tl::unexpected(metadata.error().Wrap("kafka sink")));
+      if ((*metadata)->topic_cnt != 1 ||
+          (*metadata)->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return Fail(MakeError(ErrorCode::kConfig, "kafka sink '{}': topic {} does not exist",
+                              target.sink_name, target.topic));
+      }
+    }
+    Status created = kafka::CreateTopic(producer_.get(), options_.progress_topic, 1,
+                                        {{"cleanup.policy", "compact"}}, kRequestTimeoutMs);
+    if (!created) return Fail(tl::unexpected(created.error().Wrap("kafka sink")));
+
+    auto latest = ReadLatestProgress();
+    if (!latest) return Fail(tl::unexpected(latest.error().Wrap("kafka sink")));
+    delivered_ = *latest;
+    Log()->info("kafka sink: transactional.id={} last delivered batch {}",
+                options_.transactional_id, delivered_);
+    return Ok();
+  }
+
+  Result<bool> IsDelivered(int64_t batch_id) override {
+    if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
+    return delivered_ >= batch_id;
+  }
+
+  Status Deliver(const BatchOutput& output) override {
+    if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
+    if (output.batch_id <= delivered_) return Ok();  // a committed transaction holds it
+    for (int attempt = 1;; ++attempt) {
+      auto [outcome, status] = DeliverOnce(output);
+      if (outcome == Outcome::kOk) {
+        delivered_ = output.batch_id;
+        return Ok();
+      }
+      if (outcome == Outcome::kFailed) return status;
+      if (attempt >= kMaxBatchAttempts) {
+        return tl::unexpected(status.error().Wrap(
+            fmt::format("kafka sink: batch {} aborted {} times", output.batch_id, attempt)));
+      }
+      Log()->warn("kafka sink: batch {} aborted, retrying: {}", output.batch_id,
+                  status.error().message());
+    }
+  }
+
+  Status Close() override {
+    if (!producer_) return Ok();
+    rd_kafka_flush(producer_.get(), kRequestTimeoutMs);
+    producer_.reset();
+    return Ok();
+  }
+
+ private:
+  std::map<std::string, std::string> ProducerSettings() const {
+    std::map<std::string, std::string> settings = {
+        {"client.id", "driftd-" + options_.pipeline_name},
+        {"linger.ms", "5"},
+    };
+    for (const auto& [name, value] : options_.client) settings[name] = value;
+    settings["transactional.id"] = options_.transactional_id;
+    settings["enable.idempotence"] = "true";
+    settings["acks"] = "all";
+    return settings;
+  }
+
+  // Keeps the first fatal error's message: after it the producer can do nothing else.
+  Status Fail(Status status) {
+    producer_.reset();
+    return status;
+  }
+
+  // Runs one transactional API call, repeating it while librdkafka says the error is
+  // retriable. An abortable error aborts the transaction.
+  template <typename Fn>
+  std::pair<Outcome, Status> Call(std::string_view what, Fn&& fn) {
+    for (int attempt = 1;; ++attempt) {
+      ErrorPtr error{fn()};
+      if (!error) return {Outcome::kOk, Ok()};
+      const std::string message =
+          fmt::format("kafka sink: {} failed: {}", what, kafka::Describe(error.get()));
+      if (rd_kafka_error_is_fatal(error.get())) {
+        return {Outcome::kFailed, MakeError(ErrorCode::kExternal, "{}", message)};
+      }
+      if (rd_kafka_error_txn_requires_abort(error.get())) {
+        Status aborted = Abort();
+        if (!aborted) return {Outcome::kFailed, aborted};
+        return {Outcome::kAbortable, MakeError(ErrorCode::kExternal, "{}", message)};
+      }
+      if (rd_kafka_error_is_retriable(error.get()) && attempt < kMaxCallAttempts) {
+        Log()->debug("{}; retrying", message);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+        continue;
+      }
+      return {Outcome::kFailed, MakeError(ErrorCode::kExternal, "{}", message)};
+    }
+  }
+
+  Status Abort() {
+    for (int attempt = 1;; ++attempt) {
+      ErrorPtr error{rd_kafka_abort_transaction(producer_.get(), options_.timeout_ms)};
+      if (!error) return Ok();
+      if (rd_kafka_error_is_retriable(error.get()) && attempt < kMaxCallAttempts) continue;
+      return MakeError(ErrorCode::kExternal, "kafka sink: abort_transaction failed: {}",
+                       kafka::Describe(error.get()));
+    }
+  }
+
+  // Produces one record; a full local queue is drained by serving delivery events.
+  std::pair<Outcome, Status> Produce(const std::string& topic, std::string_view key,
+                                     std::string_view value) {
+    for (;;) {
+      rd_kafka_resp_err_t err = rd_kafka_producev(
+          producer_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return {Outcome::kOk, Ok()};
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(producer_.get(), 100);
+        continue;
+      }
+      std::string message = fmt::format("kafka sink: producing to {}: {}", topic,
+                                        rd_kafka_err2str(err));
+      if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char reason[512];
+        rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
+        return {Outcome::kFailed, MakeError(ErrorCode::kExternal, "{}: {}", message, reason)};
+      }
+      Status aborted = Abort();
+      if (!aborted) return {Outcome::kFailed, aborted};
+      return {Outcome::kAbortable, MakeError(ErrorCode::kExternal, "{}", message)};
+    }
+  }
+
+  std::pair<Outcome, Status> DeliverOnce(const BatchOutput& output) {
+    auto begun = Call("begin_transaction",
+                      [&] { return rd_kafka_begin_transaction(producer_.get()); });
+    if (begun.first != Outcome::kOk) return begun;
+
+    for (const Target& target : options_.targets) {
+      const OutputRows& rows = output.For(target.stream, target.mode);
+      for (size_t i = 0; i < rows.rows.size(); ++i) {
+        std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
+        auto produced = Produce(target.topic, key, rows.rows[i]);
+        if (produced.first != Outcome::kOk) return produced;
+      }
+    }
+    std::string progress = "{\"pipeline\":";
+    AppendJsonString(progress, options_.pipeline_name);
+    fmt::format_to(std::back_inserter(progress), ",\"batchId\":{}}}", output.batch_id);
+    auto produced = Produce(options_.progress_topic, options_.pipeline_name, progress);
+    if (produced.first != Outcome::kOk) return produced;
+
+    if (!options_.source_group_id.empty() && !output.source_end.empty()) {
+      PartitionList offsets{
+          rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
+      for (const auto& [key, offset] : output.source_end) {
+        auto parsed = kafka::ParsePartitionKey(key);
+        if (!parsed) continue;
+        rd_kafka_topic_partition_list_add(offsets.get(), parsed->first.c_str(), parsed->second)
+            ->offset = offset;
+      }
+      GroupMetadataPtr group{rd_kafka_consumer_group_metadata_new(
+          options_.source_group_id.c_str())};
+      auto sent = Call("send_offsets_to_transaction", [&] {
+        return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group.get(),
+                                                    options_.timeout_ms);
+      });
+      if (sent.first != Outcome::kOk) return sent;
+    }
+
+    if (options_.fault == "before_commit") {
+      rd_kafka_flush(producer_.get(), options_.timeout_ms);
+      raise(SIGKILL);
+    }
+    auto committed = Call("commit_transaction", [&] {
+      return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
+    });
+    if (committed.first == Outcome::kOk && options_.fault == "after_commit") raise(SIGKILL);
+    return committed;
+  }
+
+  // The highest batch id in this pipeline's committed progress records, or -1.
+  Result<int64_t> ReadLatestProgress() {
+    std::map<std::string, std::string> settings = {
+        {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
+        {"group.id", options_.transactional_id + "-progress-reader"},
+        {"isolation.level", "read_committed"},
+        {"enable.auto.commit", "false"},
+        {"enable.partition.eof", "true"},
+        {"auto.offset.reset", "earliest"},
+    };
+    for (const auto& [name, value] : options_.client) {
+      if (name == "bootstrap.servers" || name.rfind("security.", 0) == 0 ||
+          name.rfind("sasl.", 0) == 0 || name.rfind("ssl.", 0) == 0) {
+        settings[name] = value;
+      }
+    }
+    auto conf = kafka::MakeConf(settings);
+    if (!conf) return tl::unexpected(conf.error());
+    auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
+    if (!client) return tl::unexpected(client.error());
+    Handle consumer = std::move(*client);
+
+    auto metadata = kafka::FetchMetadata(consumer.get(), options_.progress_topic.c_str(),
+                                         kRequestTimeoutMs);
+    if (!metadata) return tl::unexpected(metadata.error());
+    int64_t latest = -1;
+    const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[0];
+    for (int p = 0; p < topic.partition_cnt; ++p) {
+      auto found = LatestInPartition(consumer.get(), topic.partitions[p].id);
+      if (!found) {
+        rd_kafka_consumer_close(consumer.get());
+        return tl::unexpected(found.error());
+      }
+      latest = std::max(latest, *found);
+    }
+    rd_kafka_consumer_close(consumer.get());
+    return latest;
+  }
+
+  // Scans one progress partition backwards in windows from its last stable offset: the
+  // pipeline's newest record is normally near the end.
+  Result<int64_t> LatestInPartition(rd_kafka_t* consumer, int32_t partition) {
+    int64_t low = 0;
+    int64_t high = 0;
+    // Under read_committed the high mark is the last stable offset.
+    rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+        consumer, options_.progress_topic.c_str(), partition, &low, &high, kRequestTimeoutMs);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "offsets of {} partition {}: {}",
+                       options_.progress_topic, partition, rd_kafka_err2str(err));
+    }
+    simdjson::dom::parser parser;
+    int64_t window_end = high;
+    while (window_end > low) {
+      int64_t window_start = std::max(low, window_end - kProgressScanWindow);
+      PartitionList list{rd_kafka_topic_partition_list_new(1)};
+      rd_kafka_topic_partition_list_add(list.get(), options_.progress_topic.c_str(), partition)
+          ->offset = window_start;
+      err = rd_kafka_assign(consumer, list.get());
+      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return MakeError(ErrorCode::kExternal, "reading {}: {}", options_.progress_topic,
+                         rd_kafka_err2str(err));
+      }
+      int64_t latest = -1;
+      bool done = false;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!done) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return MakeError(ErrorCode::kExternal, "reading {} partition {} timed out",
+                           options_.progress_topic, partition);
+        }
+        MessagePtr message{rd_kafka_consumer_poll(consumer, 100)};
+        if (!message) continue;
+        if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+          done = message->offset >= window_end;
+          continue;
+        }
+        if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          if (message->err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+              message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+            continue;
+          }
+          return MakeError(ErrorCode::kExternal, "reading {}: {}", options_.progress_topic,
+                           rd_kafka_message_errstr(message.get()));
+        }
+        if (message->offset >= window_end - 1) done = true;
+        if (message->offset >= window_end) continue;
+        std::string_view key(static_cast<const char*>(message->key), message->key_len);
+        if (key != options_.pipeline_name || message->len == 0) continue;
+        simdjson::dom::element record;
+        int64_t batch_id = 0;
+        if (parser.parse(static_cast<const char*>(message->payload), message->len).get(record) ||
+            record["batchId"].get(batch_id)) {
+          Log()->warn("kafka sink: ignoring malformed progress record at {} offset {}",
+                      options_.progress_topic, message->offset);
+          continue;
+        }
+        latest = std::max(latest, batch_id);
+      }
+      if (latest >= 0) return latest;
+      window_end = window_start;
+    }
+    return int64_t{-1};
+  }
+
+  KafkaSinkOptions options_;
+  const std::string name_ = "kafka";
+  Handle producer_;
+  /// Highest batch id known committed. Only the executor's thread touches it.
+  int64_t delivered_ = -1;
+};
+
+}  // namespace
 
 ConnectorDecl KafkaSinkDecl() {
   ConnectorDecl decl;
   decl.format = "kafka";
   decl.role = ConnectorRole::kSink;
-  decl.doc = "not yet available";
+  decl.doc =
+      "Writes rows as JSON records to a Kafka topic, exactly once: all Kafka sinks of a "
+      "pipeline share one transactional producer (transactional.id driftd-<pipeline>), and each "
+      "batch is one transaction that also holds a progress record and, with a Kafka source, the "
+      "source offsets of the batch.";
+  decl.passthrough_prefix = "kafka.";
+  decl.options = {
+      {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
+      {"keyColumn", OptionType::kString, "",
+       "Column whose value keys each record (the model id by default)."},
+      {"progressTopic", OptionType::kString, "driftd-progress",
+       "Compacted topic recording each pipeline's last delivered batch (created if missing)."},
+      {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
+       true},
+  };
   return decl;
 }
 
-Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec&, const std::vector<const SinkSpec*>&) {
-  return MakeError(ErrorCode::kConfig, "the kafka sink is not available in this build");
+Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
+                                              const std::vector<const SinkSpec*>& specs) {
+  if (specs.empty()) return MakeError(ErrorCode::kInternal, "kafka sink without sinks");
+  KafkaSinkOptions options;
+  options.pipeline_name = pipeline.name;
+  for (const SinkSpec* spec : specs) {
+    Target target;
+    target.sink_name = spec->name;
+    target.topic = spec->options.GetString("topic");
+    target.stream = spec->stream;
+    target.mode = spec->output_mode;
+    if (target.topic.empty()) {
+      return MakeError(ErrorCode::kConfig, "kafka sink '{}' needs a topic", spec->name);
+    }
+    options.targets.push_back(std::move(target));
+
+    std::string progress = spec->options.GetString("progressTopic", "driftd-progress");
+    if (spec == specs.front()) {
+      options.progress_topic = progress;
+    } else if (progress != options.progress_topic) {
+      return MakeError(ErrorCode::kConfig,
+                       "kafka sinks '{}' and '{}' name different progressTopic values; the "
+                       "sinks of one pipeline share one transaction and one progress topic",
+                       specs.front()->name, spec->name);
+    }
+    for (const auto& [name, value] : spec->options.WithPrefix("kafka.")) {
+      auto [it, inserted] = options.client.emplace(name, value);
+      if (!inserted && it->second != value) {
+        return MakeError(ErrorCode::kConfig,
+                         "kafka sinks of one pipeline share one producer, but '{}' sets "
+                         "kafka.{} differently from another kafka sink",
+                         spec->name, name);
+      }
+    }
+  }
+  for (const SinkSpec* spec : specs) {
+    // A sink that does not set an option the others set would still share their producer.
+    if (spec->options.GetString("kafka.bootstrap.servers") !=
+        options.client["bootstrap.servers"]) {
+      return MakeError(ErrorCode::kConfig,
+                       "kafka sinks of one pipeline must share kafka.bootstrap.servers");
+    }
+  }
+  if (options.client["bootstrap.servers"].empty()) {
+    return MakeError(ErrorCode::kConfig, "the kafka sink needs kafka.bootstrap.servers");
+  }
+  auto transactional_id = options.client.find("transactional.id");
+  options.transactional_id = transactional_id != options.client.end()
+                                 ? transactional_id->second
+                                 : "driftd-" + pipeline.name;
+  if (auto timeout = options.client.find("transaction.timeout.ms");
+      timeout != options.client.end()) {
+    options.timeout_ms = std::max(1000, std::atoi(timeout->second.c_str()));
+  }
+  if (pipeline.source.format == "kafka") options.source_group_id = kafka::GroupId(pipeline);
+  if (const char* fault = std::getenv("DRIFTD_KAFKA_SINK_FAULT")) options.fault = fault;
+  return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(std::move(options)));
 }
 
 }  // namespace driftd
