@@ -154,7 +154,13 @@ uint32_t Aggregator::FindOrAddGroup(std::string_view key, int64_t window_start_u
   group.arrays.resize(array_series_.size());
   index_.emplace(group.key, slot);
   ++live_groups_;
+  if (window_column_ >= 0) TrackOpenWindow(slot);
   return slot;
+}
+
+void Aggregator::TrackOpenWindow(uint32_t slot) {
+  open_by_end_[groups_[slot].window_start_us + window_size_us_].push_back(slot);
+  ++open_windows_;
 }
 
 void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
@@ -183,18 +189,38 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
 void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
   std::string& key = key_buffer_;
   uint32_t last_slot = UINT32_MAX;
-  std::string last_key;
+  std::string& last_key = last_key_buffer_;
+  last_key.clear();
+  const bool has_watermark = watermark_us != INT64_MIN;
+  // With a window on the watermark's column, lateness is judged per window (Spark's rule: a
+  // window closes when the watermark reaches its end); otherwise per row on the watermark column.
+  const bool row_lateness =
+      watermark_column_ >= 0 && (window_column_ < 0 || watermark_column_ != window_column_);
   for (size_t row = 0; row < batch.num_rows; ++row) {
-    int64_t event_time = INT64_MIN;
     if (watermark_column_ >= 0) {
       const Column& column = batch.columns[watermark_column_];
       if (!column.IsNull(row)) {
-        event_time = column.i64[row];
-        if (watermark_us != INT64_MIN && event_time <= watermark_us) {
+        int64_t event_time = column.i64[row];
+        if (row_lateness && has_watermark && event_time <= watermark_us) {
           ++dropped_by_watermark_;
           continue;
         }
         max_event_time_us_ = std::max(max_event_time_us_, event_time);
+      }
+    }
+    int64_t t = 0;
+    if (window_column_ >= 0) {
+      const Column& time_column = batch.columns[window_column_];
+      if (time_column.IsNull(row)) {
+        ++without_event_time_;  // no event time: it cannot be placed in a window
+        continue;
+      }
+      t = time_column.i64[row];
+      // The newest window of the row closes last; if even it is closed, the row is late.
+      int64_t newest_start = FloorDiv(t, window_slide_us_) * window_slide_us_;
+      if (has_watermark && newest_start + window_size_us_ <= watermark_us) {
+        ++dropped_by_watermark_;
+        continue;
       }
     }
     key.clear();
@@ -231,16 +257,11 @@ void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
       touch(last_slot);
       continue;
     }
-    const Column& time_column = batch.columns[window_column_];
-    if (time_column.IsNull(row)) {
-      ++dropped_by_watermark_;  // no event time: it cannot be placed in a window
-      continue;
-    }
-    int64_t t = time_column.i64[row];
     size_t key_size = key.size();
     int64_t start = FloorDiv(t, window_slide_us_) * window_slide_us_;
     for (; start > t - window_size_us_; start -= window_slide_us_) {
-      if (watermark_us != INT64_MIN && start + window_size_us_ <= watermark_us) break;
+      // Older windows close first: once one is closed, so are the rest.
+      if (has_watermark && start + window_size_us_ <= watermark_us) break;
       key.resize(key_size);
       // Big-endian with the sign flipped so windows of a key sort by time.
       uint64_t ordered = static_cast<uint64_t>(start) ^ (uint64_t{1} << 63);
@@ -259,6 +280,12 @@ int64_t Aggregator::TakeMaxEventTimeUs() {
 int64_t Aggregator::TakeRowsDroppedByWatermark() {
   int64_t value = dropped_by_watermark_;
   dropped_by_watermark_ = 0;
+  return value;
+}
+
+int64_t Aggregator::TakeRowsWithoutEventTime() {
+  int64_t value = without_event_time_;
+  without_event_time_ = 0;
   return value;
 }
 
@@ -365,9 +392,8 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
   out.keys.push_back(std::move(message_key));
 }
 
-void Aggregator::EmitUpdated(EmittedRows& out) const {
-  std::vector<uint32_t> order(updated_);
-  // Deterministic output: by key (and window start).
+void Aggregator::RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const {
+  // Deterministic output: by key, which sorts a key's windows by start time.
   std::sort(order.begin(), order.end(),
             [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
   const Group* widest = nullptr;
@@ -376,6 +402,11 @@ void Aggregator::EmitUpdated(EmittedRows& out) const {
     if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
   }
   BuildColumns(widest, out.columns);
+}
+
+void Aggregator::EmitUpdated(EmittedRows& out) const {
+  std::vector<uint32_t> order(updated_);
+  RenderSorted(order, out);
 }
 
 void Aggregator::EmitAll(EmittedRows& out) const {
@@ -383,14 +414,7 @@ void Aggregator::EmitAll(EmittedRows& out) const {
   for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
     if (groups_[slot].live) order.push_back(slot);
   }
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
-  const Group* widest = nullptr;
-  for (uint32_t slot : order) {
-    RenderGroup(groups_[slot], out);
-    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
-  }
-  BuildColumns(widest, out.columns);
+  RenderSorted(order, out);
 }
 
 void Aggregator::EmitClosed(int64_t watermark_us, EmittedRows& out) const {
@@ -398,33 +422,25 @@ void Aggregator::EmitClosed(int64_t watermark_us, EmittedRows& out) const {
     BuildColumns(nullptr, out.columns);
     return;
   }
+  // Windows in order of their end (= start), then by key.
   std::vector<uint32_t> order;
-  for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
-    const Group& group = groups_[slot];
-    if (group.live && !group.emitted && group.window_start_us + window_size_us_ <= watermark_us) {
-      order.push_back(slot);
-    }
-  }
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    if (groups_[a].window_start_us != groups_[b].window_start_us) {
-      return groups_[a].window_start_us < groups_[b].window_start_us;
-    }
-    return groups_[a].key < groups_[b].key;
-  });
   const Group* widest = nullptr;
-  for (uint32_t slot : order) {
-    RenderGroup(groups_[slot], out);
-    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+  for (auto it = open_by_end_.begin(); it != open_by_end_.end() && it->first <= watermark_us;
+       ++it) {
+    order = it->second;
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
+    for (uint32_t slot : order) {
+      RenderGroup(groups_[slot], out);
+      if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+    }
   }
   BuildColumns(widest, out.columns);
 }
 
 bool Aggregator::HasClosableWindows(int64_t watermark_us) const {
-  if (window_column_ < 0 || watermark_us == INT64_MIN) return false;
-  for (const Group& group : groups_) {
-    if (group.live && group.window_start_us + window_size_us_ <= watermark_us) return true;
-  }
-  return false;
+  if (window_column_ < 0 || watermark_us == INT64_MIN || open_by_end_.empty()) return false;
+  return open_by_end_.begin()->first <= watermark_us;
 }
 
 void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
@@ -445,27 +461,29 @@ void Aggregator::EndBatch(int64_t watermark_us, bool evict,
                           std::vector<std::pair<std::string, std::string>>& puts,
                           std::vector<std::string>& deletes) {
   if (window_column_ >= 0 && watermark_us != INT64_MIN) {
-    for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
-      Group& group = groups_[slot];
-      if (!group.live || group.window_start_us + window_size_us_ > watermark_us) continue;
-      if (!evict) {
-        // Kept for complete mode; remember that append mode has emitted it.
-        if (!group.emitted) {
+    auto it = open_by_end_.begin();
+    for (; it != open_by_end_.end() && it->first <= watermark_us; ++it) {
+      for (uint32_t slot : it->second) {
+        Group& group = groups_[slot];
+        --open_windows_;
+        if (!evict) {
+          // Kept for complete mode; remember that append mode has emitted it.
           group.emitted = true;
           if (!is_updated_[slot]) {
             is_updated_[slot] = 1;
             updated_.push_back(slot);
           }
+          continue;
         }
-        continue;
+        deletes.push_back(group.key);
+        index_.erase(group.key);
+        group = Group{};
+        group.live = false;
+        free_slots_.push_back(slot);
+        --live_groups_;
       }
-      deletes.push_back(group.key);
-      index_.erase(group.key);
-      group = Group{};
-      group.live = false;
-      free_slots_.push_back(slot);
-      --live_groups_;
     }
+    open_by_end_.erase(open_by_end_.begin(), it);
   }
   for (uint32_t slot : updated_) {
     const Group& group = groups_[slot];
@@ -492,10 +510,18 @@ Status Aggregator::Restore(std::string_view key, std::string_view value) {
   bool emitted = value[0] != 0;
   value.remove_prefix(1);
   if (!GetU64(value, scalars) || scalars != scalar_series_.size()) return corrupt();
+  if (index_.find(key) != index_.end()) return corrupt();
   uint32_t slot = FindOrAddGroup(key, window_start);
   Group& group = groups_[slot];
   group.count = count;
   group.emitted = emitted;
+  if (emitted && window_column_ >= 0) {
+    // Closed before the restart (complete mode keeps it): not open any more.
+    auto& slots = open_by_end_[window_start + window_size_us_];
+    slots.erase(std::remove(slots.begin(), slots.end(), slot), slots.end());
+    if (slots.empty()) open_by_end_.erase(window_start + window_size_us_);
+    --open_windows_;
+  }
   for (Moments& m : group.scalars) {
     if (!ReadMoments(value, m)) return corrupt();
   }

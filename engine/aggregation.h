@@ -2,11 +2,20 @@
 // count/sum/mean/stddev/variance/min/max kept as mergeable moments per group and per series.
 // An array<double> column is aggregated element by element ("feature_vector[0]", ...).
 //
+// Event time (engine/EVENT_TIME.md): a row at event time t belongs to every window
+// [start, start + size) with start a multiple of the slide and start <= t < start + size. A
+// window is closed once the watermark reaches its end (end <= watermark); a closed window takes
+// no more rows, is emitted once in append mode and its state is evicted (kept in complete mode).
+// A row is dropped by the watermark when every window it belongs to is closed (without a window:
+// when its event time is at or behind the watermark); a row whose window column is null cannot
+// be placed and is counted separately. Both counts are exact.
+//
 // The aggregator owns the result table in memory; the executor persists the groups it reports
 // as changed and restores them on start. Not thread-safe; used by the executor's thread.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,14 +41,17 @@ class Aggregator {
   /// The query must be an aggregation query that passed validation against `schema`.
   static Result<std::unique_ptr<Aggregator>> Create(const QuerySpec& query, const Schema& schema);
 
-  /// Folds a batch into the groups. With a watermark, rows whose event time is behind
-  /// `watermark_us` are dropped and counted instead.
+  /// Folds a batch into the groups. With a watermark, rows that are late (see the header
+  /// comment) are dropped and counted instead; INT64_MIN means no watermark yet.
   void Add(const RecordBatch& batch, int64_t watermark_us);
 
   /// Largest event time (watermark column) seen since the last call, or INT64_MIN.
   int64_t TakeMaxEventTimeUs();
   /// Rows dropped by the watermark since the last call.
   int64_t TakeRowsDroppedByWatermark();
+  /// Rows of a windowed query whose window column was null since the last call: they cannot be
+  /// placed in a window and are not aggregated (Spark drops them silently; driftd counts them).
+  int64_t TakeRowsWithoutEventTime();
 
   /// Output mode update: the groups changed since the last EndBatch.
   void EmitUpdated(EmittedRows& out) const;
@@ -62,8 +74,11 @@ class Aggregator {
   static bool OwnsKey(std::string_view key);
 
   size_t num_groups() const { return live_groups_; }
+  /// Windowed groups not yet closed by the watermark.
+  size_t num_open_windows() const { return open_windows_; }
   int64_t rows_updated_last_batch() const { return updated_.size(); }
-  /// Whether some window ends at or before `watermark_us` (a no-data batch is due to emit it).
+  /// Whether some window not yet closed ends at or before `watermark_us`: a no-data batch is due
+  /// to emit (append) or evict (update) it. Cheap: looks at the earliest open window only.
   bool HasClosableWindows(int64_t watermark_us) const;
 
  private:
@@ -88,6 +103,8 @@ class Aggregator {
   void EncodeGroup(const Group& group, std::string& out) const;
   void RenderGroup(const Group& group, EmittedRows& out) const;
   void BuildColumns(const Group* sample, std::vector<std::string>& columns) const;
+  void RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const;
+  void TrackOpenWindow(uint32_t slot);
 
   QuerySpec query_;
   Schema schema_;
@@ -110,8 +127,14 @@ class Aggregator {
   std::vector<uint32_t> updated_;   // groups touched this batch (unique)
   std::vector<uint8_t> is_updated_;
   std::string key_buffer_;
+  std::string last_key_buffer_;
+  // Windows not yet closed, by window end: closing them in end order touches only the windows
+  // that close, not every group.
+  std::map<int64_t, std::vector<uint32_t>> open_by_end_;
+  size_t open_windows_ = 0;
   int64_t max_event_time_us_ = INT64_MIN;
   int64_t dropped_by_watermark_ = 0;
+  int64_t without_event_time_ = 0;
 };
 
 /// Expands the aggregate specs to output column names for a given array length of each array
