@@ -9,6 +9,7 @@
 #include "connectors/registry.h"
 #include "engine/aggregation.h"
 #include "engine/executor/drift_stage.h"
+#include "engine/executor/metrics_query.h"
 #include "engine/executor/outbox_codec.h"
 #include "engine/executor/progress.h"
 #include "engine/json_decoder.h"
@@ -211,11 +212,14 @@ class QueryExecutor::Impl {
   }
 
   Status Run() {
+    if (spec_.trigger.kind == TriggerKind::kContinuous) return RunContinuous();
     const TriggerSpec& trigger = spec_.trigger;
     auto interval = std::chrono::milliseconds(trigger.interval_ms);
     while (!stop_requested_.load()) {
       Clock::time_point trigger_start = Clock::now();
+      if (options_.metrics) options_.metrics->LoopBusy();
       auto ran = RunBatch();
+      if (options_.metrics) options_.metrics->LoopIdle();
       if (!ran) {
         if (ran.error().code() == ErrorCode::kCancelled) break;
         return tl::unexpected(ran.error());
@@ -233,6 +237,27 @@ class QueryExecutor::Impl {
                                                     : std::chrono::milliseconds(100));
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
+    }
+    for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
+    return Ok();
+  }
+
+  // Trigger continuous: an epoch starts as soon as the previous one ends and the source has
+  // records (or a window became closable); nothing waits for an interval boundary. Each epoch is
+  // committed before it is delivered, so the exactly-once protocol holds per epoch.
+  Status RunContinuous() {
+    auto poll = std::chrono::milliseconds(std::max<int64_t>(1, options_.continuous_poll_ms));
+    while (!stop_requested_.load()) {
+      if (options_.metrics) options_.metrics->LoopBusy();
+      auto ran = RunBatch();
+      if (options_.metrics) options_.metrics->LoopIdle();
+      if (!ran) {
+        if (ran.error().code() == ErrorCode::kCancelled) break;
+        return tl::unexpected(ran.error());
+      }
+      if (*ran) continue;
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();
@@ -410,6 +435,7 @@ class QueryExecutor::Impl {
       }
       progress.rows_updated = aggregator_->rows_updated_last_batch();
       progress.dropped_by_watermark = aggregator_->TakeRowsDroppedByWatermark();
+      progress.without_event_time = aggregator_->TakeRowsWithoutEventTime();
       int64_t max_event_time = aggregator_->TakeMaxEventTimeUs();
       progress.max_event_time_us = max_event_time;
       if (spec_.query.watermark && max_event_time != INT64_MIN) {
@@ -476,6 +502,8 @@ class QueryExecutor::Impl {
     progress.source_description = source_->Describe();
     progress.lag = source_->Lag(end);
     progress.num_groups = aggregator_ ? static_cast<int64_t>(aggregator_->num_groups()) : 0;
+    progress.num_open_windows =
+        aggregator_ ? static_cast<int64_t>(aggregator_->num_open_windows()) : 0;
     last_batch_end_ = Clock::now();
 
     counters_.batches.fetch_add(1);
@@ -483,15 +511,25 @@ class QueryExecutor::Impl {
     counters_.output_rows.fetch_add(output_rows);
     counters_.malformed_rows.fetch_add(progress.malformed_in_batch);
     counters_.dropped_by_watermark.fetch_add(progress.dropped_by_watermark);
+    counters_.without_event_time.fetch_add(progress.without_event_time);
     counters_.alerts.fetch_add(progress.num_alerts);
     counters_.last_batch_id.store(next_batch_id_);
 
+    if (options_.metrics) options_.metrics->RecordBatch(progress, output.alerts);
     std::string json = RenderProgress(spec_, progress);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       last_progress_ = json;
     }
-    if (options_.on_progress) options_.on_progress(json);
+    // Continuous epochs can run hundreds of times a second: report once per interval.
+    bool report = true;
+    if (spec_.trigger.kind == TriggerKind::kContinuous) {
+      auto now = Clock::now();
+      report = last_report_ == Clock::time_point{} ||
+               now - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
+      if (report) last_report_ = now;
+    }
+    if (report && options_.on_progress) options_.on_progress(json);
 
     position_ = end;
     watermark_us_ = next_watermark;
@@ -542,6 +580,7 @@ class QueryExecutor::Impl {
   int64_t next_batch_id_ = 0;
   int64_t watermark_us_ = INT64_MIN;
   Clock::time_point last_batch_end_{};
+  Clock::time_point last_report_{};
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> started_{false};

@@ -22,6 +22,8 @@
 
 namespace driftd {
 
+class QueryMetrics;  // engine/executor/metrics_query.h
+
 struct ExecutorOptions {
   /// Bytes of input read and decoded at a time; bounds memory. Default: 4 MiB.
   size_t chunk_bytes = 4 << 20;
@@ -34,6 +36,11 @@ struct ExecutorOptions {
   int delivery_attempts = 10;
   /// fsync each commit. Default: true.
   bool sync_commits = true;
+  /// Trigger continuous: how often an idle source is polled for new records, in ms. Default: 5.
+  int64_t continuous_poll_ms = 5;
+  /// Optional metrics fed from the executor's thread (not owned; must outlive the executor).
+  /// Default: nullptr.
+  QueryMetrics* metrics = nullptr;
 };
 
 /// Counters of a running query, readable from any thread (metrics, status).
@@ -43,6 +50,8 @@ struct QueryCounters {
   std::atomic<int64_t> output_rows{0};
   std::atomic<int64_t> malformed_rows{0};
   std::atomic<int64_t> dropped_by_watermark{0};
+  /// Rows of a windowed query whose window column was null (not aggregated).
+  std::atomic<int64_t> without_event_time{0};
   std::atomic<int64_t> alerts{0};
   std::atomic<int64_t> last_batch_id{-1};
 };
@@ -60,6 +69,10 @@ class QueryExecutor {
   Status Start();
 
   /// Runs batches as the trigger says until it ends (once, availableNow) or Stop() is called.
+  /// Trigger continuous runs epochs back to back: each takes the records that have arrived,
+  /// commits and delivers them like a micro-batch; an idle source is polled every
+  /// continuous_poll_ms; progress is reported once per trigger interval
+  /// (engine/EVENT_TIME.md says what is guaranteed).
   /// Returns an error for a failure that ends the query (malformed record under policy fail,
   /// data loss, a sink that cannot deliver).
   Status Run();
