@@ -8,10 +8,14 @@ namespace driftd {
 
 std::string_view ToString(AlertLevel level) {
   switch (level) {
-    case AlertLevel::kOk: return "OK";
-    case AlertLevel::kWarn: return "WARN";
-    case AlertLevel::kAlert: return "ALERT";
-    case AlertLevel::kResolved: return "RESOLVED";
+    case AlertLevel::kOk:
+      return "OK";
+    case AlertLevel::kWarn:
+      return "WARN";
+    case AlertLevel::kAlert:
+      return "ALERT";
+    case AlertLevel::kResolved:
+      return "RESOLVED";
   }
   return "UNKNOWN";
 }

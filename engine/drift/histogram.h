@@ -63,8 +63,7 @@ double PsiTerm(double ref_share, double cur_share);
 
 /// Population Stability Index: sum of PsiTerm over the bins. `terms`, if not empty, receives
 /// each bin's term (same size as the inputs).
-double Psi(std::span<const double> ref, std::span<const double> cur,
-           std::span<double> terms = {});
+double Psi(std::span<const double> ref, std::span<const double> cur, std::span<double> terms = {});
 
 /// Jensen-Shannon distance, base 2: sqrt of the JS divergence, in [0, 1]. Needs no smoothing
 /// (a zero share contributes 0; the mixture is never zero where either share is not).

@@ -108,13 +108,13 @@ bool DecodeCounts(drift::ByteReader& r, std::vector<int64_t>& counts) {
 
 struct DriftMonitor::DetectorConfig {
   DetectorKind kind = DetectorKind::kMeanShift;
-  std::string_view name;   // canonical, static storage
-  std::string spec_name;   // as written in the pipeline, for overrides
+  std::string_view name;  // canonical, static storage
+  std::string spec_name;  // as written in the pipeline, for overrides
   double warn = 0;
   double alert = 0;
-  double min_effect = 0;   // mean_shift
-  double delta = 0;        // page_hinkley
-  double threshold = 0;    // error_rate
+  double min_effect = 0;  // mean_shift
+  double delta = 0;       // page_hinkley
+  double threshold = 0;   // error_rate
 };
 
 namespace {
@@ -171,7 +171,8 @@ struct DriftMonitor::ModelState {
 
 DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> series_names)
     : spec_(spec), series_names_(std::move(series_names)) {
-  std::vector<DetectorSpec> specs = spec.detectors.empty() ? DefaultDetectorSpecs() : spec.detectors;
+  std::vector<DetectorSpec> specs =
+      spec.detectors.empty() ? DefaultDetectorSpecs() : spec.detectors;
   for (const DetectorSpec& ds : specs) {
     const DetectorDefaults& defaults = DefaultsFor(ds.kind);
     DetectorConfig d;
@@ -232,8 +233,7 @@ Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(const DriftSpec& spec
   }
   if (spec.baseline.kind == BaselineKind::kWarmup && spec.baseline.duration_ms == 0 &&
       spec.baseline.records < spec.min_samples) {
-    return MakeError(ErrorCode::kConfig,
-                     "drift: baseline records ({}) is below minSamples ({})",
+    return MakeError(ErrorCode::kConfig, "drift: baseline records ({}) is below minSamples ({})",
                      spec.baseline.records, spec.min_samples);
   }
   for (const DetectorSpec& d : spec.detectors) {
@@ -460,16 +460,27 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       const Thresholds& t = m.thresholds[series * detectors_.size() + d];
       double x = 0;
       switch (det.kind) {
-        case DetectorKind::kMeanShift: x = std::abs(ms.z); break;
-        case DetectorKind::kStddevRatio: x = ratio; break;
-        case DetectorKind::kPsi: x = psi; break;
-        case DetectorKind::kJensenShannon: x = js; break;
-        case DetectorKind::kKs: x = ks; break;
+        case DetectorKind::kMeanShift:
+          x = std::abs(ms.z);
+          break;
+        case DetectorKind::kStddevRatio:
+          x = ratio;
+          break;
+        case DetectorKind::kPsi:
+          x = psi;
+          break;
+        case DetectorKind::kJensenShannon:
+          x = js;
+          break;
+        case DetectorKind::kKs:
+          x = ks;
+          break;
         case DetectorKind::kPageHinkley:
           s.ph.Add(ms.z, det.delta);
           x = s.ph.Statistic();
           break;
-        case DetectorKind::kErrorRate: continue;  // the error series only
+        case DetectorKind::kErrorRate:
+          continue;  // the error series only
       }
       AlertLevel lv = LevelOf(x, t.warn, t.alert);
       if (det.kind == DetectorKind::kMeanShift && ms.effect < det.min_effect) {
@@ -539,7 +550,8 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
         std::vector<int> order(bins);
         for (size_t b = 0; b < bins; ++b) order[b] = static_cast<int>(b);
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-          return std::abs(terms_[static_cast<size_t>(a)]) > std::abs(terms_[static_cast<size_t>(b)]);
+          return std::abs(terms_[static_cast<size_t>(a)]) >
+                 std::abs(terms_[static_cast<size_t>(b)]);
         });
         for (size_t i = 0; i < order.size() && i < static_cast<size_t>(kTopBins); ++i) {
           const size_t b = static_cast<size_t>(order[i]);
@@ -681,8 +693,7 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
   std::vector<std::string> alerting;
   for (size_t i = 0; i < m.series.size(); ++i) {
     if (m.series[i].alert.state() == AlertLevel::kAlert) {
-      alerting.push_back(i < series_names_.size() ? series_names_[i]
-                                                  : std::string(kErrorSeries));
+      alerting.push_back(i < series_names_.size() ? series_names_[i] : std::string(kErrorSeries));
     }
   }
   const int64_t count = static_cast<int64_t>(alerting.size());

@@ -160,8 +160,8 @@ TEST_CASE("error-rate rise counts predictions that miss their label by more than
   CHECK(window.ErrorRate() == Approx(0.25));
   CHECK(ErrorRateRise(base, window) == Approx(0.15));
   CHECK(ErrorRateRise(window, base) == Approx(-0.15));  // fewer errors is no drift
-  CHECK(base.abs_error.mean() == Approx(0.10));          // MAE
-  CHECK(ErrorRateRise(ErrorSummary(), window) == 0.0);   // no labels, no evaluation
+  CHECK(base.abs_error.mean() == Approx(0.10));         // MAE
+  CHECK(ErrorRateRise(ErrorSummary(), window) == 0.0);  // no labels, no evaluation
 }
 
 TEST_CASE("the defaults table carries the documented thresholds", "[drift][defaults]") {

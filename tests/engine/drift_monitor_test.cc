@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <simdjson.h>
+#include <catch2/catch.hpp>
 
 namespace driftd {
 namespace {
@@ -296,8 +296,7 @@ TEST_CASE("many drifting series of one model raise one model-level alert", "[dri
   DriftMonitor monitor(DefaultSpec(), SeriesNames());
   Harness h(monitor, 2, 17);
   for (size_t s : {0u, 4u, 6u}) {
-    h.changes.push_back(
-        {.model = 1, .series = s, .from = 10'000, .to = 30'000, .shift_sd = 1.0});
+    h.changes.push_back({.model = 1, .series = s, .from = 10'000, .to = 30'000, .shift_sd = 1.0});
   }
   h.Run(50'000);
   h.EndBatch();
@@ -326,8 +325,12 @@ TEST_CASE("per-model and per-series overrides change the thresholds that apply",
   DriftSpec spec = DefaultSpec();
   spec.detectors = {DefaultDetectorSpec(DetectorKind::kMeanShift)};
   // model-1: feature_vector (all elements) may move a lot before it alerts.
-  spec.overrides.push_back({.model = "model-1", .series = "feature_vector", .detector = "mean_shift",
-                            .warn = 1e6, .alert = 1e9, .mark = {}});
+  spec.overrides.push_back({.model = "model-1",
+                            .series = "feature_vector",
+                            .detector = "mean_shift",
+                            .warn = 1e6,
+                            .alert = 1e9,
+                            .mark = {}});
   DriftMonitor monitor(spec, SeriesNames());
   Harness h(monitor, 2, 8);
   for (int m : {0, 1}) {
@@ -392,7 +395,8 @@ TEST_CASE("alerts do not depend on where batches end", "[drift][monitor]") {
     h.Run(20'000);
     h.EndBatch();
     std::vector<std::string> ids;
-    for (const AlertEvent& e : h.events) ids.push_back(e.alert_id + " " + std::string(ToString(e.level)));
+    for (const AlertEvent& e : h.events)
+      ids.push_back(e.alert_id + " " + std::string(ToString(e.level)));
     return ids;
   };
   const auto a = run(777);
