@@ -1,0 +1,61 @@
+// config/README.md carries the connector option tables generated from the declarations, between
+// two markers. The hidden test case rewrites them:
+//   build/tests/driftd_config_tests '[.reference]'
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "connectors/registry.h"
+
+namespace driftd {
+namespace {
+
+constexpr std::string_view kBegin = "<!-- BEGIN GENERATED CONNECTOR OPTIONS -->\n";
+constexpr std::string_view kEnd = "<!-- END GENERATED CONNECTOR OPTIONS -->";
+
+std::string ReadmePath() { return std::string(DRIFTD_SOURCE_DIR) + "/config/README.md"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+TEST_CASE("the pipeline reference documents the options of every declared connector",
+          "[config][reference]") {
+  const std::string readme = ReadFile(ReadmePath());
+  const size_t begin = readme.find(kBegin);
+  const size_t end = readme.find(kEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  REQUIRE(begin < end);
+  const std::string section = readme.substr(begin + kBegin.size(), end - begin - kBegin.size());
+  for (const ConnectorDecl& decl : ConnectorDeclarations()) {
+    const std::string heading =
+        fmt::format("### `{}` {}", decl.format,
+                    decl.role == ConnectorRole::kSource ? "source" : "sink");
+    INFO(heading << " is missing: regenerate with driftd_config_tests '[.reference]'");
+    CHECK(section.find(heading) != std::string::npos);
+  }
+}
+
+TEST_CASE("regenerate the connector option tables in config/README.md", "[.reference]") {
+  std::string readme = ReadFile(ReadmePath());
+  const size_t begin = readme.find(kBegin);
+  const size_t end = readme.find(kEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  readme.replace(begin + kBegin.size(), end - begin - kBegin.size(),
+                 ConnectorReferenceMarkdown());
+  std::ofstream out(ReadmePath(), std::ios::binary | std::ios::trunc);
+  out << readme;
+  out.close();
+  CHECK(out.good());
+  CHECK(ReadFile(ReadmePath()).find(ConnectorReferenceMarkdown()) != std::string::npos);
+}
+
+}  // namespace
+}  // namespace driftd
