@@ -188,6 +188,7 @@ std::string JsonReport(const Facts& facts) {
   }
   out += ']';
   report.Close();
+  out += '\n';  // a terminal-friendly end, like the text report's
   return out;
 }
 
