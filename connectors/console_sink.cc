@@ -17,9 +17,8 @@ constexpr std::string_view kRule = "-------------------------------------------"
 
 // Display width in characters: UTF-8 continuation bytes do not count.
 size_t Width(std::string_view s) {
-  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 // The first `chars` characters of s.
@@ -37,9 +36,15 @@ std::string_view PrefixChars(std::string_view s, size_t chars) {
 void AppendCell(std::string& out, simdjson::dom::element value) {
   using simdjson::dom::element_type;
   switch (value.type()) {
-    case element_type::NULL_VALUE: out += "null"; return;
-    case element_type::BOOL: out += value.get_bool().value_unsafe() ? "true" : "false"; return;
-    case element_type::STRING: out += value.get_string().value_unsafe(); return;
+    case element_type::NULL_VALUE:
+      out += "null";
+      return;
+    case element_type::BOOL:
+      out += value.get_bool().value_unsafe() ? "true" : "false";
+      return;
+    case element_type::STRING:
+      out += value.get_string().value_unsafe();
+      return;
     case element_type::INT64:
       fmt::format_to(std::back_inserter(out), "{}", value.get_int64().value_unsafe());
       return;
@@ -92,7 +97,10 @@ void AppendPadded(std::string& out, std::string_view cell, size_t width, bool ri
 class ConsoleSink final : public Sink {
  public:
   ConsoleSink(const SinkSpec& spec, const ConsoleFormatOptions& options, std::FILE* out)
-      : name_(spec.name), stream_(spec.stream), mode_(spec.output_mode), options_(options),
+      : name_(spec.name),
+        stream_(spec.stream),
+        mode_(spec.output_mode),
+        options_(options),
         out_(out) {}
 
   const std::string& name() const override { return name_; }
@@ -124,7 +132,8 @@ std::string FormatConsoleBatch(int64_t batch_id, const OutputRows& rows,
                                const ConsoleFormatOptions& options) {
   simdjson::dom::parser parser;
   std::vector<std::string> columns = rows.columns;
-  size_t shown = std::min(rows.rows.size(), static_cast<size_t>(std::max<int64_t>(options.num_rows, 0)));
+  size_t shown =
+      std::min(rows.rows.size(), static_cast<size_t>(std::max<int64_t>(options.num_rows, 0)));
 
   // cells[r][c], with the header as row 0.
   std::vector<std::vector<std::string>> cells;

@@ -17,9 +17,7 @@ namespace driftd {
 
 namespace {
 
-std::string ManifestDir(const std::string& path) {
-  return JoinPath(path, kFileSinkManifestDir);
-}
+std::string ManifestDir(const std::string& path) { return JoinPath(path, kFileSinkManifestDir); }
 
 // Leftover temp files of interrupted writes are hidden "*.tmp" files; they are never read.
 void RemoveStaleTempFiles(const std::string& directory) {

@@ -42,8 +42,8 @@ bool IsBlank(std::string_view line) {
 }
 
 // Position just after the last '\n' in [begin, end) of the file, or -1.
-Result<int64_t> LastLineEnd(const UniqueFd& fd, const std::string& path, int64_t begin,
-                            int64_t end, std::string& block) {
+Result<int64_t> LastLineEnd(const UniqueFd& fd, const std::string& path, int64_t begin, int64_t end,
+                            std::string& block) {
   int64_t at = end;
   while (at > begin) {
     int64_t from = std::max(begin, at - static_cast<int64_t>(kScanBlockBytes));
@@ -169,8 +169,8 @@ class FileReader final : public SourceReader {
     if (skipping_) {
       // Still inside an oversized line: drop bytes up to its newline.
       size_t newline = block_.find('\n');
-      buffer_begin_ += static_cast<int64_t>(newline == std::string::npos ? block_.size()
-                                                                         : newline + 1);
+      buffer_begin_ +=
+          static_cast<int64_t>(newline == std::string::npos ? block_.size() : newline + 1);
       if (newline == std::string::npos) return Ok();
       skipping_ = false;
       buffer_.assign(block_, newline + 1);
@@ -184,9 +184,9 @@ class FileReader final : public SourceReader {
   // An oversized pending line is emitted cut to max + 1 bytes (the decoder reports it as too
   // large) and the rest of it is skipped.
   void CutOversizedLine(InputChunk& chunk, const FileRange& range) {
-    chunk.Append(std::string_view(buffer_).substr(line_begin_,
-                                                  static_cast<size_t>(max_record_bytes_) + 1),
-                 RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)});
+    chunk.Append(
+        std::string_view(buffer_).substr(line_begin_, static_cast<size_t>(max_record_bytes_) + 1),
+        RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)});
     buffer_begin_ += static_cast<int64_t>(buffer_.size());
     buffer_.clear();
     line_begin_ = scan_from_ = 0;
@@ -204,14 +204,13 @@ class FileReader final : public SourceReader {
   int64_t max_record_bytes_;
   size_t current_ = 0;
   UniqueFd fd_;
-  int64_t read_pos_ = 0;       // next file byte to read
-  std::string buffer_;         // file bytes from buffer_begin_ on, not yet emitted
+  int64_t read_pos_ = 0;  // next file byte to read
+  std::string buffer_;    // file bytes from buffer_begin_ on, not yet emitted
   int64_t buffer_begin_ = 0;
-  size_t line_begin_ = 0;      // start of the current line in buffer_
-  size_t scan_from_ = 0;       // buffer_ before this has no '\n' after line_begin_
+  size_t line_begin_ = 0;  // start of the current line in buffer_
+  size_t scan_from_ = 0;   // buffer_ before this has no '\n' after line_begin_
   bool skipping_ = false;
   std::string block_;
-
 };
 
 class FileSource final : public Source {
@@ -238,9 +237,8 @@ class FileSource final : public Source {
     SourceOffsets end = start;
     int64_t files = 0;
     int64_t bytes = 0;
-    const int64_t budget = options_.max_bytes_per_trigger > 0
-                               ? options_.max_bytes_per_trigger
-                               : std::numeric_limits<int64_t>::max();
+    const int64_t budget = options_.max_bytes_per_trigger > 0 ? options_.max_bytes_per_trigger
+                                                              : std::numeric_limits<int64_t>::max();
     for (const DirEntry& entry : *listing) {
       auto it = start.find(entry.name);
       int64_t consumed = it == start.end() ? 0 : it->second;
@@ -253,8 +251,8 @@ class FileSource final : public Source {
         if (FileSizeOrMissing(path).value_or(0) < 0) continue;  // removed since listing
         return tl::unexpected(fd.error());
       }
-      int64_t limit = budget - bytes >= entry.size - consumed ? entry.size
-                                                              : consumed + (budget - bytes);
+      int64_t limit =
+          budget - bytes >= entry.size - consumed ? entry.size : consumed + (budget - bytes);
       auto line_end = LastLineEnd(*fd, path, consumed, limit, scan_block_);
       if (!line_end) return tl::unexpected(line_end.error());
       int64_t stop = *line_end;
@@ -348,8 +346,9 @@ class FileSource final : public Source {
   Status CheckCommitted(const SourceOffsets& start, const std::vector<DirEntry>& listing) {
     for (const auto& [name, offset] : start) {
       if (offset <= 0) continue;
-      auto it = std::lower_bound(listing.begin(), listing.end(), name,
-                                 [](const DirEntry& e, const std::string& n) { return e.name < n; });
+      auto it =
+          std::lower_bound(listing.begin(), listing.end(), name,
+                           [](const DirEntry& e, const std::string& n) { return e.name < n; });
       bool present = it != listing.end() && it->name == name;
       if (present && it->size >= offset) continue;
       if (frozen_ && !present) continue;  // created after the freeze; not this run's concern

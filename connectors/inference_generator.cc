@@ -170,8 +170,8 @@ Result<InferenceGenerator> InferenceGenerator::Create(InferenceGeneratorOptions 
   generator.seed_key_ = SplitMix64(o.seed);
   // Model parameters come from their own hash streams (tagged), independent of row draws.
   auto param = [&](uint64_t tag, uint64_t model, uint64_t index) {
-    return Uniform(SplitMix64(generator.seed_key_ ^
-                              SplitMix64((tag << 56) ^ (model << 20) ^ index)));
+    return Uniform(
+        SplitMix64(generator.seed_key_ ^ SplitMix64((tag << 56) ^ (model << 20) ^ index)));
   };
   size_t cells = static_cast<size_t>(o.models) * static_cast<size_t>(o.features);
   generator.feature_mean_.resize(cells);
@@ -245,7 +245,8 @@ void InferenceGenerator::AppendRecord(uint64_t row, std::string& out) const {
                          double sigma) {
     for (int index : scenarios) {
       const DriftScenario& s = options_.drift[index];
-      if (s.series != series || (series == DriftScenario::Series::kFeature && s.feature != feature) ||
+      if (s.series != series ||
+          (series == DriftScenario::Series::kFeature && s.feature != feature) ||
           since_start_us < s.after_ms * 1000) {
         continue;
       }

@@ -167,8 +167,7 @@ class RateSource final : public Source {
     for (int p = 0; p < options_.partitions; ++p) {
       auto it = position.find(PartitionKey(p));
       int64_t committed = it == position.end() ? 0 : it->second;
-      int64_t latest = due == kUnbounded ? committed
-                                         : RowsOfPartition(due, options_.partitions, p);
+      int64_t latest = due == kUnbounded ? committed : RowsOfPartition(due, options_.partitions, p);
       lags.push_back({PartitionKey(p), committed, std::max(latest, committed)});
     }
     return lags;
@@ -244,7 +243,8 @@ ConnectorDecl RateSourceDecl() {
       "Offsets: `rate-<p>` = rows produced by partition p, plus `startTimeMs`.";
   decl.options = {
       {"rowsPerSecond", OptionType::kInt, "1", "Rows per second, across all partitions."},
-      {"numPartitions", OptionType::kInt, "1", "Partitions; row n goes to partition n % numPartitions."},
+      {"numPartitions", OptionType::kInt, "1",
+       "Partitions; row n goes to partition n % numPartitions."},
       {"maxRowsPerTrigger", OptionType::kInt, "100000", "Upper bound on rows per batch."},
       {"totalRows", OptionType::kInt, "0",
        "Rows after which the source ends (0: unbounded). Needed for availableNow with "
@@ -256,9 +256,12 @@ ConnectorDecl RateSourceDecl() {
       {"startTimeMs", OptionType::kInt, "0",
        "Event time of row 0 on a first start, milliseconds since the Unix epoch (0: the wall "
        "clock at the first start)."},
-      {"mode", OptionType::kEnum, "rate",
+      {"mode",
+       OptionType::kEnum,
+       "rate",
        "`rate`: Spark's timestamp/value rows. `inference`: inference-log records.",
-       false, {"rate", "inference"}},
+       false,
+       {"rate", "inference"}},
       {"models", OptionType::kInt, "8", "inference: number of models, model-0 .. model-<n-1>."},
       {"features", OptionType::kInt, "8", "inference: length of feature_vector."},
       {"seed", OptionType::kInt, "42",

@@ -60,8 +60,8 @@ Result<UniqueFd> Connect(const SocketOptions& options) {
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses{found, &::freeaddrinfo};
   int last_error = 0;
   for (addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
-    UniqueFd fd{::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC,
-                         address->ai_protocol)};
+    UniqueFd fd{
+        ::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol)};
     if (!fd.valid()) {
       last_error = errno;
       continue;
@@ -168,8 +168,7 @@ class SocketSource final : public Source {
   std::vector<PartitionLag> Lag(const SourceOffsets& position) override {
     auto it = position.find(std::string(kPartition));
     std::lock_guard<std::mutex> lock(mutex_);
-    return {{std::string(kPartition), it == position.end() ? first_line_ : it->second,
-             received_}};
+    return {{std::string(kPartition), it == position.end() ? first_line_ : it->second, received_}};
   }
 
   std::string DescribePosition(const RecordPosition& position) const override {
@@ -205,8 +204,8 @@ class SocketSource final : public Source {
         if (!fd) continue;
         socket = std::move(*fd);
         connected_ = true;
-        GetLogger("connectors")->info("socket source reconnected to {}:{}", options_.host,
-                                      options_.port);
+        GetLogger("connectors")
+            ->info("socket source reconnected to {}:{}", options_.host, options_.port);
       }
       {
         // Pause reading while the buffer is full; the sender then blocks (TCP backpressure).
@@ -275,11 +274,11 @@ class SocketSource final : public Source {
   mutable std::mutex mutex_;
   std::condition_variable space_;
   bool stop_ = false;
-  std::string data_;         // received bytes not yet committed
-  std::deque<Line> lines_;   // complete lines in data_, line number first_line_ first
-  size_t pending_ = 0;       // start of the incomplete last line in data_
-  int64_t first_line_ = 0;   // number of lines_.front()
-  int64_t received_ = 0;     // lines received since the stream began (continues after restarts)
+  std::string data_;        // received bytes not yet committed
+  std::deque<Line> lines_;  // complete lines in data_, line number first_line_ first
+  size_t pending_ = 0;      // start of the incomplete last line in data_
+  int64_t first_line_ = 0;  // number of lines_.front()
+  int64_t received_ = 0;    // lines received since the stream began (continues after restarts)
   std::optional<int64_t> frozen_;
 };
 

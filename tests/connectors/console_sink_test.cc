@@ -16,7 +16,8 @@ OutputRows StatsRows() {
   OutputRows rows;
   rows.columns = {"model_id", "count", "mean(prediction)"};
   rows.Add("model-1", R"j({"model_id":"model-1","count":42,"mean(prediction)":0.5})j");
-  rows.Add("", R"j({"model_id":"a-very-long-model-name-indeed","count":7,"mean(prediction)":1.0})j");
+  rows.Add("",
+           R"j({"model_id":"a-very-long-model-name-indeed","count":7,"mean(prediction)":1.0})j");
   rows.Add("model-3", R"({"model_id":"model-3","count":null})");
   return rows;
 }

@@ -56,8 +56,7 @@ TEST_CASE("the file source reads the complete lines of matching files in name or
   CHECK(Plan(*source, end) == end);
 }
 
-TEST_CASE("a half-written last line is consumed only once its newline arrives",
-          "[file][source]") {
+TEST_CASE("a half-written last line is consumed only once its newline arrives", "[file][source]") {
   TempDir dir;
   WriteText(dir.Sub("log.jsonl"), "{\"n\":1}\n{\"n\":");
   auto source = StartedFiles(dir);
@@ -122,9 +121,9 @@ TEST_CASE("maxBytesPerTrigger cuts batches at line ends and lets a longer line g
     batches.push_back(Texts(ReadRange(*source, position, next)));
     position = next;
   }
-  CHECK(batches == std::vector<std::vector<std::string>>{
-                       {"{\"n\":111}", "{\"n\":222}"}, {"{\"n\":333}"}, {long_line},
-                       {"{\"n\":444}"}});
+  CHECK(batches ==
+        std::vector<std::vector<std::string>>{
+            {"{\"n\":111}", "{\"n\":222}"}, {"{\"n\":333}"}, {long_line}, {"{\"n\":444}"}});
 }
 
 TEST_CASE("re-reading a planned range yields identical records whatever the chunk size",

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <simdjson.h>
+#include <catch2/catch.hpp>
 
 namespace driftd {
 namespace {

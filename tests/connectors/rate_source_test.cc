@@ -25,10 +25,11 @@ std::unique_ptr<Source> StartedRate(const std::map<std::string, std::string>& op
   return std::move(*source);
 }
 
-TEST_CASE("the plain rate source writes Spark's timestamp and value rows",
-          "[rate][source]") {
-  auto source = StartedRate({{"rowsPerSecond", "4"}, {"realTime", "false"},
-                             {"startTimeMs", kStartMs}, {"maxRowsPerTrigger", "3"}});
+TEST_CASE("the plain rate source writes Spark's timestamp and value rows", "[rate][source]") {
+  auto source = StartedRate({{"rowsPerSecond", "4"},
+                             {"realTime", "false"},
+                             {"startTimeMs", kStartMs},
+                             {"maxRowsPerTrigger", "3"}});
   auto start = source->InitialOffsets();
   REQUIRE(start);
   CHECK(*start == SourceOffsets{{"rate-0", 0}, {"startTimeMs", 1795947302123}});
@@ -46,8 +47,10 @@ TEST_CASE("the plain rate source writes Spark's timestamp and value rows",
 
 TEST_CASE("the rate source spreads rows over partitions and plans whole row prefixes",
           "[rate][source]") {
-  auto source = StartedRate({{"numPartitions", "3"}, {"realTime", "false"},
-                             {"maxRowsPerTrigger", "7"}, {"totalRows", "10"},
+  auto source = StartedRate({{"numPartitions", "3"},
+                             {"realTime", "false"},
+                             {"maxRowsPerTrigger", "7"},
+                             {"totalRows", "10"},
                              {"startTimeMs", kStartMs}});
   SourceOffsets start = *source->InitialOffsets();
   auto first = source->PlanBatch(start);
@@ -72,9 +75,9 @@ TEST_CASE("the rate source spreads rows over partitions and plans whole row pref
 
 TEST_CASE("reading a rate range twice yields identical inference records", "[rate][source]") {
   std::map<std::string, std::string> options = {
-      {"mode", "inference"}, {"rowsPerSecond", "1000"}, {"realTime", "false"},
-      {"maxRowsPerTrigger", "5000"}, {"startTimeMs", kStartMs},
-      {"drift", "model-3 feature 0 shifts by 1.5 sigma after 2 s"}};
+      {"mode", "inference"},     {"rowsPerSecond", "1000"},
+      {"realTime", "false"},     {"maxRowsPerTrigger", "5000"},
+      {"startTimeMs", kStartMs}, {"drift", "model-3 feature 0 shifts by 1.5 sigma after 2 s"}};
   auto source = StartedRate(options);
   SourceOffsets start = *source->InitialOffsets();
   SourceOffsets end = *source->PlanBatch(start);
@@ -90,9 +93,10 @@ TEST_CASE("reading a rate range twice yields identical inference records", "[rat
 
 TEST_CASE("a restarted rate source continues the same timeline from its committed offsets",
           "[rate][source]") {
-  std::map<std::string, std::string> options = {
-      {"mode", "inference"}, {"realTime", "false"}, {"maxRowsPerTrigger", "100"},
-      {"numPartitions", "2"}};
+  std::map<std::string, std::string> options = {{"mode", "inference"},
+                                                {"realTime", "false"},
+                                                {"maxRowsPerTrigger", "100"},
+                                                {"numPartitions", "2"}};
   auto first = StartedRate(options);  // start time: the wall clock now
   SourceOffsets start = *first->InitialOffsets();
   SourceOffsets middle = *first->PlanBatch(start);
@@ -105,8 +109,7 @@ TEST_CASE("a restarted rate source continues the same timeline from its committe
   CHECK(Texts(ReadRange(*restarted, middle, end)) == expected);
 }
 
-TEST_CASE("a rate checkpoint written with another partition count is refused",
-          "[rate][source]") {
+TEST_CASE("a rate checkpoint written with another partition count is refused", "[rate][source]") {
   auto source = CreateRateSource(SourcePipeline("rate", {{"numPartitions", "2"}}));
   REQUIRE(source);
   auto started = (*source)->Start({{"rate-0", 5}, {"startTimeMs", 1}});
@@ -134,10 +137,9 @@ TEST_CASE("real-time rows become due as time passes, capped per trigger", "[rate
   CHECK(rows >= 1);
 }
 
-TEST_CASE("availableNow freezes the rate source at the rows due at that moment",
-          "[rate][source]") {
-  auto source = StartedRate({{"realTime", "false"}, {"totalRows", "25"},
-                             {"maxRowsPerTrigger", "10"}});
+TEST_CASE("availableNow freezes the rate source at the rows due at that moment", "[rate][source]") {
+  auto source =
+      StartedRate({{"realTime", "false"}, {"totalRows", "25"}, {"maxRowsPerTrigger", "10"}});
   REQUIRE(source->FreezeAvailable());
   SourceOffsets position = *source->InitialOffsets();
   int batches = 0;
@@ -161,9 +163,10 @@ TEST_CASE("bad rate options fail at creation", "[rate][source]") {
       "rate", {{"mode", "inference"}, {"drift", "model-3 feature 0 shifts by 1.5 after 60 s"}}));
   REQUIRE_FALSE(bad_drift);
   CHECK(bad_drift.error().code() == ErrorCode::kConfig);
-  auto no_model = CreateRateSource(SourcePipeline(
-      "rate", {{"mode", "inference"}, {"models", "2"},
-               {"drift", "model-3 feature 0 shifts by 1 sigma after 60 s"}}));
+  auto no_model = CreateRateSource(
+      SourcePipeline("rate", {{"mode", "inference"},
+                              {"models", "2"},
+                              {"drift", "model-3 feature 0 shifts by 1 sigma after 60 s"}}));
   REQUIRE_FALSE(no_model);
   auto plain_drift = CreateRateSource(
       SourcePipeline("rate", {{"drift", "model-0 feature 0 shifts by 1 sigma after 1 s"}}));
