@@ -344,6 +344,29 @@ TEST_CASE("per-model and per-series overrides change the thresholds that apply",
   CHECK(alerts[0].model == "model-0");
 }
 
+TEST_CASE("a series that drifts again soon after RESOLVED re-alerts only after the cooldown",
+          "[drift][monitor]") {
+  DriftSpec spec = DefaultSpec();
+  spec.cooldown_ms = 20'000;  // 20'000 records at one record per millisecond
+  DriftMonitor monitor(spec, SeriesNames());
+  Harness h(monitor, 1, 77);
+  h.changes.push_back({.model = 0, .series = 6, .from = 5'000, .to = 10'000, .shift_sd = 1});
+  h.changes.push_back({.model = 0, .series = 6, .from = 15'000, .to = 1'000'000, .shift_sd = 1});
+  h.Run(45'000);
+  h.EndBatch();
+  INFO(Describe(h.events));
+  std::vector<std::string> levels;
+  for (const AlertEvent& e : h.events) levels.emplace_back(ToString(e.level));
+  // ALERT, RESOLVED (~12'000, cooldown until ~32'000), the second drift shows as WARN while
+  // cooling down, and its ALERT follows once the cooldown is over.
+  CHECK(levels == std::vector<std::string>{"ALERT", "RESOLVED", "WARN", "ALERT"});
+  REQUIRE(h.events.size() == 4);
+  const int64_t resolved_at = h.events[1].window_end_record;
+  CHECK(h.events[2].window_end_record <= 18'000);
+  CHECK(h.events[3].window_end_record >= resolved_at + 20'000);
+  CHECK(h.events[3].window_end_record <= resolved_at + 21'000);
+}
+
 TEST_CASE("a trailing baseline absorbs a persistent step and resolves its alert",
           "[drift][monitor][baseline]") {
   DriftSpec spec = DefaultSpec();
