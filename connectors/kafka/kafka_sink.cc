@@ -299,13 +299,41 @@ class KafkaSink final : public Sink {
     if (!client) return tl::unexpected(client.error());
     Handle consumer = std::move(*client);
 
-    auto metadata = kafka::FetchMetadata(consumer.get(), options_.progress_topic.c_str(),
-                                         kRequestTimeoutMs);
-    if (!metadata) return tl::unexpected(metadata.error());
+    // A topic created a moment ago may not have a leader yet; an answer read from a partial
+    // view would make recovery deliver batches again, so wait for the whole topic.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    kafka::MetadataPtr metadata;
+    for (;;) {
+      auto fetched = kafka::FetchMetadata(consumer.get(), options_.progress_topic.c_str(),
+                                          kRequestTimeoutMs);
+      if (!fetched) return tl::unexpected(fetched.error());
+      const rd_kafka_metadata_topic_t& topic = (*fetched)->topics[0];
+      bool complete = (*fetched)->topic_cnt == 1 && topic.err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+                      topic.partition_cnt > 0;
+      for (int p = 0; complete && p < topic.partition_cnt; ++p) {
+        complete = topic.partitions[p].leader >= 0;
+      }
+      if (complete) {
+        metadata = std::move(*fetched);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return MakeError(ErrorCode::kExternal, "progress topic {} has no leader",
+                         options_.progress_topic);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // Watermarks as read_uncommitted sees them: the end of the log, open transactions included.
+    settings["isolation.level"] = "read_uncommitted";
+    auto uncommitted_conf = kafka::MakeConf(settings);
+    if (!uncommitted_conf) return tl::unexpected(uncommitted_conf.error());
+    auto uncommitted = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*uncommitted_conf));
+    if (!uncommitted) return tl::unexpected(uncommitted.error());
+
     int64_t latest = -1;
-    const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[0];
+    const rd_kafka_metadata_topic_t& topic = metadata->topics[0];
     for (int p = 0; p < topic.partition_cnt; ++p) {
-      auto found = LatestInPartition(consumer.get(), topic.partitions[p].id);
+      auto found = LatestInPartition(consumer.get(), uncommitted->get(), topic.partitions[p].id);
       if (!found) {
         rd_kafka_consumer_close(consumer.get());
         return tl::unexpected(found.error());
@@ -316,18 +344,52 @@ class KafkaSink final : public Sink {
     return latest;
   }
 
-  // Scans one progress partition backwards in windows from its last stable offset: the
-  // pipeline's newest record is normally near the end.
-  Result<int64_t> LatestInPartition(rd_kafka_t* consumer, int32_t partition) {
-    int64_t low = 0;
-    int64_t high = 0;
-    // Under read_committed the high mark is the last stable offset.
-    rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
-        consumer, options_.progress_topic.c_str(), partition, &low, &high, kRequestTimeoutMs);
+  Status QueryWatermarks(rd_kafka_t* client, int32_t partition, int64_t& low, int64_t& high) {
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int attempt = 1; attempt <= kMaxCallAttempts; ++attempt) {
+      err = rd_kafka_query_watermark_offsets(client, options_.progress_topic.c_str(), partition,
+                                             &low, &high, kRequestTimeoutMs);
+      if (err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE &&
+          err != RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION &&
+          err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+    }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return MakeError(ErrorCode::kExternal, "offsets of {} partition {}: {}",
                        options_.progress_topic, partition, rd_kafka_err2str(err));
     }
+    return Ok();
+  }
+
+  // Scans one progress partition backwards in windows from its last stable offset: the
+  // pipeline's newest record is normally near the end.
+  Result<int64_t> LatestInPartition(rd_kafka_t* consumer, rd_kafka_t* uncommitted,
+                                    int32_t partition) {
+    // Our own earlier transaction is settled (init_transactions waited for it), but another
+    // pipeline's open transaction on this partition holds the last stable offset back, and our
+    // committed record may lie beyond it. Wait until every transaction open now has ended, so
+    // that everything up to the current end of the log is decided.
+    int64_t low = 0;
+    int64_t log_end = 0;
+    DRIFTD_TRY(QueryWatermarks(uncommitted, partition, low, log_end));
+    int64_t high = 0;
+    const auto settle_deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms + 10'000);
+    for (;;) {
+      // Under read_committed the high mark is the last stable offset.
+      DRIFTD_TRY(QueryWatermarks(consumer, partition, low, high));
+      if (high >= log_end) break;
+      if (std::chrono::steady_clock::now() > settle_deadline) {
+        return MakeError(ErrorCode::kExternal,
+                         "{} partition {}: a transaction stayed open past the transaction "
+                         "timeout (last stable offset {}, log end {})",
+                         options_.progress_topic, partition, high, log_end);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     simdjson::dom::parser parser;
     int64_t window_end = high;
     while (window_end > low) {

@@ -236,8 +236,10 @@ struct Watermarks {
 
 class KafkaSource;
 
-// Reads one planned batch: the partitions with data are assigned at their start offsets and
-// consumed until each reaches its end offset.
+// Reads one planned batch, one partition after the other (in offset-key order) so that a
+// replay yields the records in the same order, not only the same records: the executor's
+// "first N records" baselines depend on it. Each partition is assigned at its start offset and
+// consumed until it reaches its end offset.
 class KafkaReader final : public SourceReader {
  public:
   struct Range {
@@ -253,6 +255,8 @@ class KafkaReader final : public SourceReader {
   ~KafkaReader() override;
 
   Status Begin();
+  // Assigns the first range not yet done, if it is not assigned already.
+  Status AssignCurrent();
   Result<bool> Next(InputChunk& chunk, size_t max_bytes) override;
   int64_t lost_records() const override { return lost_; }
 
@@ -271,7 +275,9 @@ class KafkaReader final : public SourceReader {
   std::vector<Range> ranges_;
   size_t remaining_ = 0;
   int64_t lost_ = 0;
-  size_t last_found_ = 0;
+  /// The range being read; the only one assigned.
+  size_t current_ = 0;
+  size_t assigned_range_ = SIZE_MAX;
   bool assigned_ = false;
   std::vector<rd_kafka_message_t*> messages_;
   std::chrono::steady_clock::time_point last_progress_;
@@ -369,12 +375,15 @@ class KafkaSource final : public Source {
     for (const auto& [key, offset] : start) {
       auto it = index_.find(key);
       if (it != index_.end() && present_set_.count(it->second)) continue;
-      const PartitionState* state = it != index_.end() ? &partitions_[it->second] : nullptr;
       if (options_.fail_on_data_loss) {
+        auto parsed = kafka::ParsePartitionKey(key);
         return MakeError(ErrorCode::kDataLoss,
                          "{} no longer exists (the query was at offset {}); some data may have "
                          "been lost. Set failOnDataLoss=false to continue without it",
-                         state ? Name(*state) : key, offset);
+                         parsed ? fmt::format("topic {} partition {}", parsed->first,
+                                              parsed->second)
+                                : key,
+                         offset);
       }
       Log()->warn("kafka source: {} no longer exists at offset {}; continuing without it", key,
                   offset);
@@ -698,35 +707,34 @@ KafkaReader::~KafkaReader() {
 
 Status KafkaReader::Begin() {
   last_progress_ = std::chrono::steady_clock::now();
-  if (ranges_.empty()) return Ok();
-  PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(ranges_.size()))};
-  for (const Range& range : ranges_) {
-    rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
-        range.next;
-  }
+  return AssignCurrent();
+}
+
+Status KafkaReader::AssignCurrent() {
+  while (current_ < ranges_.size() && ranges_[current_].done) ++current_;
+  if (current_ >= ranges_.size() || assigned_range_ == current_) return Ok();
+  const Range& range = ranges_[current_];
+  PartitionList list{rd_kafka_topic_partition_list_new(1)};
+  rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
+      range.next;
+  // Replaces the previous assignment; its messages still queued are discarded by librdkafka.
   rd_kafka_resp_err_t err = rd_kafka_assign(source_.consumer_.get(), list.get());
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return MakeError(ErrorCode::kExternal, "kafka source: assigning partitions: {}",
-                     rd_kafka_err2str(err));
+    return MakeError(ErrorCode::kExternal, "kafka source: assigning topic {} partition {}: {}",
+                     range.topic, range.partition, rd_kafka_err2str(err));
   }
   assigned_ = true;
+  assigned_range_ = current_;
+  last_progress_ = std::chrono::steady_clock::now();
   return Ok();
 }
 
 KafkaReader::Range* KafkaReader::Find(const rd_kafka_message_t& message) {
-  if (!message.rkt) return nullptr;
-  const char* topic = rd_kafka_topic_name(message.rkt);
-  auto matches = [&](const Range& range) {
-    return range.partition == message.partition && range.topic == topic;
-  };
-  if (last_found_ < ranges_.size() && matches(ranges_[last_found_])) return &ranges_[last_found_];
-  for (size_t i = 0; i < ranges_.size(); ++i) {
-    if (matches(ranges_[i])) {
-      last_found_ = i;
-      return &ranges_[i];
-    }
-  }
-  return nullptr;
+  if (!message.rkt || current_ >= ranges_.size()) return nullptr;
+  Range& range = ranges_[current_];
+  if (range.partition != message.partition) return nullptr;
+  if (range.topic != rd_kafka_topic_name(message.rkt)) return nullptr;
+  return &range;
 }
 
 Status KafkaReader::SkipTo(Range& range, int64_t offset) {
@@ -792,6 +800,7 @@ Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
 Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
   const auto timeout = std::chrono::milliseconds(source_.options_.poll_timeout_ms);
   while (remaining_ > 0 && chunk.byte_size() < max_bytes) {
+    DRIFTD_TRY(AssignCurrent());
     ssize_t count = rd_kafka_consume_batch_queue(source_.queue_.get(), kConsumeWaitMs,
                                                  messages_.data(), messages_.size());
     if (count < 0) {

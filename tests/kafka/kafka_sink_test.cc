@@ -1,0 +1,231 @@
+// The kafka sink against the real broker: transactional delivery that read_committed consumers
+// see exactly once, fencing, and recovery decisions after a crash in the middle of a delivery.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "tests/kafka/kafka_test_util.h"
+
+namespace driftd {
+namespace {
+
+using namespace kafka_test;
+
+BatchOutput Batch(int64_t batch_id, int rows) {
+  BatchOutput output;
+  output.batch_id = batch_id;
+  for (int i = 0; i < rows; ++i) {
+    output.stats_update.Add(fmt::format("model-{}", i),
+                            fmt::format(R"({{"model_id":"model-{}","batch":{}}})", i, batch_id));
+  }
+  output.alerts.Add("model-0", fmt::format(R"({{"alert":"psi","batch":{}}})", batch_id));
+  return output;
+}
+
+std::vector<std::string> RowsOf(const BatchOutput& output) { return output.stats_update.rows; }
+
+struct SinkFixture {
+  Admin admin;
+  std::string stats = UniqueName("stats");
+  std::string alerts = UniqueName("alerts");
+  std::string progress = UniqueName("progress");
+  PipelineSpec pipeline;
+
+  explicit SinkFixture(const std::string& name) {
+    admin.CreateTopic(stats, 2);
+    admin.CreateTopic(alerts, 1);
+    pipeline.name = UniqueName(name);
+    pipeline.source.format = "rate";
+    pipeline.sinks.push_back(KafkaSinkSpec("stats", stats, StreamKind::kStats,
+                                           OutputMode::kUpdate, {{"progressTopic", progress}}));
+    pipeline.sinks.push_back(KafkaSinkSpec("alerts", alerts, StreamKind::kAlerts,
+                                           OutputMode::kAppend, {{"progressTopic", progress}}));
+  }
+
+  std::unique_ptr<Sink> OpenSink() {
+    auto sinks = CreateSinks(pipeline);
+    INFO((sinks ? "" : sinks.error().message()));
+    REQUIRE(sinks);
+    REQUIRE(sinks->size() == 1);  // both kafka sinks share one transactional producer
+    std::unique_ptr<Sink> sink = std::move(sinks->front());
+    RequireOk(sink->Open());
+    return sink;
+  }
+
+  // Runs a sink in a child process that delivers `output` and dies by SIGKILL at `fault`.
+  void CrashDuringDelivery(const BatchOutput& output, const char* fault) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      setenv("DRIFTD_KAFKA_SINK_FAULT", fault, 1);
+      auto sinks = CreateSinks(pipeline);
+      if (!sinks || !sinks->front()->Open()) _exit(3);
+      (void)sinks->front()->Deliver(output);
+      _exit(4);  // the fault should have killed us
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+  }
+};
+
+std::vector<std::string> Sorted(std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
+TEST_CASE("delivered rows are visible to read_committed consumers exactly once",
+          "[kafka][sink]") {
+  SinkFixture fixture("deliver");
+  auto sink = fixture.OpenSink();
+  CHECK_FALSE(Require(sink->IsDelivered(0)));
+
+  BatchOutput batch0 = Batch(0, 5);
+  RequireOk(sink->Deliver(batch0));
+  CHECK(Require(sink->IsDelivered(0)));
+  CHECK_FALSE(Require(sink->IsDelivered(1)));
+
+  std::vector<Consumed> stats = ReadCommitted(fixture.stats, 5);
+  CHECK(Sorted(ValuesOf(stats)) == Sorted(RowsOf(batch0)));
+  for (const Consumed& record : stats) {
+    CHECK_THAT(record.value, Catch::Contains("\"model_id\":\"" + record.key + "\""));
+  }
+  CHECK(ValuesOf(ReadCommitted(fixture.alerts, 1)) == batch0.alerts.rows);
+  std::vector<Consumed> progress = ReadCommitted(fixture.progress, 1);
+  REQUIRE(progress.size() == 1);
+  CHECK(progress[0].key == fixture.pipeline.name);
+  CHECK(progress[0].value ==
+        fmt::format(R"({{"pipeline":"{}","batchId":0}})", fixture.pipeline.name));
+
+  // Delivering the same batch again (recovery that did not know) writes nothing new.
+  RequireOk(sink->Deliver(batch0));
+  BatchOutput batch1 = Batch(1, 3);
+  RequireOk(sink->Deliver(batch1));
+  RequireOk(sink->Close());
+  sink.reset();
+  CHECK(ReadCommitted(fixture.stats, 8).size() == 8);
+
+  // A new sink (a restart) learns from the progress topic what was delivered.
+  auto reopened = fixture.OpenSink();
+  CHECK(Require(reopened->IsDelivered(1)));
+  CHECK_FALSE(Require(reopened->IsDelivered(2)));
+}
+
+TEST_CASE("an aborted or unfinished transaction is invisible to read_committed consumers",
+          "[kafka][sink]") {
+  SinkFixture fixture("invisible");
+  Client producer = MakeClient(RD_KAFKA_PRODUCER, {{"transactional.id", UniqueName("raw")}});
+  REQUIRE_FALSE(rd_kafka_init_transactions(producer.get(), 30'000));
+  auto produce_in_transaction = [&](const std::string& value) {
+    REQUIRE_FALSE(rd_kafka_begin_transaction(producer.get()));
+    REQUIRE(rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(fixture.alerts.c_str()),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  };
+  produce_in_transaction("aborted");
+  REQUIRE_FALSE(rd_kafka_abort_transaction(producer.get(), 30'000));
+  CHECK(ReadAll(fixture.alerts).empty());
+  CHECK(ValuesOf(ReadAll(fixture.alerts, "read_uncommitted")) ==
+        std::vector<std::string>{"aborted"});
+
+  // The sink's committed rows stay visible next to an open transaction of another producer.
+  auto sink = fixture.OpenSink();
+  RequireOk(sink->Deliver(Batch(0, 1)));
+  produce_in_transaction("open");
+  CHECK(ValuesOf(ReadCommitted(fixture.alerts, 1)) == Batch(0, 1).alerts.rows);
+  CHECK(ReadAll(fixture.alerts, "read_uncommitted").size() == 3);
+  REQUIRE_FALSE(rd_kafka_abort_transaction(producer.get(), 30'000));
+}
+
+TEST_CASE("a second sink with the same transactional id fences the first", "[kafka][sink]") {
+  SinkFixture fixture("fencing");
+  auto zombie = fixture.OpenSink();
+  RequireOk(zombie->Deliver(Batch(0, 2)));
+
+  auto successor = fixture.OpenSink();
+  CHECK(Require(successor->IsDelivered(0)));
+  Status fenced = zombie->Deliver(Batch(1, 2));
+  REQUIRE_FALSE(fenced);
+  CHECK(fenced.error().code() == ErrorCode::kExternal);
+  CHECK_THAT(fenced.error().message(), Catch::Contains("fenced", Catch::CaseSensitive::No));
+
+  RequireOk(successor->Deliver(Batch(1, 2)));
+  CHECK(ReadCommitted(fixture.stats, 4).size() == 4);
+  CHECK(ReadCommitted(fixture.alerts, 2).size() == 2);
+}
+
+TEST_CASE("a crash between produce and commit leaves the batch undelivered until redelivery",
+          "[kafka][sink][crash]") {
+  SinkFixture fixture("crash");
+  {
+    auto sink = fixture.OpenSink();
+    RequireOk(sink->Deliver(Batch(0, 2)));
+  }
+  const BatchOutput batch1 = Batch(1, 3);
+  fixture.CrashDuringDelivery(batch1, "before_commit");
+  // The dead producer's records reached the broker, uncommitted.
+  CHECK(ReadAll(fixture.stats, "read_uncommitted").size() == 5);
+
+  auto recovered = fixture.OpenSink();  // fences the dead producer and aborts its transaction
+  CHECK(Require(recovered->IsDelivered(0)));
+  CHECK_FALSE(Require(recovered->IsDelivered(1)));
+  CHECK(ReadAll(fixture.stats).size() == 2);
+
+  RequireOk(recovered->Deliver(batch1));
+  CHECK(Require(recovered->IsDelivered(1)));
+  std::vector<std::string> expected = RowsOf(Batch(0, 2));
+  for (const std::string& row : RowsOf(batch1)) expected.push_back(row);
+  CHECK(Sorted(ValuesOf(ReadCommitted(fixture.stats, 5))) == Sorted(expected));
+}
+
+TEST_CASE("a crash right after commit leaves the batch delivered", "[kafka][sink][crash]") {
+  SinkFixture fixture("crash-after");
+  fixture.CrashDuringDelivery(Batch(0, 2), "after_commit");
+  auto recovered = fixture.OpenSink();
+  CHECK(Require(recovered->IsDelivered(0)));
+  CHECK(ReadCommitted(fixture.stats, 2).size() == 2);
+}
+
+TEST_CASE("with a kafka source the transaction commits the batch's source offsets",
+          "[kafka][sink]") {
+  SinkFixture fixture("offsets");
+  const std::string input = UniqueName("input");
+  fixture.admin.CreateTopic(input, 2);
+  fixture.pipeline.source.format = "kafka";
+  fixture.pipeline.source.options =
+      KafkaOptions(ConnectorRole::kSource, {{"subscribe", input}});
+  auto sink = fixture.OpenSink();
+  BatchOutput batch = Batch(0, 1);
+  batch.source_end = {{input + "-0", 7}, {input + "-1", 3}};
+  RequireOk(sink->Deliver(batch));
+  const std::string group = "driftd-" + fixture.pipeline.name;
+  CHECK(fixture.admin.CommittedOffset(group, input, 0) == 7);
+  CHECK(fixture.admin.CommittedOffset(group, input, 1) == 3);
+}
+
+TEST_CASE("kafka sinks of one pipeline must agree on their shared producer", "[kafka][sink]") {
+  PipelineSpec pipeline;
+  pipeline.name = "mismatch";
+  pipeline.sinks.push_back(KafkaSinkSpec("a", "t1"));
+  pipeline.sinks.push_back(
+      KafkaSinkSpec("b", "t2", StreamKind::kAlerts, OutputMode::kAppend,
+                    {{"kafka.bootstrap.servers", "elsewhere:9092"}}));
+  auto sinks = CreateSinks(pipeline);
+  REQUIRE_FALSE(sinks);
+  CHECK(sinks.error().code() == ErrorCode::kConfig);
+
+  PipelineSpec missing_topic;
+  missing_topic.name = UniqueName("missing");
+  missing_topic.sinks.push_back(KafkaSinkSpec("a", UniqueName("no-such-topic")));
+  auto created = CreateSinks(missing_topic);
+  REQUIRE(created);
+  Status opened = created->front()->Open();
+  REQUIRE_FALSE(opened);
+  CHECK_THAT(opened.error().message(), Catch::Contains("does not exist"));
+}
+
+}  // namespace
+}  // namespace driftd
