@@ -32,6 +32,11 @@ void SetUpLogging(std::string_view format, std::string_view level) {
   auto logger = std::make_shared<spdlog::logger>("driftd",
                                                  std::make_shared<spdlog::sinks::stderr_sink_mt>());
   spdlog::set_default_logger(logger);
+  // Module loggers created before this call (GetLogger copies the default's sinks) must write
+  // through the same sink and format, or their lines would escape --log-format json.
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& other) {
+    if (other != logger) other->sinks() = logger->sinks();
+  });
   spdlog::set_level(spdlog::level::from_str(std::string(level)));
   if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);

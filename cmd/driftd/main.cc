@@ -1,5 +1,6 @@
 // driftd: the command line. Wiring only: parse arguments, set up logging and signals, load the
-// pipeline, run the executor. Exit codes are documented in README.md and below.
+// pipelines and run them under the supervisor. Exit codes are documented in README.md and
+// cmd/driftd/supervisor.h.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,7 +20,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cmd/driftd/demo.h"
+#include "cmd/driftd/http_server.h"
 #include "cmd/driftd/logging.h"
+#include "cmd/driftd/notify.h"
+#include "cmd/driftd/prometheus.h"
+#include "cmd/driftd/supervisor.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/executor/executor.h"
@@ -29,44 +34,24 @@
 namespace driftd {
 namespace {
 
-// Exit codes (sysexits.h where one fits).
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;     // the query failed at run time (sink, broker, disk)
-constexpr int kExitUsage = 64;      // bad command line
-constexpr int kExitDataError = 65;  // a malformed record under policy fail, or data loss
-constexpr int kExitIoError = 74;    // the checkpoint cannot be read or written
-constexpr int kExitConfig = 78;     // the pipeline file is invalid, or the checkpoint refuses it
-
-int ExitCodeFor(const Error& error) {
-  switch (error.code()) {
-    case ErrorCode::kConfig:
-    case ErrorCode::kIncompatible: return kExitConfig;
-    case ErrorCode::kMalformedRecord:
-    case ErrorCode::kDataLoss: return kExitDataError;
-    case ErrorCode::kIo:
-    case ErrorCode::kCorruption: return kExitIoError;
-    case ErrorCode::kInvalidArgument: return kExitUsage;
-    default: return kExitFailure;
-  }
-}
-
 struct RunFlags {
   std::string pipeline;
   std::string log_format = "text";
   std::string log_level = "info";
   int shutdown_timeout_s = 30;
   bool quiet_progress = false;
+  std::string http = "127.0.0.1:9464";
+  bool http_given = false;
+  size_t progress_history = 32;
 };
 
-// Loads and validates a pipeline file, printing every problem. Returns nullopt on failure.
-std::optional<PipelineSpec> LoadOrReport(const std::string& path, std::string_view yaml_text,
-                                         bool from_text) {
+// `driftd validate`: loads a pipeline file, printing every problem. Returns nullopt on failure.
+std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
   LoadOptions options;
   options.catalog = &ConnectorDeclarations();
   std::vector<ConfigProblem> warnings;
   options.warnings = &warnings;
-  PipelineResult result = from_text ? ParsePipeline(yaml_text, path, options)
-                                    : LoadPipelineFile(path, options);
+  PipelineResult result = LoadPipelineFile(path, options);
   if (!result) {
     std::cerr << FormatProblems(path, result.error());
     size_t errors = 0;
@@ -79,84 +64,181 @@ std::optional<PipelineSpec> LoadOrReport(const std::string& path, std::string_vi
   return std::move(*result);
 }
 
-// Runs a pipeline until its trigger ends or a signal stops it.
-int RunPipeline(const PipelineSpec& spec, const RunFlags& flags) {
-  auto log = GetLogger("driftd");
-  ExecutorOptions options;
-  options.fingerprint_json = PipelineFingerprintJson(spec);
-  if (!flags.quiet_progress) {
-    options.on_progress = [log](const std::string& json) { log->info("progress {}", json); };
-  }
-  auto executor = QueryExecutor::Create(spec, std::move(options));
-  if (!executor) {
-    log->error("pipeline {}: {}", spec.name, executor.error().message());
-    return ExitCodeFor(executor.error());
-  }
+double NowEpochSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
-  // Signals: a dedicated thread waits for them; the first asks the query to stop after the
-  // current batch, a second one (or the shutdown timeout) ends the process at once. Every
-  // batch is committed atomically, so an abrupt end loses nothing that was committed.
+// Runs the pipelines of `options` (one file, or a directory) as a service until their end (a
+// single file's trigger) or a signal: SIGTERM/SIGINT stop after the current batch (a second one,
+// or the shutdown timeout, ends the process at once; every batch is committed atomically, so an
+// abrupt end loses nothing committed), SIGHUP re-reads the pipeline files.
+int RunService(SupervisorOptions options, const RunFlags& flags) {
+  auto log = GetLogger("driftd");
+  using Clock = std::chrono::steady_clock;
+
+  // Signals are blocked before any thread starts, so only this thread receives them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::atomic<bool> done{false};
-  QueryExecutor* query = executor->get();
-  std::thread signal_thread([&, log] {
-    int stops = 0;
-    while (!done.load()) {
-      timespec timeout{0, 200'000'000};
-      int signal = sigtimedwait(&signals, nullptr, &timeout);
-      if (signal <= 0) continue;
-      if (signal == SIGHUP) {
-        log->info("SIGHUP: reload is not supported for a single pipeline file; ignored");
-        continue;
+
+  const bool directory = options.directory;
+  const ServiceNotifier notifier = ServiceNotifier::FromEnvironment();
+  const double start_time = NowEpochSeconds();
+  std::atomic<int64_t> reloads_ok{0};
+  std::atomic<int64_t> reloads_failed{0};
+  std::atomic<int64_t> control_tick_ms{0};
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               Clock::now().time_since_epoch())
+        .count();
+  };
+  control_tick_ms.store(now_ms());
+
+  Supervisor supervisor(std::move(options));
+
+  // Declared after the supervisor so that it stops before the supervisor goes away.
+  std::unique_ptr<HttpServer> http;
+  if (flags.http != "off") {
+    auto address = ParseHttpAddress(flags.http);
+    if (!address) {
+      log->error("{}", address.error().message());
+      return kExitUsage;
+    }
+    HttpHandlers handlers;
+    handlers.metrics = [&] {
+      ProcessMetricsView process;
+      process.version = DRIFTD_VERSION;
+      process.reloads_ok = reloads_ok.load();
+      process.reloads_failed = reloads_failed.load();
+      process.start_time_seconds = start_time;
+      return RenderPrometheus(process, supervisor.Views());
+    };
+    // Healthy while the control loop turns (a reload may hold it for one batch).
+    handlers.healthy = [&] { return now_ms() - control_tick_ms.load() < 30'000; };
+    handlers.ready = [&](std::string& detail) { return supervisor.Ready(detail); };
+    handlers.progress = [&](const std::string& pipeline) {
+      return supervisor.ProgressJson(pipeline);
+    };
+    auto server = HttpServer::Start(*address, std::move(handlers));
+    if (!server) {
+      if (flags.http_given) {
+        log->error("http: {}", server.error().message());
+        return kExitFailure;
       }
+      // The default port may be taken by another driftd on this host: run without metrics
+      // rather than not at all. An explicit --http makes this an error.
+      log->warn("http: {}; running without the HTTP endpoint (pass --http to choose an address)",
+                server.error().message());
+    } else {
+      http = std::move(*server);
+      log->info("http: listening on {}:{} (/metrics /healthz /readyz /progress)", address->host,
+                http->port());
+    }
+  }
+
+  int refused = supervisor.Load();
+  if (!directory && refused > 0) return kExitConfig;
+
+  std::optional<std::chrono::microseconds> watchdog = notifier.watchdog_timeout();
+  auto watchdog_limit = std::chrono::milliseconds(
+      watchdog ? std::max<int64_t>(1, watchdog->count() / 1000) : 0);
+  Clock::time_point next_ping = Clock::now();
+  bool watchdog_withheld = false;
+  bool ready_sent = false;
+  int64_t status_batches = -1;
+  Clock::time_point next_status = Clock::now();
+  int stops = 0;
+  Clock::time_point stop_deadline{};
+  std::optional<int> exit_code;
+
+  while (true) {
+    control_tick_ms.store(now_ms());
+    auto wait = std::chrono::milliseconds(100);
+    if (watchdog) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::max(Clock::duration::zero(), next_ping - Clock::now())));
+    }
+    timespec timeout{0, static_cast<long>(std::max<int64_t>(wait.count(), 1) * 1'000'000)};
+    int signal = sigtimedwait(&signals, nullptr, &timeout);
+    control_tick_ms.store(now_ms());
+
+    if (signal == SIGHUP) {
+      if (stops > 0) continue;
+      log->info("SIGHUP received: re-reading {}", flags.pipeline);
+      notifier.Reloading();
+      int reload_refused = supervisor.Reload();
+      (reload_refused == 0 ? reloads_ok : reloads_failed).fetch_add(1);
+      notifier.Ready();
+      notifier.Status(supervisor.StatusLine());
+      continue;
+    }
+    if (signal == SIGINT || signal == SIGTERM) {
       if (++stops == 1) {
         log->info("{} received: stopping after the current batch (again to stop at once)",
                   strsignal(signal));
-        query->Stop();
-        std::thread([timeout_s = flags.shutdown_timeout_s, &done, log] {
-          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-          while (!done.load() && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          }
-          if (!done.load()) {
-            log->error("shutdown did not finish within {} s; exiting", timeout_s);
-            spdlog::shutdown();
-            _exit(kExitFailure);
-          }
-        }).detach();
+        notifier.Stopping();
+        supervisor.RequestStop();
+        stop_deadline = Clock::now() + std::chrono::seconds(flags.shutdown_timeout_s);
       } else {
         log->warn("second signal: exiting now");
         spdlog::shutdown();
         _exit(128 + signal);
       }
     }
-  });
-  auto finish = [&](int code) {
-    done.store(true);
-    signal_thread.join();
-    return code;
-  };
 
-  if (auto started = (*executor)->Start(); !started) {
-    log->error("pipeline {}: {}", spec.name, started.error().message());
-    return finish(ExitCodeFor(started.error()));
+    if (stops > 0) {
+      if (supervisor.AllStopped()) {
+        supervisor.Join();
+        if (!directory) exit_code = supervisor.Finished();
+        break;
+      }
+      if (Clock::now() >= stop_deadline) {
+        log->error("shutdown did not finish within {} s; exiting", flags.shutdown_timeout_s);
+        spdlog::shutdown();
+        _exit(kExitFailure);
+      }
+    } else if (auto finished = supervisor.Finished()) {
+      exit_code = finished;
+      notifier.Stopping();
+      supervisor.Join();
+      break;
+    }
+
+    if (!ready_sent && supervisor.InitialStartDone()) {
+      ready_sent = true;
+      notifier.Ready();
+      notifier.Status(supervisor.StatusLine());
+      log->info("ready: {}", supervisor.StatusLine());
+    }
+    if (watchdog && Clock::now() >= next_ping) {
+      // Pings come from this loop, and only while no query loop is stuck in a batch for longer
+      // than the watchdog allows: a hung daemon stops pinging and systemd restarts it.
+      if (supervisor.LoopsAlive(watchdog_limit)) {
+        notifier.Watchdog();
+        watchdog_withheld = false;
+      } else if (!watchdog_withheld) {
+        watchdog_withheld = true;
+        log->error("a query has been inside one batch for more than {} ms; withholding "
+                   "watchdog pings",
+                   watchdog_limit.count());
+      }
+      next_ping = Clock::now() + *watchdog / 2;
+    }
+    if (ready_sent && Clock::now() >= next_status) {
+      int64_t batches = supervisor.TotalBatches();
+      if (batches != status_batches) {
+        status_batches = batches;
+        notifier.Status(supervisor.StatusLine());
+      }
+      next_status = Clock::now() + std::chrono::milliseconds(500);
+    }
   }
-  log->info("pipeline {} running (trigger {}, checkpoint {})", spec.name,
-            ToString(spec.trigger.kind), spec.checkpoint_location);
-  Status status = (*executor)->Run();
-  if (!status) {
-    log->error("pipeline {} failed: {}", spec.name, status.error().message());
-    return finish(ExitCodeFor(status.error()));
-  }
-  const QueryCounters& counters = (*executor)->counters();
-  log->info("pipeline {} stopped after batch {} ({} input rows, {} alerts)", spec.name,
-            counters.last_batch_id.load(), counters.input_rows.load(), counters.alerts.load());
-  return finish(kExitOk);
+  http.reset();
+  return exit_code.value_or(kExitOk);
 }
 
 }  // namespace
@@ -181,20 +263,38 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
         ->capture_default_str();
   };
+  auto add_service = [&](CLI::App* command) {
+    command
+        ->add_option("--http", flags.http,
+                     "Address of the HTTP endpoint (/metrics, /healthz, /readyz, /progress): "
+                     "HOST:PORT, port 0 for any free port (the log names it), or off")
+        ->capture_default_str();
+    command
+        ->add_option("--progress-history", flags.progress_history,
+                     "Progress records per pipeline kept for /progress")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+  };
 
-  CLI::App* run = app.add_subcommand("run", "Run a pipeline until its trigger ends or a signal");
-  run->add_option("PIPELINE", flags.pipeline, "Pipeline file (YAML)")->required();
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run a pipeline file until its trigger ends or a signal, or every *.yaml/*.yml pipeline of "
+      "a directory until a signal (SIGHUP re-reads the files)");
+  run->add_option("PIPELINE", flags.pipeline, "Pipeline file (YAML), or a directory of them")
+      ->required();
   run->add_option("--shutdown-timeout", flags.shutdown_timeout_s,
                   "Seconds a stop may take before the process exits anyway")
       ->capture_default_str();
   run->add_flag("--quiet-progress", flags.quiet_progress, "Do not log a progress record per batch");
   add_logging(run);
+  add_service(run);
 
   CLI::App* demo = app.add_subcommand(
       "demo", "Run the built-in demo: generated inference logs with injected drift");
   std::string demo_dir;
   demo->add_option("--checkpoint", demo_dir, "Checkpoint directory (default: a new temp dir)");
   add_logging(demo);
+  add_service(demo);
 
   std::string validate_path;
   CLI::App* validate = app.add_subcommand("validate", "Check a pipeline file and print every problem");
@@ -235,7 +335,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (validate->parsed()) {
-    auto spec = LoadOrReport(validate_path, {}, false);
+    auto spec = LoadOrReport(validate_path);
     if (!spec) return kExitConfig;
     std::cout << fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n",
                              validate_path, spec->name, spec->source.format, spec->sinks.size(),
@@ -243,7 +343,11 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
 
+  flags.http_given = app.get_subcommand(run->parsed() ? "run" : "demo")->count("--http") > 0;
   SetUpLogging(flags.log_format, flags.log_level);
+  SupervisorOptions options;
+  options.quiet_progress = flags.quiet_progress;
+  options.progress_history = flags.progress_history;
   if (demo->parsed()) {
     if (demo_dir.empty()) {
       demo_dir = (std::filesystem::temp_directory_path() /
@@ -251,13 +355,14 @@ int main(int argc, char** argv) {
                      .string();
     }
     setenv("DRIFTD_DEMO_CHECKPOINT", demo_dir.c_str(), 1);
-    auto spec = LoadOrReport("<built-in demo>", DemoPipelineYaml(), true);
-    if (!spec) return kExitConfig;
-    flags.quiet_progress = true;
+    options.path = "<built-in demo>";
+    options.inline_text = std::string(DemoPipelineYaml());
+    options.quiet_progress = true;
     GetLogger("driftd")->info("demo: checkpoint in {}; press Ctrl-C to stop", demo_dir);
-    return RunPipeline(*spec, flags);
+    return RunService(std::move(options), flags);
   }
-  auto spec = LoadOrReport(flags.pipeline, {}, false);
-  if (!spec) return kExitConfig;
-  return RunPipeline(*spec, flags);
+  std::error_code error;
+  options.path = flags.pipeline;
+  options.directory = std::filesystem::is_directory(flags.pipeline, error);
+  return RunService(std::move(options), flags);
 }

@@ -86,6 +86,8 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress, const OutputRows&
   data_.state_groups = progress.num_groups;
   data_.lost_records += progress.lost_records;
   data_.last_batch_timestamp_ms = progress.timestamp_ms;
+  data_.last_batch_id = progress.batch_id;
+  data_.last_batch_input_rows = progress.num_input_rows;
   for (Parsed& p : parsed) {
     ++data_.alerts_by_level[p.level];
     auto& gauge = data_.drift[{std::move(p.model), std::move(p.series), std::move(p.detector)}];

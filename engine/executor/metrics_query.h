@@ -55,6 +55,8 @@ struct QueryMetricsSnapshot {
   /// The last alert event of each (model, series, detector).
   std::map<std::tuple<std::string, std::string, std::string>, DriftGauge> drift;
   int64_t last_batch_timestamp_ms = 0;
+  int64_t last_batch_id = -1;
+  int64_t last_batch_input_rows = 0;
 };
 
 class QueryMetrics {

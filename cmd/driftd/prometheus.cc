@@ -1,0 +1,247 @@
+#include "cmd/driftd/prometheus.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace driftd {
+namespace {
+
+// Label values escape backslash, double quote and newline; HELP text escapes backslash and
+// newline (the exposition format's rules).
+void AppendLabelValue(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out.push_back(c);
+    }
+  }
+}
+
+std::string FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+
+  void Family(std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                   type);
+  }
+
+  using Labels = std::initializer_list<std::pair<std::string_view, std::string_view>>;
+
+  void Sample(std::string_view name, Labels labels, double value) {
+    out_ += name;
+    if (labels.size() > 0) {
+      out_.push_back('{');
+      bool first = true;
+      for (const auto& [key, label_value] : labels) {
+        if (!first) out_.push_back(',');
+        first = false;
+        out_ += key;
+        out_ += "=\"";
+        AppendLabelValue(out_, label_value);
+        out_.push_back('"');
+      }
+      out_.push_back('}');
+    }
+    out_.push_back(' ');
+    out_ += FormatValue(value);
+    out_.push_back('\n');
+  }
+
+ private:
+  std::string& out_;
+};
+
+using View = PipelineMetricsView;
+
+// One family whose samples are one number per pipeline.
+void PerPipeline(Writer& w, const std::vector<View>& pipelines, std::string_view name,
+                 std::string_view type, std::string_view help,
+                 const std::function<double(const View&)>& value) {
+  if (pipelines.empty()) return;
+  w.Family(name, type, help);
+  for (const View& p : pipelines) w.Sample(name, {{"pipeline", p.name}}, value(p));
+}
+
+}  // namespace
+
+int64_t ProcessResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0;
+  int64_t resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string RenderPrometheus(const ProcessMetricsView& process,
+                             const std::vector<PipelineMetricsView>& pipelines) {
+  std::string out;
+  out.reserve(4096 + pipelines.size() * 4096);
+  Writer w(out);
+
+  w.Family("driftd_build_info", "gauge", "Always 1; the version label says which build runs.");
+  w.Sample("driftd_build_info", {{"version", process.version}}, 1);
+  w.Family("driftd_process_resident_memory_bytes", "gauge", "Resident set size of the process.");
+  w.Sample("driftd_process_resident_memory_bytes", {},
+           static_cast<double>(ProcessResidentBytes()));
+  w.Family("driftd_process_start_time_seconds", "gauge",
+           "Start time of the process since the Unix epoch.");
+  w.Sample("driftd_process_start_time_seconds", {}, process.start_time_seconds);
+  w.Family("driftd_reloads_total", "counter",
+           "Pipeline reloads (SIGHUP) by result; failed means some file was refused.");
+  w.Sample("driftd_reloads_total", {{"result", "ok"}}, static_cast<double>(process.reloads_ok));
+  w.Sample("driftd_reloads_total", {{"result", "failed"}},
+           static_cast<double>(process.reloads_failed));
+  w.Family("driftd_pipelines", "gauge", "Pipelines the daemon runs.");
+  w.Sample("driftd_pipelines", {}, static_cast<double>(pipelines.size()));
+
+  if (!pipelines.empty()) {
+    w.Family("driftd_query_state", "gauge",
+             "1 for the state the pipeline's query is in (starting, running, retrying, failed, "
+             "finished).");
+    for (const View& p : pipelines) {
+      for (std::string_view state : {"starting", "running", "retrying", "failed", "finished"}) {
+        w.Sample("driftd_query_state", {{"pipeline", p.name}, {"state", state}},
+                 p.state == state ? 1 : 0);
+      }
+    }
+  }
+  PerPipeline(w, pipelines, "driftd_query_ready", "gauge",
+              "1 when the query restored its state and its source is ready.",
+              [](const View& p) { return p.ready ? 1 : 0; });
+  PerPipeline(w, pipelines, "driftd_query_start_failures_total", "counter",
+              "Attempts to start the query that failed (it is retried with backoff).",
+              [](const View& p) { return static_cast<double>(p.start_failures); });
+  PerPipeline(w, pipelines, "driftd_batches_total", "counter", "Micro-batches committed.",
+              [](const View& p) { return static_cast<double>(p.batches); });
+  PerPipeline(w, pipelines, "driftd_last_batch_id", "gauge",
+              "Id of the last committed batch (-1 before the first).",
+              [](const View& p) { return static_cast<double>(p.last_batch_id); });
+  PerPipeline(w, pipelines, "driftd_last_batch_timestamp_seconds", "gauge",
+              "When the last batch finished, since the Unix epoch (0 before the first).",
+              [](const View& p) {
+                return static_cast<double>(p.metrics.last_batch_timestamp_ms) / 1000.0;
+              });
+  PerPipeline(w, pipelines, "driftd_input_rows_total", "counter", "Records read from the source.",
+              [](const View& p) { return static_cast<double>(p.input_rows); });
+  PerPipeline(w, pipelines, "driftd_output_rows_total", "counter",
+              "Rows delivered to sinks (all sinks together).",
+              [](const View& p) { return static_cast<double>(p.output_rows); });
+  PerPipeline(w, pipelines, "driftd_rows_dropped_by_watermark_total", "counter",
+              "Late rows dropped because their window was behind the watermark.",
+              [](const View& p) { return static_cast<double>(p.dropped_by_watermark); });
+  PerPipeline(w, pipelines, "driftd_source_lost_records_total", "counter",
+              "Records the source could no longer deliver (failOnDataLoss=false).",
+              [](const View& p) { return static_cast<double>(p.metrics.lost_records); });
+
+  if (!pipelines.empty()) {
+    w.Family("driftd_malformed_rows_total", "counter",
+             "Malformed records by reason (each counted once, under its first reason).");
+    for (const View& p : pipelines) {
+      for (const auto& [reason, count] : p.metrics.malformed_by_reason) {
+        w.Sample("driftd_malformed_rows_total", {{"pipeline", p.name}, {"reason", reason}},
+                 static_cast<double>(count));
+      }
+    }
+
+    w.Family("driftd_source_lag_records", "gauge",
+             "Records (or bytes, for the file source) available but not yet read, per partition.");
+    for (const View& p : pipelines) {
+      for (const auto& [partition, lag] : p.metrics.lag) {
+        w.Sample("driftd_source_lag_records", {{"pipeline", p.name}, {"partition", partition}},
+                 static_cast<double>(lag));
+      }
+    }
+
+    w.Family("driftd_batch_duration_seconds", "histogram",
+             "Wall time of a batch from planning to delivery.");
+    for (const View& p : pipelines) {
+      int64_t cumulative = 0;
+      for (size_t i = 0; i < kBatchDurationBuckets.size(); ++i) {
+        cumulative += p.metrics.duration_buckets[i];
+        std::string le = FormatValue(kBatchDurationBuckets[i]);
+        w.Sample("driftd_batch_duration_seconds_bucket", {{"pipeline", p.name}, {"le", le}},
+                 static_cast<double>(cumulative));
+      }
+      cumulative += p.metrics.duration_buckets.back();
+      w.Sample("driftd_batch_duration_seconds_bucket", {{"pipeline", p.name}, {"le", "+Inf"}},
+               static_cast<double>(cumulative));
+      w.Sample("driftd_batch_duration_seconds_sum", {{"pipeline", p.name}},
+               p.metrics.duration_sum_seconds);
+      w.Sample("driftd_batch_duration_seconds_count", {{"pipeline", p.name}},
+               static_cast<double>(p.metrics.duration_count));
+    }
+  }
+
+  PerPipeline(w, pipelines, "driftd_state_keys", "gauge", "Live keys in the checkpoint's state.",
+              [](const View& p) { return static_cast<double>(p.metrics.state_keys); });
+  PerPipeline(w, pipelines, "driftd_state_bytes", "gauge",
+              "Bytes of live state entries (keys and values).",
+              [](const View& p) { return static_cast<double>(p.metrics.state_bytes); });
+  PerPipeline(w, pipelines, "driftd_state_groups", "gauge", "Aggregation groups held in memory.",
+              [](const View& p) { return static_cast<double>(p.metrics.state_groups); });
+
+  if (!pipelines.empty()) {
+    w.Family("driftd_alerts_total", "counter", "Alert events emitted, by level.");
+    for (const View& p : pipelines) {
+      for (std::string_view level : {"WARN", "ALERT", "RESOLVED"}) {
+        auto it = p.metrics.alerts_by_level.find(std::string(level));
+        int64_t count = it == p.metrics.alerts_by_level.end() ? 0 : it->second;
+        w.Sample("driftd_alerts_total", {{"pipeline", p.name}, {"level", level}},
+                 static_cast<double>(count));
+      }
+    }
+
+    // Drift gauges come from alert events, so a series shows up once it first changed level.
+    w.Family("driftd_drift_statistic", "gauge",
+             "The detector statistic of the last alert event per model, series and detector.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, gauge] : p.metrics.drift) {
+        const auto& [model, series, detector] = key;
+        w.Sample("driftd_drift_statistic",
+                 {{"pipeline", p.name}, {"model", model}, {"series", series},
+                  {"detector", detector}},
+                 gauge.statistic);
+      }
+    }
+    w.Family("driftd_drift_threshold", "gauge",
+             "The threshold the last alert event's statistic was compared with.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, gauge] : p.metrics.drift) {
+        const auto& [model, series, detector] = key;
+        w.Sample("driftd_drift_threshold",
+                 {{"pipeline", p.name}, {"model", model}, {"series", series},
+                  {"detector", detector}},
+                 gauge.threshold);
+      }
+    }
+    w.Family("driftd_drift_level", "gauge",
+             "Alert level after the last alert event: 0 OK or resolved, 1 WARN, 2 ALERT.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, gauge] : p.metrics.drift) {
+        const auto& [model, series, detector] = key;
+        w.Sample("driftd_drift_level",
+                 {{"pipeline", p.name}, {"model", model}, {"series", series},
+                  {"detector", detector}},
+                 gauge.level);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace driftd

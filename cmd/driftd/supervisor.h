@@ -1,0 +1,116 @@
+// Runs the pipelines of `driftd run PATH`: one query per pipeline file, each on its own thread
+// with its own checkpoint, and re-reads the files on reload (SIGHUP).
+//
+// PATH may be one file (the query's end ends the process, with its exit code) or a directory
+// (every *.yaml / *.yml in it; the daemon runs until stopped, restarting a query whose failure
+// may pass, such as a broker that is down, with backoff).
+//
+// Reload: a file whose content changed and that validates replaces its query (the old one stops
+// after its current batch, the new one starts on the same checkpoint, whose compatibility check
+// applies); a new file starts a query; a removed file stops its query; a file that does not
+// validate is reported, problem by problem, and its old query keeps running.
+//
+// Thread-safety: Load, Reload, RequestStop and Join are called from one control thread; the
+// read-only methods (Views, Ready, ...) from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cmd/driftd/prometheus.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+struct SupervisorOptions {
+  /// A pipeline file, or a directory of them.
+  std::string path;
+  /// Default: false (a file).
+  bool directory = false;
+  /// When set, the pipeline text itself (file mode; `path` only names it in messages), e.g. the
+  /// built-in demo. Default: empty.
+  std::string inline_text;
+  /// Do not log a progress record per batch. Default: false.
+  bool quiet_progress = false;
+  /// Progress records kept per query for /progress. Default: 32.
+  size_t progress_history = 32;
+  /// Backoff before restarting a failed query (directory mode), doubling up to the maximum.
+  /// Defaults: 500 ms, 30 s.
+  std::chrono::milliseconds retry_initial{500};
+  std::chrono::milliseconds retry_max{30'000};
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options);
+  ~Supervisor();  // stops and joins every query
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  /// Reads the pipeline files and starts their queries. Returns the number of files refused
+  /// (each problem logged).
+  int Load();
+  /// Re-reads the pipeline files (see the header comment). Returns the number of files refused.
+  int Reload();
+
+  /// Asks every query to stop after its current batch; returns at once.
+  void RequestStop();
+  /// True when no query thread is running any more.
+  bool AllStopped() const;
+  /// Joins the stopped query threads.
+  void Join();
+
+  /// Every query of the first Load has finished its first start attempt (restore and source
+  /// connection), successfully or not.
+  bool InitialStartDone() const;
+  /// Every running query is restored and its source ready. `detail` names the ones that are not.
+  bool Ready(std::string& detail) const;
+  /// False when some query's loop has been inside one batch for longer than `limit` (a hung
+  /// loop: the watchdog stops pinging).
+  bool LoopsAlive(std::chrono::milliseconds limit) const;
+  /// File mode: the exit code once the query has ended (finished or failed).
+  std::optional<int> Finished() const;
+
+  std::vector<PipelineMetricsView> Views() const;
+  /// Recent progress records as a JSON array, oldest first per query.
+  std::string ProgressJson(const std::string& pipeline) const;
+  /// A one-line summary for systemd's STATUS=, e.g. "2 queries running; last batch 17 of
+  /// 'fraud' (1200 rows)".
+  std::string StatusLine() const;
+  /// Sum of committed batches over all queries (to notice progress cheaply).
+  int64_t TotalBatches() const;
+
+ private:
+  struct Query;
+  struct Candidate;
+  std::vector<std::string> ListFiles(std::vector<std::string>& problems) const;
+  std::unique_ptr<Query> StartQuery(Candidate candidate);
+  void StopQuery(Query& query);
+  int Apply(bool initial);
+
+  SupervisorOptions options_;
+  mutable std::mutex mutex_;  // guards queries_ (the map; each Query guards itself)
+  std::map<std::string, std::unique_ptr<Query>> queries_;  // by file path
+  std::vector<std::string> initial_files_;
+  std::atomic<bool> loaded_{false};
+};
+
+// Exit codes (sysexits.h where one fits), documented in README.md and `driftd --help`.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;     // the query failed at run time (sink, broker, disk)
+inline constexpr int kExitUsage = 64;      // bad command line
+inline constexpr int kExitDataError = 65;  // a malformed record under policy fail, or data loss
+inline constexpr int kExitIoError = 74;    // the checkpoint cannot be read or written
+inline constexpr int kExitConfig = 78;     // the pipeline is invalid, or the checkpoint refuses it
+
+/// The exit code for an error that ended a query.
+int ExitCodeFor(const Error& error);
+
+}  // namespace driftd
