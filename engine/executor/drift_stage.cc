@@ -57,6 +57,10 @@ class DriftStage::Impl {
       prediction_column_ = schema_.IndexOf(spec_.prediction_column);
       label_column_ = schema_.IndexOf(spec_.label_column);
     }
+    // The monitor is built when the first records show the array lengths; check now that it
+    // can be built at all, so an unsupported drift setup fails at start, not silently later.
+    auto probe = DriftMonitor::Create(spec_, {"probe"});
+    if (!probe) return tl::unexpected(probe.error().Wrap("drift"));
     return Ok();
   }
 
@@ -100,7 +104,8 @@ class DriftStage::Impl {
         }
         widths.push_back(width);
       }
-      IgnoreError(CreateMonitor(widths));  // cannot fail for a validated spec
+      // Cannot fail: Init built a monitor from the same spec.
+      IgnoreError(CreateMonitor(widths));
       layout_dirty_ = true;
       if (!monitor_) return;
     }
