@@ -1,0 +1,163 @@
+// Crash tests with event-time windows open across the crashes: a pipeline killed with SIGKILL
+// at random moments 20+ times emits exactly the windows of a crash-free run, under the
+// availableNow and the continuous trigger.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "state/checkpoint_store.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/e2e/window_test_util.h"
+
+namespace driftd::testing {
+namespace {
+
+constexpr int kFiles = 100;
+constexpr int kRowsPerFile = 300;
+
+// 30000 rows, 10 ms of event time apart, each up to 1.5 s early or late (seeded), so with a
+// 1 s watermark delay some rows are late, and sliding windows stay open across many files.
+void WriteJitteredFiles(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> jitter(-1.5, 0.2);
+  int row = 0;
+  for (int f = 0; f < kFiles; ++f) {
+    std::vector<std::string> rows;
+    for (int r = 0; r < kRowsPerFile; ++r, ++row) {
+      double t = row * 0.01 + jitter(random);
+      rows.push_back(EventRow(fmt::format("m{}", row % 5), t, row % 97));
+    }
+    WriteFile(std::filesystem::path(dir) / fmt::format("in-{:04}.jsonl", f), Lines(rows));
+  }
+}
+
+std::string CrashPipeline(const TempDir& dir, const std::string& trigger) {
+  std::string path = dir / "pipeline.yaml";
+  WriteFile(path, fmt::format(R"(name: window-crash
+{schema}
+source:
+  format: file
+  options: {{path: {input}, maxFilesPerTrigger: 1}}
+query:
+  groupBy: [model_id]
+  window: {{column: event_time, size: 10 seconds, slide: 5 seconds}}
+  watermark: {{column: event_time, delay: 1 second}}
+  aggregates: [count, sum(value), mean(value), stddev(value)]
+sinks:
+  - {{name: closed, format: file, stream: stats, outputMode: append, options: {{path: {append}}}}}
+  - {{name: changed, format: file, stream: stats, outputMode: update, options: {{path: {update}}}}}
+trigger: {trigger}
+checkpointLocation: {checkpoint}
+)",
+                              fmt::arg("schema", kValueSchema), fmt::arg("input", dir / "input"),
+                              fmt::arg("append", dir / "out-append"),
+                              fmt::arg("update", dir / "out-update"), fmt::arg("trigger", trigger),
+                              fmt::arg("checkpoint", dir / "checkpoint")));
+  return path;
+}
+
+std::map<std::string, std::string> StateOf(const std::string& checkpoint) {
+  CheckpointOptions options;
+  options.read_only = true;
+  auto store = CheckpointStore::Open(checkpoint, options);
+  REQUIRE(store);
+  std::map<std::string, std::string> state;
+  REQUIRE((*store)->ScanState([&](std::string_view key, std::string_view value) {
+    state.emplace(std::string(key), std::string(value));
+  }));
+  return state;
+}
+
+size_t ManifestSize(const std::string& path) {
+  auto manifest = ReadFileSinkManifest(path);
+  return manifest ? manifest->size() : 0;
+}
+
+// The crash-free reference: availableNow over the same files.
+struct Reference {
+  TempDir dir;
+  std::vector<std::string> append;
+  std::vector<std::string> update;
+  size_t batches = 0;
+
+  Reference() {
+    WriteJitteredFiles(dir / "input");
+    RunResult run = RunDriftd({"run", CrashPipeline(dir, "{availableNow: true}")});
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    append = CommittedRows(dir / "out-append");
+    update = CommittedRows(dir / "out-update");
+    batches = ManifestSize(dir / "out-append");
+    REQUIRE(append.size() > 100);  // many windows closed
+    REQUIRE(batches > static_cast<size_t>(kFiles));  // and no-data batches ran too
+  }
+};
+
+// Starts the daemon, kills it after a random delay, until `kills` kills or it finished.
+int KillRepeatedly(const TempDir& dir, const std::string& pipeline, int kills_wanted,
+                   const std::function<bool()>& finished) {
+  std::mt19937 random(20261129);
+  std::uniform_int_distribution<int> delay_ms(5, 150);
+  int kills = 0;
+  for (int runs = 0; kills < kills_wanted && runs < 200 && !finished(); ++runs) {
+    ChildProcess daemon = ChildProcess::Start(
+        {DriftdBinary(), "run", pipeline, "--quiet-progress"}, dir / "log.txt");
+    if (daemon.Wait(std::chrono::milliseconds(delay_ms(random)))) continue;  // it ended itself
+    daemon.Signal(SIGKILL);
+    REQUIRE(daemon.Wait(std::chrono::seconds(10)));
+    ++kills;
+  }
+  return kills;
+}
+
+TEST_CASE("windows open across 20+ SIGKILLs are emitted exactly as in a crash-free run",
+          "[e2e][crash][window]") {
+  Reference reference;
+  TempDir dir;
+  WriteJitteredFiles(dir / "input");
+  std::string pipeline = CrashPipeline(dir, "{availableNow: true}");
+  int kills = KillRepeatedly(dir, pipeline, 25, [] { return false; });
+  INFO("kills " << kills);
+  CHECK(kills >= 20);
+  RunResult finish = RunDriftd({"run", pipeline});
+  INFO(finish.output);
+  REQUIRE(finish.exit_code == 0);
+
+  CHECK(CommittedRows(dir / "out-append") == reference.append);
+  CHECK(CommittedRows(dir / "out-update") == reference.update);
+  CHECK(ManifestSize(dir / "out-append") == reference.batches);
+  CHECK(StateOf(dir / "checkpoint") == StateOf(reference.dir / "checkpoint"));
+}
+
+TEST_CASE("the continuous trigger killed 20+ times emits exactly the windows of a crash-free "
+          "run",
+          "[e2e][crash][window][continuous]") {
+  Reference reference;
+  TempDir dir;
+  WriteJitteredFiles(dir / "input");
+  std::string pipeline = CrashPipeline(dir, "{continuous: 1 second}");
+  auto done = [&] { return ManifestSize(dir / "out-append") >= reference.batches; };
+  int kills = KillRepeatedly(dir, pipeline, 25, done);
+  INFO("kills " << kills);
+  CHECK(kills >= 20);
+  // Continuous never ends by itself: let it finish the files, then stop it.
+  ChildProcess daemon =
+      ChildProcess::Start({DriftdBinary(), "run", pipeline}, dir / "log-final.txt");
+  REQUIRE(WaitFor(done, std::chrono::seconds(60)));
+  daemon.Signal(SIGTERM);
+  auto status = daemon.Wait(std::chrono::seconds(20));
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+
+  CHECK(CommittedRows(dir / "out-append") == reference.append);
+  CHECK(CommittedRows(dir / "out-update") == reference.update);
+  CHECK(ManifestSize(dir / "out-append") == reference.batches);
+  CHECK(StateOf(dir / "checkpoint") == StateOf(reference.dir / "checkpoint"));
+}
+
+}  // namespace
+}  // namespace driftd::testing
