@@ -10,7 +10,7 @@
 #   DRIFTD_KAFKA_HOME     cache dir for jars, data and logs (default ~/.cache/driftd-kafka)
 #   DRIFTD_KAFKA_PORT     PLAINTEXT port on 127.0.0.1 (default 19092); the controller uses PORT+1
 #   DRIFTD_KAFKA_VERSION  org.apache.kafka:kafka_2.13 version from Maven Central (default 3.9.1)
-#   DRIFTD_KAFKA_START_TIMEOUT  seconds to wait for readiness (default 90)
+#   DRIFTD_KAFKA_START_TIMEOUT  seconds to wait for readiness (default 180)
 #
 # `start` is idempotent: a broker already answering on the port is reused. Every fresh start
 # formats a new log dir, so tests never see topics of an earlier run.
@@ -20,7 +20,7 @@ KAFKA_HOME="${DRIFTD_KAFKA_HOME:-$HOME/.cache/driftd-kafka}"
 KAFKA_VERSION="${DRIFTD_KAFKA_VERSION:-3.9.1}"
 PORT="${DRIFTD_KAFKA_PORT:-19092}"
 CONTROLLER_PORT="$((PORT + 1))"
-START_TIMEOUT="${DRIFTD_KAFKA_START_TIMEOUT:-90}"
+START_TIMEOUT="${DRIFTD_KAFKA_START_TIMEOUT:-180}"
 HOST=127.0.0.1
 BOOTSTRAP="$HOST:$PORT"
 
