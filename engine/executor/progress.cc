@@ -38,6 +38,10 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   op.Int("numRowsTotal", p.num_groups);
   op.Int("numRowsUpdated", p.rows_updated);
   op.Int("numRowsDroppedByWatermark", p.dropped_by_watermark);
+  if (spec.query.window) {
+    op.Int("numRowsWithoutEventTime", p.without_event_time);
+    op.Int("numOpenWindows", p.num_open_windows);
+  }
   op.Int("stateKeys", p.state.keys);
   op.Int("memoryUsedBytes", p.state.bytes);
   op.Close();

@@ -34,6 +34,8 @@ struct ProgressRecord {
   int64_t num_groups = 0;
   int64_t rows_updated = 0;
   int64_t dropped_by_watermark = 0;
+  int64_t without_event_time = 0;  // windowed query: rows whose window column was null
+  int64_t num_open_windows = 0;    // windows the watermark has not closed yet
   int64_t lost_records = 0;
   int64_t max_event_time_us = INT64_MIN;
   int64_t watermark_us = INT64_MIN;
