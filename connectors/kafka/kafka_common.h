@@ -35,7 +35,9 @@ struct MessageDeleter {
   void operator()(rd_kafka_message_t* message) const { rd_kafka_message_destroy(message); }
 };
 struct MetadataDeleter {
-  void operator()(const rd_kafka_metadata_t* metadata) const { rd_kafka_metadata_destroy(metadata); }
+  void operator()(const rd_kafka_metadata_t* metadata) const {
+    rd_kafka_metadata_destroy(metadata);
+  }
 };
 struct QueueDeleter {
   void operator()(rd_kafka_queue_t* queue) const { rd_kafka_queue_destroy(queue); }

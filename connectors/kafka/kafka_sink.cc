@@ -90,16 +90,15 @@ class KafkaSink final : public Sink {
     // Fences an older producer with our transactional.id and aborts its open transaction, so
     // what the progress topic says afterwards is final.
     Status init = Call("init_transactions", [&] {
-      return rd_kafka_init_transactions(producer_.get(), options_.timeout_ms);
-    }).second;
+                    return rd_kafka_init_transactions(producer_.get(), options_.timeout_ms);
+                  }).second;
     if (!init) return Fail(init);
 
     for (const Target& target : options_.targets) {
-      auto metadata = kafka::FetchMetadata(producer_.get(), target.topic.c_str(),
-                                           kRequestTimeoutMs);
+      auto metadata =
+          kafka::FetchMetadata(producer_.get(), target.topic.c_str(), kRequestTimeoutMs);
       if (!metadata) return Fail(tl::unexpected(metadata.error().Wrap("kafka sink")));
-      if ((*metadata)->topic_cnt != 1 ||
-          (*metadata)->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if ((*metadata)->topic_cnt != 1 || (*metadata)->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         return Fail(MakeError(ErrorCode::kConfig, "kafka sink '{}': topic {} does not exist",
                               target.sink_name, target.topic));
       }
@@ -206,18 +205,18 @@ class KafkaSink final : public Sink {
   std::pair<Outcome, Status> Produce(const std::string& topic, std::string_view key,
                                      std::string_view value) {
     for (;;) {
-      rd_kafka_resp_err_t err = rd_kafka_producev(
-          producer_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
-          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+      rd_kafka_resp_err_t err =
+          rd_kafka_producev(producer_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+                            RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+                            RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return {Outcome::kOk, Ok()};
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
         rd_kafka_poll(producer_.get(), 100);
         continue;
       }
-      std::string message = fmt::format("kafka sink: producing to {}: {}", topic,
-                                        rd_kafka_err2str(err));
+      std::string message =
+          fmt::format("kafka sink: producing to {}: {}", topic, rd_kafka_err2str(err));
       if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char reason[512];
         rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
@@ -230,8 +229,8 @@ class KafkaSink final : public Sink {
   }
 
   std::pair<Outcome, Status> DeliverOnce(const BatchOutput& output) {
-    auto begun = Call("begin_transaction",
-                      [&] { return rd_kafka_begin_transaction(producer_.get()); });
+    auto begun =
+        Call("begin_transaction", [&] { return rd_kafka_begin_transaction(producer_.get()); });
     if (begun.first != Outcome::kOk) return begun;
 
     for (const Target& target : options_.targets) {
@@ -257,8 +256,8 @@ class KafkaSink final : public Sink {
         rd_kafka_topic_partition_list_add(offsets.get(), parsed->first.c_str(), parsed->second)
             ->offset = offset;
       }
-      GroupMetadataPtr group{rd_kafka_consumer_group_metadata_new(
-          options_.source_group_id.c_str())};
+      GroupMetadataPtr group{
+          rd_kafka_consumer_group_metadata_new(options_.source_group_id.c_str())};
       auto sent = Call("send_offsets_to_transaction", [&] {
         return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group.get(),
                                                     options_.timeout_ms);
@@ -304,8 +303,8 @@ class KafkaSink final : public Sink {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     kafka::MetadataPtr metadata;
     for (;;) {
-      auto fetched = kafka::FetchMetadata(consumer.get(), options_.progress_topic.c_str(),
-                                          kRequestTimeoutMs);
+      auto fetched =
+          kafka::FetchMetadata(consumer.get(), options_.progress_topic.c_str(), kRequestTimeoutMs);
       if (!fetched) return tl::unexpected(fetched.error());
       const rd_kafka_metadata_topic_t& topic = (*fetched)->topics[0];
       bool complete = (*fetched)->topic_cnt == 1 && topic.err == RD_KAFKA_RESP_ERR_NO_ERROR &&
@@ -512,8 +511,7 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
   }
   for (const SinkSpec* spec : specs) {
     // A sink that does not set an option the others set would still share their producer.
-    if (spec->options.GetString("kafka.bootstrap.servers") !=
-        options.client["bootstrap.servers"]) {
+    if (spec->options.GetString("kafka.bootstrap.servers") != options.client["bootstrap.servers"]) {
       return MakeError(ErrorCode::kConfig,
                        "kafka sinks of one pipeline must share kafka.bootstrap.servers");
     }
@@ -522,9 +520,8 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     return MakeError(ErrorCode::kConfig, "the kafka sink needs kafka.bootstrap.servers");
   }
   auto transactional_id = options.client.find("transactional.id");
-  options.transactional_id = transactional_id != options.client.end()
-                                 ? transactional_id->second
-                                 : "driftd-" + pipeline.name;
+  options.transactional_id = transactional_id != options.client.end() ? transactional_id->second
+                                                                      : "driftd-" + pipeline.name;
   if (auto timeout = options.client.find("transaction.timeout.ms");
       timeout != options.client.end()) {
     options.timeout_ms = std::max(1000, std::atoi(timeout->second.c_str()));

@@ -43,8 +43,8 @@ constexpr int64_t kLatest = -1;
 constexpr size_t kConsumeBatch = 1024;
 // How long one consume call waits before deadlines are checked again.
 constexpr int kConsumeWaitMs = 100;
-// Upper bound on one metadata or watermark round trip.
-constexpr int kRequestTimeoutMs = 10'000;
+// Upper bound on one metadata or watermark round trip (lower when pollTimeoutMs is lower).
+constexpr int kMaxRequestTimeoutMs = 10'000;
 
 struct KafkaSourceOptions {
   Mode mode = Mode::kSubscribe;
@@ -285,7 +285,10 @@ class KafkaReader final : public SourceReader {
 
 class KafkaSource final : public Source {
  public:
-  explicit KafkaSource(KafkaSourceOptions options) : options_(std::move(options)) {
+  explicit KafkaSource(KafkaSourceOptions options)
+      : options_(std::move(options)),
+        request_timeout_ms_(
+            static_cast<int>(std::min<int64_t>(kMaxRequestTimeoutMs, options_.poll_timeout_ms))) {
     if (options_.mode == Mode::kSubscribePattern) pattern_ = std::regex(options_.pattern);
   }
 
@@ -319,7 +322,7 @@ class KafkaSource final : public Source {
     consumer_ = std::move(*client);
     queue_.reset(rd_kafka_queue_get_consumer(consumer_.get()));
     // Reachability is reported through IsReady; planning fails with kExternal meanwhile.
-    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
     ready_ = metadata.has_value();
     if (!metadata) {
       Log()->warn("kafka source: brokers {} not reachable yet: {}",
@@ -361,8 +364,9 @@ class KafkaSource final : public Source {
         }
         wanted = it->second;
       }
-      offsets[state.key] = wanted == kEarliest ? marks->low : wanted == kLatest ? marks->high
-                                                                                 : wanted;
+      offsets[state.key] = wanted == kEarliest ? marks->low
+                           : wanted == kLatest ? marks->high
+                                               : wanted;
     }
     return offsets;
   }
@@ -377,13 +381,12 @@ class KafkaSource final : public Source {
       if (it != index_.end() && present_set_.count(it->second)) continue;
       if (options_.fail_on_data_loss) {
         auto parsed = kafka::ParsePartitionKey(key);
-        return MakeError(ErrorCode::kDataLoss,
-                         "{} no longer exists (the query was at offset {}); some data may have "
-                         "been lost. Set failOnDataLoss=false to continue without it",
-                         parsed ? fmt::format("topic {} partition {}", parsed->first,
-                                              parsed->second)
-                                : key,
-                         offset);
+        return MakeError(
+            ErrorCode::kDataLoss,
+            "{} no longer exists (the query was at offset {}); some data may have "
+            "been lost. Set failOnDataLoss=false to continue without it",
+            parsed ? fmt::format("topic {} partition {}", parsed->first, parsed->second) : key,
+            offset);
       }
       Log()->warn("kafka source: {} no longer exists at offset {}; continuing without it", key,
                   offset);
@@ -503,8 +506,8 @@ class KafkaSource final : public Source {
     for (const auto& [key, offset] : end) {
       auto parsed = kafka::ParsePartitionKey(key);
       if (!parsed) continue;
-      rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second)
-          ->offset = offset;
+      rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second)->offset =
+          offset;
     }
     rd_kafka_resp_err_t err = rd_kafka_commit(consumer_.get(), list.get(), 0);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -542,7 +545,8 @@ class KafkaSource final : public Source {
       case Mode::kAssign: {
         std::vector<std::string> keys;
         for (const auto& [topic, partitions] : options_.assign) {
-          for (int32_t partition : partitions) keys.push_back(kafka::PartitionKey(topic, partition));
+          for (int32_t partition : partitions)
+            keys.push_back(kafka::PartitionKey(topic, partition));
         }
         return fmt::format("KafkaV2[Assign[{}]]", fmt::join(keys, ", "));
       }
@@ -610,7 +614,7 @@ class KafkaSource final : public Source {
     present_set_.clear();
     if (options_.mode == Mode::kAssign) {
       // Explicit partitions are always part of the query; watermarks tell whether they exist.
-      auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+      auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
       ready_ = metadata.has_value();
       if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
       std::set<std::string> existing;
@@ -628,7 +632,7 @@ class KafkaSource final : public Source {
       }
       return Ok();
     }
-    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, kRequestTimeoutMs);
+    auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
     ready_ = metadata.has_value();
     if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
     std::vector<std::pair<std::string, int32_t>> found;
@@ -658,9 +662,9 @@ class KafkaSource final : public Source {
 
   Result<Watermarks> QueryWatermarks(PartitionState& state) {
     Watermarks marks;
-    rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
-        consumer_.get(), state.topic.c_str(), state.partition, &marks.low, &marks.high,
-        kRequestTimeoutMs);
+    rd_kafka_resp_err_t err =
+        rd_kafka_query_watermark_offsets(consumer_.get(), state.topic.c_str(), state.partition,
+                                         &marks.low, &marks.high, request_timeout_ms_);
     if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
         err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
       marks.gone = true;
@@ -678,6 +682,7 @@ class KafkaSource final : public Source {
   }
 
   KafkaSourceOptions options_;
+  const int request_timeout_ms_;
   std::regex pattern_;
   Handle consumer_;
   QueuePtr queue_;
@@ -747,10 +752,11 @@ Status KafkaReader::SkipTo(Range& range, int64_t offset) {
   PartitionList list{rd_kafka_topic_partition_list_new(1)};
   rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
       offset;
-  ErrorPtr error{rd_kafka_seek_partitions(source_.consumer_.get(), list.get(), kRequestTimeoutMs)};
+  ErrorPtr error{
+      rd_kafka_seek_partitions(source_.consumer_.get(), list.get(), source_.request_timeout_ms_)};
   if (error) {
-    return MakeError(ErrorCode::kExternal, "kafka source: seeking {} partition {}: {}",
-                     range.topic, range.partition, kafka::Describe(error.get()));
+    return MakeError(ErrorCode::kExternal, "kafka source: seeking {} partition {}: {}", range.topic,
+                     range.partition, kafka::Describe(error.get()));
   }
   return Ok();
 }
@@ -880,7 +886,8 @@ ConnectorDecl KafkaSourceDecl() {
        "Stop when offsets to read are gone (retention, deleted records or topics). false: skip "
        "them and count them as lost."},
       {"kafkaConsumer.pollTimeoutMs", OptionType::kInt, "120000",
-       "How long reading a planned range waits for its records before failing, milliseconds."},
+       "How long reading a planned range waits for its records before failing, milliseconds "
+       "(it also bounds each metadata and offset request, to at most 10 s)."},
       {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
        true},
   };

@@ -78,8 +78,8 @@ std::string InferenceRecord(std::mt19937_64& rng, int64_t i) {
 }
 
 double RawConsume(const std::string& topic, int partitions, int64_t records) {
-  rd_kafka_t* rk = NewClient(RD_KAFKA_CONSUMER, {{"group.id", "bench-raw-" + topic},
-                                                 {"enable.auto.commit", "false"}});
+  rd_kafka_t* rk = NewClient(RD_KAFKA_CONSUMER,
+                             {{"group.id", "bench-raw-" + topic}, {"enable.auto.commit", "false"}});
   rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
   for (int p = 0; p < partitions; ++p) {
     rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
@@ -143,9 +143,10 @@ int main(int argc, char** argv) {
   const int partitions = argc > 2 ? std::atoi(argv[2]) : 4;
   const std::string topic = fmt::format("bench-kafka-{}-{}", getpid(), time(nullptr));
 
-  rd_kafka_t* producer = NewClient(RD_KAFKA_PRODUCER, {{"linger.ms", "20"},
-                                                       {"compression.codec", "none"},
-                                                       {"queue.buffering.max.messages", "1000000"}});
+  rd_kafka_t* producer =
+      NewClient(RD_KAFKA_PRODUCER, {{"linger.ms", "20"},
+                                    {"compression.codec", "none"},
+                                    {"queue.buffering.max.messages", "1000000"}});
   CreateTopic(producer, topic, partitions);
   std::mt19937_64 rng(42);
   auto produce_start = Clock::now();

@@ -36,8 +36,8 @@ struct SinkFixture {
     admin.CreateTopic(alerts, 1);
     pipeline.name = UniqueName(name);
     pipeline.source.format = "rate";
-    pipeline.sinks.push_back(KafkaSinkSpec("stats", stats, StreamKind::kStats,
-                                           OutputMode::kUpdate, {{"progressTopic", progress}}));
+    pipeline.sinks.push_back(KafkaSinkSpec("stats", stats, StreamKind::kStats, OutputMode::kUpdate,
+                                           {{"progressTopic", progress}}));
     pipeline.sinks.push_back(KafkaSinkSpec("alerts", alerts, StreamKind::kAlerts,
                                            OutputMode::kAppend, {{"progressTopic", progress}}));
   }
@@ -75,8 +75,7 @@ std::vector<std::string> Sorted(std::vector<std::string> values) {
   return values;
 }
 
-TEST_CASE("delivered rows are visible to read_committed consumers exactly once",
-          "[kafka][sink]") {
+TEST_CASE("delivered rows are visible to read_committed consumers exactly once", "[kafka][sink]") {
   SinkFixture fixture("deliver");
   auto sink = fixture.OpenSink();
   CHECK_FALSE(Require(sink->IsDelivered(0)));
@@ -195,8 +194,7 @@ TEST_CASE("with a kafka source the transaction commits the batch's source offset
   const std::string input = UniqueName("input");
   fixture.admin.CreateTopic(input, 2);
   fixture.pipeline.source.format = "kafka";
-  fixture.pipeline.source.options =
-      KafkaOptions(ConnectorRole::kSource, {{"subscribe", input}});
+  fixture.pipeline.source.options = KafkaOptions(ConnectorRole::kSource, {{"subscribe", input}});
   auto sink = fixture.OpenSink();
   BatchOutput batch = Batch(0, 1);
   batch.source_end = {{input + "-0", 7}, {input + "-1", 3}};
@@ -210,9 +208,8 @@ TEST_CASE("kafka sinks of one pipeline must agree on their shared producer", "[k
   PipelineSpec pipeline;
   pipeline.name = "mismatch";
   pipeline.sinks.push_back(KafkaSinkSpec("a", "t1"));
-  pipeline.sinks.push_back(
-      KafkaSinkSpec("b", "t2", StreamKind::kAlerts, OutputMode::kAppend,
-                    {{"kafka.bootstrap.servers", "elsewhere:9092"}}));
+  pipeline.sinks.push_back(KafkaSinkSpec("b", "t2", StreamKind::kAlerts, OutputMode::kAppend,
+                                         {{"kafka.bootstrap.servers", "elsewhere:9092"}}));
   auto sinks = CreateSinks(pipeline);
   REQUIRE_FALSE(sinks);
   CHECK(sinks.error().code() == ErrorCode::kConfig);

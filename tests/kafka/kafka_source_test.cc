@@ -130,8 +130,8 @@ TEST_CASE("maxOffsetsPerTrigger splits the limit across partitions in proportion
     CHECK(batches == 10);
   }
   SECTION("rounding leftovers go to the largest remainders") {
-    auto source = StartSource(
-        SourcePipeline("limit", {{"subscribe", topic}, {"maxOffsetsPerTrigger", "7"}}));
+    auto source =
+        StartSource(SourcePipeline("limit", {{"subscribe", topic}, {"maxOffsetsPerTrigger", "7"}}));
     SourceOffsets start = Require(source->InitialOffsets());
     // Shares 4.2, 2.1 and 0.7: floors 4, 2, 0 and the one left over to partition 2.
     CHECK(Require(source->PlanBatch(start)) ==
@@ -160,8 +160,7 @@ TEST_CASE("partitions and topics that appear while running are read from their e
     CHECK(Texts(ReadRange(*source, end, next)) == Values("y", 4));
   }
   SECTION("subscribePattern picks up new topics") {
-    auto source = StartSource(
-        SourcePipeline("grow", {{"subscribePattern", prefix + "-.*"}}));
+    auto source = StartSource(SourcePipeline("grow", {{"subscribePattern", prefix + "-.*"}}));
     SourceOffsets start = Require(source->InitialOffsets());
     SourceOffsets end = Require(source->PlanBatch(start));
     CHECK(end == SourceOffsets{{topic + "-0", 3}});
@@ -201,12 +200,11 @@ TEST_CASE("startingOffsets chooses where a new query starts", "[kafka][source]")
   CHECK_THAT(missing.error().message(), Catch::Contains("partition 1"));
 
   // assign reads only the named partitions.
-  auto assigned = StartSource(SourcePipeline(
-      "starting", {{"assign", fmt::format(R"({{"{}":[1]}})", topic)}}));
+  auto assigned =
+      StartSource(SourcePipeline("starting", {{"assign", fmt::format(R"({{"{}":[1]}})", topic)}}));
   SourceOffsets start = Require(assigned->InitialOffsets());
   CHECK(start == SourceOffsets{{topic + "-1", 0}});
-  CHECK(Texts(ReadRange(*assigned, start, Require(assigned->PlanBatch(start)))) ==
-        Values("b", 5));
+  CHECK(Texts(ReadRange(*assigned, start, Require(assigned->PlanBatch(start)))) == Values("b", 5));
 }
 
 TEST_CASE("records of aborted transactions are skipped and do not stall a batch",
@@ -216,8 +214,7 @@ TEST_CASE("records of aborted transactions are skipped and do not stall a batch"
   admin.CreateTopic(topic, 1);
   Produce(topic, 0, Values("before", 2));
   {
-    Client producer = MakeClient(RD_KAFKA_PRODUCER,
-                                 {{"transactional.id", UniqueName("aborting")}});
+    Client producer = MakeClient(RD_KAFKA_PRODUCER, {{"transactional.id", UniqueName("aborting")}});
     REQUIRE_FALSE(rd_kafka_init_transactions(producer.get(), 30'000));
     REQUIRE_FALSE(rd_kafka_begin_transaction(producer.get()));
     for (const std::string& value : Values("aborted", 3)) {
@@ -291,16 +288,16 @@ TEST_CASE("a deleted topic is data loss unless failOnDataLoss is false",
     auto planned = source->PlanBatch({{key, 3}});
     REQUIRE_FALSE(planned);
     CHECK(planned.error().code() == ErrorCode::kDataLoss);
-    CHECK_THAT(planned.error().message(),
-               Catch::Contains(fmt::format("topic {} partition 0", topic)) &&
-                   Catch::Contains("offset 3"));
+    CHECK_THAT(
+        planned.error().message(),
+        Catch::Contains(fmt::format("topic {} partition 0", topic)) && Catch::Contains("offset 3"));
     auto read = source->Read({{key, 0}}, {{key, 5}});
     REQUIRE_FALSE(read);
     CHECK(read.error().code() == ErrorCode::kDataLoss);
   }
   SECTION("failOnDataLoss=false") {
-    auto source = StartSource(
-        SourcePipeline("deleted", {{"subscribe", topic}, {"failOnDataLoss", "false"}}));
+    auto source =
+        StartSource(SourcePipeline("deleted", {{"subscribe", topic}, {"failOnDataLoss", "false"}}));
     CHECK(Require(source->PlanBatch({{key, 3}})).empty());
     ReadResult result = ReadRange(*source, {{key, 0}}, {{key, 5}});
     CHECK(result.records.empty());
@@ -333,7 +330,8 @@ TEST_CASE("committed batches show up as consumer-group offsets unless a kafka si
 }
 
 TEST_CASE("the kafka source is not ready while no broker answers", "[kafka][source]") {
-  PipelineSpec pipeline = SourcePipeline("unreachable", {{"subscribe", "anything"}});
+  PipelineSpec pipeline = SourcePipeline(
+      "unreachable", {{"subscribe", "anything"}, {"kafkaConsumer.pollTimeoutMs", "2000"}});
   pipeline.source.options.Set("kafka.bootstrap.servers", "127.0.0.1:1");
   auto source = StartSource(pipeline);
   CHECK_FALSE(source->IsReady());

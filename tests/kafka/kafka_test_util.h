@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
+#include <catch2/catch.hpp>
 
 #include "connectors/registry.h"
 
@@ -42,8 +42,7 @@ using Client = std::unique_ptr<rd_kafka_t, RdKafkaDeleter>;
 inline Client MakeClient(rd_kafka_type_t type, const std::map<std::string, std::string>& settings) {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char error[512];
-  std::map<std::string, std::string> all = {{"bootstrap.servers", Bootstrap()},
-                                            {"log_level", "3"}};
+  std::map<std::string, std::string> all = {{"bootstrap.servers", Bootstrap()}, {"log_level", "3"}};
   for (const auto& [name, value] : settings) all[name] = value;
   for (const auto& [name, value] : all) {
     REQUIRE(rd_kafka_conf_set(conf, name.c_str(), value.c_str(), error, sizeof error) ==
@@ -59,8 +58,8 @@ inline Client MakeClient(rd_kafka_type_t type, const std::map<std::string, std::
 inline void RequireAdminResult(rd_kafka_queue_t* queue, const char* what) {
   rd_kafka_event_t* event = rd_kafka_queue_poll(queue, 30'000);
   REQUIRE(event != nullptr);
-  INFO(what << ": " << (rd_kafka_event_error_string(event) ? rd_kafka_event_error_string(event)
-                                                           : ""));
+  INFO(what << ": "
+            << (rd_kafka_event_error_string(event) ? rd_kafka_event_error_string(event) : ""));
   rd_kafka_resp_err_t err = rd_kafka_event_error(event);
   std::string detail;
   if (const auto* created = rd_kafka_event_CreateTopics_result(event)) {
@@ -127,8 +126,8 @@ class Admin {
     char error[512];
     rd_kafka_NewPartitions_t* parts =
         rd_kafka_NewPartitions_new(topic.c_str(), total, error, sizeof error);
-    rd_kafka_CreatePartitions(client_.get(), &parts, 1,
-                              Options(RD_KAFKA_ADMIN_OP_CREATEPARTITIONS), queue_);
+    rd_kafka_CreatePartitions(client_.get(), &parts, 1, Options(RD_KAFKA_ADMIN_OP_CREATEPARTITIONS),
+                              queue_);
     rd_kafka_NewPartitions_destroy(parts);
     RequireAdminResult(queue_, "CreatePartitions");
     AwaitPartitions(topic, total);
@@ -205,11 +204,11 @@ inline void Produce(const std::string& topic, int32_t partition,
                     const std::vector<std::string>& values, const std::string& key = "") {
   Client producer = MakeClient(RD_KAFKA_PRODUCER, {{"linger.ms", "1"}});
   for (const std::string& value : values) {
-    rd_kafka_resp_err_t err = rd_kafka_producev(
-        producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
-        RD_KAFKA_V_KEY(key.data(), key.size()),
-        RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t err =
+        rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+                          RD_KAFKA_V_PARTITION(partition), RD_KAFKA_V_KEY(key.data(), key.size()),
+                          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     REQUIRE(err == RD_KAFKA_RESP_ERR_NO_ERROR);
   }
   REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
