@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,6 +127,132 @@ bool HasPlainSpelling(std::string_view name) {
   return true;
 }
 
+// Powers of ten that doubles hold exactly, for the exact fast path below.
+constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                        1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+constexpr uint64_t kPowersOfTen[] = {1,       10,       100,       1'000,      10'000,
+                                     100'000, 1'000'000, 10'000'000, 100'000'000};
+
+// Reads the run of up to 8 ASCII digits at p (8 bytes must be readable) eight at a time:
+// returns how many there are and adds their value to *value (shifted by their count). The
+// bytes are valid UTF-8 up to the record's end (checked by simdjson's first stage), so no byte
+// is 0xFA or above and adding 6 below never carries into a digit that matters.
+inline int ReadDigits8(const char* p, uint64_t* value) {
+  uint64_t chunk = 0;
+  std::memcpy(&chunk, p, 8);
+  // A byte is a digit when its high nibble is 3 and stays 3 after adding 6; the XOR leaves a
+  // non-zero byte for every non-digit.
+  const uint64_t non_digits = ((chunk & 0xF0F0F0F0F0F0F0F0ULL) |
+                               (((chunk + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ^
+                              0x3333333333333333ULL;
+  const int count = non_digits == 0 ? 8 : __builtin_ctzll(non_digits) / 8;
+  if (count == 0) return 0;
+  // Digit values, first digit in the lowest byte; shifting left drops the bytes after the run
+  // and pads the front with zero digits, making an 8-digit number with the same value.
+  uint64_t digits = (chunk - 0x3030303030303030ULL) << (8 * (8 - count));
+  digits = digits * 10 + (digits >> 8);  // byte 2k: the two-digit number of digits 2k, 2k+1
+  digits = ((digits & 0x00FF00FF00FF00FFULL) * 100 + ((digits >> 16) & 0x00FF00FF00FF00FFULL));
+  digits = ((digits & 0x0000FFFF0000FFFFULL) * 10'000 + ((digits >> 32) & 0x0000FFFFULL));
+  *value = *value * kPowersOfTen[count] + (digits & 0xFFFFFFFFULL);
+  return count;
+}
+
+// Reads a run of digits at p into *value; returns its length. The run must end before the
+// text's sentinel (']'). Past 19 digits *value wraps around, which callers detect from the
+// length.
+inline int64_t ReadDigits(const char* p, uint64_t* value) {
+  int64_t total = 0;
+  int count = 0;
+  do {
+    count = ReadDigits8(p + total, value);
+    total += count;
+  } while (count == 8);
+  return total;
+}
+
+// Reads one JSON number at p when its value can be computed exactly in one step: a decimal
+// mantissa below 2^53 (and at most 19 digits) and a power of ten within ±22, so that one
+// correctly rounded multiplication or division gives the nearest double (Clinger's fast
+// path, the same one simdjson takes, hence the same result). Returns the end of the number,
+// or nullptr for a malformed number or one that needs the general algorithm. The text must
+// end with a non-number byte followed by 8 readable bytes.
+[[gnu::always_inline]] inline const char* ScanExactDouble(const char* p, double* out) {
+  // Signs and integer parts of real data are random, so this path avoids branching on them:
+  // a mispredicted branch per number would cost more than the arithmetic.
+  const bool negative = *p == '-';
+  p += negative ? 1 : 0;
+  uint64_t mantissa = 0;
+  int64_t digit_count = 1;
+  if (IsDigit(p[0]) && p[1] == '.') {
+    // The usual one-digit integer part: its end is known without waiting for ReadDigits,
+    // which shortens the chain of dependent loads from one number to the next.
+    mantissa = static_cast<unsigned>(p[0] - '0');
+    ++p;
+  } else {
+    digit_count = ReadDigits(p, &mantissa);
+    // JSON wants at least one digit and no leading zero ("01").
+    if (digit_count == 0 || (*p == '0' && digit_count > 1)) return nullptr;
+    p += digit_count;
+  }
+  int64_t exponent = 0;
+  if (*p == '.') {
+    ++p;
+    const int64_t fraction_digits = ReadDigits(p, &mantissa);
+    if (fraction_digits == 0) return nullptr;
+    p += fraction_digits;
+    exponent = -fraction_digits;
+    digit_count += fraction_digits;
+  }
+  if ((*p | 0x20) == 'e') {
+    ++p;
+    const bool exponent_negative = *p == '-';
+    p += (*p == '-' || *p == '+') ? 1 : 0;
+    uint64_t value = 0;
+    const int64_t exponent_digits = ReadDigits(p, &value);
+    if (exponent_digits == 0 || exponent_digits > 6) return nullptr;  // > 6: far off the path
+    p += exponent_digits;
+    exponent += exponent_negative ? -static_cast<int64_t>(value) : static_cast<int64_t>(value);
+  }
+  if (digit_count > 19 || mantissa > 9'007'199'254'740'991ULL || exponent < -22 ||
+      exponent > 22) {
+    return nullptr;
+  }
+  double value = static_cast<double>(mantissa);
+  value = exponent < 0 ? value / kExactPowersOfTen[-exponent] : value * kExactPowersOfTen[exponent];
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits ^= static_cast<uint64_t>(negative) << 63;
+  std::memcpy(out, &bits, sizeof bits);
+  return p;
+}
+
+// Appends the numbers of the JSON array `text` ("[1, 2.5]" and trailing whitespace) to `out`.
+// False if the text holds anything else, or a number ScanExactDouble declines; `out` may then
+// hold some of the numbers. 8 bytes past the text must be readable.
+bool ScanNumberArray(std::string_view text, std::vector<double>& out) {
+  text = TrimRight(text);
+  // The closing bracket is the sentinel that stops every scan below.
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return false;
+  const char* p = text.data() + 1;
+  const char* const last = text.data() + text.size() - 1;
+  while (IsJsonSpace(*p)) ++p;
+  if (p == last) return true;
+  while (true) {
+    double value = 0;
+    p = ScanExactDouble(p, &value);
+    if (p == nullptr) return false;
+    out.push_back(value);
+    while (IsJsonSpace(*p)) ++p;
+    if (*p == ',') {
+      ++p;
+      while (IsJsonSpace(*p)) ++p;
+      continue;
+    }
+    return p == last;
+  }
+}
+
 }  // namespace
 
 std::string_view ToString(MalformedReason reason) {
@@ -183,6 +310,11 @@ class JsonDecoder::Impl {
     bool nullable = true;
     bool plain_name = true;  // comparable with raw key bytes
     int16_t next_same_first_byte = -1;
+    // A plain name of up to 15 bytes is compared as name + '"' in two masked 8-byte words,
+    // which is several times cheaper than memcmp for keys this short.
+    bool short_name = false;
+    std::array<uint64_t, 2> words{};
+    std::array<uint64_t, 2> masks{};
   };
 
   Verdict DecodeRecord(const char* data, size_t size, size_t readable, size_t row);
@@ -191,6 +323,7 @@ class JsonDecoder::Impl {
   bool DecodeTimestamp(int field, ondemand::value& value, size_t row);
   bool DecodeString(int field, ondemand::value& value, size_t row);
   bool DecodeArray(int field, ondemand::value& value, size_t row);
+  bool DecodeArrayElements(int field, ondemand::array& array, size_t row);
   bool OnValueError(int field, ondemand::value& value, error_code error, size_t row);
   bool ClassifyValueError(FieldType want, ondemand::value& value, error_code error,
                           MalformedReason* reason, ondemand::json_type* type);
@@ -198,7 +331,8 @@ class JsonDecoder::Impl {
                     ondemand::value* unconsumed, size_t row);
   bool NullValue(int field, size_t row);
   bool SkipValue(ondemand::value& value, int depth);
-  int Lookup(const ondemand::raw_json_string& key, int hint) const;
+  bool KeyIs(const char* raw, int field) const;
+  int Lookup(const char* raw, int hint) const;
   int LookupUnescaped(std::string_view name) const;
 
   bool Reject(MalformedReason reason, int field = -1, const char* text = nullptr,
@@ -223,6 +357,7 @@ class JsonDecoder::Impl {
   int num_required_ = 0;
 
   ondemand::parser parser_;
+  ondemand::parser array_parser_;  // re-reads arrays the fast scanner declined
   std::string scratch_;  // padded copy of a record too close to an unpadded buffer's end
 
   // Per record state.
@@ -248,6 +383,16 @@ JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
     info.type = field.type;
     info.nullable = field.nullable;
     info.plain_name = HasPlainSpelling(field.name);
+    if (info.plain_name && field.name.size() < 16) {
+      std::array<char, 16> pattern{};
+      std::array<unsigned char, 16> mask{};
+      std::memcpy(pattern.data(), field.name.data(), field.name.size());
+      pattern[field.name.size()] = '"';
+      std::fill(mask.begin(), mask.begin() + static_cast<ptrdiff_t>(field.name.size()) + 1, 0xff);
+      std::memcpy(info.words.data(), pattern.data(), 16);
+      std::memcpy(info.masks.data(), mask.data(), 16);
+      info.short_name = true;
+    }
     if (info.plain_name) {
       // An empty name's raw key starts with the closing quote.
       const auto first = static_cast<unsigned char>(field.name.empty() ? '"' : field.name[0]);
@@ -271,17 +416,34 @@ JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
   }
 }
 
-int JsonDecoder::Impl::Lookup(const ondemand::raw_json_string& key, int hint) const {
+// Whether the raw key bytes (after the opening quote) spell field `f`. Reading 16 bytes is safe:
+// the key lies inside the record and the record is followed by SIMDJSON_PADDING bytes.
+inline bool JsonDecoder::Impl::KeyIs(const char* raw, int f) const {
+  const FieldInfo& info = fields_[f];
+  if (info.short_name) [[likely]] {
+    uint64_t low = 0;
+    uint64_t high = 0;
+    std::memcpy(&low, raw, 8);
+    std::memcpy(&high, raw + 8, 8);
+    return ((low & info.masks[0]) == info.words[0]) & ((high & info.masks[1]) == info.words[1]);
+  }
+  // Byte by byte: the key's closing quote ends the comparison before it can leave the record.
+  const std::string& name = schema_.fields[f].name;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (raw[i] != name[i]) return false;
+  }
+  return raw[name.size()] == '"';
+}
+
+inline int JsonDecoder::Impl::Lookup(const char* raw, int hint) const {
   // Records usually list fields in schema order, so the field after the previous one is tried
   // first; then the fields whose names start with the key's first byte.
-  if (hint < static_cast<int>(fields_.size()) && fields_[hint].plain_name &&
-      key.unsafe_is_equal(schema_.fields[hint].name)) {
+  if (hint < static_cast<int>(fields_.size()) && fields_[hint].plain_name && KeyIs(raw, hint)) {
     return hint;
   }
-  const char* raw = key.raw();
   for (int f = first_byte_head_[static_cast<unsigned char>(raw[0])]; f >= 0;
        f = fields_[f].next_same_first_byte) {
-    if (key.unsafe_is_equal(schema_.fields[f].name)) return f;
+    if (KeyIs(raw, f)) return f;
   }
   return -1;
 }
@@ -546,6 +708,18 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
 
 bool JsonDecoder::Impl::DecodeTimestamp(int field, ondemand::value& value, size_t row) {
   Column& column = columns_[field];
+  // Fast path: parse the string token in place, without unescaping it into simdjson's buffer.
+  // An ISO-8601 text has no backslash, so if it parses, the token needed no unescaping; the
+  // unconsumed value is stepped over by the object's iteration.
+  const std::string_view token = TrimRight(value.raw_json_token());
+  if (token.size() >= 2 && token.front() == '"' && token.back() == '"') {
+    if (const std::optional<int64_t> micros =
+            ParseIso8601Micros(token.substr(1, token.size() - 2))) {
+      column.i64[row] = *micros;
+      column.valid[row] = 1;
+      return true;
+    }
+  }
   std::string_view text;
   const error_code string_error = value.get_string().get(text);
   if (string_error == simdjson::SUCCESS) {
@@ -638,6 +812,29 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
     return OnValueError(field, value, error, row);
   }
   if (max_depth_ < 2) return Reject(MalformedReason::kTooDeep);
+  // Skipping the array with simdjson and scanning its text costs about a third of iterating
+  // it element by element. Anything the scanner does not take (a non-number, a number that
+  // needs more than the exact fast path) is decoded again from the same text by simdjson.
+  std::string_view text;
+  if (const error_code error = array.raw_json().get(text)) return RejectBroken(error);
+  if (ScanNumberArray(text, column.f64)) [[likely]] {
+    column.valid[row] = 1;
+    return true;
+  }
+  column.f64.resize(column.arr_offsets[row]);
+  ondemand::document document;
+  // The text lies inside the record, which is followed by SIMDJSON_PADDING readable bytes.
+  const simdjson::padded_string_view padded(text.data(), text.size(),
+                                            text.size() + simdjson::SIMDJSON_PADDING);
+  if (const error_code error = array_parser_.iterate(padded).get(document)) {
+    return RejectBroken(error);
+  }
+  if (const error_code error = document.get_array().get(array)) return RejectBroken(error);
+  return DecodeArrayElements(field, array, row);
+}
+
+bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, size_t row) {
+  Column& column = columns_[field];
   bool bad = false;
   for (auto element_result : array) {
     ondemand::value element;
@@ -647,7 +844,7 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
     if (!bad) {
       double number = 0;
       const error_code error = element.get_double().get(number);
-      if (error == simdjson::SUCCESS) [[likely]] {
+      if (error == simdjson::SUCCESS) {
         column.f64.push_back(number);
         continue;
       }
@@ -672,7 +869,9 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
   return true;
 }
 
-bool JsonDecoder::Impl::DecodeField(int field, ondemand::value& value, size_t row) {
+[[gnu::always_inline]] inline bool JsonDecoder::Impl::DecodeField(int field,
+                                                                 ondemand::value& value,
+                                                                 size_t row) {
   Column& column = columns_[field];
   switch (fields_[field].type) {
     case FieldType::kDouble: {
@@ -727,7 +926,7 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row) {
   for (auto field_result : object) {
     ondemand::field field;
     if (const error_code error = std::move(field_result).get(field)) return RejectBroken(error);
-    int index = Lookup(field.key(), hint);
+    int index = Lookup(field.key().raw(), hint);
     if (index < 0) {
       // Not a plain schema name: an escaped spelling of one, or a field to ignore.
       const char* raw = field.key().raw();

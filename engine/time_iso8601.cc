@@ -1,5 +1,7 @@
 #include "engine/time_iso8601.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace driftd {
@@ -8,16 +10,20 @@ namespace {
 constexpr int64_t kMicrosPerSecond = 1'000'000;
 constexpr int64_t kSecondsPerDay = 86'400;
 
-// Parses exactly `count` ASCII digits at text[pos]; -1 if any is not a digit.
-inline int Digits(std::string_view text, size_t pos, size_t count) {
-  if (pos + count > text.size()) return -1;
-  int value = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const unsigned digit = static_cast<unsigned char>(text[pos + i]) - unsigned{'0'};
-    if (digit > 9) return -1;
-    value = value * 10 + static_cast<int>(digit);
-  }
-  return value;
+[[gnu::always_inline]] inline unsigned DigitValue(char c) { return static_cast<unsigned char>(c) - unsigned{'0'}; }
+
+// The two / four ASCII digits at p, or -1. Callers check the length first. Written without
+// loops: event times are parsed once per record on the decoder's hot path.
+[[gnu::always_inline]] inline int TwoDigits(const char* p) {
+  const unsigned a = DigitValue(p[0]);
+  const unsigned b = DigitValue(p[1]);
+  return (a > 9) | (b > 9) ? -1 : static_cast<int>(a * 10 + b);
+}
+
+[[gnu::always_inline]] inline int FourDigits(const char* p) {
+  const int high = TwoDigits(p);
+  const int low = TwoDigits(p + 2);
+  return (high < 0) | (low < 0) ? -1 : high * 100 + low;
 }
 
 inline bool IsLeapYear(int64_t year) {
@@ -29,14 +35,24 @@ inline int DaysInMonth(int64_t year, int month) {
   return month == 2 && IsLeapYear(year) ? 29 : kDays[month - 1];
 }
 
+// Days since 1970-01-01. Counts in 400-year eras starting on March 1st, so that the leap day
+// is the last day of an era-year and month lengths follow a fixed 5-month pattern.
+[[gnu::always_inline]] inline int64_t CivilToDays(int64_t year, int month, int day) {
+  year -= month <= 2 ? 1 : 0;
+  const int64_t era = (year >= 0 ? year : year - 399) / 400;
+  const int64_t year_of_era = year - era * 400;  // [0, 399]
+  const int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+  return era * 146'097 + day_of_era - 719'468;
+}
+
 struct CivilDate {
   int64_t year;
   int month;
   int day;
 };
 
-// Inverse of DaysFromCivil. Counts in 400-year eras starting on March 1st, so that the leap
-// day is the last day of an era-year and month lengths follow a fixed 5-month pattern.
+// Inverse of CivilToDays, with the same March-based eras.
 CivilDate CivilFromDays(int64_t days) {
   days += 719'468;  // shift the epoch to 0000-03-01
   const int64_t era = (days >= 0 ? days : days - 146'096) / 146'097;
@@ -58,69 +74,80 @@ inline int64_t FloorDiv(int64_t a, int64_t b) {
 
 }  // namespace
 
-int64_t DaysFromCivil(int64_t year, int month, int day) {
-  year -= month <= 2 ? 1 : 0;
-  const int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const int64_t year_of_era = year - era * 400;                                  // [0, 399]
-  const int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-  return era * 146'097 + day_of_era - 719'468;
-}
+int64_t DaysFromCivil(int64_t year, int month, int day) { return CivilToDays(year, month, day); }
 
 std::optional<int64_t> ParseIso8601Micros(std::string_view text) {
-  // Date: YYYY-MM-DD (fixed positions, as RFC 3339 requires).
-  const int year = Digits(text, 0, 4);
-  const int month = Digits(text, 5, 2);
-  const int day = Digits(text, 8, 2);
-  if (year < 0 || month < 1 || month > 12 || day < 1 || text[4] != '-' || text[7] != '-') {
-    return std::nullopt;
+  const char* p = text.data();
+  const size_t n = text.size();
+  // Date: YYYY-MM-DD (fixed positions, as RFC 3339 requires). Consecutive event times share
+  // their date, so the last date's day number is remembered per thread.
+  if (n < 10) return std::nullopt;
+  struct DateCache {
+    char text[10] = {'1', '9', '7', '0', '-', '0', '1', '-', '0', '1'};
+    int64_t days = 0;
+  };
+  thread_local DateCache cache;
+  int64_t days = 0;
+  if (std::memcmp(cache.text, p, 10) == 0) {
+    days = cache.days;
+  } else {
+    if (p[4] != '-' || p[7] != '-') return std::nullopt;
+    const int year = FourDigits(p);
+    const int month = TwoDigits(p + 5);
+    const int day = TwoDigits(p + 8);
+    if (year < 0 || month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month)) {
+      return std::nullopt;
+    }
+    days = CivilToDays(year, month, day);
+    std::memcpy(cache.text, p, 10);
+    cache.days = days;
   }
-  if (day > DaysInMonth(year, month)) return std::nullopt;
 
   int hour = 0;
   int minute = 0;
   int second = 0;
   int64_t fraction_us = 0;
   size_t pos = 10;
-  if (pos < text.size() && (text[pos] == 'T' || text[pos] == 't' || text[pos] == ' ')) {
-    hour = Digits(text, pos + 1, 2);
-    minute = Digits(text, pos + 4, 2);
-    if (hour < 0 || hour > 23 || minute < 0 || minute > 59 || text[pos + 3] != ':') {
-      return std::nullopt;
-    }
-    pos += 6;
-    if (pos < text.size() && text[pos] == ':') {
-      second = Digits(text, pos + 1, 2);
+  if (pos < n && (p[pos] == 'T' || p[pos] == 't' || p[pos] == ' ')) {
+    if (n < 16 || p[13] != ':') return std::nullopt;
+    hour = TwoDigits(p + 11);
+    minute = TwoDigits(p + 14);
+    if (hour < 0 || hour > 23 || minute < 0 || minute > 59) return std::nullopt;
+    pos = 16;
+    if (pos < n && p[pos] == ':') {
+      if (n < 19) return std::nullopt;
+      second = TwoDigits(p + 17);
       if (second < 0 || second > 60) return std::nullopt;
-      pos += 3;
-      if (pos < text.size() && (text[pos] == '.' || text[pos] == ',')) {
+      pos = 19;
+      if (pos < n && (p[pos] == '.' || p[pos] == ',')) {
         ++pos;
-        size_t count = 0;
+        const size_t start = pos;
         int64_t scale = 100'000;
-        while (pos < text.size()) {
-          const unsigned digit = static_cast<unsigned char>(text[pos]) - unsigned{'0'};
+        for (; pos < n; ++pos) {
+          const unsigned digit = DigitValue(p[pos]);
           if (digit > 9) break;
-          if (++count > 9) return std::nullopt;  // finer than nanoseconds
           fraction_us += digit * scale;
           scale /= 10;
-          ++pos;
         }
-        if (count == 0) return std::nullopt;
+        // One to nine digits (nanoseconds); digits past microseconds only truncate.
+        if (pos == start || pos - start > 9) return std::nullopt;
       }
     }
     // Offset: Z, +hh:mm, +hhmm, +hh; none means UTC.
-    if (pos < text.size()) {
-      const char sign = text[pos];
+    if (pos < n) {
+      const char sign = p[pos];
       if (sign == 'Z' || sign == 'z') {
         ++pos;
       } else if (sign == '+' || sign == '-') {
-        const int offset_hours = Digits(text, pos + 1, 2);
+        if (n < pos + 3) return std::nullopt;
+        const int offset_hours = TwoDigits(p + pos + 1);
         if (offset_hours < 0 || offset_hours > 23) return std::nullopt;
         pos += 3;
         int offset_minutes = 0;
-        if (pos < text.size()) {
-          if (text[pos] == ':') ++pos;
-          offset_minutes = Digits(text, pos, 2);
+        if (pos < n) {
+          if (p[pos] == ':') ++pos;
+          if (n < pos + 2) return std::nullopt;
+          offset_minutes = TwoDigits(p + pos);
           if (offset_minutes < 0 || offset_minutes > 59) return std::nullopt;
           pos += 2;
         }
@@ -132,10 +159,10 @@ std::optional<int64_t> ParseIso8601Micros(std::string_view text) {
       }
     }
   }
-  if (pos != text.size()) return std::nullopt;
+  if (pos != n) return std::nullopt;
 
-  const int64_t days = DaysFromCivil(year, month, day);
-  const int64_t seconds = days * kSecondsPerDay + int64_t{hour} * 3600 + int64_t{minute} * 60 + second;
+  const int64_t seconds =
+      days * kSecondsPerDay + int64_t{hour} * 3600 + int64_t{minute} * 60 + second;
   return seconds * kMicrosPerSecond + fraction_us;
 }
 

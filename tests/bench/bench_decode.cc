@@ -1,0 +1,255 @@
+// Decoder throughput against simdjson's own limit, measured in one run.
+//
+//   bench_decode [records=1000000] [repetitions=5]
+//
+// Generates inference records (model id, ISO event time, 8 features, prediction, label) into
+// one InputChunk, then times, interleaved and best-of:
+//   raw:        simdjson on-demand iterating every field and reading every value (the limit);
+//   find_field: on-demand looking each schema field up by name (the usual alternative design);
+//   decoder:    JsonDecoder::Decode into a RecordBatch.
+// Prints records/s and MB/s of each, decoder/raw, and the heap allocations per record that
+// Decode makes in steady state (counted by replacing operator new in this program).
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "engine/json_decoder.h"
+
+namespace {
+
+std::atomic<int64_t> g_allocations{0};
+
+}  // namespace
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free pair, as replaced here
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace {
+
+using driftd::FieldType;
+namespace ondemand = simdjson::ondemand;
+using Clock = std::chrono::steady_clock;
+
+driftd::Schema InferenceSchema() {
+  driftd::Schema schema;
+  schema.fields = {
+      {"model_id", FieldType::kString, false},
+      {"event_time", FieldType::kTimestamp, true},
+      {"feature_vector", FieldType::kDoubleArray, true},
+      {"prediction", FieldType::kDouble, true},
+      {"ground_truth", FieldType::kDouble, true},
+  };
+  return schema;
+}
+
+void Generate(size_t count, driftd::InputChunk& chunk) {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<double> feature(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::string record;
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t ms = static_cast<int64_t>(i) * 37;
+    record = fmt::format(
+        R"({{"model_id":"model-{}","event_time":"2026-11-29T{:02}:{:02}:{:02}.{:03}Z","feature_vector":[)",
+        rng() % 10, 10 + ms / 3'600'000 % 12, ms / 60'000 % 60, ms / 1000 % 60, ms % 1000);
+    for (int f = 0; f < 8; ++f) {
+      if (f > 0) record += ',';
+      record += fmt::format("{:.6f}", feature(rng));
+    }
+    const double prediction = unit(rng);
+    record += fmt::format(R"(],"prediction":{:.4f},"ground_truth":{:.1f}}})", prediction,
+                          unit(rng) < prediction ? 1.0 : 0.0);
+    chunk.Append(record, {0, static_cast<int64_t>(i)});
+  }
+  chunk.Seal();
+}
+
+// The parse limit: every field visited once, every number and string read. Not inlined, so that
+// a profiler (valgrind --tool=callgrind --toggle-collect=...) can tell the variants apart.
+[[gnu::noinline]] double RawParse(const driftd::InputChunk& chunk, ondemand::parser& parser) {
+  double checksum = 0;
+  const std::string& bytes = chunk.bytes();
+  for (const auto& record : chunk.records()) {
+    ondemand::document doc;
+    if (parser.iterate(bytes.data() + record.begin, record.size, bytes.capacity() - record.begin)
+            .get(doc)) {
+      std::abort();
+    }
+    ondemand::object object;
+    if (doc.get_object().get(object)) std::abort();
+    for (auto field_result : object) {
+      ondemand::field field;
+      if (std::move(field_result).get(field)) std::abort();
+      ondemand::value value = field.value();
+      ondemand::json_type type;
+      if (value.type().get(type)) std::abort();
+      switch (type) {
+        case ondemand::json_type::number: {
+          double d = 0;
+          if (value.get_double().get(d)) std::abort();
+          checksum += d;
+          break;
+        }
+        case ondemand::json_type::string: {
+          std::string_view s;
+          if (value.get_string().get(s)) std::abort();
+          checksum += static_cast<double>(s.size());
+          break;
+        }
+        case ondemand::json_type::array: {
+          ondemand::array array;
+          if (value.get_array().get(array)) std::abort();
+          for (auto element : array) {
+            double d = 0;
+            if (element.get_double().get(d)) std::abort();
+            checksum += d;
+          }
+          break;
+        }
+        default:
+          std::abort();
+      }
+    }
+  }
+  return checksum;
+}
+
+// The same values fetched with find_field per schema field, in schema order.
+[[gnu::noinline]] double FindFieldParse(const driftd::InputChunk& chunk, ondemand::parser& parser) {
+  double checksum = 0;
+  const std::string& bytes = chunk.bytes();
+  for (const auto& record : chunk.records()) {
+    ondemand::document doc;
+    if (parser.iterate(bytes.data() + record.begin, record.size, bytes.capacity() - record.begin)
+            .get(doc)) {
+      std::abort();
+    }
+    ondemand::object object;
+    if (doc.get_object().get(object)) std::abort();
+    std::string_view s;
+    if (object.find_field_unordered("model_id").get_string().get(s)) std::abort();
+    checksum += static_cast<double>(s.size());
+    if (object.find_field_unordered("event_time").get_string().get(s)) std::abort();
+    checksum += static_cast<double>(s.size());
+    ondemand::array array;
+    if (object.find_field_unordered("feature_vector").get_array().get(array)) std::abort();
+    for (auto element : array) {
+      double d = 0;
+      if (element.get_double().get(d)) std::abort();
+      checksum += d;
+    }
+    double d = 0;
+    if (object.find_field_unordered("prediction").get_double().get(d)) std::abort();
+    checksum += d;
+    if (object.find_field_unordered("ground_truth").get_double().get(d)) std::abort();
+    checksum += d;
+  }
+  return checksum;
+}
+
+struct Best {
+  double seconds = 1e300;
+  void Add(double s) { seconds = std::min(seconds, s); }
+};
+
+template <typename F>
+double Time(F&& f) {
+  const auto start = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t count = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1'000'000;
+  const int repetitions = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (count == 0 || repetitions <= 0) {
+    std::fprintf(stderr, "usage: bench_decode [records] [repetitions]\n");
+    return 2;
+  }
+
+  driftd::InputChunk chunk;
+  Generate(count, chunk);
+  const double megabytes = static_cast<double>(chunk.byte_size()) / 1e6;
+  fmt::print("{} records, {:.1f} MB, {:.0f} bytes/record, simdjson kernel {}\n", count, megabytes,
+             static_cast<double>(chunk.byte_size()) / static_cast<double>(count),
+             simdjson::get_active_implementation()->name());
+
+  const driftd::Schema schema = InferenceSchema();
+  driftd::MalformedSpec spec;
+  spec.policy = driftd::MalformedPolicy::kFail;
+  driftd::JsonDecoder decoder(schema, spec);
+  driftd::RecordBatch batch;
+  ondemand::parser parser;
+
+  Best raw, find_field, decode;
+  double raw_sum = 0, find_sum = 0;
+  int64_t steady_allocations = INT64_MAX;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    raw.Add(Time([&] { raw_sum = RawParse(chunk, parser); }));
+    find_field.Add(Time([&] { find_sum = FindFieldParse(chunk, parser); }));
+    batch.Reset(schema);
+    const int64_t before = g_allocations.load();
+    decode.Add(Time([&] {
+      if (const driftd::Status status = decoder.Decode(chunk, batch, nullptr); !status) {
+        fmt::print(stderr, "decode failed: {}\n", status.error().message());
+        std::exit(1);
+      }
+    }));
+    if (rep > 0) steady_allocations = std::min(steady_allocations, g_allocations.load() - before);
+  }
+  if (batch.num_rows != count) {
+    fmt::print(stderr, "decoded {} rows of {}\n", batch.num_rows, count);
+    return 1;
+  }
+  auto report = [&](const char* name, const Best& best) {
+    fmt::print("{:<11} {:>8.3f} s  {:>6.2f} M records/s  {:>7.1f} MB/s\n", name, best.seconds,
+               static_cast<double>(count) / best.seconds / 1e6, megabytes / best.seconds);
+  };
+  fmt::print("best of {} interleaved repetitions:\n", repetitions);
+  report("raw", raw);
+  report("find_field", find_field);
+  report("decoder", decode);
+  fmt::print("decoder/raw        {:.2f}  (target >= 0.80)\n", raw.seconds / decode.seconds);
+  fmt::print("find_field/raw     {:.2f}\n", raw.seconds / find_field.seconds);
+  if (repetitions > 1) {
+    fmt::print("decoder heap allocations in steady state: {} ({:.4f} per record)\n",
+               steady_allocations,
+               static_cast<double>(steady_allocations) / static_cast<double>(count));
+  }
+  // The decoder's columns must hold what the raw pass read.
+  double decoded_sum = 0;
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    decoded_sum += static_cast<double>(batch.columns[0].String(row).size()) + 24 +
+                   batch.columns[3].f64[row] + batch.columns[4].f64[row];
+    for (size_t k = 0; k < batch.columns[2].ArraySize(row); ++k) {
+      decoded_sum += batch.columns[2].ArrayData(row)[k];
+    }
+  }
+  const double tolerance = 1e-6 * static_cast<double>(count);
+  if (std::abs(decoded_sum - raw_sum) > tolerance || std::abs(find_sum - raw_sum) > tolerance) {
+    fmt::print(stderr, "checksums differ: raw {} find_field {} decoder {}\n", raw_sum, find_sum,
+               decoded_sum);
+    return 1;
+  }
+
+  return 0;
+}
