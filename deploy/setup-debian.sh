@@ -8,6 +8,7 @@ packages=(
   librdkafka-dev librocksdb-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libsimdjson-dev
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
   openjdk-17-jre-headless maven python3 curl systemd
+  podman runc debootstrap
 )
 
 missing=()
