@@ -18,6 +18,7 @@ ConnectorDecl KafkaSourceDecl();
 ConnectorDecl FileSinkDecl();
 ConnectorDecl ConsoleSinkDecl();
 ConnectorDecl KafkaSinkDecl();
+ConnectorDecl WebhookSinkDecl();
 
 Result<std::unique_ptr<Source>> CreateFileSource(const PipelineSpec& pipeline);
 Result<std::unique_ptr<Source>> CreateRateSource(const PipelineSpec& pipeline);
@@ -27,6 +28,8 @@ Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec& pipeline);
 /// Each creates one Sink for the given specs (indices into pipeline.sinks).
 Result<std::unique_ptr<Sink>> CreateFileSink(const PipelineSpec& pipeline, const SinkSpec& spec);
 Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec& pipeline,
+                                                const SinkSpec& spec);
+Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
                                                 const SinkSpec& spec);
 /// One Sink for all Kafka sinks of the pipeline (one transactional producer).
 Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,

@@ -9,7 +9,7 @@ namespace driftd {
 const ConnectorCatalog& ConnectorDeclarations() {
   static const ConnectorCatalog catalog = {
       KafkaSourceDecl(), FileSourceDecl(), RateSourceDecl(), SocketSourceDecl(),
-      KafkaSinkDecl(),   FileSinkDecl(),   ConsoleSinkDecl(),
+      KafkaSinkDecl(),   FileSinkDecl(),   ConsoleSinkDecl(),  WebhookSinkDecl(),
   };
   return catalog;
 }
@@ -35,6 +35,7 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
     }
     if (spec.format == "file") sink = CreateFileSink(pipeline, spec);
     if (spec.format == "console") sink = CreateConsoleSink(pipeline, spec);
+    if (spec.format == "webhook") sink = CreateWebhookSink(pipeline, spec);
     if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("sink '{}'", spec.name)));
     sinks.push_back(std::move(*sink));
   }

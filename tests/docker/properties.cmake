@@ -1,0 +1,5 @@
+# Included by ctest after the discovered test cases: the container image test runs against the
+# Kafka broker of the kafka_broker fixture, alone (it builds an image on a 2-core machine).
+set_tests_properties("docker: the container image runs the Kafka drift monitor and stops cleanly on SIGTERM"
+                     PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 1500
+                     LABELS "e2e;kafka;docker")
