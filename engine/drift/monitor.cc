@@ -13,7 +13,8 @@ namespace driftd {
 
 namespace {
 
-constexpr uint8_t kSeriesEncodingVersion = 1;
+// Version 2 adds the open event-time windows; version 1 (no such windows) is still read.
+constexpr uint8_t kSeriesEncodingVersion = 2;
 constexpr uint8_t kRollupEncodingVersion = 1;
 constexpr int kTopBins = 3;
 constexpr std::string_view kRollupSeries = "*";
@@ -129,6 +130,16 @@ struct WindowSummary {
   std::vector<int64_t> counts;
 };
 
+/// An event-time window of a series still waiting for the watermark.
+struct OpenWindow {
+  int64_t start_us = 0;
+  int64_t first_index = 0;  // value index of its first value
+  Moments moments;
+  std::vector<int64_t> counts;
+  int64_t min_us = INT64_MIN;
+  int64_t max_us = INT64_MIN;
+};
+
 }  // namespace
 
 struct DriftMonitor::SeriesState {
@@ -154,6 +165,8 @@ struct DriftMonitor::SeriesState {
   uint64_t incident = 0;
   ErrorSummary err_baseline;
   ErrorSummary err_window;
+  /// Event-time windows not closed yet, by start (usually one; more with late data).
+  std::vector<OpenWindow> open;
   bool dirty = false;
 };
 
@@ -217,10 +230,6 @@ DriftMonitor::~DriftMonitor() = default;
 
 Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(const DriftSpec& spec,
                                                            std::vector<std::string> series_names) {
-  if (spec.baseline.kind == BaselineKind::kFile) {
-    return MakeError(ErrorCode::kConfig,
-                     "drift: baseline type 'file' is not supported yet; use warmup or trailing");
-  }
   if (spec.window_records < 1) {
     return MakeError(ErrorCode::kConfig, "drift: windowRecords must be at least 1, got {}",
                      spec.window_records);
@@ -315,7 +324,82 @@ void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t
   }
   if (series >= series_names_.size()) return;  // caller bug; nothing sensible to record
   ModelState& m = ModelFor(model, model_name);
+  if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
   AddValue(m, series, value, event_time_us);
+}
+
+void DriftMonitor::UseEventTimeWindows(int64_t size_ms, int64_t delay_ms) {
+  et_size_us_ = std::max<int64_t>(1, size_ms) * 1000;
+  et_delay_us_ = std::max<int64_t>(0, delay_ms) * 1000;
+}
+
+void DriftMonitor::RestoreClock(int64_t max_event_time_us, int64_t watermark_us) {
+  max_event_us_ = max_event_time_us;
+  watermark_us_ = watermark_us;
+}
+
+void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
+                                    int64_t event_time_us) {
+  SeriesState& s = m.series[series];
+  if (!ValidTime(event_time_us)) {
+    ++values_without_time_;
+    return;
+  }
+  // Floor division: windows before the epoch start at multiples of the size too.
+  int64_t start = event_time_us / et_size_us_ * et_size_us_;
+  if (start > event_time_us) start -= et_size_us_;
+  if (ValidTime(watermark_us_) && start + et_size_us_ <= watermark_us_) {
+    ++late_values_;
+    return;
+  }
+  OpenWindow* window = nullptr;
+  for (OpenWindow& w : s.open) {
+    if (w.start_us == start) window = &w;
+  }
+  if (window == nullptr) {
+    OpenWindow w;
+    w.start_us = start;
+    w.first_index = s.seen;
+    if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
+    // Kept in start order, so closing walks from the front.
+    auto at = std::find_if(s.open.begin(), s.open.end(),
+                           [&](const OpenWindow& o) { return o.start_us > start; });
+    window = &*s.open.insert(at, std::move(w));
+  }
+  ++s.seen;
+  window->moments.Add(value);
+  if (has_histogram_ && !window->counts.empty()) ++window->counts[s.edges.BinOf(value)];
+  if (!ValidTime(window->min_us) || event_time_us < window->min_us) window->min_us = event_time_us;
+  if (!ValidTime(window->max_us) || event_time_us > window->max_us) window->max_us = event_time_us;
+}
+
+void DriftMonitor::CloseEventWindows() {
+  if (!ValidTime(max_event_us_)) return;
+  const int64_t watermark = max_event_us_ - et_delay_us_;
+  if (ValidTime(watermark_us_) && watermark <= watermark_us_) return;
+  watermark_us_ = watermark;
+  for (auto& mp : models_) {
+    if (!mp) continue;
+    ModelState& m = *mp;
+    for (size_t series = 0; series < series_names_.size(); ++series) {
+      SeriesState& s = m.series[series];
+      size_t closed = 0;
+      while (closed < s.open.size() && s.open[closed].start_us + et_size_us_ <= watermark_us_) {
+        OpenWindow& w = s.open[closed];
+        // The closing window becomes the series' current window for CloseWindow(); it reports
+        // the window's bounds [start, end) as its times.
+        s.window = w.moments;
+        if (has_histogram_) s.window_counts = w.counts;
+        s.window_start = w.first_index;
+        s.window_min_us = w.start_us;
+        s.window_max_us = w.start_us + et_size_us_;
+        MarkDirty(m, series);
+        CloseWindow(m, series);
+        ++closed;
+      }
+      if (closed > 0) s.open.erase(s.open.begin(), s.open.begin() + static_cast<long>(closed));
+    }
+  }
 }
 
 void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t event_time_us) {
@@ -354,6 +438,10 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       if (by_records && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
       return;
     }
+  }
+  if (et_size_us_ > 0) {
+    AddToEventWindow(m, series, value, event_time_us);
+    return;
   }
   if (s.window.count() == 0) {
     s.window_start = s.seen;
@@ -724,6 +812,7 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out) {
   last_now_ms_ = now_ms;
+  if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
     e.batch_id = batch_id;
     e.evaluated_at_ms = now_ms;
@@ -799,6 +888,15 @@ void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
   s.err_baseline.abs_error.Encode(out);
   w.I64(s.err_window.errors);
   s.err_window.abs_error.Encode(out);
+  w.U32(static_cast<uint32_t>(s.open.size()));
+  for (const OpenWindow& o : s.open) {
+    w.I64(o.start_us);
+    w.I64(o.first_index);
+    o.moments.Encode(out);
+    EncodeCounts(w, o.counts);
+    w.I64(o.min_us);
+    w.I64(o.max_us);
+  }
 }
 
 bool ReadMoments(drift::ByteReader& r, Moments& m) {
@@ -823,7 +921,8 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
                      bytes.size());
   };
-  if (r.U8() != kSeriesEncodingVersion) return corrupt("unknown version");
+  const uint8_t version = r.U8();
+  if (version != 1 && version != kSeriesEncodingVersion) return corrupt("unknown version");
   s.frozen = r.U8() != 0;
   s.seen = r.I64();
   s.first_event_us = r.I64();
@@ -867,6 +966,27 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
   s.err_window.errors = r.I64();
   if (!ReadMoments(r, s.err_window.abs_error)) return corrupt("bad error window");
+  s.open.clear();
+  if (version >= 2) {
+    const uint32_t open = r.U32();
+    if (open > 100'000 || open > r.remaining() / 16) return corrupt("bad open windows");
+    s.open.resize(open);
+    int64_t previous_start = INT64_MIN;
+    for (OpenWindow& o : s.open) {
+      o.start_us = r.I64();
+      o.first_index = r.I64();
+      if (!ReadMoments(r, o.moments) || !DecodeCounts(r, o.counts)) {
+        return corrupt("bad open window");
+      }
+      o.min_us = r.I64();
+      o.max_us = r.I64();
+      if (r.failed() || o.start_us <= previous_start ||
+          (!o.counts.empty() && o.counts.size() != s.edges.bins())) {
+        return corrupt("bad open window");
+      }
+      previous_start = o.start_us;
+    }
+  }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   const size_t bins = s.edges.bins();
   if (s.frozen && !s.ref_counts.empty() &&
@@ -948,6 +1068,147 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   return Ok();
 }
 
+void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_name,
+                                    size_t series, double value) {
+  if (!std::isfinite(value)) {
+    ++skipped_values_;
+    return;
+  }
+  if (series >= series_names_.size()) return;
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  if (s.frozen) return;  // statistics given already, or restored
+  MarkDirty(m, series);
+  ++s.seen;
+  s.baseline.Add(value);
+  if (has_histogram_ && s.warmup.size() < kMaxWarmupValues) s.warmup.push_back(value);
+}
+
+void DriftMonitor::ObserveReferenceLabel(uint32_t model, const std::string& model_name,
+                                         double prediction, double label) {
+  if (!has_error_rate_) return;
+  if (!std::isfinite(prediction) || !std::isfinite(label)) {
+    ++skipped_values_;
+    return;
+  }
+  ModelState& m = ModelFor(model, model_name);
+  const size_t series = series_names_.size();
+  SeriesState& s = m.series[series];
+  if (s.frozen) return;
+  MarkDirty(m, series);
+  ++s.seen;
+  s.err_baseline.Add(prediction, label, error_threshold_);
+}
+
+Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name, size_t series,
+                                  const Moments& moments, std::vector<double> inner_edges,
+                                  std::vector<int64_t> counts) {
+  if (series >= series_names_.size()) {
+    return MakeError(ErrorCode::kInvalidArgument, "drift: no series {}", series);
+  }
+  const std::string& name = series_names_[series];
+  auto bad = [&](std::string_view why) {
+    return MakeError(ErrorCode::kConfig, "reference of model '{}' series '{}': {}", model_name,
+                     name, why);
+  };
+  if (moments.count() < std::max<int64_t>(1, spec_.min_samples)) {
+    return bad(fmt::format("n = {} is below minSamples ({}): it could never be compared with",
+                           moments.count(), spec_.min_samples));
+  }
+  const size_t edge_count = inner_edges.size();
+  BinEdges edges(std::move(inner_edges));
+  if (edges.inner().size() != edge_count) {
+    return bad("edges must be finite and strictly increasing");
+  }
+  if (!counts.empty() && counts.size() != edges.bins()) {
+    return bad(fmt::format("{} edges make {} bins, but there are {} counts", edge_count,
+                           edges.bins(), counts.size()));
+  }
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    if (c < 0) return bad("counts must not be negative");
+    total += c;
+  }
+  if (has_histogram_ && (counts.empty() || total == 0)) {
+    return bad("the psi, js and ks detectors need 'edges' and 'counts' (or remove them from "
+               "drift.detectors)");
+  }
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  MarkDirty(m, series);
+  s.baseline = moments;
+  s.seen = moments.count();
+  s.edges = std::move(edges);
+  s.ref_counts = std::move(counts);
+  s.window_counts.assign(s.edges.bins(), 0);
+  std::vector<double>().swap(s.warmup);
+  s.frozen = true;
+  return Ok();
+}
+
+Status DriftMonitor::SetErrorReference(uint32_t model, const std::string& model_name,
+                                       const ErrorSummary& summary) {
+  if (summary.count() < std::max<int64_t>(1, spec_.min_samples) || summary.errors < 0 ||
+      summary.errors > summary.count()) {
+    return MakeError(ErrorCode::kConfig,
+                     "reference of model '{}' series 'error': needs n >= minSamples ({}) and an "
+                     "error_rate in [0, 1]",
+                     model_name, spec_.min_samples);
+  }
+  ModelState& m = ModelFor(model, model_name);
+  const size_t series = series_names_.size();
+  SeriesState& s = m.series[series];
+  MarkDirty(m, series);
+  s.err_baseline = summary;
+  s.seen = summary.count();
+  s.frozen = true;
+  return Ok();
+}
+
+Status DriftMonitor::FreezeReferences() {
+  for (auto& mp : models_) {
+    if (!mp) continue;
+    ModelState& m = *mp;
+    for (size_t i = 0; i < m.series.size(); ++i) {
+      SeriesState& s = m.series[i];
+      const bool is_error = i == series_names_.size();
+      const int64_t n = is_error ? s.err_baseline.count() : s.baseline.count();
+      if (s.frozen || n == 0) continue;
+      if (n < std::max<int64_t>(1, spec_.min_samples)) {
+        return MakeError(ErrorCode::kConfig,
+                         "reference of model '{}' series '{}' has {} values, below minSamples "
+                         "({}): it could never be compared with",
+                         m.name, is_error ? std::string(kErrorSeries) : series_names_[i], n,
+                         spec_.min_samples);
+      }
+      if (is_error) {
+        s.frozen = true;
+      } else {
+        FreezeBaseline(s);
+      }
+    }
+  }
+  return Ok();
+}
+
+std::vector<DriftMonitor::ModelStats> DriftMonitor::model_stats() const {
+  std::vector<ModelStats> out;
+  for (const auto& m : models_) {
+    if (!m) continue;
+    ModelStats st;
+    st.model = m->name;
+    st.series = static_cast<int64_t>(m->series.size());
+    for (const SeriesState& s : m->series) {
+      st.values += s.seen;
+      if (s.alert.state() == AlertLevel::kAlert) ++st.series_in_alert;
+      if (s.alert.state() == AlertLevel::kWarn) ++st.series_in_warn;
+    }
+    st.rollup_alert = m->rollup.state() == AlertLevel::kAlert;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 DriftMonitorStats DriftMonitor::stats() const {
   DriftMonitorStats st;
   for (const auto& m : models_) {
@@ -960,6 +1221,8 @@ DriftMonitorStats DriftMonitor::stats() const {
   st.windows_evaluated = windows_evaluated_;
   st.skipped_values = skipped_values_;
   st.skipped_labels = skipped_labels_;
+  st.late_values = late_values_;
+  st.values_without_time = values_without_time_;
   return st;
 }
 

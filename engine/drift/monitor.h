@@ -94,6 +94,10 @@ struct DriftMonitorStats {
   int64_t skipped_values = 0;
   /// ObserveLabel calls for a model that Observe had not seen yet.
   int64_t skipped_labels = 0;
+  /// Event-time windows: values whose window had closed (behind the watermark) when they
+  /// arrived, and values without an event time; neither is counted in any statistic.
+  int64_t late_values = 0;
+  int64_t values_without_time = 0;
 };
 
 /// Drift detection for every model of one pipeline.
@@ -107,8 +111,8 @@ struct DriftMonitorStats {
 /// Windows: each (model, series) has tumbling windows of spec.window_records values (default
 /// 1000), numbered by the series' value index, so results do not depend on how records are cut
 /// into batches. The error series ("error", fed by ObserveLabel) has its own windows of labeled
-/// records. Event-time windows and the file baseline are not implemented yet (Create() rejects
-/// a file baseline).
+/// records. A file baseline is given before the first Observe, through ObserveReference() /
+/// SetReference() and FreezeReferences(); series it leaves out warm up as with `warmup`.
 class DriftMonitor {
  public:
   /// Prefix of every key CollectDirty() produces; the executor routes such keys to Restore().
@@ -126,6 +130,21 @@ class DriftMonitor {
   ~DriftMonitor();
   DriftMonitor(const DriftMonitor&) = delete;
   DriftMonitor& operator=(const DriftMonitor&) = delete;
+
+  /// Event-time windows instead of record-count windows (the query's tumbling `window`):
+  /// after its baseline, each (model, series) is evaluated per window [k*size, (k+1)*size) of
+  /// event time, closed at the first Evaluate() after the watermark (the largest event time
+  /// seen minus `delay_ms`) reaches its end. Values of an already closed window are late:
+  /// dropped and counted, as are values without an event time. A trailing baseline is then the
+  /// previous K event-time windows. The error series keeps record-count windows. Call before
+  /// the first Observe.
+  void UseEventTimeWindows(int64_t size_ms, int64_t delay_ms);
+  bool event_time_windows() const { return et_size_us_ > 0; }
+  /// Largest event time observed and the watermark (INT64_MIN before any), persisted by the
+  /// caller with the batch (they are not part of CollectDirty) and given back by RestoreClock.
+  int64_t max_event_time_us() const { return max_event_us_; }
+  int64_t watermark_us() const { return watermark_us_; }
+  void RestoreClock(int64_t max_event_time_us, int64_t watermark_us);
 
   /// Validates what the constructor would accept silently (baseline kind, window size).
   static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
@@ -157,6 +176,41 @@ class DriftMonitor {
   /// Loads one persisted entry (a key CollectDirty produced). Call before the model's first
   /// Observe; entries for series no longer configured are ignored.
   Status Restore(std::string_view key, std::string_view value);
+
+  // ---- File baseline (before the first Observe) ------------------------------------------
+  /// One value of a reference record for (model, series): joins the series' baseline, which
+  /// freezes at FreezeReferences(). Histogram edges come from the first kMaxWarmupValues
+  /// values, as for a warmup.
+  void ObserveReference(uint32_t model, const std::string& model_name, size_t series,
+                        double value);
+  /// One labeled reference outcome for the error series of `model`.
+  void ObserveReferenceLabel(uint32_t model, const std::string& model_name, double prediction,
+                             double label);
+  /// Reference statistics of (model, series), frozen at once. `inner_edges` and `counts`
+  /// (counts.size() == inner_edges.size() + 1) give the reference histogram; both may be
+  /// empty only when no histogram detector is configured. Fails (kConfig) on inconsistent
+  /// input or fewer than minSamples values; the message names model and series.
+  Status SetReference(uint32_t model, const std::string& model_name, size_t series,
+                      const Moments& moments, std::vector<double> inner_edges,
+                      std::vector<int64_t> counts);
+  /// Reference statistics of the error series of `model`.
+  Status SetErrorReference(uint32_t model, const std::string& model_name,
+                           const ErrorSummary& summary);
+  /// Freezes every series that ObserveReference*() fed. Fails (kConfig) naming the first
+  /// series with fewer than minSamples reference values (it could never be compared).
+  Status FreezeReferences();
+
+  /// Per-model drift state for metrics: series in ALERT / WARN, windows evaluated, and the
+  /// worst level of any series. Cheap (a walk over the models' alert states).
+  struct ModelStats {
+    std::string model;
+    int64_t series = 0;
+    int64_t series_in_warn = 0;
+    int64_t series_in_alert = 0;
+    int64_t values = 0;  // values accepted over all series (baseline and windows)
+    bool rollup_alert = false;
+  };
+  std::vector<ModelStats> model_stats() const;
 
   DriftMonitorStats stats() const;
   const std::vector<std::string>& series_names() const { return series_names_; }
@@ -191,6 +245,15 @@ class DriftMonitor {
   std::vector<AlertEvent> events_;
   int64_t last_now_ms_ = 0;
   int64_t windows_evaluated_ = 0;
+  // Event-time windows (0: record-count windows).
+  int64_t et_size_us_ = 0;
+  int64_t et_delay_us_ = 0;
+  int64_t max_event_us_ = INT64_MIN;
+  int64_t watermark_us_ = INT64_MIN;
+  int64_t late_values_ = 0;
+  int64_t values_without_time_ = 0;
+  void AddToEventWindow(ModelState& m, size_t series, double value, int64_t event_time_us);
+  void CloseEventWindows();
   int64_t skipped_values_ = 0;
   int64_t skipped_labels_ = 0;
   // Scratch space for evaluations, sized to the histogram once.

@@ -1,9 +1,18 @@
 #include "engine/executor/drift_stage.h"
 
+#include <simdjson.h>
+
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "engine/drift/monitor.h"
+#include "engine/json_decoder.h"
 
 namespace driftd {
 
@@ -12,6 +21,9 @@ namespace {
 // Series layout (names after array expansion), persisted so a restart restores the monitor
 // with the same series indices. Sorts before DriftMonitor's "drift/" keys in a state scan.
 constexpr std::string_view kLayoutKey = "drift-layout";
+// Event-time windows: the largest event time seen and the watermark, "<max>,<watermark>" in
+// microseconds. Sorts after the layout and before "drift/".
+constexpr std::string_view kClockKey = "drift-watermark";
 
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -57,10 +69,226 @@ class DriftStage::Impl {
       prediction_column_ = schema_.IndexOf(spec_.prediction_column);
       label_column_ = schema_.IndexOf(spec_.label_column);
     }
+    if (spec.query.window) {
+      if (spec.query.window->slide_ms != 0 &&
+          spec.query.window->slide_ms != spec.query.window->size_ms) {
+        return MakeError(ErrorCode::kConfig,
+                         "drift evaluates tumbling event-time windows, but query.window slides "
+                         "({} ms every {} ms): make slide equal to size, or drop the window "
+                         "to evaluate windows of drift.windowRecords values",
+                         spec.query.window->size_ms, spec.query.window->slide_ms);
+      }
+      window_ms_ = spec.query.window->size_ms;
+      delay_ms_ = spec.query.watermark ? spec.query.watermark->delay_ms : 0;
+    }
     // The monitor is built when the first records show the array lengths; check now that it
     // can be built at all, so an unsupported drift setup fails at start, not silently later.
     auto probe = DriftMonitor::Create(spec_, {"probe"});
     if (!probe) return tl::unexpected(probe.error().Wrap("drift"));
+    if (spec_.baseline.kind == BaselineKind::kFile) {
+      std::filesystem::path path = spec_.baseline.path;
+      if (path.is_relative() && !spec.file.empty()) {
+        path = std::filesystem::path(spec.file).parent_path() / path;
+      }
+      Status loaded = LoadReference(path.string());
+      if (!loaded) {
+        return tl::unexpected(loaded.error().Wrap(
+            fmt::format("drift.baseline.path '{}'", path.string())));
+      }
+    }
+    return Ok();
+  }
+
+  // The file baseline: reference statistics (a JSON object marked "driftd_reference") or
+  // reference records (JSON lines with the pipeline's schema). engine/drift/README.md
+  // documents both formats.
+  Status LoadReference(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    const std::string text = buffer.str();
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+      return MakeError(ErrorCode::kConfig, "the file is empty");
+    }
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    if (parser.parse(text).get(root) == simdjson::SUCCESS && root.is_object() &&
+        root["driftd_reference"].error() == simdjson::SUCCESS) {
+      return LoadReferenceStatistics(root);
+    }
+    return LoadReferenceRecords(text);
+  }
+
+  Status LoadReferenceRecords(const std::string& text) {
+    InputChunk chunk;
+    int64_t line = 0;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      ++line;
+      std::string_view record(text.data() + start, end - start);
+      if (!record.empty() && record.back() == '\r') record.remove_suffix(1);
+      if (record.find_first_not_of(" \t") != std::string_view::npos) {
+        chunk.Append(record, RecordPosition{0, line});
+      }
+      start = end + 1;
+    }
+    chunk.Seal();
+    MalformedSpec strict;
+    strict.policy = MalformedPolicy::kFail;
+    JsonDecoder decoder(schema_, strict);
+    RecordBatch batch;
+    batch.Reset(schema_);
+    DRIFTD_TRY(decoder.Decode(chunk, batch, nullptr, [](const RecordPosition& position) {
+      return fmt::format("line {}", position.offset);
+    }));
+    if (batch.num_rows == 0) return MakeError(ErrorCode::kConfig, "no reference records");
+    if (!monitor_) {
+      DRIFTD_TRY(CreateMonitor(WidthsOf(batch)));
+      layout_dirty_ = true;
+    }
+    Feed</*kReference=*/true>(batch, INT64_MIN);
+    return monitor_->FreezeReferences();
+  }
+
+  Status LoadReferenceStatistics(simdjson::dom::element root) {
+    auto bad = [](std::string_view what) {
+      return MakeError(ErrorCode::kConfig, "reference statistics: {}", what);
+    };
+    int64_t version = 0;
+    if (root["driftd_reference"].get_int64().get(version) != simdjson::SUCCESS || version != 1) {
+      return bad("\"driftd_reference\" must be 1 (the only format version)");
+    }
+    simdjson::dom::object models;
+    if (root["models"].get_object().get(models) != simdjson::SUCCESS) {
+      return bad("\"models\" must be an object of model name -> series");
+    }
+    // Array widths from the series names: feature_vector[7] means at least 8 elements.
+    std::vector<size_t> widths(columns_.size(), 1);
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      if (columns_[i].is_array) widths[i] = 0;
+    }
+    for (auto [model, series_map] : models) {
+      simdjson::dom::object series_object;
+      if (series_map.get_object().get(series_object) != simdjson::SUCCESS) {
+        return bad(fmt::format("model '{}' must be an object of series name -> statistics",
+                               std::string_view(model)));
+      }
+      for (auto [name, stats] : series_object) {
+        const std::string_view series(name);
+        if (series == DriftMonitor::kErrorSeries) continue;
+        const size_t bracket = series.find('[');
+        bool known = false;
+        for (size_t i = 0; i < columns_.size(); ++i) {
+          const std::string& column = schema_.fields[columns_[i].column].name;
+          if (columns_[i].is_array && bracket != std::string_view::npos &&
+              series.substr(0, bracket) == column && series.back() == ']') {
+            size_t element = 0;
+            const std::string digits(series.substr(bracket + 1, series.size() - bracket - 2));
+            if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+                (element = std::stoul(digits)) > 100'000) {
+              break;
+            }
+            widths[i] = std::max(widths[i], element + 1);
+            known = true;
+          } else if (!columns_[i].is_array && series == column) {
+            known = true;
+          }
+        }
+        if (!known) {
+          return bad(fmt::format("model '{}': '{}' is not a drift series of this pipeline "
+                                 "(drift.series, an array column's element like {}[0], or "
+                                 "error)",
+                                 std::string_view(model), series,
+                                 schema_.fields[columns_[0].column].name));
+        }
+      }
+    }
+    if (!monitor_) {
+      for (size_t& width : widths) width = std::max<size_t>(width, 1);
+      DRIFTD_TRY(CreateMonitor(widths));
+      layout_dirty_ = true;
+    }
+    const std::vector<std::string>& names = monitor_->series_names();
+    for (auto [model_key, series_map] : models) {
+      const std::string model(model_key);
+      const uint32_t id = Intern(model);
+      simdjson::dom::object series_object;
+      if (series_map.get_object().get(series_object) != simdjson::SUCCESS) continue;  // checked
+      for (auto [name_key, stats] : series_object) {
+        const std::string_view series(name_key);
+        auto where = [&](std::string_view what) {
+          return bad(fmt::format("model '{}' series '{}': {}", model, series, what));
+        };
+        int64_t n = 0;
+        if (stats["n"].get_int64().get(n) != simdjson::SUCCESS || n < 1) {
+          return where("needs \"n\", the number of reference values (an integer >= 1)");
+        }
+        auto number = [&](const char* key, double fallback, bool required) -> Result<double> {
+          simdjson::dom::element value;
+          if (stats[key].get(value) != simdjson::SUCCESS) {
+            if (required) return where(fmt::format("needs \"{}\" (a number)", key));
+            return fallback;
+          }
+          double x = 0;
+          if (value.get_double().get(x) != simdjson::SUCCESS || !std::isfinite(x)) {
+            return where(fmt::format("\"{}\" must be a finite number", key));
+          }
+          return x;
+        };
+        if (series == DriftMonitor::kErrorSeries) {
+          auto rate = number("error_rate", 0, true);
+          if (!rate) return tl::unexpected(rate.error());
+          auto mae = number("mae", 0, true);
+          if (!mae) return tl::unexpected(mae.error());
+          auto mae_stddev = number("mae_stddev", 0, false);
+          if (!mae_stddev) return tl::unexpected(mae_stddev.error());
+          if (*rate < 0 || *rate > 1) return where("\"error_rate\" must be in [0, 1]");
+          ErrorSummary summary;
+          summary.errors = std::llround(*rate * static_cast<double>(n));
+          const double m2 = *mae_stddev * *mae_stddev * static_cast<double>(n - 1);
+          summary.abs_error =
+              Moments::FromParts(n, *mae, m2, 0, std::max(1.0, 2 * *mae), *mae * n);
+          DRIFTD_TRY(monitor_->SetErrorReference(id, model, summary));
+          continue;
+        }
+        auto mean = number("mean", 0, true);
+        if (!mean) return tl::unexpected(mean.error());
+        auto stddev = number("stddev", 0, true);
+        if (!stddev) return tl::unexpected(stddev.error());
+        if (*stddev < 0) return where("\"stddev\" must not be negative");
+        auto min = number("min", *mean, false);
+        if (!min) return tl::unexpected(min.error());
+        auto max = number("max", *mean, false);
+        if (!max) return tl::unexpected(max.error());
+        std::vector<double> edges;
+        std::vector<int64_t> counts;
+        simdjson::dom::array array;
+        if (stats["edges"].get_array().get(array) == simdjson::SUCCESS) {
+          for (simdjson::dom::element e : array) {
+            double x = 0;
+            if (e.get_double().get(x) != simdjson::SUCCESS) return where("edges must be numbers");
+            edges.push_back(x);
+          }
+        }
+        if (stats["counts"].get_array().get(array) == simdjson::SUCCESS) {
+          for (simdjson::dom::element e : array) {
+            int64_t c = 0;
+            if (e.get_int64().get(c) != simdjson::SUCCESS) return where("counts must be integers");
+            counts.push_back(c);
+          }
+        }
+        const auto it = std::find(names.begin(), names.end(), series);
+        if (it == names.end()) return where("not a series of this pipeline");
+        const double m2 = *stddev * *stddev * static_cast<double>(n - 1);
+        const Moments moments = Moments::FromParts(n, *mean, m2, std::min(*min, *mean),
+                                                   std::max(*max, *mean), *mean * n);
+        DRIFTD_TRY(monitor_->SetReference(id, model, static_cast<size_t>(it - names.begin()),
+                                          moments, std::move(edges), std::move(counts)));
+      }
+    }
     return Ok();
   }
 
@@ -80,7 +308,36 @@ class DriftStage::Impl {
                          "the checkpoint's drift state has {} series columns, the pipeline {}",
                          widths.size(), columns_.size());
       }
+      if (monitor_) {
+        // Built from the reference file: the checkpoint must agree with its layout.
+        for (size_t i = 0; i < widths.size(); ++i) {
+          if (widths[i] != columns_[i].width) {
+            return MakeError(ErrorCode::kIncompatible,
+                             "the checkpoint's drift state has {} elements of '{}', the "
+                             "reference file {}",
+                             widths[i], schema_.fields[columns_[i].column].name,
+                             columns_[i].width);
+          }
+        }
+        layout_dirty_ = false;
+        return Ok();
+      }
       return CreateMonitor(widths);
+    }
+    if (key == kClockKey) {
+      const size_t comma = value.find(',');
+      auto parse = [](std::string_view text, int64_t& out) {
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+        return ec == std::errc() && end == text.data() + text.size();
+      };
+      if (comma == std::string_view::npos || !parse(value.substr(0, comma), restored_max_us_) ||
+          !parse(value.substr(comma + 1), restored_watermark_us_)) {
+        return MakeError(ErrorCode::kCorruption, "drift: bad watermark entry '{}'", value);
+      }
+      saved_max_us_ = restored_max_us_;
+      saved_watermark_us_ = restored_watermark_us_;
+      if (monitor_) monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
+      return Ok();
     }
     if (!monitor_) {
       return MakeError(ErrorCode::kCorruption, "drift state entry before its layout in the checkpoint");
@@ -91,66 +348,18 @@ class DriftStage::Impl {
   void Observe(const RecordBatch& batch) {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
-      // The array lengths come from the data: the first non-null value of each array column.
-      std::vector<size_t> widths;
-      for (const SeriesColumn& series : columns_) {
-        size_t width = 1;
-        if (series.is_array) {
-          width = 0;
-          const Column& column = batch.columns[series.column];
-          for (size_t row = 0; row < batch.num_rows && width == 0; ++row) {
-            if (!column.IsNull(row)) width = column.ArraySize(row);
-          }
-        }
-        widths.push_back(width);
-      }
       // Cannot fail: Init built a monitor from the same spec.
-      IgnoreError(CreateMonitor(widths));
+      IgnoreError(CreateMonitor(WidthsOf(batch)));
       layout_dirty_ = true;
       if (!monitor_) return;
     }
-    const Column& models = batch.columns[model_column_];
-    int64_t now_us = NowUs();
-    for (size_t row = 0; row < batch.num_rows; ++row) {
-      if (models.IsNull(row)) continue;
-      name_.clear();
-      if (models.type == FieldType::kString) {
-        name_.assign(models.String(row));
-      } else {
-        name_ = std::to_string(models.i64[row]);
-      }
-      uint32_t model = Intern(name_);
-      int64_t event_time = now_us;
-      if (time_column_ >= 0 && !batch.columns[time_column_].IsNull(row)) {
-        event_time = batch.columns[time_column_].i64[row];
-      }
-      for (const SeriesColumn& series : columns_) {
-        const Column& column = batch.columns[series.column];
-        if (column.IsNull(row)) continue;
-        if (!series.is_array) {
-          double value = column.type == FieldType::kDouble ? column.f64[row]
-                                                           : static_cast<double>(column.i64[row]);
-          monitor_->Observe(model, name_, series.first_series, value, event_time);
-          continue;
-        }
-        size_t size = std::min(column.ArraySize(row), series.width);
-        const double* data = column.ArrayData(row);
-        for (size_t e = 0; e < size; ++e) {
-          monitor_->Observe(model, name_, series.first_series + e, data[e], event_time);
-        }
-      }
-      if (prediction_column_ >= 0 && label_column_ >= 0) {
-        const Column& prediction = batch.columns[prediction_column_];
-        const Column& label = batch.columns[label_column_];
-        if (!prediction.IsNull(row) && !label.IsNull(row)) {
-          auto value = [&](const Column& c) {
-            return c.type == FieldType::kDouble ? c.f64[row] : static_cast<double>(c.i64[row]);
-          };
-          monitor_->ObserveLabel(model, value(prediction), value(label), event_time);
-        }
-      }
-    }
+    Feed</*kReference=*/false>(batch, NowUs());
   }
+
+  std::vector<DriftMonitor::ModelStats> ModelStats() const {
+    return monitor_ ? monitor_->model_stats() : std::vector<DriftMonitor::ModelStats>{};
+  }
+  DriftMonitorStats Stats() const { return monitor_ ? monitor_->stats() : DriftMonitorStats{}; }
 
   void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts) {
     if (!monitor_) return;
@@ -175,9 +384,91 @@ class DriftStage::Impl {
       layout_dirty_ = false;
     }
     monitor_->CollectDirty(puts);
+    if (monitor_->event_time_windows() &&
+        (monitor_->max_event_time_us() != saved_max_us_ ||
+         monitor_->watermark_us() != saved_watermark_us_)) {
+      saved_max_us_ = monitor_->max_event_time_us();
+      saved_watermark_us_ = monitor_->watermark_us();
+      puts.emplace_back(std::string(kClockKey),
+                        fmt::format("{},{}", saved_max_us_, saved_watermark_us_));
+    }
   }
 
  private:
+  // The array lengths come from the data: the first non-null value of each array column.
+  std::vector<size_t> WidthsOf(const RecordBatch& batch) const {
+    std::vector<size_t> widths;
+    for (const SeriesColumn& series : columns_) {
+      size_t width = 1;
+      if (series.is_array) {
+        width = 0;
+        const Column& column = batch.columns[series.column];
+        for (size_t row = 0; row < batch.num_rows && width == 0; ++row) {
+          if (!column.IsNull(row)) width = column.ArraySize(row);
+        }
+      }
+      widths.push_back(width);
+    }
+    return widths;
+  }
+
+  // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
+  // values of a file baseline.
+  template <bool kReference>
+  void Feed(const RecordBatch& batch, int64_t now_us) {
+    const Column& models = batch.columns[model_column_];
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      if (models.IsNull(row)) continue;
+      name_.clear();
+      if (models.type == FieldType::kString) {
+        name_.assign(models.String(row));
+      } else {
+        name_ = std::to_string(models.i64[row]);
+      }
+      uint32_t model = Intern(name_);
+      // Event-time windows need the record's own time; record-count windows date a record
+      // without one by the batch's processing time.
+      int64_t event_time = window_ms_ > 0 ? INT64_MIN : now_us;
+      if (time_column_ >= 0 && !batch.columns[time_column_].IsNull(row)) {
+        event_time = batch.columns[time_column_].i64[row];
+      }
+      auto observe = [&](size_t series, double value) {
+        if constexpr (kReference) {
+          monitor_->ObserveReference(model, name_, series, value);
+        } else {
+          monitor_->Observe(model, name_, series, value, event_time);
+        }
+      };
+      for (const SeriesColumn& series : columns_) {
+        const Column& column = batch.columns[series.column];
+        if (column.IsNull(row)) continue;
+        if (!series.is_array) {
+          observe(series.first_series, column.type == FieldType::kDouble
+                                           ? column.f64[row]
+                                           : static_cast<double>(column.i64[row]));
+          continue;
+        }
+        size_t size = std::min(column.ArraySize(row), series.width);
+        const double* data = column.ArrayData(row);
+        for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
+      }
+      if (prediction_column_ >= 0 && label_column_ >= 0) {
+        const Column& prediction = batch.columns[prediction_column_];
+        const Column& label = batch.columns[label_column_];
+        if (!prediction.IsNull(row) && !label.IsNull(row)) {
+          auto value = [&](const Column& c) {
+            return c.type == FieldType::kDouble ? c.f64[row] : static_cast<double>(c.i64[row]);
+          };
+          if constexpr (kReference) {
+            monitor_->ObserveReferenceLabel(model, name_, value(prediction), value(label));
+          } else {
+            monitor_->ObserveLabel(model, value(prediction), value(label), event_time);
+          }
+        }
+      }
+    }
+  }
+
   Status CreateMonitor(const std::vector<size_t>& widths) {
     std::vector<std::string> names;
     for (size_t i = 0; i < columns_.size(); ++i) {
@@ -194,6 +485,10 @@ class DriftStage::Impl {
     auto monitor = DriftMonitor::Create(spec_, std::move(names));
     if (!monitor) return tl::unexpected(monitor.error());
     monitor_ = std::move(*monitor);
+    if (window_ms_ > 0) {
+      monitor_->UseEventTimeWindows(window_ms_, delay_ms_);
+      monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
+    }
     return Ok();
   }
 
@@ -211,6 +506,13 @@ class DriftStage::Impl {
   int time_column_ = -1;
   int prediction_column_ = -1;
   int label_column_ = -1;
+  // Event-time windows (the query's tumbling window); 0: record-count windows.
+  int64_t window_ms_ = 0;
+  int64_t delay_ms_ = 0;
+  int64_t restored_max_us_ = INT64_MIN;
+  int64_t restored_watermark_us_ = INT64_MIN;
+  int64_t saved_max_us_ = INT64_MIN;
+  int64_t saved_watermark_us_ = INT64_MIN;
   std::vector<SeriesColumn> columns_;
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
@@ -231,7 +533,7 @@ DriftStage::DriftStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DriftStage::~DriftStage() = default;
 
 bool DriftStage::OwnsKey(std::string_view key) {
-  return key.substr(0, kLayoutKey.size()) == kLayoutKey ||
+  return key.substr(0, kLayoutKey.size()) == kLayoutKey || key == kClockKey ||
          key.substr(0, DriftMonitor::kStateKeyPrefix.size()) == DriftMonitor::kStateKeyPrefix;
 }
 
@@ -239,6 +541,10 @@ Status DriftStage::Restore(std::string_view key, std::string_view value) {
   return impl_->Restore(key, value);
 }
 void DriftStage::Observe(const RecordBatch& batch) { impl_->Observe(batch); }
+std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
+  return impl_->ModelStats();
+}
+DriftMonitorStats DriftStage::Stats() const { return impl_->Stats(); }
 void DriftStage::Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts) {
   impl_->Evaluate(batch_id, now_ms, alerts);
 }

@@ -1,6 +1,8 @@
 // The drift stage of a query: feeds decoded rows to the DriftMonitor per model and series,
 // evaluates at the end of each batch, renders alert rows, and persists its state through the
-// checkpoint. Owned and called by the executor's thread.
+// checkpoint. Owned and called by the executor's thread. A file baseline
+// (drift.baseline {type: file, path}) is loaded in Create, so a missing or malformed reference
+// fails the start with its path named.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 
 #include "connectors/sink.h"
 #include "engine/batch.h"
+#include "engine/drift/monitor.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 
@@ -27,6 +30,13 @@ class DriftStage {
   void Observe(const RecordBatch& batch);
   void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts);
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
+
+  /// Per-model drift state (series in WARN / ALERT, values seen, roll-up) for the metrics
+  /// endpoint; call on the executor's thread, e.g. after Evaluate. Empty before the first
+  /// records.
+  std::vector<DriftMonitor::ModelStats> ModelStats() const;
+  /// Totals: models, series in ALERT, windows evaluated, skipped values.
+  DriftMonitorStats Stats() const;
 
  private:
   class Impl;
