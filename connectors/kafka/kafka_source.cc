@@ -306,6 +306,8 @@ class KafkaSource final : public Source {
         {"group.id", options_.group_id},
         // Read-your-committed: ranges end at the last stable offset, aborted data is skipped.
         {"isolation.level", "read_committed"},
+        // Partitions are read one at a time, so one partition may fill a whole fetch.
+        {"max.partition.fetch.bytes", "8388608"},
     };
     for (const auto& [name, value] : options_.client) settings[name] = value;
     settings["enable.auto.commit"] = "false";
