@@ -263,6 +263,13 @@ MapReader::MapReader(Reader& reader, const YAML::Node& node, std::string path, S
           fmt::format("duplicate key '{}' (first given at line {})", name, first->key_mark.line));
       continue;
     }
+    if (name == "<<") {
+      // yaml-cpp reads a merge key as an ordinary key; say so rather than "unknown key '<<'".
+      reader_.problems.Error(PathOf(name), key_mark,
+                             "YAML merge keys ('<<') are not supported; write the keys out, or "
+                             "use an alias (*name) for the whole value");
+      continue;
+    }
     if (known) {
       bool is_known = false;
       for (std::string_view candidate : *known) is_known = is_known || candidate == name;

@@ -529,3 +529,41 @@ TEST_CASE("misspelt keys and values get a did-you-mean", "[config][loader][sugge
 
 }  // namespace
 }  // namespace driftd
+
+namespace driftd {
+namespace {
+
+TEST_CASE("YAML aliases are followed and merge keys are reported as unsupported",
+          "[config][loader]") {
+  constexpr std::string_view yaml = R"(name: alias
+schema:
+  - {name: model_id, type: string}
+  - {name: prediction, type: double}
+source:
+  format: file
+  options: &input {path: /tmp/in}
+query:
+  groupBy: [model_id]
+sinks:
+  - {format: file, options: *input}
+  - <<: {format: console}
+    format: console
+)";
+  auto result = testing::ParseText(yaml);
+  REQUIRE_FALSE(result);
+  REQUIRE(result.error().size() == 1);
+  CHECK(result.error()[0].path == "sinks[1].<<");
+  CHECK(result.error()[0].mark.line == 12);
+  CHECK_THAT(result.error()[0].message, Catch::Matchers::Contains("merge keys"));
+
+  std::string without_merge(yaml);
+  without_merge.replace(without_merge.find("  - <<: {format: console}\n    format"), 36,
+                        "  - format");
+  auto fixed = testing::ParseText(without_merge);
+  INFO(testing::ProblemText(fixed));
+  REQUIRE(fixed);
+  CHECK(fixed->sinks[0].options.GetString("path") == "/tmp/in");
+}
+
+}  // namespace
+}  // namespace driftd
