@@ -64,13 +64,20 @@ namespace {
 double AggregateValue(AggregateFn fn, const Moments& m) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   switch (fn) {
-    case AggregateFn::kCount: return static_cast<double>(m.count());
-    case AggregateFn::kSum: return m.count() > 0 ? m.sum() : nan;
-    case AggregateFn::kMean: return m.count() > 0 ? m.mean() : nan;
-    case AggregateFn::kStddev: return m.count() > 1 ? m.Stddev() : nan;
-    case AggregateFn::kVariance: return m.count() > 1 ? m.SampleVariance() : nan;
-    case AggregateFn::kMin: return m.count() > 0 ? m.min() : nan;
-    case AggregateFn::kMax: return m.count() > 0 ? m.max() : nan;
+    case AggregateFn::kCount:
+      return static_cast<double>(m.count());
+    case AggregateFn::kSum:
+      return m.count() > 0 ? m.sum() : nan;
+    case AggregateFn::kMean:
+      return m.count() > 0 ? m.mean() : nan;
+    case AggregateFn::kStddev:
+      return m.count() > 1 ? m.Stddev() : nan;
+    case AggregateFn::kVariance:
+      return m.count() > 1 ? m.SampleVariance() : nan;
+    case AggregateFn::kMin:
+      return m.count() > 0 ? m.min() : nan;
+    case AggregateFn::kMax:
+      return m.count() > 0 ? m.max() : nan;
   }
   return nan;
 }
@@ -91,7 +98,8 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
   std::unique_ptr<Aggregator> agg(new Aggregator(query, schema));
   for (const std::string& name : query.group_by) {
     int index = schema.IndexOf(name);
-    if (index < 0) return MakeError(ErrorCode::kConfig, "groupBy column '{}' is not in the schema", name);
+    if (index < 0)
+      return MakeError(ErrorCode::kConfig, "groupBy column '{}' is not in the schema", name);
     agg->key_columns_.push_back(index);
   }
   if (query.window) {
@@ -101,8 +109,8 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
                        query.window->column);
     }
     agg->window_size_us_ = query.window->size_ms * 1000;
-    agg->window_slide_us_ = (query.window->slide_ms > 0 ? query.window->slide_ms
-                                                        : query.window->size_ms) * 1000;
+    agg->window_slide_us_ =
+        (query.window->slide_ms > 0 ? query.window->slide_ms : query.window->size_ms) * 1000;
     if (agg->window_size_us_ <= 0) return MakeError(ErrorCode::kConfig, "window size must be > 0");
   }
   if (query.watermark) {
@@ -125,7 +133,8 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
                        aggregate.column);
     }
     auto& list = is_array ? agg->array_series_ : agg->scalar_series_;
-    if (std::none_of(list.begin(), list.end(), [&](const Series& s) { return s.column == index; })) {
+    if (std::none_of(list.begin(), list.end(),
+                     [&](const Series& s) { return s.column == index; })) {
       list.push_back({index, is_array});
     }
   }
@@ -168,8 +177,8 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
   for (size_t s = 0; s < scalar_series_.size(); ++s) {
     const Column& column = batch.columns[scalar_series_[s].column];
     if (column.IsNull(row)) continue;
-    double value = column.type == FieldType::kDouble ? column.f64[row]
-                                                     : static_cast<double>(column.i64[row]);
+    double value =
+        column.type == FieldType::kDouble ? column.f64[row] : static_cast<double>(column.i64[row]);
     if (std::isnan(value)) continue;
     group.scalars[s].Add(value);
   }
@@ -265,7 +274,8 @@ void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
       key.resize(key_size);
       // Big-endian with the sign flipped so windows of a key sort by time.
       uint64_t ordered = static_cast<uint64_t>(start) ^ (uint64_t{1} << 63);
-      for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>(ordered >> shift));
+      for (int shift = 56; shift >= 0; shift -= 8)
+        key.push_back(static_cast<char>(ordered >> shift));
       touch(FindOrAddGroup(key, start));
     }
   }

@@ -83,17 +83,17 @@ class Aggregator {
 
  private:
   struct Series {
-    int column = -1;      // schema field index
+    int column = -1;  // schema field index
     bool is_array = false;
   };
   struct Group {
-    std::string key;            // encoded key columns + window start
+    std::string key;  // encoded key columns + window start
     int64_t window_start_us = INT64_MIN;
-    int64_t count = 0;          // count(*)
-    std::vector<Moments> scalars;               // one per scalar series
-    std::vector<std::vector<Moments>> arrays;   // one vector per array series
+    int64_t count = 0;                         // count(*)
+    std::vector<Moments> scalars;              // one per scalar series
+    std::vector<std::vector<Moments>> arrays;  // one vector per array series
     bool live = true;
-    bool emitted = false;       // append mode: already emitted
+    bool emitted = false;  // append mode: already emitted
   };
 
   Aggregator(const QuerySpec& query, const Schema& schema);
@@ -124,7 +124,7 @@ class Aggregator {
   std::vector<Group> groups_;
   std::vector<uint32_t> free_slots_;
   size_t live_groups_ = 0;
-  std::vector<uint32_t> updated_;   // groups touched this batch (unique)
+  std::vector<uint32_t> updated_;  // groups touched this batch (unique)
   std::vector<uint8_t> is_updated_;
   std::string key_buffer_;
   std::string last_key_buffer_;

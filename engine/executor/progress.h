@@ -39,7 +39,7 @@ struct ProgressRecord {
   int64_t lost_records = 0;
   int64_t max_event_time_us = INT64_MIN;
   int64_t watermark_us = INT64_MIN;
-  MalformedCounts malformed;       // cumulative since start
+  MalformedCounts malformed;  // cumulative since start
   int64_t malformed_in_batch = 0;
 };
 

@@ -78,12 +78,14 @@ Percentiles Summarize(std::vector<int64_t> latencies_us) {
 
 // Runs one daemon with `trigger` and returns the latency of each of `records` records.
 Percentiles Measure(const std::string& trigger, int records, uint32_t seed) {
-  fs::path dir = fs::temp_directory_path() / fmt::format("driftd-bench-latency-{}-{}", getpid(), seed);
+  fs::path dir =
+      fs::temp_directory_path() / fmt::format("driftd-bench-latency-{}-{}", getpid(), seed);
   fs::remove_all(dir);
   fs::create_directories(dir / "input");
   fs::create_directories(dir / "staging");
   fs::path pipeline = dir / "pipeline.yaml";
-  WriteText(pipeline, fmt::format(R"(name: bench-latency
+  WriteText(pipeline,
+            fmt::format(R"(name: bench-latency
 schema:
   - {{name: model_id, type: string, nullable: false}}
   - {{name: written_us, type: long}}
@@ -97,10 +99,9 @@ sinks:
 trigger: {trigger}
 checkpointLocation: {checkpoint}
 )",
-                                  fmt::arg("input", (dir / "input").string()),
-                                  fmt::arg("output", (dir / "output").string()),
-                                  fmt::arg("trigger", trigger),
-                                  fmt::arg("checkpoint", (dir / "checkpoint").string())));
+                        fmt::arg("input", (dir / "input").string()),
+                        fmt::arg("output", (dir / "output").string()), fmt::arg("trigger", trigger),
+                        fmt::arg("checkpoint", (dir / "checkpoint").string())));
 
   std::string binary = DRIFTD_BINARY;
   std::string log = (dir / "log.txt").string();
@@ -173,8 +174,7 @@ checkpointLocation: {checkpoint}
   waitpid(pid, &status, 0);
   fs::remove_all(dir);
   if (latencies.size() != static_cast<size_t>(records)) {
-    std::fprintf(stderr, "%s: saw %zu of %d records\n", trigger.c_str(), latencies.size(),
-                 records);
+    std::fprintf(stderr, "%s: saw %zu of %d records\n", trigger.c_str(), latencies.size(), records);
   }
   return Summarize(std::move(latencies));
 }
@@ -199,8 +199,8 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     Percentiles p = Measure(c.trigger, records, seed++);
     results.push_back(p);
-    std::printf("%-24s %10.1f %10.1f %10.1f %8zu\n", c.name.c_str(), p.p50_ms, p.p99_ms,
-                p.max_ms, p.samples);
+    std::printf("%-24s %10.1f %10.1f %10.1f %8zu\n", c.name.c_str(), p.p50_ms, p.p99_ms, p.max_ms,
+                p.samples);
     std::fflush(stdout);
   }
   if (results[0].p50_ms > 0) {

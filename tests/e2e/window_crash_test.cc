@@ -104,8 +104,8 @@ int KillRepeatedly(const TempDir& dir, const std::string& pipeline, int kills_wa
   std::uniform_int_distribution<int> delay_ms(5, 150);
   int kills = 0;
   for (int runs = 0; kills < kills_wanted && runs < 200 && !finished(); ++runs) {
-    ChildProcess daemon = ChildProcess::Start(
-        {DriftdBinary(), "run", pipeline, "--quiet-progress"}, dir / "log.txt");
+    ChildProcess daemon =
+        ChildProcess::Start({DriftdBinary(), "run", pipeline, "--quiet-progress"}, dir / "log.txt");
     if (daemon.Wait(std::chrono::milliseconds(delay_ms(random)))) continue;  // it ended itself
     daemon.Signal(SIGKILL);
     REQUIRE(daemon.Wait(std::chrono::seconds(10)));
@@ -133,9 +133,10 @@ TEST_CASE("windows open across 20+ SIGKILLs are emitted exactly as in a crash-fr
   CHECK(StateOf(dir / "checkpoint") == StateOf(reference.dir / "checkpoint"));
 }
 
-TEST_CASE("the continuous trigger killed 20+ times emits exactly the windows of a crash-free "
-          "run",
-          "[e2e][crash][window][continuous]") {
+TEST_CASE(
+    "the continuous trigger killed 20+ times emits exactly the windows of a crash-free "
+    "run",
+    "[e2e][crash][window][continuous]") {
   Reference reference;
   TempDir dir;
   WriteJitteredFiles(dir / "input");

@@ -62,13 +62,14 @@ void WriteBatches(const TempDir& dir) {
   WriteFile(dir / "input/f2.jsonl",
             Lines({EventRow("m1", 9.999999, 128), EventRow("m2", 10, 256), EventRow("m1", 25, 512),
                    R"({"model_id":"m1","event_time":null,"value":1024})"}));
-  WriteFile(dir / "input/f3.jsonl", Lines({EventRow("m2", 19, 2048), EventRow("m2", 21, 4096),
-                                           EventRow("m1", 36, 8192)}));
+  WriteFile(dir / "input/f3.jsonl",
+            Lines({EventRow("m2", 19, 2048), EventRow("m2", 21, 4096), EventRow("m1", 36, 8192)}));
 }
 
-TEST_CASE("the daemon emits hand-computed windows in update and append mode and evicts closed "
-          "ones",
-          "[e2e][window][watermark]") {
+TEST_CASE(
+    "the daemon emits hand-computed windows in update and append mode and evicts closed "
+    "ones",
+    "[e2e][window][watermark]") {
   TempDir dir;
   WriteBatches(dir);
   RunResult run = RunDriftd({"run", WindowPipeline(dir, {{"upd", "update"}, {"app", "append"}})});
@@ -84,8 +85,7 @@ TEST_CASE("the daemon emits hand-computed windows in update and append mode and 
         Rows{"m1 [0,10) n=2 sum=9", "m1 [10,20) n=1 sum=2", "m2 [0,10) n=1 sum=4"});
   CHECK(CompactBatch(upd, 1, "upd") == Rows{"m1 [0,10) n=4 sum=89", "m2 [10,20) n=1 sum=32"});
   CHECK(CompactBatch(upd, 2, "upd") == Rows{"m1 [20,30) n=1 sum=512", "m2 [10,20) n=2 sum=288"});
-  CHECK(CompactBatch(upd, 3, "upd") ==
-        Rows{"m1 [30,40) n=1 sum=8192", "m2 [20,30) n=1 sum=4096"});
+  CHECK(CompactBatch(upd, 3, "upd") == Rows{"m1 [30,40) n=1 sum=8192", "m2 [20,30) n=1 sum=4096"});
   CHECK(CompactBatch(upd, 4, "upd").empty());
 
   std::filesystem::path app = dir.path() / "out-app";
@@ -132,10 +132,10 @@ TEST_CASE("the daemon keeps every window in complete mode and emits the whole ta
   CHECK_THAT(run.output, Catch::Contains("grows without bound"));
   std::filesystem::path all = dir.path() / "out-all";
   CHECK(*ReadFileSinkManifest(all) == std::vector<int64_t>{0, 1, 2, 3, 4});
-  CHECK(CompactBatch(all, 2, "all") ==
-        Rows{"m1 [0,10) n=4 sum=89", "m1 [10,20) n=1 sum=2", "m1 [20,30) n=1 sum=512",
-             "m2 [0,10) n=1 sum=4", "m2 [10,20) n=2 sum=288"});
-  Rows everything{"m1 [0,10) n=4 sum=89",   "m1 [10,20) n=1 sum=2", "m1 [20,30) n=1 sum=512",
+  CHECK(CompactBatch(all, 2, "all") == Rows{"m1 [0,10) n=4 sum=89", "m1 [10,20) n=1 sum=2",
+                                            "m1 [20,30) n=1 sum=512", "m2 [0,10) n=1 sum=4",
+                                            "m2 [10,20) n=2 sum=288"});
+  Rows everything{"m1 [0,10) n=4 sum=89",    "m1 [10,20) n=1 sum=2", "m1 [20,30) n=1 sum=512",
                   "m1 [30,40) n=1 sum=8192", "m2 [0,10) n=1 sum=4",  "m2 [10,20) n=2 sum=288",
                   "m2 [20,30) n=1 sum=4096"};
   CHECK(CompactBatch(all, 3, "all") == everything);

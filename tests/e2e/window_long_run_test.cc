@@ -20,7 +20,9 @@ TEST_CASE("a long windowed run keeps its state bounded and emits every closed wi
   // the Aggregator level.)
   TempDir dir;
   std::string path = dir / "pipeline.yaml";
-  WriteFile(path, fmt::format(R"(name: long-run
+  WriteFile(
+      path,
+      fmt::format(R"(name: long-run
 {schema}
 source:
   format: rate
@@ -36,10 +38,8 @@ sinks:
 trigger: {{availableNow: true}}
 checkpointLocation: {checkpoint}
 )",
-                              fmt::arg("schema", kInferenceSchema),
-                              fmt::arg("start_ms", kWindowT0Us / 1000),
-                              fmt::arg("output", dir / "output"),
-                              fmt::arg("checkpoint", dir / "checkpoint")));
+                  fmt::arg("schema", kInferenceSchema), fmt::arg("start_ms", kWindowT0Us / 1000),
+                  fmt::arg("output", dir / "output"), fmt::arg("checkpoint", dir / "checkpoint")));
   RunResult run = RunDriftd({"run", path}, std::chrono::seconds(120));
   INFO(run.output.substr(0, 4000));
   REQUIRE(run.exit_code == 0);
@@ -101,8 +101,7 @@ checkpointLocation: {checkpoint}
     return committed ? committed->size() : 0;
   };
   for (int i = 1; i <= 5; ++i) {
-    WriteFile(dir.path() / "input" / fmt::format("f{}.jsonl", i),
-              Lines({EventRow("m1", i, i)}));
+    WriteFile(dir.path() / "input" / fmt::format("f{}.jsonl", i), Lines({EventRow("m1", i, i)}));
     auto written = std::chrono::steady_clock::now();
     REQUIRE(WaitFor([&] { return rows() == static_cast<size_t>(i); }, std::chrono::seconds(10)));
     // Generous for a loaded CI machine, and far below the one-hour interval.

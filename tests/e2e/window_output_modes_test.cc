@@ -42,11 +42,12 @@ void WriteScript(const TempDir& dir) {
   WriteFile(dir / "input/f0.jsonl",
             Lines({EventRow("m1", 1, 1), EventRow("m2", 2, 2), EventRow("m1", 3, 4)}));
   WriteFile(dir / "input/f1.jsonl", Lines({EventRow("m3", 4, 8)}));
-  WriteFile(dir / "input/f2.jsonl", Lines({R"({"model_id":"m2","value":null})",
-                                           EventRow("m1", 5, 16)}));
+  WriteFile(dir / "input/f2.jsonl",
+            Lines({R"({"model_id":"m2","value":null})", EventRow("m1", 5, 16)}));
 }
 
-TEST_CASE("append mode of a select query emits exactly each batch's new rows", "[e2e][output-mode]") {
+TEST_CASE("append mode of a select query emits exactly each batch's new rows",
+          "[e2e][output-mode]") {
   TempDir dir;
   WriteScript(dir);
   RunResult run =
@@ -71,9 +72,9 @@ TEST_CASE("update and complete modes of a grouped query emit Spark's rows batch 
           "[e2e][output-mode]") {
   TempDir dir;
   WriteScript(dir);
-  RunResult run = RunDriftd(
-      {"run", ModesPipeline(dir, "groupBy: [model_id]\n  aggregates: [count, sum(value)]",
-                            {{"upd", "update"}, {"all", "complete"}})});
+  RunResult run =
+      RunDriftd({"run", ModesPipeline(dir, "groupBy: [model_id]\n  aggregates: [count, sum(value)]",
+                                      {{"upd", "update"}, {"all", "complete"}})});
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   std::filesystem::path upd = dir.path() / "out-upd";

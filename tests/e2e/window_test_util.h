@@ -2,8 +2,8 @@
 // seconds after kT0, per-batch rows of a file sink, progress records from the daemon's log.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <simdjson.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -61,8 +61,8 @@ inline std::string CompactRow(const std::string& json) {
 /// The rows sink `sink` delivered in batch `batch_id` (which must be in the manifest).
 inline std::vector<std::string> BatchRows(const std::filesystem::path& dir, int64_t batch_id,
                                           const std::string& sink) {
-  REQUIRE(std::filesystem::exists(dir / std::string(kFileSinkManifestDir) /
-                                  std::to_string(batch_id)));
+  REQUIRE(
+      std::filesystem::exists(dir / std::string(kFileSinkManifestDir) / std::to_string(batch_id)));
   std::filesystem::path part = dir / FileSinkPartName(batch_id, sink);
   if (!std::filesystem::exists(part)) return {};
   return SplitLines(ReadFile(part));

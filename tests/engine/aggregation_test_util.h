@@ -3,8 +3,8 @@
 //   "m1 [0,10) n=2 sum=9"   (window bounds in seconds after kT0; no window: "m1 n=2 sum=9").
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <simdjson.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -58,8 +58,10 @@ inline QuerySpec TestQuery(double window_s, double slide_s, double delay_s) {
   sum.output_name = "sum(value)";
   query.aggregates = {count, sum};
   if (window_s > 0) {
-    query.window = WindowSpec{"event_time", static_cast<int64_t>(window_s * 1000),
-                              static_cast<int64_t>(slide_s * 1000), {}};
+    query.window = WindowSpec{"event_time",
+                              static_cast<int64_t>(window_s * 1000),
+                              static_cast<int64_t>(slide_s * 1000),
+                              {}};
   }
   if (delay_s >= 0) {
     query.watermark = WatermarkSpec{"event_time", static_cast<int64_t>(delay_s * 1000), {}};
@@ -122,9 +124,15 @@ class Driver {
 
     EmittedRows rows;
     switch (mode_) {
-      case OutputMode::kUpdate: aggregator_->EmitUpdated(rows); break;
-      case OutputMode::kComplete: aggregator_->EmitAll(rows); break;
-      case OutputMode::kAppend: aggregator_->EmitClosed(watermark_us_, rows); break;
+      case OutputMode::kUpdate:
+        aggregator_->EmitUpdated(rows);
+        break;
+      case OutputMode::kComplete:
+        aggregator_->EmitAll(rows);
+        break;
+      case OutputMode::kAppend:
+        aggregator_->EmitClosed(watermark_us_, rows);
+        break;
     }
     BatchResult result;
     for (const std::string& row : rows.rows) result.rows.push_back(Compact(row));

@@ -66,9 +66,10 @@ TEST_CASE("tumbling windows in update mode emit the windows each batch changed",
   CHECK(driver.state().size() == 2);
 }
 
-TEST_CASE("tumbling windows in append mode emit each window once, when the watermark passes "
-          "its end",
-          "[aggregation][window][watermark]") {
+TEST_CASE(
+    "tumbling windows in append mode emit each window once, when the watermark passes "
+    "its end",
+    "[aggregation][window][watermark]") {
   Driver driver(TestQuery(10, 10, 5), OutputMode::kAppend);
   auto batches = TumblingBatches();
   CHECK(driver.Batch(batches[0]).rows.empty());
@@ -91,9 +92,10 @@ TEST_CASE("tumbling windows in append mode emit each window once, when the water
   CHECK(driver.aggregator().num_groups() == 1);  // m3 [40,50) is still open
 }
 
-TEST_CASE("tumbling windows in complete mode keep and emit every window, late rows still "
-          "dropped",
-          "[aggregation][window][watermark]") {
+TEST_CASE(
+    "tumbling windows in complete mode keep and emit every window, late rows still "
+    "dropped",
+    "[aggregation][window][watermark]") {
   Driver driver(TestQuery(10, 10, 5), OutputMode::kComplete);
   auto batches = TumblingBatches();
   CHECK(driver.Batch(batches[0]).rows ==
@@ -164,17 +166,17 @@ TEST_CASE("sliding windows in append mode emit each window once after the waterm
   CHECK_FALSE(driver.aggregator().HasClosableWindows(driver.watermark_us()));
   // A row far ahead moves the watermark to 40: a no-data batch emits the rest in window order.
   CHECK(driver.Batch({Row("m1", 45, 1)}).rows.empty());
-  CHECK(driver.Batch({}).rows == Rows{"m1 [5,15) n=5 sum=398", "m1 [10,20) n=3 sum=290",
-                                      "m1 [15,25) n=1 sum=32"});
+  CHECK(driver.Batch({}).rows ==
+        Rows{"m1 [5,15) n=5 sum=398", "m1 [10,20) n=3 sum=290", "m1 [15,25) n=1 sum=32"});
 }
 
 TEST_CASE("sliding windows in complete mode keep every window", "[aggregation][window]") {
   Driver driver(TestQuery(10, 5, 5), OutputMode::kComplete);
   auto batches = SlidingBatches();
   driver.Batch(batches[0]);
-  CHECK(driver.Batch(batches[1]).rows ==
-        Rows{"m1 [-5,5) n=1 sum=1", "m1 [0,10) n=4 sum=29", "m1 [5,15) n=3 sum=14",
-             "m1 [10,20) n=2 sum=34", "m1 [15,25) n=1 sum=32"});
+  CHECK(driver.Batch(batches[1]).rows == Rows{"m1 [-5,5) n=1 sum=1", "m1 [0,10) n=4 sum=29",
+                                              "m1 [5,15) n=3 sum=14", "m1 [10,20) n=2 sum=34",
+                                              "m1 [15,25) n=1 sum=32"});
   BatchResult b2 = driver.Batch(batches[2]);
   CHECK(b2.rows == Rows{"m1 [-5,5) n=1 sum=1", "m1 [0,10) n=4 sum=29", "m1 [5,15) n=5 sum=398",
                         "m1 [10,20) n=3 sum=290", "m1 [15,25) n=1 sum=32"});
@@ -197,8 +199,8 @@ TEST_CASE("without a window, rows at or behind the watermark are dropped and cou
           "[aggregation][watermark]") {
   Driver driver(TestQuery(0, 0, 5), OutputMode::kUpdate);
   CHECK(driver.Batch({Row("m1", 20, 1)}).rows == Rows{"m1 n=1 sum=1"});  // wm 15
-  BatchResult b1 = driver.Batch({Row("m1", 15, 2), Row("m1", 15.000001, 4), Row("m2", 14, 8),
-                                 RowWithoutTime("m2", 16)});
+  BatchResult b1 = driver.Batch(
+      {Row("m1", 15, 2), Row("m1", 15.000001, 4), Row("m2", 14, 8), RowWithoutTime("m2", 16)});
   // 15 is at the watermark (late); 1 us after it is not; a null event time cannot be late.
   CHECK(b1.rows == Rows{"m1 n=2 sum=5", "m2 n=1 sum=16"});
   CHECK(b1.dropped == 2);
@@ -270,8 +272,8 @@ TEST_CASE("state of a long windowed run stays bounded by the open windows",
     for (const std::string& row : out.rows) {
       simdjson::dom::element parsed = parser.parse(row);
       aggregated += int64_t(parsed["count"]);
-      auto [it, fresh] = emitted.insert(fmt::format(
-          "{} {}", std::string_view(parsed["model_id"]), simdjson::minify(parsed["window"])));
+      auto [it, fresh] = emitted.insert(fmt::format("{} {}", std::string_view(parsed["model_id"]),
+                                                    simdjson::minify(parsed["window"])));
       if (!fresh) FAIL("window emitted twice: " << *it);
     }
     dropped += aggregator.TakeRowsDroppedByWatermark();
