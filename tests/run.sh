@@ -17,9 +17,13 @@ status=0
 for build in $builds; do
   dir="$root/build-test-$build"
   case "$build" in
-    release) flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFTD_WERROR=ON) ;;
+    release) flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFTD_WERROR=ON)
+             exclude=() ;;
+    # The container image test builds driftd inside the image; running it again under the
+    # sanitizers would test nothing new, so the sanitizer pass leaves it out.
     sanitize) flags=(-DCMAKE_BUILD_TYPE=Debug -DDRIFTD_SANITIZE=ON -DDRIFTD_WERROR=ON
-                     -DDRIFTD_BUILD_BENCHMARKS=OFF) ;;
+                     -DDRIFTD_BUILD_BENCHMARKS=OFF)
+              exclude=(-E "^docker: ") ;;
     *) echo "unknown build '$build'" >&2; exit 64 ;;
   esac
   echo "=== $build build ($dir)"
@@ -29,7 +33,7 @@ for build in $builds; do
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export DRIFTD_BUILD_KIND=$build
-  if ! ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs"; then
+  if ! ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs" "${exclude[@]}"; then
     status=1
   fi
 done
