@@ -308,6 +308,9 @@ class KafkaSource final : public Source {
         {"isolation.level", "read_committed"},
         // Partitions are read one at a time, so one partition may fill a whole fetch.
         {"max.partition.fetch.bytes", "8388608"},
+        // Only planned ranges (data known to exist) are assigned. A fetch long-polling at the end
+        // of one partition's range would delay the next partition's first fetch by this much.
+        {"fetch.wait.max.ms", "10"},
     };
     for (const auto& [name, value] : options_.client) settings[name] = value;
     settings["enable.auto.commit"] = "false";
