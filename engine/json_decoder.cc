@@ -204,10 +204,10 @@ inline int64_t ReadDigits(const char* p, uint64_t* value) {
     // correctly predicted branch confirms it.
     const char* const predicted_end = p + *fraction_hint;
     const int64_t fraction_digits = ReadDigits(p, &mantissa);
+    if (fraction_digits == 0) return nullptr;  // "1." is not JSON
     if (fraction_digits == *fraction_hint) [[likely]] {
       p = predicted_end;
     } else {
-      if (fraction_digits == 0) return nullptr;
       *fraction_hint = fraction_digits;
       p += fraction_digits;
     }
