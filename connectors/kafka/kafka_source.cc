@@ -625,6 +625,7 @@ class KafkaSource final : public Source {
       std::set<std::string> existing;
       for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
         const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
+        if (options_.assign.count(topic.topic)) DRIFTD_TRY(CheckTopic(topic));
         for (int p = 0; p < topic.partition_cnt; ++p) {
           existing.insert(kafka::PartitionKey(topic.topic, topic.partitions[p].id));
         }
@@ -643,7 +644,6 @@ class KafkaSource final : public Source {
     std::vector<std::pair<std::string, int32_t>> found;
     for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
       const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
-      if (topic.err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
       std::string name = topic.topic;
       bool wanted = false;
       if (options_.mode == Mode::kSubscribe) {
@@ -653,11 +653,31 @@ class KafkaSource final : public Source {
         wanted = name.rfind("__", 0) != 0 && std::regex_match(name, pattern_);
       }
       if (!wanted) continue;
+      DRIFTD_TRY(CheckTopic(topic));
+      if (topic.err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
       for (int p = 0; p < topic.partition_cnt; ++p) found.push_back({name, topic.partitions[p].id});
     }
     // Deterministic order: the index of a partition is its position in partitions_.
     std::sort(found.begin(), found.end());
     for (const auto& [topic, partition] : found) Mark(AddPartition(topic, partition));
+    return Ok();
+  }
+
+  // A topic that exists but whose metadata is momentarily incomplete (no leader during an
+  // election or creation) must not look deleted: that would be reported as data loss.
+  static Status CheckTopic(const rd_kafka_metadata_topic_t& topic) {
+    rd_kafka_resp_err_t err = topic.err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                                  ? RD_KAFKA_RESP_ERR_NO_ERROR
+                                  : topic.err;
+    for (int p = 0; !err && p < topic.partition_cnt; ++p) {
+      if (topic.partitions[p].err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE) {
+        err = topic.partitions[p].err;
+      }
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "kafka source: metadata of topic {}: {}", topic.topic,
+                       rd_kafka_err2str(err));
+    }
     return Ok();
   }
 
