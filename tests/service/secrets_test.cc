@@ -16,39 +16,31 @@ using namespace std::chrono_literals;
 constexpr const char* kLiteralSecret = "literal-pw-5f1c9e7a";
 constexpr const char* kEnvSecret = "env-pw-8d24b3c6";
 
-std::string KafkaPipelineYaml(const std::string& dir, int broker_port, const std::string& trigger,
+// A Kafka source with SASL credentials; the password is `password` (a literal or a ${VAR}).
+std::string KafkaPipelineYaml(const std::string& name, const std::string& dir, int broker_port,
+                              const std::string& password, const std::string& trigger,
                               const std::string& extra_option = "") {
-  std::string brokers = "127.0.0.1:" + std::to_string(broker_port);
-  return R"(name: secretive
+  return "name: " + name + R"(
 schema:
   - {name: model_id, type: string, nullable: false}
   - {name: prediction, type: double}
 source:
   format: kafka
   options:
-    kafka.bootstrap.servers: )" + brokers + R"(
+    kafka.bootstrap.servers: 127.0.0.1:)" + std::to_string(broker_port) + R"(
     subscribe: inference-logs
     kafka.security.protocol: SASL_PLAINTEXT
     kafka.sasl.mechanism: PLAIN
     kafka.sasl.username: driftd
-    kafka.sasl.password: )" + kLiteralSecret + "\n" + extra_option + R"(
+    kafka.sasl.password: )" + password + "\n" + extra_option + R"(
 query:
   groupBy: [model_id]
   aggregates: [count]
 sinks:
-  - name: out
-    format: kafka
-    stream: stats
-    outputMode: update
-    options:
-      topic: stats
-      kafka.bootstrap.servers: )" + brokers + R"(
-      kafka.security.protocol: SASL_PLAINTEXT
-      kafka.sasl.mechanism: PLAIN
-      kafka.sasl.username: driftd
-      kafka.sasl.password: ${DRIFTD_TEST_KAFKA_PASSWORD}
+  - {name: out, format: file, stream: stats, outputMode: update, options: {path: )" + dir +
+         "/out-" + name + R"(}}
 trigger: )" + trigger + R"(
-checkpointLocation: )" + dir + "/checkpoint\n";
+checkpointLocation: )" + dir + "/checkpoint-" + name + "\n";
 }
 
 }  // namespace
@@ -59,9 +51,14 @@ TEST_CASE("no secret is logged or served: run against a broker that is down, rel
   TempDir dir("driftd-secrets");
   std::string base = dir.path().string();
   std::string pipelines = dir / "pipelines";
-  std::string file = pipelines + "/kafka.yaml";
+  std::string literal = pipelines + "/literal.yaml";
+  std::string from_env = pipelines + "/env.yaml";
   int closed_port = FreePort();
-  WriteFileAt(file, KafkaPipelineYaml(base, closed_port, "{processingTime: 1 second}"));
+  const std::string env_reference = "${DRIFTD_TEST_KAFKA_PASSWORD}";
+  WriteFileAt(literal, KafkaPipelineYaml("literal", base, closed_port, kLiteralSecret,
+                                         "{processingTime: 1 second}"));
+  WriteFileAt(from_env, KafkaPipelineYaml("env", base, closed_port, env_reference,
+                                          "{processingTime: 1 second}"));
   std::map<std::string, std::string> env{{"DRIFTD_TEST_KAFKA_PASSWORD", kEnvSecret}};
 
   std::string log = dir / "log.txt";
@@ -78,30 +75,38 @@ TEST_CASE("no secret is logged or served: run against a broker that is down, rel
   CHECK(ready.status == 503);
   served.push_back(ready.body);
 
-  // A valid change, then a broken file that still holds both secrets.
-  WriteFileAt(file, KafkaPipelineYaml(base, closed_port, "{processingTime: 2 seconds}"));
+  // A valid change, then broken files that still hold both secrets.
+  WriteFileAt(literal, KafkaPipelineYaml("literal", base, closed_port, kLiteralSecret,
+                                         "{processingTime: 2 seconds}"));
   daemon.Signal(SIGHUP);
-  REQUIRE(WaitFor([&] { return ReadFile(log).find("reload of ") != std::string::npos; }));
-  WriteFileAt(file, KafkaPipelineYaml(base, closed_port, "{processingTime: 2 seconds}",
-                                    "    kafka.sasl.pasword: " + std::string(kLiteralSecret) +
-                                        "\n    bogus: 1\n"));
+  REQUIRE(WaitFor([&] { return ReadFile(log).find("reload of ") != std::string::npos; }, 60s));
+  std::string broken_option =
+      "    kafka.sasl.pasword: " + std::string(kLiteralSecret) + "\n    bogus: 1\n";
+  WriteFileAt(literal, KafkaPipelineYaml("literal", base, closed_port, kLiteralSecret,
+                                         "{processingTime: 2 seconds}", broken_option));
+  WriteFileAt(from_env, KafkaPipelineYaml("env", base, closed_port, env_reference,
+                                          "{processingTime: 2 seconds}", "    bogus: 1\n"));
   daemon.Signal(SIGHUP);
-  REQUIRE(WaitFor([&] {
-    std::string text = ReadFile(log);
-    return text.find("reload of ") != text.rfind("reload of ");
-  }));
+  REQUIRE(WaitFor(
+      [&] {
+        std::string text = ReadFile(log);
+        return text.find("reload of ") != text.rfind("reload of ");
+      },
+      60s));
   for (const char* path : {"/metrics", "/progress", "/readyz", "/healthz"}) {
     served.push_back(HttpGet(*port, path).body);
   }
-  RunResult validate = RunDriftd({"validate", file}, 60s, env);
+  RunResult validate = RunDriftd({"validate", literal}, 60s, env);
   CHECK(validate.exit_code == 78);
+  RunResult validate_env = RunDriftd({"validate", from_env}, 60s, env);
+  CHECK(validate_env.exit_code == 78);
 
   daemon.Signal(SIGTERM);
   CHECK(daemon.Wait(60s));
 
   std::string output = ReadFile(log);
   CHECK_THAT(output, Catch::Contains("bogus"));  // the broken file was reported
-  for (const std::string& text : {output, validate.output}) {
+  for (const std::string& text : {output, validate.output, validate_env.output}) {
     CHECK_THAT(text, !Catch::Contains(kLiteralSecret));
     CHECK_THAT(text, !Catch::Contains(kEnvSecret));
   }
