@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -45,7 +46,12 @@ class Receiver {
     REQUIRE(port_ > 0);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     REQUIRE(server_.is_valid());
-    server_.wait_until_ready();
+    // cpp-httplib 0.11 has no wait_until_ready(): poll until the accept loop runs.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_.is_running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(server_.is_running());
   }
   ~Receiver() {
     server_.stop();

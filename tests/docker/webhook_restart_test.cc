@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,7 +40,12 @@ class FlakyReceiver {
     port_ = server_.bind_to_any_port("127.0.0.1");
     REQUIRE(port_ > 0);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    server_.wait_until_ready();
+    // cpp-httplib 0.11 has no wait_until_ready(): poll until the accept loop runs.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_.is_running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(server_.is_running());
   }
   ~FlakyReceiver() {
     server_.stop();
