@@ -22,8 +22,9 @@ static_assert(kInputPadding >= simdjson::SIMDJSON_PADDING,
               "InputChunk padding must cover simdjson's over-read");
 
 constexpr std::array<std::string_view, kMalformedReasonCount> kReasonNames = {
-    "not_json",  "truncated",           "wrong_type", "missing_field", "invalid_utf8",   "too_deep",
-    "too_large", "number_out_of_range", "not_object", "empty",         "duplicate_field",
+    "not_json",     "truncated", "wrong_type",      "missing_field",
+    "invalid_utf8", "too_deep",  "too_large",       "number_out_of_range",
+    "not_object",   "empty",     "duplicate_field",
 };
 
 inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -131,7 +132,7 @@ bool HasPlainSpelling(std::string_view name) {
 constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                         1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                         1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-constexpr uint64_t kPowersOfTen[] = {1,       10,       100,       1'000,      10'000,
+constexpr uint64_t kPowersOfTen[] = {1,       10,        100,        1'000,      10'000,
                                      100'000, 1'000'000, 10'000'000, 100'000'000};
 
 // Reads the run of up to 8 ASCII digits at p (8 bytes must be readable) eight at a time:
@@ -224,8 +225,7 @@ inline int64_t ReadDigits(const char* p, uint64_t* value) {
     p += exponent_digits;
     exponent += exponent_negative ? -static_cast<int64_t>(value) : static_cast<int64_t>(value);
   }
-  if (digit_count > 19 || mantissa > 9'007'199'254'740'991ULL || exponent < -22 ||
-      exponent > 22) {
+  if (digit_count > 19 || mantissa > 9'007'199'254'740'991ULL || exponent < -22 || exponent > 22) {
     return nullptr;
   }
   double value = static_cast<double>(mantissa);
@@ -309,9 +309,9 @@ class JsonDecoder::Impl {
   // letter or an error needs it.
   struct Problem {
     MalformedReason reason = MalformedReason::kNotJson;
-    int field = -1;               // schema field index, or -1 for the whole record
-    const char* text = nullptr;   // static description
-    const char* got = nullptr;    // JSON type found, for wrong_type
+    int field = -1;              // schema field index, or -1 for the whole record
+    const char* text = nullptr;  // static description
+    const char* got = nullptr;   // JSON type found, for wrong_type
     error_code error = simdjson::SUCCESS;
     size_t record_size = 0;
   };
@@ -369,7 +369,7 @@ class JsonDecoder::Impl {
 
   ondemand::parser parser_;
   ondemand::parser array_parser_;  // re-reads arrays the fast scanner declined
-  std::string scratch_;  // padded copy of a record too close to an unpadded buffer's end
+  std::string scratch_;            // padded copy of a record too close to an unpadded buffer's end
 
   // Per record state.
   std::vector<uint64_t> seen_stamp_;  // == stamp_ when the field was set in this record
@@ -383,8 +383,9 @@ class JsonDecoder::Impl {
 
 JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
     : schema_(schema), spec_(spec), permissive_(spec.policy == MalformedPolicy::kPermissive) {
-  max_depth_ = spec.max_depth < 1 ? 1 : (spec.max_depth > kMaxSupportedDepth ? kMaxSupportedDepth
-                                                                             : spec.max_depth);
+  max_depth_ = spec.max_depth < 1
+                   ? 1
+                   : (spec.max_depth > kMaxSupportedDepth ? kMaxSupportedDepth : spec.max_depth);
   first_byte_head_.fill(-1);
   fields_.resize(schema_.fields.size());
   // Walk backwards so that each first-byte chain lists fields in schema order.
@@ -413,7 +414,8 @@ JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
   }
   for (size_t f = 0; f < schema_.fields.size(); ++f) {
     if (!schema_.fields[f].nullable) ++num_required_;
-    if (schema_.fields[f].type == FieldType::kString) string_columns_.push_back(static_cast<int>(f));
+    if (schema_.fields[f].type == FieldType::kString)
+      string_columns_.push_back(static_cast<int>(f));
     if (schema_.fields[f].type == FieldType::kDoubleArray) {
       array_columns_.push_back(static_cast<int>(f));
     }
@@ -577,9 +579,8 @@ bool JsonDecoder::Impl::FieldProblem(int field, MalformedReason reason, const ch
 // Decides what a failed typed read means. Returns false (with problem_ set) if the record is
 // broken; otherwise sets *reason to the value-level reason (wrong_type, number_out_of_range)
 // or to kMissingField for a null.
-bool JsonDecoder::Impl::ClassifyValueError(FieldType want, ondemand::value& value,
-                                           error_code error, MalformedReason* reason,
-                                           ondemand::json_type* type) {
+bool JsonDecoder::Impl::ClassifyValueError(FieldType want, ondemand::value& value, error_code error,
+                                           MalformedReason* reason, ondemand::json_type* type) {
   if (!IsValueError(error)) return RejectBroken(error);
   if (const error_code type_error = value.type().get(*type)) return RejectBroken(type_error);
   switch (*type) {
@@ -642,8 +643,8 @@ bool JsonDecoder::Impl::OnValueError(int field, ondemand::value& value, error_co
   // A boolean was validated (and consumed) while classifying; other values are walked by
   // FieldProblem.
   const bool consumed = type == ondemand::json_type::boolean;
-  const char* text = reason == MalformedReason::kNumberOutOfRange ? "number out of range for"
-                                                                  : nullptr;
+  const char* text =
+      reason == MalformedReason::kNumberOutOfRange ? "number out of range for" : nullptr;
   return FieldProblem(field, reason, text, JsonTypeName(type), consumed ? nullptr : &value, row);
 }
 
@@ -736,14 +737,15 @@ bool JsonDecoder::Impl::DecodeTimestamp(int field, ondemand::value& value, size_
   if (string_error == simdjson::SUCCESS) {
     const std::optional<int64_t> micros = ParseIso8601Micros(text);
     if (!micros) {
-      return FieldProblem(field, MalformedReason::kWrongType, "not an ISO-8601 timestamp",
-                          "string", nullptr, row);
+      return FieldProblem(field, MalformedReason::kWrongType, "not an ISO-8601 timestamp", "string",
+                          nullptr, row);
     }
     column.i64[row] = *micros;
     column.valid[row] = 1;
     return true;
   }
-  if (string_error != simdjson::INCORRECT_TYPE) return OnValueError(field, value, string_error, row);
+  if (string_error != simdjson::INCORRECT_TYPE)
+    return OnValueError(field, value, string_error, row);
 
   // Epoch milliseconds.
   ondemand::number number;
@@ -880,9 +882,8 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
   return true;
 }
 
-[[gnu::always_inline]] inline bool JsonDecoder::Impl::DecodeField(int field,
-                                                                 ondemand::value& value,
-                                                                 size_t row) {
+[[gnu::always_inline]] inline bool JsonDecoder::Impl::DecodeField(int field, ondemand::value& value,
+                                                                  size_t row) {
   Column& column = columns_[field];
   switch (fields_[field].type) {
     case FieldType::kDouble: {
@@ -891,8 +892,8 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
       // for the object's iteration to step over. Anything else goes through simdjson.
       const std::string_view token = TrimRight(value.raw_json_token());
       int64_t fraction_hint = 0;
-      if (ScanExactDouble(token.data(), &number, &fraction_hint) ==
-          token.data() + token.size()) [[likely]] {
+      if (ScanExactDouble(token.data(), &number, &fraction_hint) == token.data() + token.size())
+          [[likely]] {
         column.f64[row] = number;
         column.valid[row] = 1;
         return true;
@@ -1114,9 +1115,9 @@ std::string JsonDecoder::Impl::Detail() const {
   return detail;
 }
 
-Status JsonDecoder::Impl::Decode(const InputChunk& chunk, RecordBatch& out,
-                                 std::vector<DeadLetter>* dead_letters,
-                                 const std::function<std::string(const RecordPosition&)>& describe) {
+Status JsonDecoder::Impl::Decode(
+    const InputChunk& chunk, RecordBatch& out, std::vector<DeadLetter>* dead_letters,
+    const std::function<std::string(const RecordPosition&)>& describe) {
   if (out.columns.size() != fields_.size()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "record batch has {} columns but the schema has {} fields (call Reset)",
@@ -1163,8 +1164,8 @@ Status JsonDecoder::Impl::Decode(const InputChunk& chunk, RecordBatch& out,
       }
       case MalformedPolicy::kDeadLetter:
         if (dead_letters != nullptr) {
-          dead_letters->push_back(DeadLetter{std::string(chunk.record(i)), problem_.reason,
-                                             Detail(), record.position});
+          dead_letters->push_back(
+              DeadLetter{std::string(chunk.record(i)), problem_.reason, Detail(), record.position});
         }
         break;
       case MalformedPolicy::kPermissive:

@@ -10,7 +10,9 @@ namespace {
 constexpr int64_t kMicrosPerSecond = 1'000'000;
 constexpr int64_t kSecondsPerDay = 86'400;
 
-[[gnu::always_inline]] inline unsigned DigitValue(char c) { return static_cast<unsigned char>(c) - unsigned{'0'}; }
+[[gnu::always_inline]] inline unsigned DigitValue(char c) {
+  return static_cast<unsigned char>(c) - unsigned{'0'};
+}
 
 // The two / four ASCII digits at p, or -1. Callers check the length first. Written without
 // loops: event times are parsed once per record on the decoder's hot path.
@@ -59,7 +61,8 @@ CivilDate CivilFromDays(int64_t days) {
   const int64_t day_of_era = days - era * 146'097;  // [0, 146096]
   const int64_t year_of_era =
       (day_of_era - day_of_era / 1'460 + day_of_era / 36'524 - day_of_era / 146'096) / 365;
-  const int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  const int64_t day_of_year =
+      day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
   const int64_t month_index = (5 * day_of_year + 2) / 153;  // 0 = March
   const int day = static_cast<int>(day_of_year - (153 * month_index + 2) / 5 + 1);
   const int month = static_cast<int>(month_index < 10 ? month_index + 3 : month_index - 9);
@@ -181,9 +184,9 @@ size_t FormatIso8601Micros(int64_t micros, char* out) {
     result = fmt::format_to_n(out, kIso8601MaxLength, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
                               date.year, date.month, date.day, hour, minute, second);
   } else if (fraction % 1000 == 0) {
-    result = fmt::format_to_n(out, kIso8601MaxLength, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-                              date.year, date.month, date.day, hour, minute, second,
-                              fraction / 1000);
+    result =
+        fmt::format_to_n(out, kIso8601MaxLength, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                         date.year, date.month, date.day, hour, minute, second, fraction / 1000);
   } else {
     result = fmt::format_to_n(out, kIso8601MaxLength, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
                               date.year, date.month, date.day, hour, minute, second, fraction);

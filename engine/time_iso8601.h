@@ -1,7 +1,7 @@
 // Conversions between ISO-8601 / RFC 3339 timestamps and driftd's time representation
 // (int64 microseconds since the Unix epoch, UTC). The decoder parses event times with these;
-// sinks and the console format them back. Pure functions, thread-safe, no allocation except
-// FormatIso8601Micros's returned string.
+// sinks and the console format them back. Thread-safe (parsing remembers the last date per
+// thread), no allocation except FormatIso8601Micros's returned string.
 #pragma once
 
 #include <cstddef>

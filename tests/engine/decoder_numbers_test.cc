@@ -31,14 +31,45 @@ uint64_t Bits(double value) {
 // Numbers of every shape the scanner distinguishes: signs, one- and many-digit integer parts,
 // short and long fractions, exponents, values at the edge of the exact fast path.
 std::vector<std::string> NumberTexts() {
-  std::vector<std::string> texts = {
-      "0", "-0", "1", "-1", "0.5", "-0.5", "10", "123456789", "0.000001", "0.1", "0.2", "0.3",
-      "1e22", "1e23", "-1e-22", "1e-23", "9007199254740991", "9007199254740992",
-      "9007199254740993", "18446744073709551615", "18446744073709551616",
-      "123456789012345678901234567890", "0.12345678901234567890", "1.7976931348623157e308",
-      "2.2250738585072014e-308", "4.9e-324", "1e-320", "1E5", "1e+5", "2.5E-3", "-0.0",
-      "0.000000000000000000000000001", "1234567.1234567", "3.141592653589793",
-      "12345678.12345678", "99999999", "100000000", "0.99999999", "123456789012345678"};
+  std::vector<std::string> texts = {"0",
+                                    "-0",
+                                    "1",
+                                    "-1",
+                                    "0.5",
+                                    "-0.5",
+                                    "10",
+                                    "123456789",
+                                    "0.000001",
+                                    "0.1",
+                                    "0.2",
+                                    "0.3",
+                                    "1e22",
+                                    "1e23",
+                                    "-1e-22",
+                                    "1e-23",
+                                    "9007199254740991",
+                                    "9007199254740992",
+                                    "9007199254740993",
+                                    "18446744073709551615",
+                                    "18446744073709551616",
+                                    "123456789012345678901234567890",
+                                    "0.12345678901234567890",
+                                    "1.7976931348623157e308",
+                                    "2.2250738585072014e-308",
+                                    "4.9e-324",
+                                    "1e-320",
+                                    "1E5",
+                                    "1e+5",
+                                    "2.5E-3",
+                                    "-0.0",
+                                    "0.000000000000000000000000001",
+                                    "1234567.1234567",
+                                    "3.141592653589793",
+                                    "12345678.12345678",
+                                    "99999999",
+                                    "100000000",
+                                    "0.99999999",
+                                    "123456789012345678"};
   std::mt19937_64 rng(7);
   std::normal_distribution<double> normal(0.0, 3.0);
   std::uniform_int_distribution<int> precision(0, 17);
@@ -76,7 +107,8 @@ TEST_CASE("array elements and scalar doubles decode to the correctly rounded dou
   RecordBatch batch;
   batch.Reset(ArrayAndScalarSchema());
   InputChunk chunk;
-  for (size_t i = 0; i < records.size(); ++i) chunk.Append(records[i], {0, static_cast<int64_t>(i)});
+  for (size_t i = 0; i < records.size(); ++i)
+    chunk.Append(records[i], {0, static_cast<int64_t>(i)});
   chunk.Seal();
   REQUIRE(decoder.Decode(chunk, batch, nullptr));
   REQUIRE(batch.num_rows == texts.size());
@@ -99,15 +131,21 @@ TEST_CASE("array whitespace is accepted and malformed arrays are classified like
   Schema schema;
   schema.fields = {{"a", FieldType::kDoubleArray, true}};
   const std::vector<std::pair<std::string, std::vector<double>>> good = {
-      {"[ 1 , 2 ]", {1, 2}}, {"[\n1,\t2\r]", {1, 2}}, {"[]", {}}, {"[ ]", {}},
-      {"[-0.5e1]", {-5}},    {"[0]", {0}}};
+      {"[ 1 , 2 ]", {1, 2}}, {"[\n1,\t2\r]", {1, 2}}, {"[]", {}},
+      {"[ ]", {}},           {"[-0.5e1]", {-5}},      {"[0]", {0}}};
   const std::vector<std::pair<std::string, MalformedReason>> bad = {
-      {"[1,]", MalformedReason::kNotJson},     {"[01]", MalformedReason::kNotJson},
-      {"[1 2]", MalformedReason::kNotJson},    {"[-]", MalformedReason::kNotJson},
-      {"[.5]", MalformedReason::kNotJson},     {"[1.]", MalformedReason::kNotJson},
-      {"[1e]", MalformedReason::kNotJson},     {"[+1]", MalformedReason::kNotJson},
-      {"[1,,2]", MalformedReason::kNotJson},   {"[1e5x]", MalformedReason::kNotJson},
-      {"[-01.5]", MalformedReason::kNotJson},  {"[1e400]", MalformedReason::kNumberOutOfRange},
+      {"[1,]", MalformedReason::kNotJson},
+      {"[01]", MalformedReason::kNotJson},
+      {"[1 2]", MalformedReason::kNotJson},
+      {"[-]", MalformedReason::kNotJson},
+      {"[.5]", MalformedReason::kNotJson},
+      {"[1.]", MalformedReason::kNotJson},
+      {"[1e]", MalformedReason::kNotJson},
+      {"[+1]", MalformedReason::kNotJson},
+      {"[1,,2]", MalformedReason::kNotJson},
+      {"[1e5x]", MalformedReason::kNotJson},
+      {"[-01.5]", MalformedReason::kNotJson},
+      {"[1e400]", MalformedReason::kNumberOutOfRange},
       {"[2,-1e400]", MalformedReason::kNumberOutOfRange}};
   MalformedSpec spec;
   spec.policy = MalformedPolicy::kDeadLetter;

@@ -18,8 +18,10 @@ constexpr int64_t k20261129T101502Z = 1'795'947'302'000'000;
 Schema InferenceSchema() {
   Schema schema;
   schema.fields = {
-      {"model_id", FieldType::kString, false},    {"event_time", FieldType::kTimestamp, true},
-      {"feature_vector", FieldType::kDoubleArray, true}, {"prediction", FieldType::kDouble, true},
+      {"model_id", FieldType::kString, false},
+      {"event_time", FieldType::kTimestamp, true},
+      {"feature_vector", FieldType::kDoubleArray, true},
+      {"prediction", FieldType::kDouble, true},
       {"ground_truth", FieldType::kDouble, true},
   };
   return schema;
@@ -28,9 +30,9 @@ Schema InferenceSchema() {
 Schema AllTypesSchema() {
   Schema schema;
   schema.fields = {
-      {"ts", FieldType::kTimestamp, true},  {"name", FieldType::kString, true},
-      {"score", FieldType::kDouble, true},  {"total", FieldType::kLong, true},
-      {"count", FieldType::kInt, true},     {"flag", FieldType::kBoolean, true},
+      {"ts", FieldType::kTimestamp, true},       {"name", FieldType::kString, true},
+      {"score", FieldType::kDouble, true},       {"total", FieldType::kLong, true},
+      {"count", FieldType::kInt, true},          {"flag", FieldType::kBoolean, true},
       {"values", FieldType::kDoubleArray, true},
   };
   return schema;
@@ -95,10 +97,9 @@ std::vector<BadCase> BadCases() {
       {"bad literal in an ignored field", R"({"model_id":"m","x":tru,"prediction":0.5})",
        MalformedReason::kNotJson},
       {"cut in a number", R"({"model_id":"m","prediction":0.12)", MalformedReason::kTruncated},
-      {"cut in a nested object", R"({"model_id":"m","x":{"a":1})",
-       MalformedReason::kTruncated},
-      {"string for a double", R"({"model_id":"m","prediction":"NaN"})",
-       MalformedReason::kWrongType, true},
+      {"cut in a nested object", R"({"model_id":"m","x":{"a":1})", MalformedReason::kTruncated},
+      {"string for a double", R"({"model_id":"m","prediction":"NaN"})", MalformedReason::kWrongType,
+       true},
       {"object for a double", R"({"model_id":"m","prediction":{"v":1}})",
        MalformedReason::kWrongType, true},
       {"required field missing", R"({"prediction":0.5})", MalformedReason::kMissingField},
@@ -106,13 +107,13 @@ std::vector<BadCase> BadCases() {
        MalformedReason::kMissingField},
       {"invalid UTF-8", "{\"model_id\":\"m\xff\xfe\",\"prediction\":0.5}",
        MalformedReason::kInvalidUtf8},
-      {"too deep", R"({"model_id":"m","x":)" + std::string(100, '[') + std::string(100, ']') +
-                       R"(,"prediction":0.5})",
+      {"too deep",
+       R"({"model_id":"m","x":)" + std::string(100, '[') + std::string(100, ']') +
+           R"(,"prediction":0.5})",
        MalformedReason::kTooDeep},
       {"too large", R"({"model_id":"m","pad":")" + std::string(2 << 20, 'x') + R"("})",
        MalformedReason::kTooLarge},
-      {"1e400", R"({"model_id":"m","prediction":1e400})", MalformedReason::kNumberOutOfRange,
-       true},
+      {"1e400", R"({"model_id":"m","prediction":1e400})", MalformedReason::kNumberOutOfRange, true},
       {"array top level", "[1,2,3]", MalformedReason::kNotObject},
       {"empty line", "", MalformedReason::kEmpty},
       {"blank line", " \t\r", MalformedReason::kEmpty},
@@ -260,9 +261,9 @@ TEST_CASE("extra fields are ignored, in any order and at any depth", "[decoder]"
 }
 
 TEST_CASE("field names are matched after JSON unescaping", "[decoder]") {
-  const Decoded decoded = DecodeRecords(
-      InferenceSchema(), MalformedSpec{},
-      {R"({"model\u005fid":"m","pred\"iction":1,"prediction":2})"});
+  const Decoded decoded =
+      DecodeRecords(InferenceSchema(), MalformedSpec{},
+                    {R"({"model\u005fid":"m","pred\"iction":1,"prediction":2})"});
   REQUIRE(decoded.status);
   REQUIRE(decoded.batch.num_rows == 1);
   CHECK(decoded.batch.columns[0].String(0) == "m");
@@ -270,9 +271,9 @@ TEST_CASE("field names are matched after JSON unescaping", "[decoder]") {
 }
 
 TEST_CASE("numbers and booleans in a string field keep their JSON text", "[decoder]") {
-  const Decoded decoded = DecodeRecords(InferenceSchema(), MalformedSpec{},
-                                        {R"({"model_id":3})", R"({"model_id":-1.5e3 })",
-                                         R"({"model_id":true})"});
+  const Decoded decoded =
+      DecodeRecords(InferenceSchema(), MalformedSpec{},
+                    {R"({"model_id":3})", R"({"model_id":-1.5e3 })", R"({"model_id":true})"});
   REQUIRE(decoded.status);
   REQUIRE(decoded.batch.num_rows == 3);
   CHECK(decoded.batch.columns[0].String(0) == "3");
@@ -283,11 +284,11 @@ TEST_CASE("numbers and booleans in a string field keep their JSON text", "[decod
 TEST_CASE("integers are range-checked for int and long", "[decoder]") {
   Schema schema;
   schema.fields = {{"i", FieldType::kInt, true}, {"l", FieldType::kLong, true}};
-  const Decoded decoded = DecodeRecords(
-      schema, Policy(MalformedPolicy::kDeadLetter),
-      {R"({"i":2147483648})", R"({"i":-2147483649})", R"({"l":9223372036854775808})",
-       R"({"l":-9223372036854775809})", R"({"i":3.0})", R"({"l":1e3})", R"({"i":"7"})",
-       R"({"i":-0,"l":9223372036854775807})"});
+  const Decoded decoded =
+      DecodeRecords(schema, Policy(MalformedPolicy::kDeadLetter),
+                    {R"({"i":2147483648})", R"({"i":-2147483649})", R"({"l":9223372036854775808})",
+                     R"({"l":-9223372036854775809})", R"({"i":3.0})", R"({"l":1e3})",
+                     R"({"i":"7"})", R"({"i":-0,"l":9223372036854775807})"});
   REQUIRE(decoded.status);
   const std::vector<MalformedReason> expected = {
       MalformedReason::kNumberOutOfRange, MalformedReason::kNumberOutOfRange,
@@ -299,8 +300,8 @@ TEST_CASE("integers are range-checked for int and long", "[decoder]") {
     INFO(decoded.dead_letters[i].raw << " " << decoded.dead_letters[i].detail);
     CHECK(decoded.dead_letters[i].reason == expected[i]);
   }
-  CHECK_THAT(decoded.dead_letters[0].detail, Catch::Contains("field 'i'") &&
-                                                 Catch::Contains("out of range for int"));
+  CHECK_THAT(decoded.dead_letters[0].detail,
+             Catch::Contains("field 'i'") && Catch::Contains("out of range for int"));
   REQUIRE(decoded.batch.num_rows == 1);
   CHECK(decoded.batch.columns[0].i64[0] == 0);
   CHECK(decoded.batch.columns[1].i64[0] == 9223372036854775807);
@@ -309,10 +310,10 @@ TEST_CASE("integers are range-checked for int and long", "[decoder]") {
 TEST_CASE("booleans and arrays reject values of other types", "[decoder]") {
   Schema schema;
   schema.fields = {{"b", FieldType::kBoolean, true}, {"v", FieldType::kDoubleArray, true}};
-  const Decoded decoded = DecodeRecords(
-      schema, Policy(MalformedPolicy::kDrop),
-      {R"({"b":"true"})", R"({"b":1})", R"({"v":[1,"2"]})", R"({"v":[1,null]})",
-       R"({"v":[[1]]})", R"({"v":{"0":1}})", R"({"v":[1,1e400]})", R"({"v":"[1]"})"});
+  const Decoded decoded =
+      DecodeRecords(schema, Policy(MalformedPolicy::kDrop),
+                    {R"({"b":"true"})", R"({"b":1})", R"({"v":[1,"2"]})", R"({"v":[1,null]})",
+                     R"({"v":[[1]]})", R"({"v":{"0":1}})", R"({"v":[1,1e400]})", R"({"v":"[1]"})"});
   REQUIRE(decoded.status);
   CHECK(decoded.batch.num_rows == 0);
   CHECK(decoded.counts[MalformedReason::kWrongType] == 7);
@@ -320,10 +321,10 @@ TEST_CASE("booleans and arrays reject values of other types", "[decoder]") {
 }
 
 TEST_CASE("permissive keeps a row whose bad nullable fields become null", "[decoder]") {
-  const Decoded decoded = DecodeRecords(
-      InferenceSchema(), Policy(MalformedPolicy::kPermissive),
-      {R"({"model_id":"m","event_time":"soon","feature_vector":[1,"x",[2,[3]],4],)"
-       R"("prediction":"NaN","ground_truth":0.5})"});
+  const Decoded decoded =
+      DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kPermissive),
+                    {R"({"model_id":"m","event_time":"soon","feature_vector":[1,"x",[2,[3]],4],)"
+                     R"("prediction":"NaN","ground_truth":0.5})"});
   REQUIRE(decoded.status);
   REQUIRE(decoded.batch.num_rows == 1);
   CHECK(decoded.counts.total() == 1);
@@ -338,11 +339,10 @@ TEST_CASE("permissive keeps a row whose bad nullable fields become null", "[deco
 }
 
 TEST_CASE("permissive still drops a record that is broken after a bad field", "[decoder]") {
-  const Decoded decoded =
-      DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kPermissive),
-                    {R"({"model_id":"m","prediction":"x","junk":[1,2}})",
-                     R"({"model_id":"m","prediction":"x","deep":)" + std::string(80, '[') +
-                         std::string(80, ']') + "}"});
+  const Decoded decoded = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kPermissive),
+                                        {R"({"model_id":"m","prediction":"x","junk":[1,2}})",
+                                         R"({"model_id":"m","prediction":"x","deep":)" +
+                                             std::string(80, '[') + std::string(80, ']') + "}"});
   REQUIRE(decoded.status);
   CHECK(decoded.batch.num_rows == 0);
   CHECK(decoded.counts[MalformedReason::kNotJson] == 1);
@@ -356,8 +356,8 @@ TEST_CASE("each malformed reason is counted under every policy", "[decoder][malf
     const std::vector<std::string> records = {kGood0, bad.record, kGood2};
 
     DYNAMIC_SECTION("drop skips the record and counts it: " << bad.name) {
-      const Decoded decoded = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop),
-                                            records);
+      const Decoded decoded =
+          DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop), records);
       REQUIRE(decoded.status);
       REQUIRE(decoded.batch.num_rows == 2);
       CHECK(decoded.batch.positions[0].offset == PositionOf(0).offset);
@@ -420,8 +420,8 @@ TEST_CASE("the fail message falls back to partition and offset without a describ
   const InputChunk chunk = MakeChunk({kGood0, "{"});
   const Status status = decoder.Decode(chunk, batch, nullptr);
   REQUIRE_FALSE(status);
-  CHECK_THAT(status.error().message(), Catch::Contains("partition 2 offset 1010") &&
-                                           Catch::Contains("truncated"));
+  CHECK_THAT(status.error().message(),
+             Catch::Contains("partition 2 offset 1010") && Catch::Contains("truncated"));
 }
 
 TEST_CASE("counts accumulate by reason across chunks until reset", "[decoder][malformed]") {
@@ -502,8 +502,8 @@ TEST_CASE("1e400 and NaN are not doubles", "[decoder][malformed]") {
   CHECK(decoded.dead_letters[0].reason == MalformedReason::kNumberOutOfRange);
   CHECK(decoded.dead_letters[1].reason == MalformedReason::kNumberOutOfRange);
   CHECK(decoded.dead_letters[2].reason == MalformedReason::kWrongType);
-  CHECK_THAT(decoded.dead_letters[2].detail, Catch::Contains("prediction") &&
-                                                 Catch::Contains("expected double, got string"));
+  CHECK_THAT(decoded.dead_letters[2].detail,
+             Catch::Contains("prediction") && Catch::Contains("expected double, got string"));
   CHECK(decoded.dead_letters[3].reason == MalformedReason::kNotJson);
   CHECK(decoded.dead_letters[4].reason == MalformedReason::kNumberOutOfRange);
   REQUIRE(decoded.batch.num_rows == 1);
@@ -522,8 +522,7 @@ TEST_CASE("a 1000-deep nesting is too_deep, and decodes when maxDepth allows it"
       R"({"model_id":"m","prediction":)" + arrays + "}",
       R"({"model_id":"m","feature_vector":)" + arrays + "}",
   };
-  const Decoded limited = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop),
-                                        records);
+  const Decoded limited = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop), records);
   REQUIRE(limited.status);
   CHECK(limited.batch.num_rows == 0);
   CHECK(limited.counts[MalformedReason::kTooDeep] == 2);
@@ -577,11 +576,11 @@ TEST_CASE("a record cut in the middle of a number is truncated, never read past"
 TEST_CASE("invalid UTF-8 anywhere in the record is malformed", "[decoder][malformed]") {
   const Decoded decoded = DecodeRecords(
       InferenceSchema(), Policy(MalformedPolicy::kDeadLetter),
-      {"{\"model_id\":\"m\xff\"}",                          // invalid byte in a value
-       "{\"model_id\":\"m\",\"ign\xc3\x28red\":1}",         // bad continuation in an ignored key
-       "{\"model_id\":\"m\",\"x\":[\"\xed\xa0\x80\"]}",     // UTF-16 surrogate in an ignored value
-       "{\"model_id\":\"\xc0\xaf\"}",                       // overlong encoding
-       "{\"model_id\":\"m\xe2\x82\"}",                      // sequence cut short
+      {"{\"model_id\":\"m\xff\"}",                           // invalid byte in a value
+       "{\"model_id\":\"m\",\"ign\xc3\x28red\":1}",          // bad continuation in an ignored key
+       "{\"model_id\":\"m\",\"x\":[\"\xed\xa0\x80\"]}",      // UTF-16 surrogate in an ignored value
+       "{\"model_id\":\"\xc0\xaf\"}",                        // overlong encoding
+       "{\"model_id\":\"m\xe2\x82\"}",                       // sequence cut short
        "{\"model_id\":\"caf\xc3\xa9 \xf0\x9f\x98\x80\"}"});  // valid two- and four-byte chars
   REQUIRE(decoded.status);
   REQUIRE(decoded.dead_letters.size() == 5);
@@ -593,11 +592,11 @@ TEST_CASE("invalid UTF-8 anywhere in the record is malformed", "[decoder][malfor
 }
 
 TEST_CASE("invalid JSON in an ignored field is not_json", "[decoder][malformed]") {
-  const Decoded decoded = DecodeRecords(
-      InferenceSchema(), Policy(MalformedPolicy::kDeadLetter),
-      {R"({"model_id":"m","x":[1,2}})", R"({"model_id":"m","x":01})",
-       R"({"model_id":"m","x":"\q"})", R"({"model_id":"m","x":nul})",
-       R"({"model_id":"m" "x":1})", R"({"model_id":"m","x":1.})"});
+  const Decoded decoded =
+      DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDeadLetter),
+                    {R"({"model_id":"m","x":[1,2}})", R"({"model_id":"m","x":01})",
+                     R"({"model_id":"m","x":"\q"})", R"({"model_id":"m","x":nul})",
+                     R"({"model_id":"m" "x":1})", R"({"model_id":"m","x":1.})"});
   REQUIRE(decoded.status);
   CHECK(decoded.batch.num_rows == 0);
   CHECK(decoded.counts[MalformedReason::kNotJson] == 6);
@@ -613,13 +612,13 @@ TEST_CASE("a chunk of mixed records keeps the good rows in order with their posi
     } else if (i % 11 == 5) {
       records.push_back(R"({"model_id":"m","prediction":"bad"})");
     } else {
-      records.push_back(fmt::format(R"({{"model_id":"model-{}","prediction":{},"tag":"t{}"}})",
-                                    i, static_cast<double>(i) / 4, i));
+      records.push_back(fmt::format(R"({{"model_id":"model-{}","prediction":{},"tag":"t{}"}})", i,
+                                    static_cast<double>(i) / 4, i));
       good.push_back(i);
     }
   }
-  const Decoded decoded = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop),
-                                        records, /*seal=*/false);
+  const Decoded decoded =
+      DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kDrop), records, /*seal=*/false);
   REQUIRE(decoded.status);
   REQUIRE(decoded.batch.num_rows == good.size());
   CHECK(decoded.counts.total() == static_cast<int64_t>(records.size() - good.size()));
