@@ -250,6 +250,12 @@ class SocketSource final : public Source {
       AddLine(pending_, newline, now);
       pending_ = scan = newline + 1;
     }
+    // Bytes of blank lines are only trimmed with the lines after them; with no line pending,
+    // drop them now so a stream of blank lines cannot fill the buffer.
+    if (lines_.empty() && pending_ > 0) {
+      data_.erase(0, pending_);
+      pending_ = 0;
+    }
     // One line larger than the whole buffer would stall reading forever; cut it.
     if (static_cast<int64_t>(data_.size() - pending_) >= options_.max_buffered_bytes) {
       EndPendingLine();

@@ -56,9 +56,12 @@ class LocalServer {
   int port_ = 0;
 };
 
-std::unique_ptr<Source> StartedSocket(int port, const SourceOffsets& committed = {}) {
-  auto source = CreateSocketSource(
-      SourcePipeline("socket", {{"host", "127.0.0.1"}, {"port", std::to_string(port)}}));
+std::unique_ptr<Source> StartedSocket(int port, const SourceOffsets& committed = {},
+                                      const std::string& max_buffered_bytes = "67108864") {
+  auto source =
+      CreateSocketSource(SourcePipeline("socket", {{"host", "127.0.0.1"},
+                                                   {"port", std::to_string(port)},
+                                                   {"maxBufferedBytes", max_buffered_bytes}}));
   REQUIRE(source);
   REQUIRE((*source)->Start(committed));
   return std::move(*source);
@@ -127,6 +130,16 @@ TEST_CASE("after a restart the socket source numbers lines on without replaying"
   CHECK(records[0].position.offset == 10);
   CHECK(source->DescribePosition(records[0].position) ==
         "socket 127.0.0.1:" + std::to_string(server.port()) + " line 10");
+}
+
+TEST_CASE("blank lines do not fill the socket buffer", "[socket][source]") {
+  LocalServer server;
+  auto source = StartedSocket(server.port(), {}, "1024");
+  server.Accept();
+  for (int i = 0; i < 20; ++i) server.Send(std::string(500, '\n'));
+  server.Send("{\"n\":1}\n");
+  SourceOffsets end = AwaitLines(*source, {{"socket", 0}}, 1);
+  CHECK(Texts(ReadRange(*source, {{"socket", 0}}, end)) == std::vector<std::string>{"{\"n\":1}"});
 }
 
 TEST_CASE("the socket source fails to start when nothing listens", "[socket][source]") {
