@@ -122,7 +122,9 @@ class KafkaSink final : public Sink {
 
   Status Deliver(const BatchOutput& output) override {
     if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
-    if (output.batch_id <= delivered_) return Ok();  // a committed transaction holds it
+    // No skipping of batch ids at or below delivered_: the executor asks IsDelivered on
+    // recovery, and a pipeline restarted from an empty checkpoint numbers its batches from 0
+    // again, whose output must not be dropped.
     for (int attempt = 1;; ++attempt) {
       auto [outcome, status] = DeliverOnce(output);
       if (outcome == Outcome::kOk) {
@@ -276,7 +278,7 @@ class KafkaSink final : public Sink {
     return committed;
   }
 
-  // The highest batch id in this pipeline's committed progress records, or -1.
+  // The batch id of this pipeline's newest committed progress record, or -1.
   Result<int64_t> ReadLatestProgress() {
     std::map<std::string, std::string> settings = {
         {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
@@ -435,7 +437,7 @@ class KafkaSink final : public Sink {
                       options_.progress_topic, message->offset);
           continue;
         }
-        latest = std::max(latest, batch_id);
+        latest = batch_id;  // the newest record wins (batch ids restart with a new checkpoint)
       }
       if (latest >= 0) return latest;
       window_end = window_start;
