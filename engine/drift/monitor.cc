@@ -1078,8 +1078,9 @@ void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_nam
   ModelState& m = ModelFor(model, model_name);
   SeriesState& s = m.series[series];
   if (s.frozen) return;  // statistics given already, or restored
+  // Reference values are not part of the stream: they take no value index, so the stream's
+  // windows are numbered from 0.
   MarkDirty(m, series);
-  ++s.seen;
   s.baseline.Add(value);
   if (has_histogram_ && s.warmup.size() < kMaxWarmupValues) s.warmup.push_back(value);
 }
@@ -1096,7 +1097,6 @@ void DriftMonitor::ObserveReferenceLabel(uint32_t model, const std::string& mode
   SeriesState& s = m.series[series];
   if (s.frozen) return;
   MarkDirty(m, series);
-  ++s.seen;
   s.err_baseline.Add(prediction, label, error_threshold_);
 }
 
@@ -1137,7 +1137,6 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
   s.baseline = moments;
-  s.seen = moments.count();
   s.edges = std::move(edges);
   s.ref_counts = std::move(counts);
   s.window_counts.assign(s.edges.bins(), 0);
@@ -1160,7 +1159,6 @@ Status DriftMonitor::SetErrorReference(uint32_t model, const std::string& model_
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
   s.err_baseline = summary;
-  s.seen = summary.count();
   s.frozen = true;
   return Ok();
 }

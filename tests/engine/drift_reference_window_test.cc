@@ -14,7 +14,7 @@
 namespace driftd {
 namespace {
 
-constexpr int64_t kT0 = 1'700'000'000'000'000;  // event time of the first value, us
+constexpr int64_t kT0 = 1'699'999'980'000'000;  // first value's event time, a whole minute (us)
 constexpr int64_t kMinuteUs = 60'000'000;
 
 DriftSpec Spec(BaselineKind kind) {
@@ -58,7 +58,8 @@ TEST_CASE("reference records form the baseline, so drift present from the start 
   const AlertEvent& alert = *std::find_if(events.begin(), events.end(), [](const AlertEvent& e) {
     return e.level == AlertLevel::kAlert;
   });
-  CHECK(alert.window_end_record == 7000);  // 5000 reference values, then two windows
+  // Reference values take no value index: the stream's second window ends at 2000.
+  CHECK(alert.window_end_record == 2000);
   CHECK(alert.baseline_n == 5000);
   CHECK(alert.ToJson().find(R"("baseline":{"type":"file","n":5000)") != std::string::npos);
 }
@@ -113,6 +114,7 @@ TEST_CASE("inconsistent reference statistics are refused with model and series n
 /// Feeds `per_minute` values per minute of event time for `minutes` minutes from minute
 /// `first`, N(mean(minute), 1), evaluating after every minute (one batch per minute).
 struct EventTimeDriver {
+  explicit EventTimeDriver(DriftMonitor& m) : monitor(m) {}
   DriftMonitor& monitor;
   std::mt19937_64 rng{3};
   int64_t batch = 0;
