@@ -4,6 +4,7 @@
 # test broker, feed it inference logs in which one model drifts, wait for alerts on the output
 # topic, stop it with SIGTERM and check the exit code. Prints key lines the test asserts on:
 #   image-size-bytes N / healthcheck ok / alerts N / exit-code N
+# DRIFTD_IMAGE_REUSE=1 skips the build when the image exists (for iterating on this script).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,7 +36,13 @@ kafka_tool() {  # class, args...
     -Dlog4j.configuration="file:$work/log4j.properties" "$class" "$@"
 }
 
-"$here/podman_image.sh" build
+if [ "${DRIFTD_IMAGE_REUSE:-0}" = 1 ] && "${podman[@]}" image exists "$image"; then
+  # Iterating on this script: keep the image of the last build.
+  echo "image-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' "$image")"
+  echo "base-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' docker.io/library/debian:bookworm-slim)"
+else
+  "$here/podman_image.sh" build
+fi
 
 for topic in "$input" "$alerts" "$stats"; do
   kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \

@@ -3,7 +3,8 @@
 # its size. The debian:bookworm-slim base comes from debootstrap, cached as a tarball under
 # ~/.cache/driftd-podman so that only the first run pays for it.
 #   podman_image.sh check    exit 0 if podman can run here
-#   podman_image.sh build    build localhost/driftd:test, print "image-size-bytes N"
+#   podman_image.sh build    build localhost/driftd:test, print "image-size-bytes N" and the
+#                            size of the base it was built on, "base-size-bytes N"
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -36,6 +37,7 @@ case "${1:-build}" in
     "${podman[@]}" build --pull=never --format docker --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
       -t "$image" -f "$repo/deploy/docker/Dockerfile" "$repo" >&2
     echo "image-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' "$image")"
+    echo "base-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' "$base")"
     ;;
   *)
     echo "usage: $0 check|build" >&2
