@@ -160,10 +160,9 @@ class WebhookSink final : public Sink {
     int64_t backoff_ms = options_.backoff_initial_ms;
     std::string last_failure;
     for (int64_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
-      httplib::Result result =
-          options_.method == "PUT"
-              ? client_->Put(url_.path, headers, body, "application/json")
-              : client_->Post(url_.path, headers, body, "application/json");
+      httplib::Result result = options_.method == "PUT"
+                                   ? client_->Put(url_.path, headers, body, "application/json")
+                                   : client_->Post(url_.path, headers, body, "application/json");
       int64_t wait_ms = backoff_ms;
       if (!result) {
         last_failure = fmt::format("{}", httplib::to_string(result.error()));
@@ -183,8 +182,8 @@ class WebhookSink final : public Sink {
         }
       }
       if (attempt == options_.max_attempts) break;
-      Log()->warn("sink={} key={} attempt {}/{} failed: {}; retrying in {} ms", name_, key,
-                  attempt, options_.max_attempts, last_failure, wait_ms);
+      Log()->warn("sink={} key={} attempt {}/{} failed: {}; retrying in {} ms", name_, key, attempt,
+                  options_.max_attempts, last_failure, wait_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
       backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
     }
@@ -213,8 +212,10 @@ std::string WebhookIdempotencyKey(std::string_view pipeline, int64_t batch_id, s
                                   std::string_view row_json) {
   simdjson::dom::parser parser;
   std::string_view alert_id;
-  if (parser.parse(row_json.data(), row_json.size()).at_key("alert_id").get_string().get(
-          alert_id) == simdjson::SUCCESS &&
+  if (parser.parse(row_json.data(), row_json.size())
+              .at_key("alert_id")
+              .get_string()
+              .get(alert_id) == simdjson::SUCCESS &&
       !alert_id.empty()) {
     return std::string(alert_id);
   }
@@ -247,7 +248,8 @@ std::string DefaultWebhookDeliveryLog(std::string_view checkpoint_location,
               c == '.' || c == '_' || c == '-';
     if (!ok) c = '_';
   }
-  return JoinPath(JoinPath(checkpoint_location, "sinks"), fmt::format("webhook-{}.delivered", safe));
+  return JoinPath(JoinPath(checkpoint_location, "sinks"),
+                  fmt::format("webhook-{}.delivered", safe));
 }
 
 ConnectorDecl WebhookSinkDecl() {

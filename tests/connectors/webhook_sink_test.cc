@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "connectors/registry.h"
 #include "connectors/webhook_sink.h"
@@ -107,8 +107,7 @@ PipelineSpec WebhookPipeline(const std::string& checkpoint, StreamKind stream,
   spec.name = "pager";
   spec.format = "webhook";
   spec.stream = stream;
-  std::map<std::string, std::string> options = {{"backoffInitialMs", "1"},
-                                                {"backoffMaxMs", "20"}};
+  std::map<std::string, std::string> options = {{"backoffInitialMs", "1"}, {"backoffMaxMs", "20"}};
   for (const auto& [name, value] : given) options[name] = value;
   spec.options = testing::WithDefaults("webhook", ConnectorRole::kSink, options);
   pipeline.sinks.push_back(spec);
@@ -143,9 +142,9 @@ TEST_CASE("a webhook sink delivers every alert despite 5xx answers, keyed by its
           "[connectors][webhook]") {
   testing::TempDir dir;
   Receiver receiver(/*fail_first=*/3, /*fail_status=*/503);
-  auto sink = OpenSink(WebhookPipeline(dir.path(), StreamKind::kAlerts,
-                                       {{"url", receiver.url()},
-                                        {"headers", R"({"Authorization": "Bearer s3cret"})"}}));
+  auto sink = OpenSink(WebhookPipeline(
+      dir.path(), StreamKind::kAlerts,
+      {{"url", receiver.url()}, {"headers", R"({"Authorization": "Bearer s3cret"})"}}));
   REQUIRE_FALSE(*sink->IsDelivered(0));
   auto delivered = sink->Deliver(AlertBatch(0, {"a1", "a2", "a3"}));
   INFO((delivered ? "" : delivered.error().message()));
@@ -201,7 +200,8 @@ TEST_CASE("a restarted webhook sink knows from its delivery log which batches ar
           "[connectors][webhook]") {
   testing::TempDir dir;
   Receiver receiver;
-  PipelineSpec pipeline = WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}});
+  PipelineSpec pipeline =
+      WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}});
   {
     auto sink = OpenSink(pipeline);
     REQUIRE(sink->Deliver(AlertBatch(0, {"a1"})));
@@ -223,7 +223,8 @@ TEST_CASE("a batch interrupted half-way is re-sent with the same keys", "[connec
   testing::TempDir dir;
   // Two alerts go through, then the receiver refuses for longer than maxAttempts covers.
   Receiver receiver;
-  PipelineSpec pipeline = WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}});
+  PipelineSpec pipeline =
+      WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}});
   std::string log = DefaultWebhookDeliveryLog(dir.path(), "pager");
   {
     auto sink = OpenSink(pipeline);
@@ -256,10 +257,12 @@ TEST_CASE("rows without an alert id are keyed by pipeline, batch and row",
 TEST_CASE("a webhook sink refuses a url it cannot use and headers that are not strings",
           "[connectors][webhook]") {
   testing::TempDir dir;
-  CHECK_FALSE(CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", "ftp://x/y"}})));
-  CHECK_FALSE(CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", "localhost"}})));
-  CHECK_FALSE(CreateSinks(WebhookPipeline(
-      dir.path(), StreamKind::kAlerts, {{"url", "http://h/x"}, {"headers", R"({"X-N": 1})"}})));
+  CHECK_FALSE(
+      CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", "ftp://x/y"}})));
+  CHECK_FALSE(
+      CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", "localhost"}})));
+  CHECK_FALSE(CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts,
+                                          {{"url", "http://h/x"}, {"headers", R"({"X-N": 1})"}})));
   CHECK(CreateSinks(WebhookPipeline(dir.path(), StreamKind::kAlerts,
                                     {{"url", "https://example.invalid:8443/alerts"}})));
 }

@@ -12,9 +12,9 @@
 #include <set>
 #include <thread>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <catch2/catch.hpp>
 
 #include "connectors/file_sink.h"
 #include "tests/support/test_support.h"
@@ -133,8 +133,8 @@ TEST_CASE("every alert reaches a flaky webhook once per id across a SIGKILL and 
   FlakyReceiver receiver;
   const std::string pipeline = dir / "pipeline.yaml";
   testing::WriteFile(pipeline, Pipeline(dir, receiver.port()));
-  const std::vector<std::string> args = {testing::DriftdBinary(), "run", "--http", "off",
-                                         "--quiet-progress", pipeline};
+  const std::vector<std::string> args = {testing::DriftdBinary(), "run",   "--http", "off",
+                                         "--quiet-progress",      pipeline};
 
   {
     auto first = testing::ChildProcess::Start(args, dir / "first.log");
