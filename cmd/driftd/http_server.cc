@@ -26,8 +26,8 @@ Result<HttpAddress> ParseHttpAddress(std::string_view text) {
     address.host = std::string(text.substr(0, colon));
     port_text = text.substr(colon + 1);
   }
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(),
-                                   address.port);
+  auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), address.port);
   if (ec != std::errc() || end != port_text.data() + port_text.size() || address.port < 0 ||
       address.port > 65535) {
     return MakeError(ErrorCode::kInvalidArgument, "--http '{}': port must be 0-65535", text);
@@ -58,12 +58,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
     response.set_content(detail.empty() ? (ready ? "ready\n" : "not ready\n") : detail + "\n",
                          "text/plain");
   });
-  server.Get("/progress", [h = handlers](const httplib::Request& request,
-                                         httplib::Response& response) {
-    std::string pipeline =
-        request.has_param("pipeline") ? request.get_param_value("pipeline") : std::string();
-    response.set_content(h.progress(pipeline), "application/json");
-  });
+  server.Get(
+      "/progress", [h = handlers](const httplib::Request& request, httplib::Response& response) {
+        std::string pipeline =
+            request.has_param("pipeline") ? request.get_param_value("pipeline") : std::string();
+        response.set_content(h.progress(pipeline), "application/json");
+      });
 
   if (address.port == 0) {
     http->port_ = server.bind_to_any_port(address.host);

@@ -29,8 +29,8 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
 }  // namespace
 
 void SetUpLogging(std::string_view format, std::string_view level) {
-  auto logger = std::make_shared<spdlog::logger>("driftd",
-                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>("driftd", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   spdlog::set_default_logger(logger);
   // Module loggers created before this call (GetLogger copies the default's sinks) must write
   // through the same sink and format, or their lines would escape --log-format json.

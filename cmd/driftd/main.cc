@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "cmd/driftd/demo.h"
 #include "cmd/driftd/http_server.h"
@@ -55,7 +55,8 @@ std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
   if (!result) {
     std::cerr << FormatProblems(path, result.error());
     size_t errors = 0;
-    for (const auto& problem : result.error()) errors += problem.severity == ProblemSeverity::kError;
+    for (const auto& problem : result.error())
+      errors += problem.severity == ProblemSeverity::kError;
     std::cerr << fmt::format("{}: {} error{}; the pipeline was not started\n", path, errors,
                              errors == 1 ? "" : "s");
     return std::nullopt;
@@ -65,8 +66,7 @@ std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
 }
 
 double NowEpochSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Runs the pipelines of `options` (one file, or a directory) as a service until their end (a
@@ -92,8 +92,7 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   std::atomic<int64_t> reloads_failed{0};
   std::atomic<int64_t> control_tick_ms{0};
   auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               Clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
         .count();
   };
   control_tick_ms.store(now_ms());
@@ -144,8 +143,8 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   if (!directory && refused > 0) return kExitConfig;
 
   std::optional<std::chrono::microseconds> watchdog = notifier.watchdog_timeout();
-  auto watchdog_limit = std::chrono::milliseconds(
-      watchdog ? std::max<int64_t>(1, watchdog->count() / 1000) : 0);
+  auto watchdog_limit =
+      std::chrono::milliseconds(watchdog ? std::max<int64_t>(1, watchdog->count() / 1000) : 0);
   Clock::time_point next_ping = Clock::now();
   bool watchdog_withheld = false;
   bool ready_sent = false;
@@ -222,9 +221,10 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         watchdog_withheld = false;
       } else if (!watchdog_withheld) {
         watchdog_withheld = true;
-        log->error("a query has been inside one batch for more than {} ms; withholding "
-                   "watchdog pings",
-                   watchdog_limit.count());
+        log->error(
+            "a query has been inside one batch for more than {} ms; withholding "
+            "watchdog pings",
+            watchdog_limit.count());
       }
       next_ping = Clock::now() + *watchdog / 2;
     }
@@ -258,8 +258,8 @@ int main(int argc, char** argv) {
     command->add_option("--log-format", flags.log_format, "Log format: text or json")
         ->check(CLI::IsMember({"text", "json"}))
         ->capture_default_str();
-    command->add_option("--log-level", flags.log_level,
-                        "Log level: trace, debug, info, warn, error")
+    command
+        ->add_option("--log-level", flags.log_level, "Log level: trace, debug, info, warn, error")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
         ->capture_default_str();
   };
@@ -297,7 +297,8 @@ int main(int argc, char** argv) {
   add_service(demo);
 
   std::string validate_path;
-  CLI::App* validate = app.add_subcommand("validate", "Check a pipeline file and print every problem");
+  CLI::App* validate =
+      app.add_subcommand("validate", "Check a pipeline file and print every problem");
   validate->add_option("PIPELINE", validate_path, "Pipeline file (YAML)")->required();
 
   std::string inspect_path;

@@ -29,7 +29,8 @@ ServiceNotifier ServiceNotifier::FromEnvironment() {
 #else
   const char* usec = std::getenv("WATCHDOG_USEC");
   const char* pid = std::getenv("WATCHDOG_PID");
-  bool for_us = pid == nullptr || std::strtoll(pid, nullptr, 10) == static_cast<long long>(getpid());
+  bool for_us =
+      pid == nullptr || std::strtoll(pid, nullptr, 10) == static_cast<long long>(getpid());
   if (usec != nullptr && for_us) {
     long long value = std::strtoll(usec, nullptr, 10);
     if (value > 0) notifier.watchdog_ = std::chrono::microseconds(value);

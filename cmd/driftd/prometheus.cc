@@ -17,10 +17,17 @@ namespace {
 void AppendLabelValue(std::string& out, std::string_view value) {
   for (char c : value) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out.push_back(c);
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out.push_back(c);
     }
   }
 }
@@ -96,8 +103,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
   w.Family("driftd_build_info", "gauge", "Always 1; the version label says which build runs.");
   w.Sample("driftd_build_info", {{"version", process.version}}, 1);
   w.Family("driftd_process_resident_memory_bytes", "gauge", "Resident set size of the process.");
-  w.Sample("driftd_process_resident_memory_bytes", {},
-           static_cast<double>(ProcessResidentBytes()));
+  w.Sample("driftd_process_resident_memory_bytes", {}, static_cast<double>(ProcessResidentBytes()));
   w.Family("driftd_process_start_time_seconds", "gauge",
            "Start time of the process since the Unix epoch.");
   w.Sample("driftd_process_start_time_seconds", {}, process.start_time_seconds);
@@ -212,10 +218,10 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     for (const View& p : pipelines) {
       for (const auto& [key, gauge] : p.metrics.drift) {
         const auto& [model, series, detector] = key;
-        w.Sample("driftd_drift_statistic",
-                 {{"pipeline", p.name}, {"model", model}, {"series", series},
-                  {"detector", detector}},
-                 gauge.statistic);
+        w.Sample(
+            "driftd_drift_statistic",
+            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
+            gauge.statistic);
       }
     }
     w.Family("driftd_drift_threshold", "gauge",
@@ -223,10 +229,10 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     for (const View& p : pipelines) {
       for (const auto& [key, gauge] : p.metrics.drift) {
         const auto& [model, series, detector] = key;
-        w.Sample("driftd_drift_threshold",
-                 {{"pipeline", p.name}, {"model", model}, {"series", series},
-                  {"detector", detector}},
-                 gauge.threshold);
+        w.Sample(
+            "driftd_drift_threshold",
+            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
+            gauge.threshold);
       }
     }
     w.Family("driftd_drift_level", "gauge",
@@ -234,10 +240,10 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     for (const View& p : pipelines) {
       for (const auto& [key, gauge] : p.metrics.drift) {
         const auto& [model, series, detector] = key;
-        w.Sample("driftd_drift_level",
-                 {{"pipeline", p.name}, {"model", model}, {"series", series},
-                  {"detector", detector}},
-                 gauge.level);
+        w.Sample(
+            "driftd_drift_level",
+            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
+            gauge.level);
       }
     }
   }

@@ -22,13 +22,18 @@ namespace driftd {
 int ExitCodeFor(const Error& error) {
   switch (error.code()) {
     case ErrorCode::kConfig:
-    case ErrorCode::kIncompatible: return kExitConfig;
+    case ErrorCode::kIncompatible:
+      return kExitConfig;
     case ErrorCode::kMalformedRecord:
-    case ErrorCode::kDataLoss: return kExitDataError;
+    case ErrorCode::kDataLoss:
+      return kExitDataError;
     case ErrorCode::kIo:
-    case ErrorCode::kCorruption: return kExitIoError;
-    case ErrorCode::kInvalidArgument: return kExitUsage;
-    default: return kExitFailure;
+    case ErrorCode::kCorruption:
+      return kExitIoError;
+    case ErrorCode::kInvalidArgument:
+      return kExitUsage;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -40,11 +45,16 @@ enum class QueryState { kStarting, kRunning, kRetrying, kFailed, kFinished };
 
 std::string_view StateName(QueryState state) {
   switch (state) {
-    case QueryState::kStarting: return "starting";
-    case QueryState::kRunning: return "running";
-    case QueryState::kRetrying: return "retrying";
-    case QueryState::kFailed: return "failed";
-    case QueryState::kFinished: return "finished";
+    case QueryState::kStarting:
+      return "starting";
+    case QueryState::kRunning:
+      return "running";
+    case QueryState::kRetrying:
+      return "retrying";
+    case QueryState::kFailed:
+      return "failed";
+    case QueryState::kFinished:
+      return "finished";
   }
   return "unknown";
 }
@@ -55,8 +65,10 @@ bool MayPass(ErrorCode code) {
   switch (code) {
     case ErrorCode::kExternal:
     case ErrorCode::kIo:
-    case ErrorCode::kInternal: return true;
-    default: return false;
+    case ErrorCode::kInternal:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -280,8 +292,8 @@ std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problem
     files.push_back(path.string());
   }
   if (error) {
-    problems.push_back(fmt::format("{}: cannot read the pipeline directory: {}", options_.path,
-                                   error.message()));
+    problems.push_back(
+        fmt::format("{}: cannot read the pipeline directory: {}", options_.path, error.message()));
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -390,8 +402,8 @@ int Supervisor::Apply(bool initial) {
     std::string refusal;
     if (auto it = names.find(candidate.spec.name);
         it != names.end() && it->second != candidate.file) {
-      refusal = fmt::format("pipeline name '{}' is already used by {}", candidate.spec.name,
-                            it->second);
+      refusal =
+          fmt::format("pipeline name '{}' is already used by {}", candidate.spec.name, it->second);
     } else if (auto at = checkpoints.find(candidate.spec.checkpoint_location);
                at != checkpoints.end() && at->second != candidate.file) {
       refusal = fmt::format("checkpointLocation {} is already used by {}",
@@ -474,9 +486,10 @@ int Supervisor::Apply(bool initial) {
     log->info("{} pipeline{} started from {}{}", started, started == 1 ? "" : "s", options_.path,
               refused > 0 ? fmt::format(", {} file(s) refused", refused) : "");
   } else {
-    log->info("reload of {}: {} started ({} replacing a changed file), {} stopped, {} unchanged, "
-              "{} refused",
-              options_.path, started, replaced_count, stopped, unchanged, refused);
+    log->info(
+        "reload of {}: {} started ({} replacing a changed file), {} stopped, {} unchanged, "
+        "{} refused",
+        options_.path, started, replaced_count, stopped, unchanged, refused);
   }
   return refused;
 }
@@ -524,9 +537,9 @@ bool Supervisor::Ready(std::string& detail) const {
       continue;
     }
     ready = false;
-    detail += fmt::format("{}pipeline {}: {}", detail.empty() ? "" : "\n", query->spec.name,
-                          query->state == QueryState::kRunning ? "source not ready"
-                                                               : StateName(query->state));
+    detail += fmt::format(
+        "{}pipeline {}: {}", detail.empty() ? "" : "\n", query->spec.name,
+        query->state == QueryState::kRunning ? "source not ready" : StateName(query->state));
   }
   return ready;
 }

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <thread>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "tests/service/service_util.h"
 #include "tests/support/test_support.h"
@@ -52,7 +52,8 @@ schema:
   - {name: prediction, type: double}
 source:
   format: file
-  options: {path: )" + dir + R"(/input}
+  options: {path: )" +
+         dir + R"(/input}
   malformed: {policy: drop}
 query:
   groupBy: [model_id]
@@ -61,7 +62,8 @@ sinks:
   - {name: stats, format: file, stream: stats, outputMode: update, options: {path: )" +
          dir + R"(/out-file}}
 trigger: {processingTime: 200 milliseconds}
-checkpointLocation: )" + dir + "/checkpoint-" + name + "\n";
+checkpointLocation: )" +
+         dir + "/checkpoint-" + name + "\n";
 }
 
 std::string SocketPipelineYaml(const std::string& name, const std::string& dir, int port) {
@@ -71,7 +73,8 @@ schema:
   - {name: prediction, type: double}
 source:
   format: socket
-  options: {host: 127.0.0.1, port: )" + std::to_string(port) + R"(}
+  options: {host: 127.0.0.1, port: )" +
+         std::to_string(port) + R"(}
 query:
   groupBy: [model_id]
   aggregates: [count]
@@ -79,14 +82,16 @@ sinks:
   - {name: stats, format: file, stream: stats, outputMode: update, options: {path: )" +
          dir + R"(/out-socket}}
 trigger: {processingTime: 200 milliseconds}
-checkpointLocation: )" + dir + "/checkpoint-" + name + "\n";
+checkpointLocation: )" +
+         dir + "/checkpoint-" + name + "\n";
 }
 
 }  // namespace
 
-TEST_CASE("systemd hears READY=1 only after the checkpoint is restored, then watchdog pings, "
-          "STATUS lines and STOPPING=1 on SIGTERM",
-          "[service][notify][e2e]") {
+TEST_CASE(
+    "systemd hears READY=1 only after the checkpoint is restored, then watchdog pings, "
+    "STATUS lines and STOPPING=1 on SIGTERM",
+    "[service][notify][e2e]") {
   TempDir dir("driftd-notify");
   std::string pipeline = dir / "p.yaml";
   // A first run leaves committed batches in the checkpoint, so the second has state to restore.
@@ -94,16 +99,17 @@ TEST_CASE("systemd hears READY=1 only after the checkpoint is restored, then wat
   {
     std::string first_log = dir / "first.txt";
     auto first = ChildProcess::Start({DriftdBinary(), "run", pipeline, "--http", "off"}, first_log);
-    REQUIRE(WaitFor([&] { return ReadFile(first_log).find("\"batchId\":1") != std::string::npos; }));
+    REQUIRE(
+        WaitFor([&] { return ReadFile(first_log).find("\"batchId\":1") != std::string::npos; }));
     first.Signal(SIGTERM);
     REQUIRE(ExitCode(first.Wait(30s)) == 0);
   }
 
   NotifyListener notify(dir / "notify.sock");
   std::string log = dir / "log.txt";
-  auto daemon = ChildProcess::Start(
-      {DriftdBinary(), "run", pipeline, "--http", "off", "--quiet-progress"}, log,
-      {{"NOTIFY_SOCKET", notify.path()}, {"WATCHDOG_USEC", "400000"}});
+  auto daemon =
+      ChildProcess::Start({DriftdBinary(), "run", pipeline, "--http", "off", "--quiet-progress"},
+                          log, {{"NOTIFY_SOCKET", notify.path()}, {"WATCHDOG_USEC", "400000"}});
 
   std::vector<NotifyListener::Message> before_ready;
   auto ready = notify.WaitFor("READY=1", 30s, &before_ready);
@@ -165,10 +171,10 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
   WriteFileAt(pipelines + "/rate.yaml", RatePipelineYaml("rate", dir.path().string()));
   WriteFileAt(pipelines + "/files.yml", FilePipelineYaml("files", dir.path().string()));
   WriteFileAt(dir / "input/a.jsonl",
-            "{\"model_id\":\"m1\",\"prediction\":0.5}\n"
-            "this is not json\n"
-            "{\"model_id\":\"m1\",\"prediction\":\"oops\"}\n"
-            "{\"model_id\":\"m2\",\"prediction\":0.25}\n");
+              "{\"model_id\":\"m1\",\"prediction\":0.5}\n"
+              "this is not json\n"
+              "{\"model_id\":\"m1\",\"prediction\":\"oops\"}\n"
+              "{\"model_id\":\"m2\",\"prediction\":0.25}\n");
   std::string log = dir / "log.txt";
   auto daemon = ChildProcess::Start(
       {DriftdBinary(), "run", pipelines, "--http", "127.0.0.1:0", "--quiet-progress"}, log);
@@ -209,18 +215,22 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
   }
 
   std::map<std::string, std::string> rate{{"pipeline", "rate"}};
-  CHECK(second.Value("driftd_input_rows_total", rate) > first.Value("driftd_input_rows_total", rate));
+  CHECK(second.Value("driftd_input_rows_total", rate) >
+        first.Value("driftd_input_rows_total", rate));
   CHECK(second.Value("driftd_batch_duration_seconds_count", rate) >
         first.Value("driftd_batch_duration_seconds_count", rate));
-  CHECK(second.Value("driftd_batch_duration_seconds_bucket", {{"pipeline", "rate"}, {"le", "+Inf"}}) ==
+  CHECK(second.Value("driftd_batch_duration_seconds_bucket",
+                     {{"pipeline", "rate"}, {"le", "+Inf"}}) ==
         second.Value("driftd_batch_duration_seconds_count", rate));
   CHECK(second.Value("driftd_state_keys", rate) > 0);
   CHECK(second.Value("driftd_state_bytes", rate) > 0);
   CHECK(second.Value("driftd_source_lag_records", {{"pipeline", "rate"}, {"partition", "rate-0"}}));
   CHECK(second.Value("driftd_process_resident_memory_bytes", {}) > 1e6);
   // The malformed lines are counted by reason; the two good ones are the input rows that count.
-  CHECK(second.Value("driftd_malformed_rows_total", {{"pipeline", "files"}, {"reason", "not_json"}}) == 1);
-  CHECK(second.Value("driftd_malformed_rows_total", {{"pipeline", "files"}, {"reason", "wrong_type"}}) == 1);
+  CHECK(second.Value("driftd_malformed_rows_total",
+                     {{"pipeline", "files"}, {"reason", "not_json"}}) == 1);
+  CHECK(second.Value("driftd_malformed_rows_total",
+                     {{"pipeline", "files"}, {"reason", "wrong_type"}}) == 1);
 
   CHECK(HttpGet(*port, "/healthz").status == 200);
   CHECK(HttpGet(*port, "/readyz").status == 200);
@@ -240,7 +250,8 @@ TEST_CASE("/readyz is 503 while the socket source's server is down and 200 once 
   TempDir dir("driftd-readyz");
   int source_port = FreePort();
   std::string pipelines = dir / "pipelines";
-  WriteFileAt(pipelines + "/socket.yaml", SocketPipelineYaml("lines", dir.path().string(), source_port));
+  WriteFileAt(pipelines + "/socket.yaml",
+              SocketPipelineYaml("lines", dir.path().string(), source_port));
   std::string log = dir / "log.txt";
   auto daemon = ChildProcess::Start(
       {DriftdBinary(), "run", pipelines, "--http", "127.0.0.1:0", "--quiet-progress"}, log);
@@ -273,7 +284,9 @@ TEST_CASE("/readyz is 503 while the socket source's server is down and 200 once 
   std::string lines = "{\"model_id\":\"m1\",\"prediction\":1}\n";
   CHECK(send(connection, lines.data(), lines.size(), MSG_NOSIGNAL) ==
         static_cast<ssize_t>(lines.size()));
-  CHECK(WaitFor([&] { return Metric(*port, "driftd_input_rows_total", {{"pipeline", "lines"}}) == 1; }));
+  CHECK(WaitFor([&] {
+    return Metric(*port, "driftd_input_rows_total", {{"pipeline", "lines"}}) == 1;
+  }));
 
   // The server goes away: not ready again.
   close(connection);
@@ -285,9 +298,10 @@ TEST_CASE("/readyz is 503 while the socket source's server is down and 200 once 
   CHECK(ExitCode(daemon.Wait(30s)) == 0);
 }
 
-TEST_CASE("SIGHUP replaces a changed pipeline on its checkpoint, starts new files, stops removed "
-          "ones, and keeps the old query when a file is broken or incompatible",
-          "[service][reload][e2e]") {
+TEST_CASE(
+    "SIGHUP replaces a changed pipeline on its checkpoint, starts new files, stops removed "
+    "ones, and keeps the old query when a file is broken or incompatible",
+    "[service][reload][e2e]") {
   TempDir dir("driftd-reload");
   std::string base = dir.path().string();
   std::string pipelines = dir / "pipelines";
@@ -311,7 +325,9 @@ TEST_CASE("SIGHUP replaces a changed pipeline on its checkpoint, starts new file
     daemon.Signal(SIGHUP);
     REQUIRE(WaitFor([&] { return Count(ReadFile(log), "reload of ") == reloads; }));
   };
-  auto alpha_batches = [&] { return Metric(*port, "driftd_last_batch_id", {{"pipeline", "alpha"}}); };
+  auto alpha_batches = [&] {
+    return Metric(*port, "driftd_last_batch_id", {{"pipeline", "alpha"}});
+  };
 
   SECTION("a broken file is reported problem by problem and its old query keeps running") {
     std::string broken = RatePipelineYaml("alpha", base);
@@ -348,7 +364,8 @@ TEST_CASE("SIGHUP replaces a changed pipeline on its checkpoint, starts new file
     reload();
     std::string text = ReadFile(log);
     CHECK_THAT(text, Catch::Contains("replacing pipeline alpha"));
-    CHECK(WaitFor([&] { return ReadFile(log).find("alpha: resuming after batch") != std::string::npos; }));
+    CHECK(WaitFor(
+        [&] { return ReadFile(log).find("alpha: resuming after batch") != std::string::npos; }));
     CHECK(WaitFor([&] { return Running(*port, "alpha"); }));
     double before = alpha_batches();
     CHECK(WaitFor([&] { return alpha_batches() > before; }));
@@ -358,7 +375,8 @@ TEST_CASE("SIGHUP replaces a changed pipeline on its checkpoint, starts new file
   }
 
   SECTION("a change the checkpoint cannot serve is refused and the old query keeps running") {
-    WriteFileAt(a, RatePipelineYaml("alpha", base, "{processingTime: 200 milliseconds}", "[count]"));
+    WriteFileAt(a,
+                RatePipelineYaml("alpha", base, "{processingTime: 200 milliseconds}", "[count]"));
     reload();
     std::string text = ReadFile(log);
     CHECK_THAT(text, Catch::Contains("cannot serve: aggregates changed"));

@@ -27,27 +27,32 @@ schema:
 source:
   format: kafka
   options:
-    kafka.bootstrap.servers: 127.0.0.1:)" + std::to_string(broker_port) + R"(
+    kafka.bootstrap.servers: 127.0.0.1:)" +
+         std::to_string(broker_port) + R"(
     subscribe: inference-logs
     kafka.security.protocol: SASL_PLAINTEXT
     kafka.sasl.mechanism: PLAIN
     kafka.sasl.username: driftd
-    kafka.sasl.password: )" + password + "\n" + extra_option + R"(
+    kafka.sasl.password: )" +
+         password + "\n" + extra_option + R"(
 query:
   groupBy: [model_id]
   aggregates: [count]
 sinks:
-  - {name: out, format: file, stream: stats, outputMode: update, options: {path: )" + dir +
-         "/out-" + name + R"(}}
-trigger: )" + trigger + R"(
-checkpointLocation: )" + dir + "/checkpoint-" + name + "\n";
+  - {name: out, format: file, stream: stats, outputMode: update, options: {path: )" +
+         dir + "/out-" + name + R"(}}
+trigger: )" +
+         trigger + R"(
+checkpointLocation: )" +
+         dir + "/checkpoint-" + name + "\n";
 }
 
 }  // namespace
 
-TEST_CASE("no secret is logged or served: run against a broker that is down, reload, fail "
-          "validation",
-          "[service][secrets][e2e]") {
+TEST_CASE(
+    "no secret is logged or served: run against a broker that is down, reload, fail "
+    "validation",
+    "[service][secrets][e2e]") {
   TempDir dir("driftd-secrets");
   std::string base = dir.path().string();
   std::string pipelines = dir / "pipelines";

@@ -101,7 +101,6 @@ std::string RatePipelineYaml(const std::string& name, const std::string& dir,
                              const std::string& trigger = "{processingTime: 200 milliseconds}",
                              const std::string& aggregates = "[count, mean(prediction)]");
 
-
 // ---- implementations (header-only: the test folder builds only *_test.cc files) ----
 
 inline NotifyListener::NotifyListener(std::string path) : path_(std::move(path)) {
@@ -368,7 +367,8 @@ source:
   options: {mode: inference, rowsPerSecond: 2000, models: 2, features: 2, seed: 3}
 query:
   groupBy: [model_id]
-  aggregates: )" + aggregates + R"(
+  aggregates: )" +
+         aggregates + R"(
 drift:
   series: [prediction]
   baseline: {type: warmup, records: 500}
@@ -377,10 +377,13 @@ drift:
 sinks:
   - {name: stats, format: file, stream: stats, outputMode: update, options: {path: )" +
          dir + "/out-" + name + R"(}}
-  - {name: alerts, format: file, stream: alerts, options: {path: )" + dir + "/alerts-" + name +
+  - {name: alerts, format: file, stream: alerts, options: {path: )" +
+         dir + "/alerts-" + name +
          R"(}}
-trigger: )" + trigger + R"(
-checkpointLocation: )" + dir + "/checkpoint-" + name + "\n";
+trigger: )" +
+         trigger + R"(
+checkpointLocation: )" +
+         dir + "/checkpoint-" + name + "\n";
 }
 
 }  // namespace driftd::testing
