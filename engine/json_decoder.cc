@@ -858,6 +858,12 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
       double number = 0;
       const error_code error = element.get_double().get(number);
       if (error == simdjson::SUCCESS) {
+        // Some simdjson kernels (AVX2 in 3.0.1) take "1." as a number: hold the token to the
+        // JSON grammar, as the fast scanner does.
+        bool integer = false;
+        if (!IsJsonNumber(TrimRight(element.raw_json_token()), &integer)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid number");
+        }
         column.f64.push_back(number);
         continue;
       }
