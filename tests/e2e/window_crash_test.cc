@@ -99,9 +99,9 @@ struct Reference {
 
 // Starts the daemon, kills it after a random delay, until `kills` kills or it finished.
 int KillRepeatedly(const TempDir& dir, const std::string& pipeline, int kills_wanted,
-                   const std::function<bool()>& finished) {
+                   const std::function<bool()>& finished, int max_delay_ms = 150) {
   std::mt19937 random(20261129);
-  std::uniform_int_distribution<int> delay_ms(5, 150);
+  std::uniform_int_distribution<int> delay_ms(5, max_delay_ms);
   int kills = 0;
   for (int runs = 0; kills < kills_wanted && runs < 200 && !finished(); ++runs) {
     ChildProcess daemon =
@@ -142,13 +142,17 @@ TEST_CASE(
   WriteJitteredFiles(dir / "input");
   std::string pipeline = CrashPipeline(dir, "{continuous: 1 second}");
   auto done = [&] { return ManifestSize(dir / "out-append") >= reference.batches; };
-  int kills = KillRepeatedly(dir, pipeline, 25, done);
+  // Continuous runs drain the files fast; short lives make sure 20+ kills land before the end.
+  int kills = KillRepeatedly(dir, pipeline, 25, done, 40);
   INFO("kills " << kills);
   CHECK(kills >= 20);
   // Continuous never ends by itself: let it finish the files, then stop it.
   ChildProcess daemon =
       ChildProcess::Start({DriftdBinary(), "run", pipeline}, dir / "log-final.txt");
   REQUIRE(WaitFor(done, std::chrono::seconds(60)));
+  REQUIRE(WaitFor([&] {
+    return ReadFile(dir / "log-final.txt").find(" running (trigger") != std::string::npos;
+  }));
   daemon.Signal(SIGTERM);
   auto status = daemon.Wait(std::chrono::seconds(20));
   REQUIRE(status);
