@@ -99,7 +99,7 @@ struct Reference {
 
 // Starts the daemon, kills it after a random delay, until `kills` kills or it finished.
 int KillRepeatedly(const TempDir& dir, const std::string& pipeline, int kills_wanted,
-                   const std::function<bool()>& finished, int max_delay_ms = 150) {
+                   const std::function<bool()>& finished, int max_delay_ms = 50) {
   std::mt19937 random(20261129);
   std::uniform_int_distribution<int> delay_ms(5, max_delay_ms);
   int kills = 0;
