@@ -122,7 +122,7 @@ std::vector<Alert> ParseAlerts(const std::vector<std::string>& rows) {
 
 std::vector<Alert> RunAndReadAlerts(const TempDir& dir, const DriftPipeline& p) {
   RunResult run = RunDriftd({"run", WriteDriftPipeline(dir, p), "--quiet-progress"},
-                            std::chrono::seconds(120));
+                            std::chrono::seconds(240));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   auto rows = ReadCommittedFileSinkRows(dir / "alerts");
@@ -167,7 +167,7 @@ TEST_CASE("stationary inference logs of 8 models x 8 features raise no alert lin
           "[e2e][drift]") {
   TempDir dir;
   DriftPipeline p;
-  p.rows = 8 * 150'000;  // 150k records per model, 9 series each
+  p.rows = 8 * 100'000;  // 100k records per model, 10 series each (with the error series)
   p.drift_extra = "  predictionColumn: prediction\n  labelColumn: ground_truth";
   std::vector<Alert> alerts = RunAndReadAlerts(dir, p);
   INFO(Describe(alerts));
