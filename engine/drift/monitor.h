@@ -207,7 +207,7 @@ class DriftMonitor {
     int64_t series = 0;
     int64_t series_in_warn = 0;
     int64_t series_in_alert = 0;
-    int64_t values = 0;  // values accepted over all series (baseline and windows)
+    int64_t values = 0;  // stream values accepted over all series (not file reference values)
     bool rollup_alert = false;
   };
   std::vector<ModelStats> model_stats() const;
