@@ -8,40 +8,12 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "engine/json_writer.h"
+
 #include "config/suggest.h"
 
 namespace driftd::config_detail {
 namespace {
-
-void AppendJsonString(std::string& out, std::string_view text) {
-  out.push_back('"');
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-}
 
 bool LooksLikeJsonNumber(std::string_view text) {
   if (text.empty()) return false;

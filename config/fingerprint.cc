@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "config/loader.h"
+#include "engine/json_writer.h"
 
 namespace driftd {
 namespace {
@@ -63,33 +64,8 @@ std::string_view DetectorName(DetectorKind kind) {
 }
 
 std::string Quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out += '"';
+  std::string out;
+  AppendJsonString(out, text);
   return out;
 }
 
