@@ -13,29 +13,9 @@
 #include <catch2/catch.hpp>
 
 #include "connectors/registry.h"
+#include "tests/support/test_support.h"
 
 namespace driftd::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/driftd-connectors-test-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -207,7 +207,7 @@ TEST_CASE("a restarted webhook sink knows from its delivery log which batches ar
     REQUIRE(sink->Deliver(AlertBatch(0, {"a1"})));
     REQUIRE(sink->Deliver(AlertBatch(1, {"a2", "a3"})));
   }
-  auto last = ReadWebhookDeliveryLog(DefaultWebhookDeliveryLog(dir.path(), "pager"));
+  auto last = ReadWebhookDeliveryLog(DefaultWebhookDeliveryLog(dir.path().string(), "pager"));
   REQUIRE(last);
   CHECK(*last == std::optional<int64_t>(1));
 
@@ -225,7 +225,7 @@ TEST_CASE("a batch interrupted half-way is re-sent with the same keys", "[connec
   Receiver receiver;
   PipelineSpec pipeline =
       WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}});
-  std::string log = DefaultWebhookDeliveryLog(dir.path(), "pager");
+  std::string log = DefaultWebhookDeliveryLog(dir.path().string(), "pager");
   {
     auto sink = OpenSink(pipeline);
     REQUIRE(sink->Deliver(AlertBatch(0, {"a1", "a2"})));

@@ -23,6 +23,8 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
   std::string operator/(std::string_view name) const { return (path_ / name).string(); }
+  /// A path inside the directory (not created).
+  std::string Sub(std::string_view name) const { return (path_ / name).string(); }
 
  private:
   std::filesystem::path path_;
