@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # A real single-node Apache Kafka broker (KRaft, combined broker+controller) for driftd's tests.
 #
-#   broker.sh start    resolve the jars (first time), format a fresh log dir, start, wait ready
-#   broker.sh stop     stop the broker started from this cache dir and wait for it to exit
-#   broker.sh status   exit 0 when a broker answers on the port, 1 otherwise
-#   broker.sh env      print `export DRIFTD_KAFKA_BOOTSTRAP=...` for eval
+#   broker.sh start         resolve the jars (first time), format a fresh log dir, start, wait ready
+#   broker.sh start --keep  start again on the log dir of the previous start (topics, records,
+#                           committed offsets and transactions kept): a broker outage and its
+#                           recovery. Fails when there is no formatted log dir to keep.
+#   broker.sh stop          stop the broker started from this run dir and wait for it to exit
+#                           (SIGTERM: a controlled shutdown; its log dir stays for --keep)
+#   broker.sh status        exit 0 when a broker answers on the port, 1 otherwise
+#   broker.sh env           print `export DRIFTD_KAFKA_BOOTSTRAP=...` for eval
 #
 # Environment:
 #   DRIFTD_KAFKA_HOME     cache dir for jars, data and logs (default ~/.cache/driftd-kafka)
 #   DRIFTD_KAFKA_PORT     PLAINTEXT port on 127.0.0.1 (default 19092); the controller uses PORT+1
+#   DRIFTD_KAFKA_RUN_DIR  config, log dir, pid file and broker log of this broker (default
+#                         $DRIFTD_KAFKA_HOME/run-$DRIFTD_KAFKA_PORT); a test that stops and
+#                         restarts its own broker points it at a temporary directory, while the
+#                         jars stay shared in the cache
 #   DRIFTD_KAFKA_VERSION  org.apache.kafka:kafka_2.13 version from Maven Central (default 3.9.1)
 #   DRIFTD_KAFKA_START_TIMEOUT  seconds to wait for readiness (default 180)
 #
 # `start` is idempotent: a broker already answering on the port is reused. Every fresh start
-# formats a new log dir, so tests never see topics of an earlier run.
+# formats a new log dir, so tests never see topics of an earlier run; `start --keep` does not.
+# The shared broker on 19092 serves several test runs at once: stop only a broker of your own.
 set -euo pipefail
 
 KAFKA_HOME="${DRIFTD_KAFKA_HOME:-$HOME/.cache/driftd-kafka}"
@@ -25,7 +34,7 @@ HOST=127.0.0.1
 BOOTSTRAP="$HOST:$PORT"
 
 JAR_DIR="$KAFKA_HOME/kafka-$KAFKA_VERSION/jars"
-RUN_DIR="$KAFKA_HOME/run-$PORT"
+RUN_DIR="${DRIFTD_KAFKA_RUN_DIR:-$KAFKA_HOME/run-$PORT}"
 PID_FILE="$RUN_DIR/broker.pid"
 LOG_FILE="$RUN_DIR/broker.log"
 
@@ -149,6 +158,7 @@ fail_start() {
 }
 
 start_broker() {
+  local keep="$1"
   mkdir -p "$RUN_DIR"
   if pid_alive && port_open && metadata_ok; then
     log "already running (pid $(cat "$PID_FILE")) on $BOOTSTRAP"
@@ -168,27 +178,36 @@ start_broker() {
 
   local started=$SECONDS
   local data_dir="$RUN_DIR/data"
-  rm -rf "$data_dir"
-  mkdir -p "$data_dir"
-  write_config "$data_dir"
+  if [[ "$keep" == keep ]]; then
+    # The cluster id lives in the log dir's meta.properties: reusing the dir keeps everything.
+    [[ -f "$data_dir/meta.properties" ]] ||
+      fail_start "--keep: no formatted log dir at $data_dir (start once without --keep)"
+    write_config "$data_dir"
+  else
+    rm -rf "$data_dir"
+    mkdir -p "$data_dir"
+    : >"$LOG_FILE"
+    write_config "$data_dir"
 
-  # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding.
-  local cluster_id
-  cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
-  if ! java -Xmx256m -XX:TieredStopAtLevel=1 -cp "$JAR_DIR/*" \
-      -Dlog4j.configuration="file:$RUN_DIR/tools-log4j.properties" \
-      kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties" \
-      >"$RUN_DIR/format.log" 2>&1; then
-    cat "$RUN_DIR/format.log" >&2
-    fail_start "formatting the KRaft log dir failed"
+    # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding.
+    local cluster_id
+    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    if ! java -Xmx256m -XX:TieredStopAtLevel=1 -cp "$JAR_DIR/*" \
+        -Dlog4j.configuration="file:$RUN_DIR/tools-log4j.properties" \
+        kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties" \
+        >"$RUN_DIR/format.log" 2>&1; then
+      cat "$RUN_DIR/format.log" >&2
+      fail_start "formatting the KRaft log dir failed"
+    fi
   fi
 
   # setsid: the broker outlives this script and is not killed with ctest's process group.
   # 9>&-: the broker must not inherit (and so hold) the start lock.
+  # >>: a restart with --keep appends, so the log of the first life stays readable.
   setsid nohup java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j.configuration="file:$RUN_DIR/log4j.properties" \
     -cp "$JAR_DIR/*" kafka.Kafka "$RUN_DIR/server.properties" \
-    >"$LOG_FILE" 2>&1 </dev/null 9>&- &
+    >>"$LOG_FILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PID_FILE"
 
   local deadline=$((SECONDS + START_TIMEOUT))
@@ -202,7 +221,7 @@ start_broker() {
     ((SECONDS < deadline)) || fail_start "the broker did not answer metadata in ${START_TIMEOUT}s"
     sleep 0.5
   done
-  log "started Kafka $KAFKA_VERSION (pid $(cat "$PID_FILE")) on $BOOTSTRAP in $((SECONDS - started))s"
+  log "started Kafka $KAFKA_VERSION (pid $(cat "$PID_FILE")) on $BOOTSTRAP in $((SECONDS - started))s${keep:+ (log dir kept)}"
 }
 
 stop_broker() {
@@ -232,10 +251,16 @@ main() {
   mkdir -p "$KAFKA_HOME"
   case "${1:-}" in
     start)
+      local keep=""
+      case "${2:-}" in
+        "") ;;
+        --keep) keep=keep ;;
+        *) echo "usage: $0 start [--keep]" >&2; exit 2 ;;
+      esac
       # One start at a time per cache dir (several test runs may race for the fixture).
       exec 9>"$KAFKA_HOME/.lock-$PORT"
       flock 9
-      start_broker
+      start_broker "$keep"
       ;;
     stop)
       exec 9>"$KAFKA_HOME/.lock-$PORT"
@@ -254,7 +279,7 @@ main() {
       echo "export DRIFTD_KAFKA_BOOTSTRAP=$BOOTSTRAP"
       ;;
     *)
-      echo "usage: $0 start|stop|status|env" >&2
+      echo "usage: $0 start [--keep]|stop|status|env" >&2
       exit 2
       ;;
   esac
