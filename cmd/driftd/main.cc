@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -241,6 +243,58 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   return exit_code.value_or(kExitOk);
 }
 
+// `driftd demo`: the built-in pipeline against an embedded Kafka stand-in, on a fresh
+// checkpoint: the stand-in's topics are new every run, so an old checkpoint's offsets would
+// point past their end.
+int RunDemo(std::string checkpoint, SupervisorOptions options, const RunFlags& flags) {
+  auto log = GetLogger("driftd");
+  const bool temporary = checkpoint.empty();
+  std::error_code error;
+  if (temporary) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "driftd-demo-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      log->error("demo: cannot create a checkpoint directory {}: {}", pattern,
+                 std::strerror(errno));
+      return kExitIoError;
+    }
+    checkpoint = pattern;
+  } else if (std::filesystem::exists(checkpoint, error) &&
+             !std::filesystem::is_empty(checkpoint, error)) {
+    log->error(
+        "demo: {} is not empty; the demo's embedded Kafka starts empty every run, so give a new "
+        "or empty checkpoint directory",
+        checkpoint);
+    return kExitUsage;
+  }
+
+  // Blocked before the demo's threads start, as RunService does before its own: only the main
+  // thread may receive them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string_view yaml = DemoPipelineYaml();
+  auto kafka = DemoKafka::Start(yaml, DemoOptions{});
+  int code = kExitOk;
+  if (!kafka) {
+    log->error("demo: {}", kafka.error().message());
+    code = ExitCodeFor(kafka.error());
+  } else {
+    setenv("DRIFTD_DEMO_CHECKPOINT", checkpoint.c_str(), 1);
+    options.path = "<built-in demo>";
+    options.inline_text = std::string(yaml);
+    options.quiet_progress = true;
+    log->info("demo: checkpoint in {}; press Ctrl-C to stop", checkpoint);
+    code = RunService(std::move(options), flags);
+    (*kafka)->Stop();
+  }
+  if (temporary) std::filesystem::remove_all(checkpoint, error);
+  return code;
+}
+
 }  // namespace
 }  // namespace driftd
 
@@ -290,9 +344,16 @@ int main(int argc, char** argv) {
   add_service(run);
 
   CLI::App* demo = app.add_subcommand(
-      "demo", "Run the built-in demo: generated inference logs with injected drift");
+      "demo",
+      "Run the built-in demo, Kafka in -> per-model statistics and drift alerts -> Kafka out, "
+      "with no broker to install: an embedded Kafka stand-in (librdkafka's mock cluster) is fed "
+      "generated inference logs of 4 models, one of which drifts after 6 s. The console shows "
+      "each batch's per-model statistics and every alert as read back from the alerts topic. "
+      "Ctrl-C stops it.");
   std::string demo_dir;
-  demo->add_option("--checkpoint", demo_dir, "Checkpoint directory (default: a new temp dir)");
+  demo->add_option("--checkpoint", demo_dir,
+                   "Checkpoint directory, new or empty (default: a new temporary directory, "
+                   "removed at the end)");
   add_logging(demo);
   add_service(demo);
 
@@ -349,19 +410,7 @@ int main(int argc, char** argv) {
   SupervisorOptions options;
   options.quiet_progress = flags.quiet_progress;
   options.progress_history = flags.progress_history;
-  if (demo->parsed()) {
-    if (demo_dir.empty()) {
-      demo_dir = (std::filesystem::temp_directory_path() /
-                  fmt::format("driftd-demo-{}", static_cast<long>(getpid())))
-                     .string();
-    }
-    setenv("DRIFTD_DEMO_CHECKPOINT", demo_dir.c_str(), 1);
-    options.path = "<built-in demo>";
-    options.inline_text = std::string(DemoPipelineYaml());
-    options.quiet_progress = true;
-    GetLogger("driftd")->info("demo: checkpoint in {}; press Ctrl-C to stop", demo_dir);
-    return RunService(std::move(options), flags);
-  }
+  if (demo->parsed()) return RunDemo(demo_dir, std::move(options), flags);
   std::error_code error;
   options.path = flags.pipeline;
   options.directory = std::filesystem::is_directory(flags.pipeline, error);
