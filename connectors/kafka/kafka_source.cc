@@ -5,13 +5,23 @@
 // while running are read from their earliest offset. Offsets that vanished (retention,
 // DeleteRecords, a deleted topic) stop the query with kDataLoss, or with failOnDataLoss=false
 // are skipped and counted as lost records.
+//
+// Broker outages: once the source has reached its cluster, losing it is waited out rather than
+// ending the query. A health thread probes the brokers about once a second, so IsReady (/readyz)
+// follows their reachability even while the executor is busy elsewhere (say, in a sink's
+// transaction that waits for the same broker); planning during an outage reports "no new data";
+// reading a planned range waits up to kafkaConsumer.pollTimeoutMs. A cluster never reached is a
+// configuration or start-up problem and fails planning at once.
 #include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <regex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -45,6 +55,13 @@ constexpr size_t kConsumeBatch = 1024;
 constexpr int kConsumeWaitMs = 100;
 // Upper bound on one metadata or watermark round trip (lower when pollTimeoutMs is lower).
 constexpr int kMaxRequestTimeoutMs = 10'000;
+// How often the health thread asks the brokers for metadata, and how long it waits for them.
+constexpr auto kProbeInterval = std::chrono::seconds(1);
+constexpr int kProbeTimeoutMs = 2'000;
+// While the brokers stay unreachable, a reminder is logged this often.
+constexpr auto kOutageReminder = std::chrono::seconds(30);
+// Pause between watermark requests that a reader repeats while the brokers are unreachable.
+constexpr auto kRetryPause = std::chrono::milliseconds(200);
 
 struct KafkaSourceOptions {
   Mode mode = Mode::kSubscribe;
@@ -293,6 +310,12 @@ class KafkaSource final : public Source {
   }
 
   ~KafkaSource() override {
+    {
+      std::lock_guard<std::mutex> lock(health_mutex_);
+      stopping_ = true;
+    }
+    health_wake_.notify_all();
+    if (health_thread_.joinable()) health_thread_.join();
     if (consumer_) {
       // Nothing is subscribed, so closing leaves no group to wait for.
       rd_kafka_consumer_close(consumer_.get());
@@ -322,17 +345,16 @@ class KafkaSource final : public Source {
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
     rd_kafka_conf_set_opaque(conf->get(), this);
     rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);
+    rd_kafka_conf_set_offset_commit_cb(conf->get(), &KafkaSource::CommitCallback);
     auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka source"));
     consumer_ = std::move(*client);
     queue_.reset(rd_kafka_queue_get_consumer(consumer_.get()));
-    // Reachability is reported through IsReady; planning fails with kExternal meanwhile.
+    // Reachability is reported through IsReady; planning fails with kExternal until the
+    // cluster has answered once.
     auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
-    ready_ = metadata.has_value();
-    if (!metadata) {
-      Log()->warn("kafka source: brokers {} not reachable yet: {}",
-                  options_.client.at("bootstrap.servers"), metadata.error().message());
-    }
+    SetReachable(metadata.has_value(), metadata ? "" : metadata.error().message());
+    health_thread_ = std::thread([this] { HealthLoop(); });
     return Ok();
   }
 
@@ -377,7 +399,22 @@ class KafkaSource final : public Source {
   }
 
   Result<SourceOffsets> PlanBatch(const SourceOffsets& start) override {
-    rd_kafka_poll(consumer_.get(), 0);  // serves the error callback
+    if (reached_.load() && !ready_.load()) {
+      // An outage: requests would only time out. The health thread notices the brokers' return.
+      RemindOutage();
+      return start;
+    }
+    auto planned = PlanFrom(start);
+    if (planned || planned.error().code() != ErrorCode::kExternal || !reached_.load()) {
+      return planned;
+    }
+    // Brokers that answered before and fail now (unreachable, restarting, partitions without a
+    // leader while they load their logs): no new data until they are back.
+    SetReachable(false, planned.error().message());
+    return start;
+  }
+
+  Result<SourceOffsets> PlanFrom(const SourceOffsets& start) {
     DRIFTD_TRY(RefreshPartitions());
 
     // Partitions of the previous batch that no longer exist.
@@ -477,7 +514,7 @@ class KafkaSource final : public Source {
         from = -1;  // new partition planned before a restart: its earliest offset
       }
       if (from == end_offset) continue;  // nothing to read
-      auto marks = QueryWatermarks(state);
+      auto marks = QueryWatermarksWaiting(state);
       if (!marks) return tl::unexpected(marks.error());
       if (from < 0) from = marks->low;
       if (marks->gone) {
@@ -505,6 +542,8 @@ class KafkaSource final : public Source {
     return std::unique_ptr<SourceReader>(std::move(reader));
   }
 
+  // Asynchronous: the group coordinator may be unreachable, and the executor must not wait
+  // for it (the checkpoint, not the group, is the source of truth). CommitCallback logs failures.
   Status OnCommitted(const SourceOffsets& end) override {
     if (!options_.commit_offsets || end.empty()) return Ok();
     PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(end.size()))};
@@ -514,7 +553,7 @@ class KafkaSource final : public Source {
       rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second)->offset =
           offset;
     }
-    rd_kafka_resp_err_t err = rd_kafka_commit(consumer_.get(), list.get(), 0);
+    rd_kafka_resp_err_t err = rd_kafka_commit(consumer_.get(), list.get(), /*async=*/1);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return MakeError(ErrorCode::kExternal, "committing offsets of group {}: {}",
                        options_.group_id, rd_kafka_err2str(err));
@@ -564,11 +603,77 @@ class KafkaSource final : public Source {
  private:
   friend class KafkaReader;
 
+  // Called on the health thread (rd_kafka_poll), like CommitCallback.
   static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
     auto* source = static_cast<KafkaSource*>(opaque);
-    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) source->ready_ = false;
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) source->SetReachable(false, reason);
     Log()->warn("kafka source {}: {}: {}", rd_kafka_name(rk),
                 rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
+  }
+
+  static void CommitCallback(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                             rd_kafka_topic_partition_list_t* offsets, void* opaque) {
+    (void)rk;
+    (void)offsets;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
+    auto* source = static_cast<KafkaSource*>(opaque);
+    Log()->warn("kafka source: committing offsets of group {} failed (the checkpoint keeps them; "
+                "a later batch commits again): {}",
+                source->options_.group_id, rd_kafka_err2str(err));
+  }
+
+  // The health thread: serves librdkafka's callbacks and probes the brokers, so that readiness
+  // follows them whatever the executor's thread is doing.
+  void HealthLoop() {
+    std::unique_lock<std::mutex> lock(health_mutex_);
+    while (!health_wake_.wait_for(lock, kProbeInterval, [this] { return stopping_; })) {
+      lock.unlock();
+      rd_kafka_poll(consumer_.get(), 0);
+      // Brokers only (and the topics this client knows): cheap, and it needs a live broker.
+      const rd_kafka_metadata_t* metadata = nullptr;
+      rd_kafka_resp_err_t err = rd_kafka_metadata(consumer_.get(), 0, nullptr, &metadata,
+                                                  std::min(kProbeTimeoutMs, request_timeout_ms_));
+      if (metadata) rd_kafka_metadata_destroy(metadata);
+      SetReachable(err == RD_KAFKA_RESP_ERR_NO_ERROR, rd_kafka_err2str(err));
+      lock.lock();
+    }
+  }
+
+  // Records whether the brokers answer; logs the moments an outage begins and ends.
+  void SetReachable(bool reachable, std::string_view reason) {
+    if (reachable) reached_.store(true);
+    bool was = ready_.exchange(reachable);
+    if (was == reachable) return;
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (!reachable) {
+      outage_since_.store(now);
+      last_reminder_.store(now);
+      Log()->warn("kafka source: brokers {} are not reachable ({}); the query waits for them and "
+                  "reports not ready",
+                  options_.client.at("bootstrap.servers"), reason);
+      return;
+    }
+    int64_t since = outage_since_.exchange(0);
+    if (since != 0) {
+      Log()->info("kafka source: brokers {} reachable again after {} ms",
+                  options_.client.at("bootstrap.servers"),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::duration(now - since))
+                      .count());
+    }
+  }
+
+  void RemindOutage() {
+    const auto now = std::chrono::steady_clock::now();
+    const auto last = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_reminder_.load()));
+    if (now - last < kOutageReminder) return;
+    last_reminder_.store(now.time_since_epoch().count());
+    const auto since = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(outage_since_.load()));
+    Log()->warn("kafka source: brokers {} still unreachable after {} s; waiting",
+                options_.client.at("bootstrap.servers"),
+                std::chrono::duration_cast<std::chrono::seconds>(now - since).count());
   }
 
   static std::string Name(const PartitionState& state) {
@@ -620,8 +725,8 @@ class KafkaSource final : public Source {
     if (options_.mode == Mode::kAssign) {
       // Explicit partitions are always part of the query; watermarks tell whether they exist.
       auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
-      ready_ = metadata.has_value();
       if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
+      SetReachable(true, "");
       std::set<std::string> existing;
       for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
         const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
@@ -639,8 +744,8 @@ class KafkaSource final : public Source {
       return Ok();
     }
     auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
-    ready_ = metadata.has_value();
     if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
+    SetReachable(true, "");
     std::vector<std::pair<std::string, int32_t>> found;
     for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
       const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
@@ -696,14 +801,28 @@ class KafkaSource final : public Source {
       return marks;
     }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      ready_ = false;
       return MakeError(ErrorCode::kExternal, "kafka source: offsets of {}: {}", Name(state),
                        rd_kafka_err2str(err));
     }
-    ready_ = true;
     state.low = marks.low;
     state.high = marks.high;
     return marks;
+  }
+
+  // For a range being read: a broker that is away (or a partition whose leader is moving) is
+  // waited for, up to kafkaConsumer.pollTimeoutMs, as the records themselves are.
+  Result<Watermarks> QueryWatermarksWaiting(PartitionState& state) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(options_.poll_timeout_ms);
+    for (;;) {
+      auto marks = QueryWatermarks(state);
+      if (marks || marks.error().code() != ErrorCode::kExternal ||
+          std::chrono::steady_clock::now() + kRetryPause >= deadline) {
+        return marks;
+      }
+      Log()->debug("{}; retrying", marks.error().message());
+      std::this_thread::sleep_for(kRetryPause);
+    }
   }
 
   KafkaSourceOptions options_;
@@ -718,7 +837,18 @@ class KafkaSource final : public Source {
   std::set<uint32_t> present_set_;
   /// Start offsets chosen for partitions that joined after the previous batch was planned.
   std::map<std::string, int64_t> new_partition_start_;
+  /// The brokers answered the last request or probe (IsReady).
   std::atomic<bool> ready_{false};
+  /// The brokers have answered at least once: from then on an outage is waited out.
+  std::atomic<bool> reached_{false};
+  /// steady_clock ticks: when the current outage began (0: none), when it was last logged.
+  std::atomic<int64_t> outage_since_{0};
+  std::atomic<int64_t> last_reminder_{0};
+
+  std::mutex health_mutex_;
+  std::condition_variable health_wake_;
+  bool stopping_ = false;  // guarded by health_mutex_
+  std::thread health_thread_;
 };
 
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
@@ -801,7 +931,7 @@ Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
     case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC: {
       if (!range || range->done) return Ok();
       PartitionState& state = source_.partitions_[range->index];
-      auto marks = source_.QueryWatermarks(state);
+      auto marks = source_.QueryWatermarksWaiting(state);
       if (!marks) return tl::unexpected(marks.error());
       if (marks->gone) {
         if (source_.options_.fail_on_data_loss) {
