@@ -659,6 +659,24 @@ class PipelineParser {
                                   spec.window_records, spec.min_samples));
     }
 
+    // With an event-time window, drift compares each closed window; windows overlap when they
+    // slide, so a value would count in several of them.
+    if (const auto& window = spec_.query.window;
+        window && window->slide_ms != 0 && window->slide_ms != window->size_ms) {
+      problems_.Error("drift", entry->key_mark,
+                      fmt::format("drift evaluates tumbling event-time windows, but query.window "
+                                  "(line {}) slides ({} ms every {} ms): make slide equal to "
+                                  "size, or drop the window to evaluate windows of "
+                                  "drift.windowRecords values",
+                                  window->mark.line, window->size_ms, window->slide_ms));
+    }
+    if (spec_.query.window && drift.Has("windowRecords")) {
+      problems_.Warn(drift.PathOf("windowRecords"), drift.MarkOf("windowRecords"),
+                     fmt::format("windowRecords is ignored: with query.window (line {}) drift "
+                                 "evaluates each event-time window",
+                                 spec_.query.window->mark.line));
+    }
+
     ParseBaseline(drift);
     ParseDetectors(drift);
     ParseOverrides(drift);

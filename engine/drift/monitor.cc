@@ -815,7 +815,6 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
   if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
     e.batch_id = batch_id;
-    e.evaluated_at_ms = now_ms;
     out.push_back(std::move(e));
   }
   events_.clear();
@@ -1068,8 +1067,8 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   return Ok();
 }
 
-void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_name,
-                                    size_t series, double value) {
+void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_name, size_t series,
+                                    double value) {
   if (!std::isfinite(value)) {
     ++skipped_values_;
     return;
@@ -1130,8 +1129,9 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
     total += c;
   }
   if (has_histogram_ && (counts.empty() || total == 0)) {
-    return bad("the psi, js and ks detectors need 'edges' and 'counts' (or remove them from "
-               "drift.detectors)");
+    return bad(
+        "the psi, js and ks detectors need 'edges' and 'counts' (or remove them from "
+        "drift.detectors)");
   }
   ModelState& m = ModelFor(model, model_name);
   SeriesState& s = m.series[series];
@@ -1318,7 +1318,6 @@ std::string AlertEvent::ToJson() const {
     obj.Raw("alerting_series", arr);
   }
   obj.Int("batch_id", batch_id);
-  obj.Int("evaluated_at_ms", evaluated_at_ms);
   obj.Close();
   return out;
 }

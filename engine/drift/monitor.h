@@ -79,7 +79,6 @@ struct AlertEvent {
   /// Roll-up events: the model's series in ALERT.
   std::vector<std::string> alerting_series;
   int64_t batch_id = -1;
-  int64_t evaluated_at_ms = 0;
 
   /// One JSON object, no trailing newline.
   std::string ToJson() const;

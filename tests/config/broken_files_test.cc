@@ -79,6 +79,7 @@ const std::vector<BrokenCase> kCases = {
      "'ks' is not among drift.detectors"},
     {"error_rate_without_columns", "drift.detectors[0].type", 18, "drift.predictionColumn"},
     {"drift_window_below_min_samples", "drift.windowRecords", 18, "below minSamples (500)"},
+    {"drift_sliding_window", "drift", 16, "query.window (line 12) slides"},
     {"drift_baseline_below_min_samples", "drift.baseline.records", 18, "below minSamples (200)"},
     {"drift_label_string", "drift.labelColumn", 18, "expected a numeric or boolean column"},
     {"detector_zero_alert", "drift.detectors[0].alert", 18, "must be above 0 and at most 1"},

@@ -38,7 +38,7 @@ source:
 query:
   groupBy: [model_id, region]
   aggregates: [count(*), avg(prediction), stddev(features), max(prediction)]
-  window: {column: event_time, size: 5 minutes, slide: 1 minute}
+  window: {column: event_time, size: 5 minutes, slide: 5 minutes}
   watermark: {column: event_time, delay: 10 minutes}
 drift:
   series: [features, prediction]
@@ -116,7 +116,7 @@ TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader
   REQUIRE(query.window);
   CHECK(query.window->column == "event_time");
   CHECK(query.window->size_ms == 300'000);
-  CHECK(query.window->slide_ms == 60'000);
+  CHECK(query.window->slide_ms == 300'000);
   REQUIRE(query.watermark);
   CHECK(query.watermark->delay_ms == 600'000);
 
@@ -456,6 +456,24 @@ TEST_CASE("complete output of a windowed query loads with a warning", "[config][
   CHECK(warnings[0].path == "sinks[0].outputMode");
   CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("grows without bound"));
   CHECK_THAT(FormatProblems("w.yaml", warnings), Catch::Matchers::Contains(": warning: "));
+}
+
+TEST_CASE("windowRecords with a windowed drift query loads with a warning that it is ignored",
+          "[config][loader]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.insert(yaml.find("sinks:"), "  window: {column: event_time, size: 1 minute}\n");
+  yaml +=
+      "  - {format: console, stream: alerts}\ndrift:\n  series: [prediction]\n  windowRecords: "
+      "500\n";
+  std::vector<ConfigProblem> warnings;
+  LoadOptions options = testing::TestOptions();
+  options.warnings = &warnings;
+  auto result = ParsePipeline(yaml, "w.yaml", options);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "drift.windowRecords");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("ignored"));
 }
 
 TEST_CASE("json options take JSON text, words, or YAML maps", "[config][loader][options]") {

@@ -3,7 +3,6 @@
 #include <sys/wait.h>
 
 #include <cmath>
-#include <random>
 
 #include <catch2/catch.hpp>
 
@@ -15,8 +14,9 @@ namespace {
 
 struct PipelineOptions {
   std::string trigger = "{availableNow: true}";
-  std::string query = "groupBy: [model_id]\n  aggregates: [count, mean(feature_vector), "
-                      "stddev(feature_vector), mean(prediction), stddev(prediction)]";
+  std::string query =
+      "groupBy: [model_id]\n  aggregates: [count, mean(feature_vector), "
+      "stddev(feature_vector), mean(prediction), stddev(prediction)]";
   std::string output_mode = "update";
   std::string source_extra = "maxFilesPerTrigger: 1";
 };
@@ -100,13 +100,13 @@ TEST_CASE("aggregates over generated files match an independent computation", "[
       INFO(model << " " << name);
       CHECK(std::abs(got_mean - static_cast<double>(mean)) <=
             1e-9 * std::max(1.0, std::abs(static_cast<double>(mean))));
-      CHECK(std::abs(got_stddev - static_cast<double>(stddev)) <= 1e-9 * static_cast<double>(stddev));
+      CHECK(std::abs(got_stddev - static_cast<double>(stddev)) <=
+            1e-9 * static_cast<double>(stddev));
     }
   }
 }
 
-TEST_CASE("availableNow processes a whole directory in rate-limited batches and exits 0",
-          "[e2e]") {
+TEST_CASE("availableNow processes a whole directory in rate-limited batches and exits 0", "[e2e]") {
   TempDir dir;
   WriteInferenceFiles(dir / "input", 5, 1000);
   RunResult run = RunDriftd({"run", WritePipeline(dir)});
@@ -118,7 +118,8 @@ TEST_CASE("availableNow processes a whole directory in rate-limited batches and 
   CHECK(*manifest == std::vector<int64_t>{0, 1, 2, 3, 4});
   auto final_rows = FinalRowByModel(CommittedRows(dir / "output"));
   int64_t total = 0;
-  for (const auto& [model, row] : final_rows) total += static_cast<int64_t>(JsonNumber(row, "count"));
+  for (const auto& [model, row] : final_rows)
+    total += static_cast<int64_t>(JsonNumber(row, "count"));
   CHECK(total == 5000);
 
   // A second run finds nothing new and changes nothing.
@@ -170,7 +171,7 @@ TEST_CASE("files added during a processingTime run are picked up, half-written l
   REQUIRE(WaitFor([&] { return rows().size() == 3 && progress_lines() > batches; }));
   CHECK(rows().size() == 3);
   AppendFile(dir.path() / "input" / "b.jsonl", R"(tion":0.75})"
-                                        "\n");
+                                               "\n");
   REQUIRE(WaitFor([&] { return rows().size() == 4; }));
   std::vector<std::string> models;
   for (const auto& row : rows()) models.push_back(JsonField(row, "model_id"));
@@ -212,26 +213,14 @@ TEST_CASE("a pipeline killed with SIGKILL 20+ times neither loses nor repeats ou
   INFO(reference.output);
   REQUIRE(reference.exit_code == 0);
 
-  std::mt19937 random(20261129);
-  // Short lives (start-up included) so that 20+ kills land before the input is drained, even
-  // on an idle machine.
-  std::uniform_int_distribution<int> delay_ms(5, 50);
   std::string pipeline = WritePipeline(crash_dir, options);
-  int kills = 0;
-  int runs = 0;
-  while (kills < 25 && runs < 200) {
-    ++runs;
-    ChildProcess daemon =
-        ChildProcess::Start({DriftdBinary(), "run", pipeline, "--quiet-progress"},
-                            crash_dir / "log.txt");
-    if (daemon.Wait(std::chrono::milliseconds(delay_ms(random)))) {
-      break;  // it finished everything before the kill
-    }
-    daemon.Signal(SIGKILL);
-    REQUIRE(daemon.Wait(std::chrono::seconds(10)));
-    ++kills;
-  }
-  INFO("runs " << runs << ", kills " << kills);
+  auto batches = [&] {
+    auto manifest = ReadFileSinkManifest(crash_dir / "output");
+    return manifest ? static_cast<int64_t>(manifest->size()) : 0;
+  };
+  const int kills = KillRepeatedly({DriftdBinary(), "run", pipeline, "--quiet-progress"},
+                                   crash_dir / "log.txt", batches, [] { return false; });
+  INFO("kills " << kills);
   CHECK(kills >= 20);
   RunResult finish = RunDriftd({"run", pipeline});
   INFO(finish.output);
@@ -246,8 +235,7 @@ TEST_CASE("a pipeline killed with SIGKILL 20+ times neither loses nor repeats ou
   CHECK(StateOf(crash_dir / "checkpoint") == StateOf(reference_dir / "checkpoint"));
 }
 
-TEST_CASE("a restart with an incompatible pipeline is refused, a compatible one resumes",
-          "[e2e]") {
+TEST_CASE("a restart with an incompatible pipeline is refused, a compatible one resumes", "[e2e]") {
   TempDir dir;
   WriteInferenceFiles(dir / "input", 2, 500);
   PipelineOptions options;

@@ -4,8 +4,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <random>
-
 #include <catch2/catch.hpp>
 
 #include "state/checkpoint_store.h"
@@ -97,21 +95,12 @@ struct Reference {
   }
 };
 
-// Starts the daemon, kills it after a random delay, until `kills` kills or it finished.
-int KillRepeatedly(const TempDir& dir, const std::string& pipeline, int kills_wanted,
-                   const std::function<bool()>& finished, int max_delay_ms = 50) {
-  std::mt19937 random(20261129);
-  std::uniform_int_distribution<int> delay_ms(5, max_delay_ms);
-  int kills = 0;
-  for (int runs = 0; kills < kills_wanted && runs < 200 && !finished(); ++runs) {
-    ChildProcess daemon =
-        ChildProcess::Start({DriftdBinary(), "run", pipeline, "--quiet-progress"}, dir / "log.txt");
-    if (daemon.Wait(std::chrono::milliseconds(delay_ms(random)))) continue;  // it ended itself
-    daemon.Signal(SIGKILL);
-    REQUIRE(daemon.Wait(std::chrono::seconds(10)));
-    ++kills;
-  }
-  return kills;
+// Kills the daemon again and again; a life's progress is a new batch in the append sink.
+int KillUntilDone(const TempDir& dir, const std::string& pipeline,
+                  const std::function<bool()>& finished) {
+  return KillRepeatedly(
+      {DriftdBinary(), "run", pipeline, "--quiet-progress"}, dir / "log.txt",
+      [&] { return static_cast<int64_t>(ManifestSize(dir / "out-append")); }, finished);
 }
 
 TEST_CASE("windows open across 20+ SIGKILLs are emitted exactly as in a crash-free run",
@@ -120,7 +109,7 @@ TEST_CASE("windows open across 20+ SIGKILLs are emitted exactly as in a crash-fr
   TempDir dir;
   WriteJitteredFiles(dir / "input");
   std::string pipeline = CrashPipeline(dir, "{availableNow: true}");
-  int kills = KillRepeatedly(dir, pipeline, 25, [] { return false; });
+  int kills = KillUntilDone(dir, pipeline, [] { return false; });
   INFO("kills " << kills);
   CHECK(kills >= 20);
   RunResult finish = RunDriftd({"run", pipeline});
@@ -142,8 +131,7 @@ TEST_CASE(
   WriteJitteredFiles(dir / "input");
   std::string pipeline = CrashPipeline(dir, "{continuous: 1 second}");
   auto done = [&] { return ManifestSize(dir / "out-append") >= reference.batches; };
-  // Continuous runs drain the files fast; short lives make sure 20+ kills land before the end.
-  int kills = KillRepeatedly(dir, pipeline, 25, done, 40);
+  int kills = KillUntilDone(dir, pipeline, done);
   INFO("kills " << kills);
   CHECK(kills >= 20);
   // Continuous never ends by itself: let it finish the files, then stop it.

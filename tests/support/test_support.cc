@@ -151,4 +151,53 @@ RunResult RunDriftd(const std::vector<std::string>& args, std::chrono::milliseco
   return result;
 }
 
+int KillRepeatedly(const std::vector<std::string>& argv, const std::string& output_path,
+                   const std::function<int64_t()>& progress, const std::function<bool()>& finished,
+                   const CrashLoopOptions& options) {
+  using std::chrono::milliseconds;
+  using Clock = std::chrono::steady_clock;
+  std::mt19937 random(options.seed);
+  auto random_delay = [&](milliseconds max) {
+    return milliseconds(std::uniform_int_distribution<int64_t>(0, max.count())(random));
+  };
+  // Polls every millisecond (a kill should land within a batch, not a polling interval later)
+  // until `condition` holds or `deadline` passes; false if the child ended first.
+  auto alive_when = [](ChildProcess& child, const std::function<bool()>& condition,
+                       Clock::time_point deadline) {
+    while (!child.Exited()) {
+      if (condition() || Clock::now() >= deadline) return true;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return false;
+  };
+  auto never = [] { return false; };
+  int kills = 0;
+  for (int life = 0; kills < options.kills && life < options.max_lives && !finished(); ++life) {
+    const int64_t before = progress();
+    ChildProcess child = ChildProcess::Start(argv, output_path, options.env);
+    const auto start = Clock::now();
+    bool alive;
+    if (life % 3 == 0) {
+      alive = alive_when(child, never, start + random_delay(options.max_blind_delay));
+    } else {
+      alive = alive_when(
+          child, [&] { return progress() > before; }, start + options.progress_timeout);
+      if (alive && progress() == before) {
+        throw std::runtime_error("a life made no progress within the timeout");
+      }
+      alive = alive && alive_when(child, never,
+                                  Clock::now() + random_delay(options.max_delay_after_progress));
+    }
+    if (!alive) {
+      // It ended by itself: done, or failed (the caller's final run and checks will say).
+      if (progress() == before) break;
+      continue;
+    }
+    child.Signal(SIGKILL);
+    if (!child.Wait(std::chrono::seconds(10))) throw std::runtime_error("SIGKILL did not stop it");
+    ++kills;
+  }
+  return kills;
+}
+
 }  // namespace driftd::testing

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -64,13 +65,36 @@ class ChildProcess {
 std::string DriftdBinary();
 
 struct RunResult {
-  int exit_code = -1;   // -1 if killed by a signal or timed out
-  std::string output;   // stdout + stderr
+  int exit_code = -1;  // -1 if killed by a signal or timed out
+  std::string output;  // stdout + stderr
 };
 
 /// Runs driftd with `args` to completion (killing it after `timeout`).
 RunResult RunDriftd(const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60),
                     const std::map<std::string, std::string>& env = {});
+
+/// How `KillRepeatedly` kills.
+struct CrashLoopOptions {
+  int kills = 25;  // stop after this many kills
+  int max_lives = 200;
+  uint32_t seed = 20261129;
+  /// Every third life dies this long (at most) after its start, start-up included.
+  std::chrono::milliseconds max_blind_delay{50};
+  /// The other lives die at most this long after they have made progress.
+  std::chrono::milliseconds max_delay_after_progress{5};
+  /// How long a life may take to make progress before the test gives up on it.
+  std::chrono::milliseconds progress_timeout{std::chrono::seconds(60)};
+  std::map<std::string, std::string> env;
+};
+
+/// Starts `argv` again and again and kills each life with SIGKILL at a random moment, until
+/// `options.kills` kills, or `finished()` holds, or a life ends by itself with nothing left to
+/// do. Every third life is killed blind (a random delay from its start); the others once
+/// `progress()` (say, committed batches) has grown during that life plus a short random delay,
+/// so that the number of kills does not depend on how fast the machine is. Returns the kills.
+int KillRepeatedly(const std::vector<std::string>& argv, const std::string& output_path,
+                   const std::function<int64_t()>& progress, const std::function<bool()>& finished,
+                   const CrashLoopOptions& options = {});
 
 }  // namespace driftd::testing
