@@ -235,6 +235,37 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
             gauge.threshold);
       }
     }
+    w.Family("driftd_drift_model_series", "gauge",
+             "Drift series of a model by current level (ok, warn, alert), restored state "
+             "included.");
+    for (const View& p : pipelines) {
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+        const int64_t ok = m.series - m.series_in_warn - m.series_in_alert;
+        for (const auto& [level, count] : {std::pair<const char*, int64_t>{"ok", ok},
+                                           {"warn", m.series_in_warn},
+                                           {"alert", m.series_in_alert}}) {
+          w.Sample("driftd_drift_model_series",
+                   {{"pipeline", p.name}, {"model", m.model}, {"level", level}},
+                   static_cast<double>(count));
+        }
+      }
+    }
+    w.Family("driftd_drift_model_alert", "gauge",
+             "1 while the model's roll-up is in ALERT (drift.modelAlertSeries series alerting).");
+    for (const View& p : pipelines) {
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+        w.Sample("driftd_drift_model_alert", {{"pipeline", p.name}, {"model", m.model}},
+                 m.rollup_alert ? 1 : 0);
+      }
+    }
+    w.Family("driftd_drift_model_values_total", "counter",
+             "Values of a model's drift series taken in (baseline and windows).");
+    for (const View& p : pipelines) {
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+        w.Sample("driftd_drift_model_values_total", {{"pipeline", p.name}, {"model", m.model}},
+                 static_cast<double>(m.values));
+      }
+    }
     w.Family("driftd_drift_level", "gauge",
              "Alert level after the last alert event: 0 OK or resolved, 1 WARN, 2 ALERT.");
     for (const View& p : pipelines) {

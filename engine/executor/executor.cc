@@ -180,6 +180,7 @@ class QueryExecutor::Impl {
       }
     }));
     DRIFTD_TRY(restore_status);
+    if (options_.metrics && drift_) options_.metrics->RecordDriftModels(drift_->ModelStats());
 
     SourceOffsets committed;
     if (*last) {
@@ -515,7 +516,10 @@ class QueryExecutor::Impl {
     counters_.alerts.fetch_add(progress.num_alerts);
     counters_.last_batch_id.store(next_batch_id_);
 
-    if (options_.metrics) options_.metrics->RecordBatch(progress, output.alerts);
+    if (options_.metrics) {
+      options_.metrics->RecordBatch(progress, output.alerts);
+      if (drift_) options_.metrics->RecordDriftModels(drift_->ModelStats());
+    }
     std::string json = RenderProgress(spec_, progress);
     {
       std::lock_guard<std::mutex> lock(mutex_);

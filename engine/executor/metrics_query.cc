@@ -97,6 +97,11 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress, const OutputRows&
   }
 }
 
+void QueryMetrics::RecordDriftModels(std::vector<DriftMonitor::ModelStats> models) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  data_.drift_models = std::move(models);
+}
+
 void QueryMetrics::RecordProgress(std::string json) {
   std::lock_guard<std::mutex> lock(mutex_);
   progress_.push_back(std::move(json));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "connectors/sink.h"
+#include "engine/drift/monitor.h"
 #include "engine/executor/progress.h"
 
 namespace driftd {
@@ -54,6 +55,9 @@ struct QueryMetricsSnapshot {
   };
   /// The last alert event of each (model, series, detector).
   std::map<std::tuple<std::string, std::string, std::string>, DriftGauge> drift;
+  /// The drift state of each model as the monitor holds it (restored state included, so a
+  /// restarted daemon shows a model still in ALERT before any new alert event).
+  std::vector<DriftMonitor::ModelStats> drift_models;
   int64_t last_batch_timestamp_ms = 0;
   int64_t last_batch_id = -1;
   int64_t last_batch_input_rows = 0;
@@ -69,6 +73,8 @@ class QueryMetrics {
   void LoopIdle();
   /// After every committed batch, with its progress record and alert rows.
   void RecordBatch(const ProgressRecord& progress, const OutputRows& alerts);
+  /// After restoring the checkpoint and after every batch: each model's drift state.
+  void RecordDriftModels(std::vector<DriftMonitor::ModelStats> models);
   /// Keeps a progress record (JSON) for RecentProgress().
   void RecordProgress(std::string json);
 

@@ -245,6 +245,56 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
   CHECK(ExitCode(daemon.Wait(30s)) == 0);
 }
 
+TEST_CASE("/metrics shows each model's drift series by level, the drifted model in alert",
+          "[service][metrics][drift][e2e]") {
+  TempDir dir("driftd-drift-metrics");
+  std::string yaml = RatePipelineYaml("drifting", dir.path().string());
+  const std::string options = "seed: 3}";
+  yaml.replace(yaml.find(options), options.size(),
+               "seed: 3, rowsPerSecond: 4000, drift: model-1 prediction shifts by 3 sigma after "
+               "2 s}");
+  yaml.replace(yaml.find("rowsPerSecond: 2000, "), 21, "");
+  WriteFileAt(dir / "drifting.yaml", yaml);
+  std::string log = dir / "log.txt";
+  auto daemon = ChildProcess::Start(
+      {DriftdBinary(), "run", dir / "drifting.yaml", "--http", "127.0.0.1:0", "--quiet-progress"},
+      log);
+  auto port = WaitForHttpPort(log);
+  INFO(ReadFile(log));
+  REQUIRE(port);
+  auto series = [&](const char* model, const char* level) {
+    return Metric(*port, "driftd_drift_model_series",
+                  {{"pipeline", "drifting"}, {"model", model}, {"level", level}});
+  };
+  REQUIRE(WaitFor([&] { return series("model-1", "alert") >= 1; }, 60s));
+  Exposition scrape = Scrape(*port);
+  REQUIRE(scrape.errors.empty());
+  std::map<std::string, std::string> model0{{"pipeline", "drifting"}, {"model", "model-0"}};
+  CHECK(scrape.Value("driftd_drift_model_series",
+                     {{"pipeline", "drifting"}, {"model", "model-0"}, {"level", "alert"}}) == 0);
+  CHECK(scrape.Value("driftd_drift_model_series",
+                     {{"pipeline", "drifting"}, {"model", "model-0"}, {"level", "ok"}}) >= 1);
+  CHECK(scrape.Value("driftd_drift_model_values_total", model0) > 0);
+  CHECK(scrape.Value("driftd_drift_model_alert", model0) == 0);
+
+  // A restart restores the monitor: the model is still in alert before any new alert event.
+  daemon.Signal(SIGTERM);
+  REQUIRE(ExitCode(daemon.Wait(30s)) == 0);
+  std::string log2 = dir / "log2.txt";
+  auto restarted = ChildProcess::Start(
+      {DriftdBinary(), "run", dir / "drifting.yaml", "--http", "127.0.0.1:0", "--quiet-progress"},
+      log2);
+  auto port2 = WaitForHttpPort(log2);
+  REQUIRE(port2);
+  REQUIRE(WaitFor([&] {
+    return Metric(*port2, "driftd_drift_model_series",
+                  {{"pipeline", "drifting"}, {"model", "model-1"}, {"level", "alert"}}) >= 1;
+  }));
+  CHECK(Metric(*port2, "driftd_alerts_total", {{"pipeline", "drifting"}, {"level", "ALERT"}}) == 0);
+  restarted.Signal(SIGTERM);
+  CHECK(ExitCode(restarted.Wait(30s)) == 0);
+}
+
 TEST_CASE("/readyz is 503 while the socket source's server is down and 200 once it serves",
           "[service][readyz][e2e]") {
   TempDir dir("driftd-readyz");
