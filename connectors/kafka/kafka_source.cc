@@ -445,7 +445,12 @@ class KafkaSource final : public Source {
       PartitionState& state = partitions_[i];
       auto marks = QueryWatermarks(state);
       if (!marks) return tl::unexpected(marks.error());
-      if (marks->gone) continue;  // deleted between metadata and watermarks; next batch says so
+      if (marks->gone) {
+        // Deleted between the metadata and the watermarks: the position stays, so that the next
+        // batch, whose metadata no longer lists the partition, reports or counts the loss.
+        if (auto it = start.find(state.key); it != start.end()) plans.push_back({i, it->second, 0});
+        continue;
+      }
       int64_t from = 0;
       auto it = start.find(state.key);
       if (it == start.end()) {
@@ -501,6 +506,14 @@ class KafkaSource final : public Source {
                                              const SourceOffsets& end) override {
     std::vector<KafkaReader::Range> ranges;
     int64_t lost = 0;
+    // A partition of `start` missing from `end` vanished with its topic (failOnDataLoss=false):
+    // the records it was last seen to hold beyond the position are lost.
+    for (const auto& [key, from] : start) {
+      if (end.count(key)) continue;
+      if (auto it = index_.find(key); it != index_.end()) {
+        lost += std::max<int64_t>(0, partitions_[it->second].high - from);
+      }
+    }
     for (const auto& [key, end_offset] : end) {
       auto index = IndexOf(key);
       if (!index) return tl::unexpected(index.error());
@@ -962,8 +975,16 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
   const auto timeout = std::chrono::milliseconds(source_.options_.poll_timeout_ms);
   while (remaining_ > 0 && chunk.byte_size() < max_bytes) {
     DRIFTD_TRY(AssignCurrent());
+    // The call returns once it holds `wanted` messages or the wait is over: asking for no more
+    // than the range lacks keeps the end of a range at the end of the log from waiting.
+    size_t wanted = messages_.size();
+    if (current_ < ranges_.size()) {
+      const Range& range = ranges_[current_];
+      wanted = static_cast<size_t>(
+          std::clamp<int64_t>(range.end - range.next, 1, static_cast<int64_t>(wanted)));
+    }
     ssize_t count = rd_kafka_consume_batch_queue(source_.queue_.get(), kConsumeWaitMs,
-                                                 messages_.data(), messages_.size());
+                                                 messages_.data(), wanted);
     if (count < 0) {
       return MakeError(ErrorCode::kExternal, "kafka source: consuming: {}",
                        rd_kafka_err2str(rd_kafka_last_error()));
