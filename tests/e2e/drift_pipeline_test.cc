@@ -463,7 +463,7 @@ TEST_CASE("a file baseline of reference statistics is compared with from the fir
                         [](const Alert& a) { return a.level == "ALERT"; }) == 1);
 }
 
-TEST_CASE("a missing or malformed baseline file stops the start with its path named",
+TEST_CASE("a missing or malformed baseline file stops start and validate with its path named",
           "[e2e][drift][baseline]") {
   TempDir dir;
   DriftPipeline p;
@@ -477,6 +477,11 @@ TEST_CASE("a missing or malformed baseline file stops the start with its path na
   INFO(missing.output);
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find(path) != std::string::npos);
+  // `validate` loads the baseline too, so the problem shows before any start.
+  RunResult validate_missing = RunDriftd({"validate", pipeline});
+  INFO(validate_missing.output);
+  CHECK(validate_missing.exit_code == 78);
+  CHECK(validate_missing.output.find(path) != std::string::npos);
 
   std::string records = ReferenceRecords(2, 3);
   records.insert(records.find('\n') + 1, "{\"model_id\":\"model-0\",\"prediction\":\n");
@@ -492,6 +497,13 @@ TEST_CASE("a missing or malformed baseline file stops the start with its path na
   INFO(unknown.output);
   CHECK(unknown.exit_code != 0);
   CHECK(unknown.output.find("'speed' is not a drift series") != std::string::npos);
+  RunResult validate_unknown = RunDriftd({"validate", pipeline});
+  CHECK(validate_unknown.exit_code == 78);
+  CHECK(validate_unknown.output.find("'speed' is not a drift series") != std::string::npos);
+  WriteFile(path, ReferenceRecords(2, 2 * 1000));
+  RunResult validate_good = RunDriftd({"validate", pipeline});
+  INFO(validate_good.output);
+  CHECK(validate_good.exit_code == 0);
   CHECK_FALSE(std::filesystem::exists(dir / "alerts"));
 }
 
