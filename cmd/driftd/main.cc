@@ -29,6 +29,7 @@
 #include "cmd/driftd/supervisor.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
+#include "engine/executor/drift_stage.h"
 #include "engine/executor/executor.h"
 #include "engine/log.h"
 #include "state/checkpoint_inspect.h"
@@ -399,6 +400,15 @@ int main(int argc, char** argv) {
   if (validate->parsed()) {
     auto spec = LoadOrReport(validate_path);
     if (!spec) return kExitConfig;
+    // What only the drift stage can tell (detector setup, a file baseline that must load)
+    // is checked here too, rather than at the first start.
+    if (spec->drift.enabled) {
+      if (auto stage = DriftStage::Create(*spec); !stage) {
+        std::cerr << fmt::format("{}: {}\n{}: 1 error; the pipeline was not started\n",
+                                 validate_path, stage.error().message(), validate_path);
+        return kExitConfig;
+      }
+    }
     std::cout << fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n",
                              validate_path, spec->name, spec->source.format, spec->sinks.size(),
                              spec->sinks.size() == 1 ? "" : "s", ToString(spec->trigger.kind));
