@@ -346,11 +346,16 @@ int main(int argc, char** argv) {
 
   CLI::App* demo = app.add_subcommand(
       "demo",
-      "Run the built-in demo, Kafka in -> per-model statistics and drift alerts -> Kafka out, "
-      "with no broker to install: an embedded Kafka stand-in (librdkafka's mock cluster) is fed "
-      "generated inference logs of 4 models, one of which drifts after 6 s. The console shows "
-      "each batch's per-model statistics and every alert as read back from the alerts topic. "
-      "Ctrl-C stops it.");
+      "Run the built-in demo: Kafka in -> per-model statistics and drift alerts -> Kafka out, "
+      "on an embedded Kafka stand-in");
+  demo->footer(
+      "The demo starts an embedded stand-in for a Kafka cluster (librdkafka's in-process mock "
+      "cluster), feeds generated inference logs of 4 models into its topic inference-logs (model-2 "
+      "drifts after 6 s), and runs the demo pipeline (deploy/examples/demo.yaml, built in) on "
+      "it: per-model statistics and drift alerts, written to the topics driftd-stats and "
+      "driftd-alerts. The console shows each batch's per-model statistics and every alert as "
+      "read back from driftd-alerts. Ctrl-C or SIGTERM stops it (exit code 0); a --checkpoint "
+      "that is not empty is refused (exit code 64).");
   std::string demo_dir;
   demo->add_option("--checkpoint", demo_dir,
                    "Checkpoint directory, new or empty (default: a new temporary directory, "
