@@ -306,6 +306,9 @@ class KafkaSink final : public Sink {
         {"enable.auto.commit", "false"},
         {"enable.partition.eof", "true"},
         {"auto.offset.reset", "earliest"},
+        // The scan ends on end-of-partition events, which come with a fetch that, at the end of
+        // the log, long-polls for fetch.wait.max.ms (default 500 ms) on every start.
+        {"fetch.wait.max.ms", "10"},
     };
     for (const auto& [name, value] : options_.client) {
       if (name == "bootstrap.servers" || name.rfind("security.", 0) == 0 ||
