@@ -1,7 +1,8 @@
 // End-to-end Kafka throughput of the daemon beside a plain librdkafka consumer, in one run.
 //
 //   bench_kafka [--records N] [--partitions P] [--rounds R] [--max-offsets M]
-//               [--models M] [--features F] [--keep 1]
+//               [--models M] [--features F] [--keep 1] [--kafka name=value]...
+//               [--topic EXISTING]
 //
 // Produces N inference-log records (the project's generator, with one injected drift so that
 // alerts are raised) to a fresh input topic on the broker at DRIFTD_KAFKA_BOOTSTRAP (default
@@ -54,6 +55,11 @@ struct Settings {
   int features = 8;
   // Keep the daemon's pipelines and logs and the topics (for profiling).
   bool keep = false;
+  // Extra librdkafka settings for the kafka source (driftd and source readers), without the
+  // "kafka." prefix: tuning experiments.
+  std::map<std::string, std::string> source_client;
+  // An existing topic holding `records` records to read instead of producing a new one.
+  std::string input_topic;
 };
 
 std::string Bootstrap() {
@@ -271,6 +277,9 @@ Rate SourceRead(const std::string& topic, const Settings& settings, const std::s
   pipeline.source.options.Set("maxOffsetsPerTrigger", std::to_string(settings.max_offsets));
   pipeline.source.options.Set("kafkaConsumer.pollTimeoutMs", "120000");
   pipeline.source.options.Set("kafka.bootstrap.servers", Bootstrap());
+  for (const auto& [name, value] : settings.source_client) {
+    pipeline.source.options.Set("kafka." + name, value);
+  }
   auto source = driftd::CreateSource(pipeline);
   if (!source) Die(source.error().message());
   if (auto started = (*source)->Start({}); !started) Die(started.error().message());
@@ -305,6 +314,10 @@ Rate SourceRead(const std::string& topic, const Settings& settings, const std::s
 std::string PipelineYaml(const std::string& name, const std::string& input,
                          const std::string& stats, const std::string& alerts,
                          const fs::path& checkpoint, const Settings& settings) {
+  std::string extra;
+  for (const auto& [name, value] : settings.source_client) {
+    extra += fmt::format("\n    kafka.{}: \"{}\"", name, value);
+  }
   return fmt::format(R"(name: {name}
 schema:
   - {{name: model_id, type: string, nullable: false}}
@@ -319,7 +332,7 @@ source:
     subscribe: {input}
     startingOffsets: earliest
     maxOffsetsPerTrigger: {max_offsets}
-    failOnDataLoss: true
+    failOnDataLoss: true{extra}
   malformed: {{policy: drop}}
 query:
   groupBy: [model_id]
@@ -347,7 +360,7 @@ checkpointLocation: {checkpoint}
                      fmt::arg("name", name), fmt::arg("bootstrap", Bootstrap()),
                      fmt::arg("input", input), fmt::arg("max_offsets", settings.max_offsets),
                      fmt::arg("stats", stats), fmt::arg("alerts", alerts),
-                     fmt::arg("checkpoint", checkpoint.string()));
+                     fmt::arg("checkpoint", checkpoint.string()), fmt::arg("extra", extra));
 }
 
 // The integer after `"key":` in `text` (0 when absent).
@@ -469,8 +482,15 @@ int main(int argc, char** argv) {
   Settings settings;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    int64_t value = std::atoll(argv[i + 1]);
-    if (flag == "--records") {
+    std::string text = argv[i + 1];
+    int64_t value = std::atoll(text.c_str());
+    if (flag == "--kafka") {
+      size_t eq = text.find('=');
+      if (eq == std::string::npos) Die("--kafka needs name=value");
+      settings.source_client[text.substr(0, eq)] = text.substr(eq + 1);
+    } else if (flag == "--topic") {
+      settings.input_topic = text;
+    } else if (flag == "--records") {
       settings.records = value;
     } else if (flag == "--partitions") {
       settings.partitions = static_cast<int>(value);
@@ -507,17 +527,24 @@ int main(int argc, char** argv) {
   if (!generator) Die(generator.error().message());
 
   const std::string run_id = fmt::format("{}-{}", getpid(), time(nullptr));
-  const std::string input = "bench-kafka-in-" + run_id;
+  const std::string input =
+      settings.input_topic.empty() ? "bench-kafka-in-" + run_id : settings.input_topic;
   const fs::path dir = fs::temp_directory_path() / ("driftd-bench-kafka-" + run_id);
   fs::create_directories(dir);
   rd_kafka_t* admin = NewClient(RD_KAFKA_PRODUCER, {});
-  std::vector<std::string> topics = {input};
-  CreateTopic(admin, input, settings.partitions);
-  Produced produced = ProduceInput(input, settings, *generator);
-  std::printf("produced %lld records (%.1f MB, %d models x %d features) to %s, %d partitions, "
-              "in %.1f s\n",
-              static_cast<long long>(settings.records), produced.bytes / 1e6, settings.models,
-              settings.features, input.c_str(), settings.partitions, produced.seconds);
+  std::vector<std::string> topics;
+  if (settings.input_topic.empty()) {
+    topics.push_back(input);
+    CreateTopic(admin, input, settings.partitions);
+    Produced produced = ProduceInput(input, settings, *generator);
+    std::printf("produced %lld records (%.1f MB, %d models x %d features) to %s, %d partitions, "
+                "in %.1f s\n",
+                static_cast<long long>(settings.records), produced.bytes / 1e6, settings.models,
+                settings.features, input.c_str(), settings.partitions, produced.seconds);
+  } else {
+    std::printf("reading %lld records of the existing topic %s (%d partitions)\n",
+                static_cast<long long>(settings.records), input.c_str(), settings.partitions);
+  }
 
   std::printf("settings: broker %s; every client with librdkafka's defaults except:\n",
               Bootstrap().c_str());
@@ -530,6 +557,9 @@ int main(int argc, char** argv) {
               "mean, stddev per model, mean_shift + PSI on %d features + prediction -> 2 kafka "
               "sinks, one transaction per batch; availableNow, process start to exit\n",
               static_cast<long long>(settings.max_offsets), settings.features);
+  for (const auto& [name, value] : settings.source_client) {
+    std::printf("  source and driftd also: kafka.%s=%s\n", name.c_str(), value.c_str());
+  }
   std::printf("%5s %-10s %12s %12s  %s\n", "round", "reader", "rec/s", "rec/CPU-s",
               "driftd: batches; ms in plan / read+process / commit / deliver / outside batches");
   std::fflush(stdout);
