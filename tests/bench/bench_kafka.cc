@@ -277,8 +277,8 @@ Rate SourceRead(const std::string& topic, const Settings& settings, const std::s
   pipeline.source.options.Set("maxOffsetsPerTrigger", std::to_string(settings.max_offsets));
   pipeline.source.options.Set("kafkaConsumer.pollTimeoutMs", "120000");
   pipeline.source.options.Set("kafka.bootstrap.servers", Bootstrap());
-  for (const auto& [name, value] : settings.source_client) {
-    pipeline.source.options.Set("kafka." + name, value);
+  for (const auto& [setting, value] : settings.source_client) {
+    pipeline.source.options.Set("kafka." + setting, value);
   }
   auto source = driftd::CreateSource(pipeline);
   if (!source) Die(source.error().message());
@@ -315,8 +315,8 @@ std::string PipelineYaml(const std::string& name, const std::string& input,
                          const std::string& stats, const std::string& alerts,
                          const fs::path& checkpoint, const Settings& settings) {
   std::string extra;
-  for (const auto& [name, value] : settings.source_client) {
-    extra += fmt::format("\n    kafka.{}: \"{}\"", name, value);
+  for (const auto& [setting, value] : settings.source_client) {
+    extra += fmt::format("\n    kafka.{}: \"{}\"", setting, value);
   }
   return fmt::format(R"(name: {name}
 schema:
