@@ -620,8 +620,12 @@ class KafkaSource final : public Source {
   static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
     auto* source = static_cast<KafkaSource*>(opaque);
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) source->SetReachable(false, reason);
-    Log()->warn("kafka source {}: {}: {}", rd_kafka_name(rk),
-                rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
+    // Connection failures are in librdkafka's own log and in the outage message already.
+    const bool connection =
+        err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN;
+    Log()->log(connection ? spdlog::level::debug : spdlog::level::warn, "kafka source {}: {}: {}",
+               rd_kafka_name(rk), rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
+               reason);
   }
 
   static void CommitCallback(rd_kafka_t* rk, rd_kafka_resp_err_t err,

@@ -33,6 +33,8 @@ using testing::TempDir;
 using testing::WaitFor;
 
 constexpr int kModels = 4;
+// The backlog of the outage takes several batches, whose progress shows the lag left behind.
+constexpr int64_t kMaxOffsetsPerTrigger = 4000;
 // How long the broker stays stopped before it is started again (its start-up adds ~10 s).
 constexpr auto kOutage = 12s;
 
@@ -241,6 +243,7 @@ source:
     kafka.bootstrap.servers: "{bootstrap}"
     subscribe: {input}
     startingOffsets: earliest
+    maxOffsetsPerTrigger: {limit}
 query:
   groupBy: [model_id]
   aggregates: [count, mean(prediction)]
@@ -270,7 +273,7 @@ trigger:
   processingTime: 500 milliseconds
 checkpointLocation: {checkpoint}
 )",
-                     fmt::arg("name", name), fmt::arg("bootstrap", bootstrap),
+                     fmt::arg("name", name), fmt::arg("limit", kMaxOffsetsPerTrigger), fmt::arg("bootstrap", bootstrap),
                      fmt::arg("input", input), fmt::arg("stats", stats),
                      fmt::arg("alerts", alerts), fmt::arg("checkpoint", checkpoint));
 }
@@ -282,6 +285,28 @@ double Metric(int port, const std::string& name, const std::map<std::string, std
 }
 
 int ReadyStatus(int port) { return testing::HttpGet(port, "/readyz").status; }
+
+// Whether /progress holds a batch cut short by maxOffsetsPerTrigger whose per-partition lag
+// says how much was left behind (positive: the backlog of the outage).
+bool SawLimitedBatchWithLag(int port) {
+  const std::string progress = testing::HttpGet(port, "/progress").body;
+  simdjson::dom::parser parser;
+  simdjson::dom::array records;
+  if (parser.parse(progress).get(records) != simdjson::SUCCESS) return false;
+  for (simdjson::dom::element record : records) {
+    simdjson::dom::element source = record["sources"].at(0);
+    int64_t rows = 0;
+    simdjson::dom::object lag;
+    if (source["numInputRows"].get(rows) || rows != kMaxOffsetsPerTrigger ||
+        source["lag"].get(lag)) {
+      continue;
+    }
+    int64_t behind = 0;
+    for (auto [partition, value] : lag) behind += value.get_int64().value_unsafe();
+    if (behind > 0) return true;
+  }
+  return false;
+}
 
 // Prints the end of the daemon's and the broker's logs when the test ends, for ctest's
 // --output-on-failure (the files go away with the test's temporary directory).
@@ -392,10 +417,16 @@ TEST_CASE(
   RequireStarted(broker, /*keep=*/true);
   // Back by itself: ready again, and batches with input committed after the outage.
   CHECK(WaitFor([&] { return ReadyStatus(*port) == 200; }, 60s));
-  // A few batches after the one that caught up with the backlog, then the input stops.
+  // The backlog drains in batches of maxOffsetsPerTrigger, each reporting the lag it leaves;
+  // a few more batches, then the input stops.
+  bool saw_lag = false;
   CHECK(WaitFor(
-      [&] { return Metric(*port, "driftd_batches_total", labels) >= batches_in_outage + 4; },
+      [&] {
+        saw_lag = saw_lag || SawLimitedBatchWithLag(*port);
+        return saw_lag && Metric(*port, "driftd_batches_total", labels) >= batches_in_outage + 4;
+      },
       60s));
+  CHECK(saw_lag);
   REQUIRE_FALSE(daemon.Exited());
   writer.Finish();
   {
