@@ -5,13 +5,23 @@
 // consumer group. A read_committed reader of the progress topic therefore knows exactly which
 // batches were delivered, which is how recovery decides whether to deliver an outbox entry again.
 //
+// librdkafka sorts transactional errors into three kinds, and each takes its own path here:
+// retriable (the call is repeated), abortable (the transaction is aborted and the batch sent
+// again) and fatal (the producer is dead: fenced by a newer instance with the same
+// transactional.id, or refused by the broker). A fatal error ends the query with
+// ErrorCode::kUnrecoverable: delivering again cannot succeed, and re-initialising would fence the
+// instance that took over.
+//
 // Test hook: DRIFTD_KAFKA_SINK_FAULT=before_commit (or after_commit) makes the process kill
 // itself with SIGKILL inside Deliver, just before (after) commit_transaction; crash tests use it
-// to stop a delivery half-way.
+// to stop a delivery half-way. DRIFTD_KAFKA_SINK_FAULT=fatal raises a fabricated fatal producer
+// error (rd_kafka_test_fatal_error) just before commit_transaction. A suffix "@N" limits the
+// fault to batches with id >= N ("fatal@3").
 #include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -64,8 +74,10 @@ struct KafkaSinkOptions {
   std::string source_group_id;
   /// How long one transactional call may take. Default: transaction.timeout.ms or 60 s.
   int timeout_ms = 60'000;
-  /// Test hook, see the top of this file: "", "before_commit" or "after_commit".
+  /// Test hook, see the top of this file: "", "before_commit", "after_commit" or "fatal".
   std::string fault;
+  /// The fault applies to batches with at least this id. Default: 0.
+  int64_t fault_from_batch = 0;
 };
 
 // How a failed transactional call is to be handled (librdkafka's classification).
@@ -81,6 +93,7 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Ok();
+    if (fatal_) return tl::unexpected(*fatal_);
     auto conf = kafka::MakeConf(ProducerSettings());
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka sink"));
     auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
@@ -128,6 +141,7 @@ class KafkaSink final : public Sink {
   }
 
   Status Deliver(const BatchOutput& output) override {
+    if (fatal_) return tl::unexpected(*fatal_);
     if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
     // No skipping of batch ids at or below delivered_: the executor asks IsDelivered on
     // recovery, and a pipeline restarted from an empty checkpoint numbers its batches from 0
@@ -138,7 +152,10 @@ class KafkaSink final : public Sink {
         delivered_ = output.batch_id;
         return Ok();
       }
-      if (outcome == Outcome::kFailed) return status;
+      if (outcome == Outcome::kFailed) {
+        if (!status && status.error().code() == ErrorCode::kUnrecoverable) fatal_ = status.error();
+        return status;
+      }
       if (attempt >= kMaxBatchAttempts) {
         return tl::unexpected(status.error().Wrap(
             fmt::format("kafka sink: batch {} aborted {} times", output.batch_id, attempt)));
@@ -150,7 +167,12 @@ class KafkaSink final : public Sink {
 
   Status Close() override {
     if (!producer_) return Ok();
-    rd_kafka_flush(producer_.get(), kRequestTimeoutMs);
+    if (fatal_) {
+      // A dead producer delivers nothing more; waiting for its queue would only delay the exit.
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    } else {
+      rd_kafka_flush(producer_.get(), kRequestTimeoutMs);
+    }
     producer_.reset();
     return Ok();
   }
@@ -174,6 +196,34 @@ class KafkaSink final : public Sink {
     return status;
   }
 
+  // The error of a fatal librdkafka error: the producer can do nothing more. `code` tells
+  // whether another instance took over.
+  Error FatalError(std::string_view what, rd_kafka_resp_err_t code, std::string_view detail) const {
+    const bool fenced = code == RD_KAFKA_RESP_ERR__FENCED ||
+                        code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+                        code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+    return Error(
+        ErrorCode::kUnrecoverable,
+        fmt::format("kafka sink: {} failed with a fatal producer error: {} ({}). {}", what, detail,
+                    rd_kafka_err2name(code),
+                    fenced ? fmt::format("Another instance of pipeline '{}' (transactional.id {}) "
+                                         "has fenced this one, which stops: two daemons must not "
+                                         "run one pipeline",
+                                         options_.pipeline_name, options_.transactional_id)
+                           : fmt::format("The transactional producer (transactional.id {}) "
+                                         "cannot go on; the pipeline stops",
+                                         options_.transactional_id)));
+  }
+
+  // The producer's own fatal error, if it has one: librdkafka may report the consequences of a
+  // fatal error (a call in the wrong state) rather than the error itself.
+  std::optional<Error> ProducerFatalError(std::string_view what) const {
+    char reason[512];
+    rd_kafka_resp_err_t code = rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
+    if (code == RD_KAFKA_RESP_ERR_NO_ERROR) return std::nullopt;
+    return FatalError(what, code, reason);
+  }
+
   // Runs one transactional API call, repeating it while librdkafka says the error is
   // retriable. An abortable error aborts the transaction.
   template <typename Fn>
@@ -184,8 +234,10 @@ class KafkaSink final : public Sink {
       const std::string message =
           fmt::format("kafka sink: {} failed: {}", what, kafka::Describe(error.get()));
       if (rd_kafka_error_is_fatal(error.get())) {
-        return {Outcome::kFailed, MakeError(ErrorCode::kExternal, "{}", message)};
+        return {Outcome::kFailed, tl::unexpected(FatalError(what, rd_kafka_error_code(error.get()),
+                                                            rd_kafka_error_string(error.get())))};
       }
+      if (auto fatal = ProducerFatalError(what)) return {Outcome::kFailed, tl::unexpected(*fatal)};
       if (rd_kafka_error_txn_requires_abort(error.get())) {
         Status aborted = Abort();
         if (!aborted) return {Outcome::kFailed, aborted};
@@ -204,6 +256,11 @@ class KafkaSink final : public Sink {
     for (int attempt = 1;; ++attempt) {
       ErrorPtr error{rd_kafka_abort_transaction(producer_.get(), options_.timeout_ms)};
       if (!error) return Ok();
+      if (rd_kafka_error_is_fatal(error.get())) {
+        return tl::unexpected(FatalError("abort_transaction", rd_kafka_error_code(error.get()),
+                                         rd_kafka_error_string(error.get())));
+      }
+      if (auto fatal = ProducerFatalError("abort_transaction")) return tl::unexpected(*fatal);
       if (rd_kafka_error_is_retriable(error.get()) && attempt < kMaxCallAttempts) continue;
       return MakeError(ErrorCode::kExternal, "kafka sink: abort_transaction failed: {}",
                        kafka::Describe(error.get()));
@@ -227,9 +284,8 @@ class KafkaSink final : public Sink {
       std::string message =
           fmt::format("kafka sink: producing to {}: {}", topic, rd_kafka_err2str(err));
       if (err == RD_KAFKA_RESP_ERR__FATAL) {
-        char reason[512];
-        rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
-        return {Outcome::kFailed, MakeError(ErrorCode::kExternal, "{}: {}", message, reason)};
+        auto fatal = ProducerFatalError(fmt::format("producing to {}", topic));
+        if (fatal) return {Outcome::kFailed, tl::unexpected(*fatal)};
       }
       Status aborted = Abort();
       if (!aborted) return {Outcome::kFailed, aborted};
@@ -274,14 +330,21 @@ class KafkaSink final : public Sink {
       if (sent.first != Outcome::kOk) return sent;
     }
 
-    if (options_.fault == "before_commit") {
+    const bool fault = !options_.fault.empty() && output.batch_id >= options_.fault_from_batch;
+    if (fault && options_.fault == "before_commit") {
       rd_kafka_flush(producer_.get(), options_.timeout_ms);
       raise(SIGKILL);
+    }
+    if (fault && options_.fault == "fatal") {
+      rd_kafka_test_fatal_error(producer_.get(), RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
+                                "injected by DRIFTD_KAFKA_SINK_FAULT=fatal");
     }
     auto committed = Call("commit_transaction", [&] {
       return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
     });
-    if (committed.first == Outcome::kOk && options_.fault == "after_commit") raise(SIGKILL);
+    if (committed.first == Outcome::kOk && fault && options_.fault == "after_commit") {
+      raise(SIGKILL);
+    }
     return committed;
   }
 
@@ -472,6 +535,8 @@ class KafkaSink final : public Sink {
   Handle producer_;
   /// Highest batch id known committed. Only the executor's thread touches it.
   int64_t delivered_ = -1;
+  /// Set by a fatal producer error; every later call returns it.
+  std::optional<Error> fatal_;
 };
 
 }  // namespace
@@ -551,7 +616,21 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     options.timeout_ms = std::max(1000, std::atoi(timeout->second.c_str()));
   }
   if (pipeline.source.format == "kafka") options.source_group_id = kafka::GroupId(pipeline);
-  if (const char* fault = std::getenv("DRIFTD_KAFKA_SINK_FAULT")) options.fault = fault;
+  if (const char* fault = std::getenv("DRIFTD_KAFKA_SINK_FAULT")) {
+    std::string_view text(fault);
+    if (size_t at = text.find('@'); at != std::string_view::npos) {
+      options.fault_from_batch = std::atoll(std::string(text.substr(at + 1)).c_str());
+      text = text.substr(0, at);
+    }
+    options.fault = std::string(text);
+    if (options.fault != "before_commit" && options.fault != "after_commit" &&
+        options.fault != "fatal") {
+      return MakeError(ErrorCode::kConfig,
+                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit or "
+                       "fatal, optionally with @<batch id>",
+                       fault);
+    }
+  }
   return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(std::move(options)));
 }
 
