@@ -353,8 +353,8 @@ void RequireStopped(OwnBroker& broker) {
 }
 
 TEST_CASE(
-    "a broker stopped for a while under a running daemon: it waits not ready, resumes by "
-    "itself, and loses and repeats nothing",
+    "a broker outage under a running daemon is waited out: not ready meanwhile "
+    "then resumed by itself with nothing lost or repeated",
     "[kafka][outage][e2e]") {
   TempDir dir("driftd-outage");
   std::filesystem::create_directories(dir.Sub("broker"));
