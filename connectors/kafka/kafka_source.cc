@@ -10,8 +10,9 @@
 // ending the query. A health thread probes the brokers about once a second, so IsReady (/readyz)
 // follows their reachability even while the executor is busy elsewhere (say, in a sink's
 // transaction that waits for the same broker); planning during an outage reports "no new data";
-// reading a planned range waits up to kafkaConsumer.pollTimeoutMs. A cluster never reached is a
-// configuration or start-up problem and fails planning at once.
+// reading a planned range waits up to kafkaConsumer.pollTimeoutMs; committing group offsets
+// waits at most 2 s. A cluster never reached is a configuration or start-up problem and fails
+// planning at once.
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -60,6 +61,8 @@ constexpr auto kProbeInterval = std::chrono::seconds(1);
 constexpr int kProbeTimeoutMs = 2'000;
 // While the brokers stay unreachable, a reminder is logged this often.
 constexpr auto kOutageReminder = std::chrono::seconds(30);
+// How long OnCommitted waits for the group coordinator's answer.
+constexpr int kCommitWaitMs = 2'000;
 // Pause between watermark requests that a reader repeats while the brokers are unreachable.
 constexpr auto kRetryPause = std::chrono::milliseconds(200);
 
@@ -345,7 +348,6 @@ class KafkaSource final : public Source {
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
     rd_kafka_conf_set_opaque(conf->get(), this);
     rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);
-    rd_kafka_conf_set_offset_commit_cb(conf->get(), &KafkaSource::CommitCallback);
     auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka source"));
     consumer_ = std::move(*client);
@@ -555,8 +557,9 @@ class KafkaSource final : public Source {
     return std::unique_ptr<SourceReader>(std::move(reader));
   }
 
-  // Asynchronous: the group coordinator may be unreachable, and the executor must not wait
-  // for it (the checkpoint, not the group, is the source of truth). CommitCallback logs failures.
+  // Waits a bounded time: the group coordinator may be unreachable, and the executor must not
+  // wait for it (the checkpoint, not the group, is the source of truth). An unanswered commit
+  // goes on in the background; the next batch's commit supersedes it.
   Status OnCommitted(const SourceOffsets& end) override {
     if (!options_.commit_offsets || end.empty()) return Ok();
     PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(end.size()))};
@@ -566,8 +569,21 @@ class KafkaSource final : public Source {
       rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second)->offset =
           offset;
     }
-    rd_kafka_resp_err_t err = rd_kafka_commit(consumer_.get(), list.get(), /*async=*/1);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // The result arrives on a queue of our own; librdkafka keeps it alive until it has answered.
+    QueuePtr results{rd_kafka_queue_new(consumer_.get())};
+    rd_kafka_resp_err_t err =
+        rd_kafka_commit_queue(consumer_.get(), list.get(), results.get(), nullptr, nullptr);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      kafka::EventPtr event{rd_kafka_queue_poll(results.get(), kCommitWaitMs)};
+      if (!event) {
+        return MakeError(ErrorCode::kExternal,
+                         "committing offsets of group {}: no answer within {} ms (the broker may "
+                         "be down; the commit goes on in the background)",
+                         options_.group_id, kCommitWaitMs);
+      }
+      err = rd_kafka_event_error(event.get());
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
       return MakeError(ErrorCode::kExternal, "committing offsets of group {}: {}",
                        options_.group_id, rd_kafka_err2str(err));
     }
@@ -616,7 +632,7 @@ class KafkaSource final : public Source {
  private:
   friend class KafkaReader;
 
-  // Called on the health thread (rd_kafka_poll), like CommitCallback.
+  // Called on the health thread (rd_kafka_poll).
   static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
     auto* source = static_cast<KafkaSource*>(opaque);
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) source->SetReachable(false, reason);
@@ -624,19 +640,7 @@ class KafkaSource final : public Source {
     const bool connection =
         err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN;
     Log()->log(connection ? spdlog::level::debug : spdlog::level::warn, "kafka source {}: {}: {}",
-               rd_kafka_name(rk), rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
-               reason);
-  }
-
-  static void CommitCallback(rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                             rd_kafka_topic_partition_list_t* offsets, void* opaque) {
-    (void)rk;
-    (void)offsets;
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
-    auto* source = static_cast<KafkaSource*>(opaque);
-    Log()->warn("kafka source: committing offsets of group {} failed (the checkpoint keeps them; "
-                "a later batch commits again): {}",
-                source->options_.group_id, rd_kafka_err2str(err));
+               rd_kafka_name(rk), rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)), reason);
   }
 
   // The health thread: serves librdkafka's callbacks and probes the brokers, so that readiness
@@ -665,9 +669,10 @@ class KafkaSource final : public Source {
     if (!reachable) {
       outage_since_.store(now);
       last_reminder_.store(now);
-      Log()->warn("kafka source: brokers {} are not reachable ({}); the query waits for them and "
-                  "reports not ready",
-                  options_.client.at("bootstrap.servers"), reason);
+      Log()->warn(
+          "kafka source: brokers {} are not reachable ({}); the query waits for them and "
+          "reports not ready",
+          options_.client.at("bootstrap.servers"), reason);
       return;
     }
     int64_t since = outage_since_.exchange(0);
@@ -686,8 +691,10 @@ class KafkaSource final : public Source {
         std::chrono::steady_clock::duration(last_reminder_.load()));
     if (now - last < kOutageReminder) return;
     last_reminder_.store(now.time_since_epoch().count());
-    const auto since = std::chrono::steady_clock::time_point(
-        std::chrono::steady_clock::duration(outage_since_.load()));
+    const int64_t began = outage_since_.load();
+    if (began == 0) return;  // ended a moment ago
+    const auto since =
+        std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(began));
     Log()->warn("kafka source: brokers {} still unreachable after {} s; waiting",
                 options_.client.at("bootstrap.servers"),
                 std::chrono::duration_cast<std::chrono::seconds>(now - since).count());
@@ -829,8 +836,8 @@ class KafkaSource final : public Source {
   // For a range being read: a broker that is away (or a partition whose leader is moving) is
   // waited for, up to kafkaConsumer.pollTimeoutMs, as the records themselves are.
   Result<Watermarks> QueryWatermarksWaiting(PartitionState& state) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(options_.poll_timeout_ms);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.poll_timeout_ms);
     for (;;) {
       auto marks = QueryWatermarks(state);
       if (marks || marks.error().code() != ErrorCode::kExternal ||
