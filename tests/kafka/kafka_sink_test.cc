@@ -155,7 +155,7 @@ TEST_CASE("a second sink with the same transactional id fences the first", "[kaf
   CHECK(Require(successor->IsDelivered(0)));
   Status fenced = zombie->Deliver(Batch(1, 2));
   REQUIRE_FALSE(fenced);
-  CHECK(fenced.error().code() == ErrorCode::kExternal);
+  CHECK(fenced.error().code() == ErrorCode::kUnrecoverable);  // never retried
   CHECK_THAT(fenced.error().message(), Catch::Contains("fenced", Catch::CaseSensitive::No));
 
   RequireOk(successor->Deliver(Batch(1, 2)));
