@@ -401,15 +401,21 @@ TEST_CASE(
   const auto stopped_at = std::chrono::steady_clock::now();
   bool saw_not_ready = false;
   bool saw_ready_metric_zero = false;
+  std::string not_ready_detail;
   while (std::chrono::steady_clock::now() - stopped_at < kOutage) {
     REQUIRE_FALSE(daemon.Exited());
-    if (ReadyStatus(*port) == 503) saw_not_ready = true;
+    testing::HttpReply ready = testing::HttpGet(*port, "/readyz");
+    if (ready.status == 503) {
+      saw_not_ready = true;
+      not_ready_detail = ready.body;
+    }
     if (Metric(*port, "driftd_query_ready", labels) == 0) saw_ready_metric_zero = true;
     std::this_thread::sleep_for(100ms);
   }
   CHECK(saw_not_ready);
   CHECK(saw_ready_metric_zero);
   // The daemon stays up and says why it is not ready.
+  CHECK_THAT(not_ready_detail, Catch::Contains("pipeline " + name + ": source not ready"));
   CHECK(testing::HttpGet(*port, "/healthz").status == 200);
   CHECK(Metric(*port, "driftd_query_state", {{"pipeline", name}, {"state", "running"}}) == 1);
   const double batches_in_outage = Metric(*port, "driftd_batches_total", labels);
