@@ -10,9 +10,10 @@
 // ending the query. A health thread probes the brokers about once a second, so IsReady (/readyz)
 // follows their reachability even while the executor is busy elsewhere (say, in a sink's
 // transaction that waits for the same broker); planning during an outage reports "no new data";
-// reading a planned range waits up to kafkaConsumer.pollTimeoutMs; committing group offsets
-// waits at most 2 s. A cluster never reached is a configuration or start-up problem and fails
-// planning at once.
+// reading a planned range waits for the brokers (time they are away does not count against
+// kafkaConsumer.pollTimeoutMs, and the reader hands back empty chunks meanwhile so that a stop
+// is noticed); committing group offsets waits at most 2 s. A cluster never reached is a
+// configuration or start-up problem and fails planning at once.
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -1028,6 +1029,12 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
     if (!status) return tl::unexpected(status.error());
     if (count > 0) {
       last_progress_ = std::chrono::steady_clock::now();
+    } else if (!source_.ready_.load()) {
+      // The brokers are away: not a delay of the records, so it does not count against
+      // pollTimeoutMs. Hand back what there is (maybe nothing) so that the executor, between
+      // chunks, can notice a stop request.
+      last_progress_ = std::chrono::steady_clock::now();
+      break;
     } else if (std::chrono::steady_clock::now() - last_progress_ > timeout) {
       for (const Range& range : ranges_) {
         if (range.done) continue;
