@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -49,17 +51,30 @@ bool PortFree(int port) {
   return free;
 }
 
+// A free port pair (PORT and PORT+1) below the kernel's ephemeral range: while the broker is
+// stopped, its ports must not be handed out to outgoing connections (the clients reconnecting
+// to it, for one), or it cannot start again.
+int PickBrokerPort() {
+  int ephemeral_low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> ephemeral_low;
+  const int low = 20000;
+  const int high = std::max(low + 100, ephemeral_low - 2);
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(low, high);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int port = pick(random);
+    if (PortFree(port) && PortFree(port + 1)) return port;
+  }
+  return 0;
+}
+
 // A broker of this test's own: broker.sh on a free port pair (PORT and the controller's PORT+1)
 // with its run dir (config, log dir, broker log) inside `run_dir`. The destructor stops it, so a
 // failing test does not leave it behind.
 class OwnBroker {
  public:
-  explicit OwnBroker(const std::string& run_dir) : run_dir_(run_dir) {
-    for (int attempt = 0; attempt < 50 && port_ == 0; ++attempt) {
-      int port = testing::FreePort();
-      if (port > 0 && port < 65535 && PortFree(port + 1)) port_ = port;
-    }
-  }
+  explicit OwnBroker(const std::string& run_dir) : run_dir_(run_dir), port_(PickBrokerPort()) {}
   ~OwnBroker() {
     if (started_) Run("stop");
   }
@@ -70,6 +85,7 @@ class OwnBroker {
 
   /// Runs `broker.sh start [--keep]`; returns its exit code (the script's output is in log()).
   int Start(bool keep) {
+    if (port_ == 0) return -2;  // no free port pair found
     started_ = true;
     return Run(keep ? "start --keep" : "start");
   }
@@ -343,7 +359,8 @@ std::string JsonString(const std::string& json, const char* key) {
 
 void RequireStarted(OwnBroker& broker, bool keep) {
   int code = broker.Start(keep);
-  INFO("the outage test's own broker did not start:\n" << broker.log());
+  INFO("the outage test's own broker did not start on " << broker.bootstrap() << ":\n"
+                                                        << broker.log());
   REQUIRE(code == 0);
 }
 
