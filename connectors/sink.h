@@ -66,6 +66,13 @@ class Sink {
   /// A stable name, used to track delivery in the outbox.
   virtual const std::string& name() const = 0;
 
+  /// Called by the executor before Open with the checkpoint's identity
+  /// (CheckpointMetadata::checkpoint_id). Batch ids restart at 0 when a pipeline starts over
+  /// with a new checkpoint, so a sink that records delivered batch ids outside the checkpoint
+  /// (the Kafka sink's progress topic) must not take another checkpoint's ids for its own.
+  /// Default: ignored.
+  virtual void SetCheckpointId(const std::string& checkpoint_id) { (void)checkpoint_id; }
+
   /// Connects; fences zombies and aborts open transactions where the sink has them.
   virtual Status Open() = 0;
 

@@ -11,6 +11,7 @@
 //                  "fingerprint_json"            JSON object
 //                  "format_version"              decimal
 //                  "created_at_ms"               decimal, Unix epoch milliseconds
+//                  "checkpoint_id"               random id, hex (absent in older checkpoints)
 //   commits        batch id, 8 bytes big-endian  encoded CommitRecord (below); the newest
 //                                                options.commit_history records are kept
 //   state          opaque executor bytes         opaque executor bytes
@@ -67,6 +68,7 @@ constexpr std::string_view kPipelineNameKey = "pipeline_name";
 constexpr std::string_view kFingerprintKey = "fingerprint_json";
 constexpr std::string_view kFormatVersionKey = "format_version";
 constexpr std::string_view kCreatedAtKey = "created_at_ms";
+constexpr std::string_view kCheckpointIdKey = "checkpoint_id";
 
 constexpr uint8_t kCommitEncodingVersion = 1;
 constexpr uint8_t kOutboxEncodingVersion = 1;
@@ -634,10 +636,13 @@ Result<std::optional<CheckpointMetadata>> RocksCheckpointStore::ReadMetadata() {
   if (!version) return tl::unexpected(version.error());
   auto created = GetMeta(kCreatedAtKey);
   if (!created) return tl::unexpected(created.error());
+  auto checkpoint_id = GetMeta(kCheckpointIdKey);
+  if (!checkpoint_id) return tl::unexpected(checkpoint_id.error());
 
   CheckpointMetadata metadata;
   metadata.pipeline_name = std::move(**name);
   metadata.fingerprint_json = fingerprint->value_or("");
+  metadata.checkpoint_id = checkpoint_id->value_or("");
   try {
     if (*version) metadata.format_version = std::stoi(**version);
     if (*created) metadata.created_at_ms = std::stoll(**created);
@@ -658,6 +663,9 @@ Status RocksCheckpointStore::WriteMetadata(const CheckpointMetadata& metadata) {
   if (status.ok()) status = batch.Put(meta, ToSlice(kFingerprintKey), metadata.fingerprint_json);
   if (status.ok()) status = batch.Put(meta, ToSlice(kFormatVersionKey), version);
   if (status.ok()) status = batch.Put(meta, ToSlice(kCreatedAtKey), created);
+  if (status.ok() && !metadata.checkpoint_id.empty()) {
+    status = batch.Put(meta, ToSlice(kCheckpointIdKey), metadata.checkpoint_id);
+  }
   if (status.ok()) {
     rocksdb::WriteOptions write_options;
     write_options.sync = true;  // rare and the checkpoint's identity: always durable

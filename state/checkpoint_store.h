@@ -34,6 +34,11 @@ struct CheckpointMetadata {
   std::string fingerprint_json;
   int format_version = 1;
   int64_t created_at_ms = 0;
+  /// Random id given to the checkpoint once, when it is created (the executor writes it). Batch
+  /// ids restart at 0 in a new checkpoint of the same pipeline, so sinks that remember delivered
+  /// batch ids outside the checkpoint tell checkpoints apart by it. Empty in checkpoints written
+  /// before ids existed (the executor adds one on their next start).
+  std::string checkpoint_id;
 };
 
 /// The durable record that batch `batch_id` happened.

@@ -1,9 +1,19 @@
 // The `kafka` sink: every Kafka sink of a pipeline shares one transactional producer, so a
 // batch's rows reach all their topics in one transaction or not at all. The transaction also
-// carries a progress record {"pipeline":name,"batchId":N} (keyed by the pipeline name, on a
-// compacted progress topic) and, when the source is Kafka, the source's end offsets for its
-// consumer group. A read_committed reader of the progress topic therefore knows exactly which
-// batches were delivered, which is how recovery decides whether to deliver an outbox entry again.
+// carries a progress record {"pipeline":name,"checkpoint":id,"batchId":N} (keyed by the pipeline
+// name, on a compacted progress topic) and, when the source is Kafka, the source's end offsets
+// for its consumer group. A read_committed reader of the progress topic therefore knows exactly
+// which batches were delivered, which is how recovery decides whether to deliver an outbox entry
+// again.
+//
+// Batch ids are only unique within one checkpoint: an operator who deletes the checkpoint
+// directory starts the pipeline over at batch 0 under the same transactional.id. The newest
+// progress record therefore counts only if it names this checkpoint's id
+// (CheckpointMetadata::checkpoint_id); a record of another checkpoint, or one written before
+// records carried an id (no "checkpoint" field), means that nothing of this checkpoint was
+// delivered yet. (A consequence for an upgrade from such a version: a batch whose delivery had
+// finished but was not yet marked in the outbox when the old version stopped is delivered once
+// more.)
 //
 // librdkafka sorts transactional errors into three kinds, and each takes its own path here:
 // retriable (the call is repeated), abortable (the transaction is aborted and the batch sent
@@ -91,6 +101,10 @@ class KafkaSink final : public Sink {
 
   const std::string& name() const override { return name_; }
 
+  void SetCheckpointId(const std::string& checkpoint_id) override {
+    checkpoint_id_ = checkpoint_id;
+  }
+
   Status Open() override {
     if (producer_) return Ok();
     if (fatal_) return tl::unexpected(*fatal_);
@@ -130,8 +144,8 @@ class KafkaSink final : public Sink {
     auto latest = ReadLatestProgress();
     if (!latest) return Fail(tl::unexpected(latest.error().Wrap("kafka sink")));
     delivered_ = *latest;
-    Log()->info("kafka sink: transactional.id={} last delivered batch {}",
-                options_.transactional_id, delivered_);
+    Log()->info("kafka sink: transactional.id={} checkpoint {}: last delivered batch {}",
+                options_.transactional_id, checkpoint_id_, delivered_);
     return Ok();
   }
 
@@ -308,6 +322,8 @@ class KafkaSink final : public Sink {
     }
     std::string progress = "{\"pipeline\":";
     AppendJsonString(progress, options_.pipeline_name);
+    progress += ",\"checkpoint\":";
+    AppendJsonString(progress, checkpoint_id_);
     fmt::format_to(std::back_inserter(progress), ",\"batchId\":{}}}", output.batch_id);
     auto produced = Produce(options_.progress_topic, options_.pipeline_name, progress);
     if (produced.first != Outcome::kOk) return produced;
@@ -360,7 +376,8 @@ class KafkaSink final : public Sink {
     return false;
   }
 
-  // The batch id of this pipeline's newest committed progress record, or -1.
+  // The batch id of this pipeline's newest committed progress record, or -1 if there is none or
+  // it belongs to another checkpoint.
   Result<int64_t> ReadLatestProgress() {
     std::map<std::string, std::string> settings = {
         {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
@@ -488,7 +505,7 @@ class KafkaSink final : public Sink {
         return MakeError(ErrorCode::kExternal, "reading {}: {}", options_.progress_topic,
                          rd_kafka_err2str(err));
       }
-      int64_t latest = -1;
+      std::optional<int64_t> latest;
       bool done = false;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (!done) {
@@ -522,9 +539,13 @@ class KafkaSink final : public Sink {
                       options_.progress_topic, message->offset);
           continue;
         }
-        latest = batch_id;  // the newest record wins (batch ids restart with a new checkpoint)
+        // The newest record wins. One of another checkpoint (no id: written before ids
+        // existed) says nothing about this checkpoint's batches.
+        std::string_view checkpoint;
+        if (record["checkpoint"].get(checkpoint)) checkpoint = {};
+        latest = checkpoint == checkpoint_id_ ? batch_id : -1;
       }
-      if (latest >= 0) return latest;
+      if (latest) return *latest;
       window_end = window_start;
     }
     return int64_t{-1};
@@ -533,7 +554,9 @@ class KafkaSink final : public Sink {
   KafkaSinkOptions options_;
   const std::string name_ = "kafka";
   Handle producer_;
-  /// Highest batch id known committed. Only the executor's thread touches it.
+  /// CheckpointMetadata::checkpoint_id of the batches delivered; empty when nobody said.
+  std::string checkpoint_id_;
+  /// Highest batch id of this checkpoint known committed. Only the executor's thread touches it.
   int64_t delivered_ = -1;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;

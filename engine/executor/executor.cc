@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include <simdjson.h>
@@ -35,6 +36,14 @@ double SecondsSince(Clock::time_point start) {
 
 int64_t MillisSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// 128 random bits in hex: a checkpoint's identity, unique without coordination.
+std::string NewCheckpointId() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(random()));
+  return id;
 }
 
 // Top-level keys whose values differ between two fingerprint objects.
@@ -195,6 +204,7 @@ class QueryExecutor::Impl {
     }
 
     for (auto& sink : sinks_) {
+      sink->SetCheckpointId(checkpoint_id_);
       DRIFTD_TRY(sink->Open().map_error(
           [&](const Error& e) { return e.Wrap(fmt::format("opening sink '{}'", sink->name())); }));
     }
@@ -286,6 +296,8 @@ class QueryExecutor::Impl {
       fresh.pipeline_name = spec_.name;
       fresh.fingerprint_json = options_.fingerprint_json;
       fresh.created_at_ms = NowMs();
+      fresh.checkpoint_id = NewCheckpointId();
+      checkpoint_id_ = fresh.checkpoint_id;
       return store_->WriteMetadata(fresh);
     }
     const CheckpointMetadata& stored = **metadata;
@@ -305,6 +317,14 @@ class QueryExecutor::Impl {
           "start over with a new checkpointLocation (or delete the old one) to recompute from "
           "the source's startingOffsets",
           spec_.name, spec_.checkpoint_location, fmt::join(changed, ", "));
+    }
+    checkpoint_id_ = stored.checkpoint_id;
+    if (checkpoint_id_.empty()) {
+      // A checkpoint from before ids existed gets one now, kept from then on.
+      CheckpointMetadata upgraded = stored;
+      upgraded.checkpoint_id = NewCheckpointId();
+      DRIFTD_TRY(store_->WriteMetadata(upgraded));
+      checkpoint_id_ = upgraded.checkpoint_id;
     }
     return Ok();
   }
@@ -570,6 +590,8 @@ class QueryExecutor::Impl {
   std::unique_ptr<Source> source_;
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::unique_ptr<CheckpointStore> store_;
+  /// CheckpointMetadata::checkpoint_id, handed to the sinks before they open.
+  std::string checkpoint_id_;
   std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<DriftStage> drift_;
   std::vector<int> select_columns_;

@@ -576,6 +576,84 @@ TEST_CASE(
   RequireEachBatchOnce(deployment, input);
 }
 
+// Records of `records` from the `skip`-th of each partition on.
+PartitionedRecords After(const PartitionedRecords& records,
+                         const std::map<int32_t, size_t>& skip) {
+  PartitionedRecords out;
+  for (const auto& [partition, list] : records) {
+    auto from = skip.find(partition);
+    size_t first = from == skip.end() ? 0 : std::min(from->second, list.size());
+    out[partition].assign(list.begin() + static_cast<std::ptrdiff_t>(first), list.end());
+  }
+  return out;
+}
+
+TEST_CASE(
+    "a pipeline started over with a deleted checkpoint delivers all of its batches, even those "
+    "numbered like the old checkpoint's",
+    "[kafka][daemon][checkpoint]") {
+  Admin admin;
+  InferenceInput first_input(admin, {.models = 2, .rows = 3'000, .partitions = 2, .drift = ""});
+  InferenceInput second_input(admin, {.models = 2, .rows = 2'000, .partitions = 2, .drift = ""});
+  TempDir logs("driftd-keo-logs");
+
+  // What a fresh pipeline writes for the second input.
+  Deployment reference(admin, second_input, "reset-reference", 100);
+  RunToEnd(admin, reference, second_input, logs / "reference.log");
+  const PartitionedRecords reference_stats = ReadCommittedByPartition(reference.stats);
+  REQUIRE(Count(reference_stats) >= 20);
+
+  // The first checkpoint delivers 30 batches.
+  Deployment deployment(admin, first_input, "reset", 100);
+  RunToEnd(admin, deployment, first_input, logs / "first.log");
+  std::map<int32_t, size_t> first_run;
+  for (const auto& [partition, list] : ReadCommittedByPartition(deployment.stats)) {
+    first_run[partition] = list.size();
+  }
+
+  // An operator resets the pipeline and points it at new input. The new checkpoint's batch 0
+  // is committed, then its delivery dies before commit_transaction: recovery must deliver it,
+  // although the newest progress record under the same transactional.id says batch 29 (of the
+  // old checkpoint) was delivered.
+  std::filesystem::remove_all(deployment.checkpoint());
+  deployment.env["INPUT_TOPIC"] = second_input.topic;
+  {
+    const std::string log = logs / "crash.log";
+    ChildProcess daemon = deployment.Start(log, {{"DRIFTD_KAFKA_SINK_FAULT", "before_commit"}});
+    auto status = daemon.Wait(std::chrono::seconds(60));
+    INFO(ReadFile(log));
+    REQUIRE(status);
+    REQUIRE(WIFSIGNALED(*status));
+    REQUIRE(WTERMSIG(*status) == SIGKILL);
+  }
+  RunToEnd(admin, deployment, second_input, logs / "second.log");
+  CHECK_THAT(ReadFile(logs / "second.log"), Catch::Contains("batch 0: finishing delivery"));
+
+  CHECK(Difference(After(ReadCommittedByPartition(deployment.stats), first_run),
+                   reference_stats) == "");
+  // The progress records: the old checkpoint's batches, then the new one's, each from 0 on.
+  simdjson::dom::parser parser;
+  std::vector<std::string> checkpoints;
+  std::map<std::string, std::vector<int64_t>> batches;
+  for (const std::string& json : ValuesIn(ReadCommittedByPartition(deployment.progress))) {
+    simdjson::dom::element record = parser.parse(json);
+    std::string checkpoint(record["checkpoint"].get_string().value());
+    if (batches.count(checkpoint) == 0) checkpoints.push_back(checkpoint);
+    batches[checkpoint].push_back(int64_t(record["batchId"]));
+  }
+  REQUIRE(checkpoints.size() == 2);
+  CHECK(checkpoints[0] != "");
+  for (const std::string& checkpoint : checkpoints) {
+    const std::vector<int64_t>& ids = batches[checkpoint];
+    INFO("checkpoint " << checkpoint << ": " << fmt::format("{}", fmt::join(ids, ",")));
+    std::vector<int64_t> expected(ids.size());
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int64_t>(i);
+    CHECK(ids == expected);
+  }
+  CHECK(batches[checkpoints[0]].size() == 30);
+  CHECK(batches[checkpoints[1]].size() == 20);
+}
+
 TEST_CASE("a fatal producer error stops the daemon with a non-zero exit and a clear message",
           "[kafka][daemon][fatal]") {
   Admin admin;

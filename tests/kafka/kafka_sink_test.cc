@@ -42,12 +42,14 @@ struct SinkFixture {
                                            OutputMode::kAppend, {{"progressTopic", progress}}));
   }
 
-  std::unique_ptr<Sink> OpenSink() {
+  // A sink as the executor opens it for the checkpoint `checkpoint_id` ("": none given).
+  std::unique_ptr<Sink> OpenSink(const std::string& checkpoint_id = "") {
     auto sinks = CreateSinks(pipeline);
     INFO((sinks ? "" : sinks.error().message()));
     REQUIRE(sinks);
     REQUIRE(sinks->size() == 1);  // both kafka sinks share one transactional producer
     std::unique_ptr<Sink> sink = std::move(sinks->front());
+    sink->SetCheckpointId(checkpoint_id);
     RequireOk(sink->Open());
     return sink;
   }
@@ -95,7 +97,7 @@ TEST_CASE("delivered rows are visible to read_committed consumers exactly once",
   REQUIRE(progress.size() == 1);
   CHECK(progress[0].key == fixture.pipeline.name);
   CHECK(progress[0].value ==
-        fmt::format(R"({{"pipeline":"{}","batchId":0}})", fixture.pipeline.name));
+        fmt::format(R"({{"pipeline":"{}","checkpoint":"","batchId":0}})", fixture.pipeline.name));
 
   BatchOutput batch1 = Batch(1, 3);
   RequireOk(sink->Deliver(batch1));
@@ -116,6 +118,40 @@ TEST_CASE("delivered rows are visible to read_committed consumers exactly once",
   auto after_reset = fixture.OpenSink();
   CHECK(Require(after_reset->IsDelivered(0)));
   CHECK_FALSE(Require(after_reset->IsDelivered(1)));
+}
+
+TEST_CASE("batches of a new checkpoint are not mistaken for the old checkpoint's delivered ones",
+          "[kafka][sink][checkpoint]") {
+  SinkFixture fixture("reset");
+  {
+    auto old_checkpoint = fixture.OpenSink("c0ffee01");
+    for (int64_t batch = 0; batch <= 4; ++batch) RequireOk(old_checkpoint->Deliver(Batch(batch, 1)));
+  }
+  {
+    // The checkpoint directory was deleted: the new one numbers its batches from 0 again.
+    auto new_checkpoint = fixture.OpenSink("c0ffee02");
+    CHECK_FALSE(Require(new_checkpoint->IsDelivered(0)));
+    RequireOk(new_checkpoint->Deliver(Batch(0, 2)));
+    CHECK(Require(new_checkpoint->IsDelivered(0)));
+    CHECK_FALSE(Require(new_checkpoint->IsDelivered(1)));
+  }
+  // After a restart each checkpoint reads only its own progress.
+  CHECK(Require(fixture.OpenSink("c0ffee02")->IsDelivered(0)));
+  CHECK_FALSE(Require(fixture.OpenSink("c0ffee02")->IsDelivered(1)));
+  CHECK_FALSE(Require(fixture.OpenSink("c0ffee03")->IsDelivered(0)));
+  CHECK(ReadCommitted(fixture.stats, 7).size() == 7);
+
+  // A progress record from before records carried a checkpoint id belongs to no checkpoint.
+  Client producer = MakeClient(RD_KAFKA_PRODUCER, {});
+  const std::string legacy = fmt::format(R"({{"pipeline":"{}","batchId":9}})", fixture.pipeline.name);
+  REQUIRE(rd_kafka_producev(
+              producer.get(), RD_KAFKA_V_TOPIC(fixture.progress.c_str()),
+              RD_KAFKA_V_KEY(const_cast<char*>(fixture.pipeline.name.data()),
+                             fixture.pipeline.name.size()),
+              RD_KAFKA_V_VALUE(const_cast<char*>(legacy.data()), legacy.size()),
+              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  CHECK_FALSE(Require(fixture.OpenSink("c0ffee02")->IsDelivered(0)));
 }
 
 TEST_CASE("an aborted or unfinished transaction is invisible to read_committed consumers",
