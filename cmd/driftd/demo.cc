@@ -13,6 +13,7 @@
 #include "config/loader.h"
 #include "connectors/inference_generator.h"
 #include "connectors/kafka/embedded_cluster.h"
+#include "connectors/kafka/kafka_sink.h"
 #include "connectors/registry.h"
 #include "engine/log.h"
 
@@ -64,7 +65,8 @@ Result<DemoTopics> TopicsOf(std::string_view pipeline_yaml) {
     if (sink.format != "kafka") continue;
     std::string topic = sink.options.GetString("topic");
     topics.outputs.insert(topic);
-    topics.outputs.insert(sink.options.GetString("progressTopic", "driftd-progress"));
+    std::string progress = sink.options.GetString("progressTopic");
+    topics.outputs.insert(progress.empty() ? DefaultKafkaProgressTopic(spec->name) : progress);
     if (sink.stream == StreamKind::kAlerts && topics.alerts.empty()) topics.alerts = topic;
   }
   return topics;

@@ -27,6 +27,8 @@
 // to stop a delivery half-way. DRIFTD_KAFKA_SINK_FAULT=fatal raises a fabricated fatal producer
 // error (rd_kafka_test_fatal_error) just before commit_transaction. A suffix "@N" limits the
 // fault to batches with id >= N ("fatal@3").
+#include "connectors/kafka/kafka_sink.h"
+
 #include <signal.h>
 
 #include <chrono>
@@ -75,8 +77,9 @@ struct Target {
 struct KafkaSinkOptions {
   std::string pipeline_name;
   std::vector<Target> targets;
-  /// Compacted topic holding each pipeline's last delivered batch. Default: driftd-progress.
-  std::string progress_topic = "driftd-progress";
+  /// Compacted topic holding the pipeline's last delivered batch. Default:
+  /// DefaultProgressTopic(pipeline name).
+  std::string progress_topic;
   /// librdkafka producer settings, merged from every sink's kafka.* options.
   std::map<std::string, std::string> client;
   std::string transactional_id;
@@ -110,6 +113,8 @@ class KafkaSink final : public Sink {
     if (fatal_) return tl::unexpected(*fatal_);
     auto conf = kafka::MakeConf(ProducerSettings());
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka sink"));
+    rd_kafka_conf_set_opaque(conf->get(), this);
+    rd_kafka_conf_set_error_cb(conf->get(), &KafkaSink::ErrorCallback);
     auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka sink"));
     producer_ = std::move(*client);
@@ -160,8 +165,12 @@ class KafkaSink final : public Sink {
     // No skipping of batch ids at or below delivered_: the executor asks IsDelivered on
     // recovery, and a pipeline restarted from an empty checkpoint numbers its batches from 0
     // again, whose output must not be dropped.
+    // The producer's event queue holds its error events; serving it here (and not only in
+    // Close) logs them while they are news.
+    rd_kafka_poll(producer_.get(), 0);
     for (int attempt = 1;; ++attempt) {
       auto [outcome, status] = DeliverOnce(output);
+      rd_kafka_poll(producer_.get(), 0);
       if (outcome == Outcome::kOk) {
         delivered_ = output.batch_id;
         return Ok();
@@ -202,6 +211,33 @@ class KafkaSink final : public Sink {
     settings["enable.idempotence"] = "true";
     settings["acks"] = "all";
     return settings;
+  }
+
+  // Called from rd_kafka_poll (Deliver, Close) on the executor's thread. librdkafka repeats an
+  // error for as long as it lasts (a broker down: every reconnect attempt), so each distinct
+  // error is logged once per kErrorLogInterval, with the number of repeats left out.
+  static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    static constexpr auto kErrorLogInterval = std::chrono::seconds(30);
+    auto* sink = static_cast<KafkaSink*>(opaque);
+    const auto now = std::chrono::steady_clock::now();
+    RepeatedError& seen = sink->errors_seen_[err];
+    if (seen.last_logged != std::chrono::steady_clock::time_point{} &&
+        now - seen.last_logged < kErrorLogInterval) {
+      ++seen.suppressed;
+      return;
+    }
+    const auto code = static_cast<rd_kafka_resp_err_t>(err);
+    const bool connection =
+        code == RD_KAFKA_RESP_ERR__TRANSPORT || code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+        code == RD_KAFKA_RESP_ERR__RESOLVE;
+    Log()->log(connection ? spdlog::level::warn : spdlog::level::err,
+               "kafka sink {}: producer error {}: {}{}", rd_kafka_name(rk), rd_kafka_err2name(code),
+               reason,
+               seen.suppressed > 0
+                   ? fmt::format(" ({} more like it since it was last logged)", seen.suppressed)
+                   : "");
+    seen.last_logged = now;
+    seen.suppressed = 0;
   }
 
   // Keeps the first fatal error's message: after it the producer can do nothing else.
@@ -560,9 +596,38 @@ class KafkaSink final : public Sink {
   int64_t delivered_ = -1;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;
+  struct RepeatedError {
+    std::chrono::steady_clock::time_point last_logged{};
+    int64_t suppressed = 0;
+  };
+  /// By librdkafka error code: when ErrorCallback last logged it. Executor's thread only.
+  std::map<int, RepeatedError> errors_seen_;
 };
 
 }  // namespace
+
+// The progress topic of a pipeline that names none: its own, "driftd-progress.<name>". Opening
+// a sink waits until the progress topic has no open transaction (its last stable offset reaches
+// the log end), so on a topic shared by pipelines one pipeline that died mid-transaction would
+// delay every other pipeline's start by up to its transaction timeout. On a topic of its own only
+// the pipeline's own producer writes, and init_transactions has ended its transaction already.
+// Characters Kafka does not allow in topic names become '_'; a name too long for a topic is cut
+// and made unique again by a hash of the whole name.
+std::string DefaultKafkaProgressTopic(std::string_view pipeline) {
+  constexpr size_t kMaxTopicLength = 249;
+  std::string topic = "driftd-progress.";
+  for (char c : pipeline) {
+    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    topic.push_back(legal ? c : '_');
+  }
+  if (topic.size() > kMaxTopicLength) {
+    uint64_t hash = 14695981039346656037ull;  // FNV-1a: stable across builds and platforms
+    for (char c : pipeline) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    topic = fmt::format("{}-{:016x}", topic.substr(0, kMaxTopicLength - 17), hash);
+  }
+  return topic;
+}
 
 ConnectorDecl KafkaSinkDecl() {
   ConnectorDecl decl;
@@ -578,8 +643,12 @@ ConnectorDecl KafkaSinkDecl() {
       {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
       {"keyColumn", OptionType::kString, "",
        "Column whose value keys each record (the model id by default)."},
-      {"progressTopic", OptionType::kString, "driftd-progress",
-       "Compacted topic recording each pipeline's last delivered batch (created if missing)."},
+      {"progressTopic", OptionType::kString, "",
+       "Compacted topic recording the pipeline's last delivered batch (created if missing). "
+       "Unset or empty: `driftd-progress.<pipeline name>`, one per pipeline. A sink starting "
+       "waits for open transactions on this topic to end, so pipelines sharing one may delay "
+       "each other's start by up to kafka.transaction.timeout.ms when one dies "
+       "mid-transaction."},
       {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
        true},
   };
@@ -602,7 +671,8 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     }
     options.targets.push_back(std::move(target));
 
-    std::string progress = spec->options.GetString("progressTopic", "driftd-progress");
+    std::string progress = spec->options.GetString("progressTopic");
+    if (progress.empty()) progress = DefaultKafkaProgressTopic(pipeline.name);
     if (spec == specs.front()) {
       options.progress_topic = progress;
     } else if (progress != options.progress_topic) {

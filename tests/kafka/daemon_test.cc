@@ -654,6 +654,48 @@ TEST_CASE(
   CHECK(batches[checkpoints[1]].size() == 20);
 }
 
+TEST_CASE(
+    "a pipeline that died with a transaction open does not delay another pipeline's start",
+    "[kafka][daemon][progress]") {
+  Admin admin;
+  InferenceInput input(admin, {.models = 2, .rows = 2'000, .partitions = 2, .drift = ""});
+  TempDir logs("driftd-keo-logs");
+  // Both pipelines leave progressTopic unset: each gets the default topic of its own.
+  Deployment dead(admin, input, "dead", 100);
+  Deployment next(admin, input, "next", 100);
+  for (Deployment* deployment : {&dead, &next}) {
+    deployment->env.erase("PROGRESS_TOPIC");
+    deployment->progress = "driftd-progress." + deployment->name;
+  }
+
+  // The first dies inside its batch 1's transaction, which stays open on the broker for
+  // transaction.timeout.ms (60 s) since nobody with its transactional.id comes back.
+  {
+    const std::string log = logs / "dead.log";
+    ChildProcess daemon = dead.Start(log, {{"DRIFTD_KAFKA_SINK_FAULT", "before_commit@1"}});
+    auto status = daemon.Wait(std::chrono::seconds(60));
+    INFO(ReadFile(log));
+    REQUIRE(status);
+    REQUIRE(WIFSIGNALED(*status));
+    REQUIRE(WTERMSIG(*status) == SIGKILL);
+  }
+  CHECK(ReadAll(dead.progress, "read_uncommitted").size() == 2);
+
+  // The other starts and finishes its input long before that transaction times out.
+  const auto start = Clock::now();
+  const std::string log = logs / "next.log";
+  ChildProcess daemon = next.Start(log);
+  bool drained = AwaitWhileRunning(
+      daemon, [&] { return Drained(next, input); }, std::chrono::seconds(25));
+  const auto took = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start);
+  INFO(ReadFile(log));
+  INFO("drained after " << took.count() << " s");
+  CHECK(drained);
+  CHECK(Terminate(daemon) == 0);
+  CheckNoSanitizerReport(ReadFile(log));
+  RequireEachBatchOnce(next, input);
+}
+
 TEST_CASE("a fatal producer error stops the daemon with a non-zero exit and a clear message",
           "[kafka][daemon][fatal]") {
   Admin admin;

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include "engine/log.h"
 #include "tests/kafka/kafka_test_util.h"
 
 namespace driftd {
@@ -245,6 +248,56 @@ TEST_CASE("with a kafka source the transaction commits the batch's source offset
   const std::string group = "driftd-" + fixture.pipeline.name;
   CHECK(fixture.admin.CommittedOffset(group, input, 0) == 7);
   CHECK(fixture.admin.CommittedOffset(group, input, 1) == 3);
+}
+
+// Copies what the "kafka" logger logs while it lives.
+struct CapturedKafkaLog {
+  std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> capture =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+
+  CapturedKafkaLog() { logger->sinks().push_back(capture); }
+  ~CapturedKafkaLog() {
+    auto& sinks = logger->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), capture), sinks.end());
+  }
+
+  // Logged lines containing `text`.
+  int Count(std::string_view text) const {
+    int count = 0;
+    for (const std::string& line : capture->last_formatted()) {
+      if (line.find(text) != std::string::npos) ++count;
+    }
+    return count;
+  }
+};
+
+TEST_CASE("producer errors are logged while the sink delivers, each distinct one once",
+          "[kafka][sink][errors]") {
+  SinkFixture fixture("errors");
+  // A second bootstrap address where nothing listens: the producer keeps failing to reach it.
+  const std::string servers = Bootstrap() + ",127.0.0.1:1";
+  for (SinkSpec& spec : fixture.pipeline.sinks) {
+    spec.options.Set("kafka.bootstrap.servers", servers);
+    spec.options.Set("kafka.reconnect.backoff.ms", "10");
+    spec.options.Set("kafka.reconnect.backoff.max.ms", "50");
+    spec.options.Set("kafka.enable.sparse.connections", "false");  // connect to every broker
+  }
+  CapturedKafkaLog log;
+  auto sink = fixture.OpenSink();
+  int64_t batch = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (log.Count("producer error") == 0 && std::chrono::steady_clock::now() < deadline) {
+    RequireOk(sink->Deliver(Batch(batch++, 1)));
+  }
+  // Logged during delivery, not held back until the sink closes.
+  CHECK(log.Count("producer error") >= 1);
+  // More deliveries over a while: the same error repeats underneath but is not logged again.
+  const auto later = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < later) RequireOk(sink->Deliver(Batch(batch++, 1)));
+  CHECK(log.Count("producer error _TRANSPORT") == 1);
+  RequireOk(sink->Close());
+  CHECK(log.Count("producer error _TRANSPORT") == 1);
 }
 
 TEST_CASE("kafka sinks of one pipeline must agree on their shared producer", "[kafka][sink]") {
