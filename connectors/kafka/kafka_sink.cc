@@ -17,16 +17,22 @@
 //
 // librdkafka sorts transactional errors into three kinds, and each takes its own path here:
 // retriable (the call is repeated), abortable (the transaction is aborted and the batch sent
-// again) and fatal (the producer is dead: fenced by a newer instance with the same
-// transactional.id, or refused by the broker). A fatal error ends the query with
-// ErrorCode::kUnrecoverable: delivering again cannot succeed, and re-initialising would fence the
-// instance that took over.
+// again) and fatal (the producer is dead). A fatal error that is fencing (a newer instance with
+// the same transactional.id took over) ends the query with ErrorCode::kUnrecoverable:
+// re-initialising would fence the instance that took over. Any other fatal error met while
+// delivering (INVALID_TXN_STATE after an outage longer than transaction.timeout.ms, say) costs
+// only the producer: a new one with the same transactional.id replaces it (its
+// init_transactions aborts what the old one left open), the progress topic says whether the
+// batch was committed, and if not it is delivered again. A fatal error while opening (a
+// transaction timeout the broker refuses, say) still ends the query.
 //
 // Test hook: DRIFTD_KAFKA_SINK_FAULT=before_commit (or after_commit) makes the process kill
 // itself with SIGKILL inside Deliver, just before (after) commit_transaction; crash tests use it
 // to stop a delivery half-way. DRIFTD_KAFKA_SINK_FAULT=fatal raises a fabricated fatal producer
-// error (rd_kafka_test_fatal_error) just before commit_transaction. A suffix "@N" limits the
-// fault to batches with id >= N ("fatal@3").
+// error (rd_kafka_test_fatal_error) that says the producer was fenced just before
+// commit_transaction; fatal_txn_state raises a fatal INVALID_TXN_STATE there instead, once per
+// process (it models the broker aborting a transaction that outlived its timeout). A suffix
+// "@N" limits the fault to batches with id >= N ("fatal@3").
 #include "connectors/kafka/kafka_sink.h"
 
 #include <signal.h>
@@ -56,6 +62,8 @@ using kafka::PartitionList;
 
 // Whole-batch attempts after abortable transaction errors before Deliver gives up.
 constexpr int kMaxBatchAttempts = 5;
+// Producers replaced after non-fencing fatal errors within one Deliver before it gives up.
+constexpr int kMaxReplacements = 3;
 // Attempts of one transactional call that failed with a retriable error.
 constexpr int kMaxCallAttempts = 10;
 constexpr int kRequestTimeoutMs = 10'000;
@@ -87,7 +95,8 @@ struct KafkaSinkOptions {
   std::string source_group_id;
   /// How long one transactional call may take. Default: transaction.timeout.ms or 60 s.
   int timeout_ms = 60'000;
-  /// Test hook, see the top of this file: "", "before_commit", "after_commit" or "fatal".
+  /// Test hook, see the top of this file: "", "before_commit", "after_commit", "fatal" or
+  /// "fatal_txn_state".
   std::string fault;
   /// The fault applies to batches with at least this id. Default: 0.
   int64_t fault_from_batch = 0;
@@ -161,13 +170,19 @@ class KafkaSink final : public Sink {
 
   Status Deliver(const BatchOutput& output) override {
     if (fatal_) return tl::unexpected(*fatal_);
-    if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
-    // No skipping of batch ids at or below delivered_: the executor asks IsDelivered on
-    // recovery, and a pipeline restarted from an empty checkpoint numbers its batches from 0
-    // again, whose output must not be dropped.
+    if (!producer_) {
+      if (!replacing_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
+      // A producer replaced after a fatal error whose successor could not start (the brokers
+      // may still be away): try again; the executor's retries pace this.
+      DRIFTD_TRY(Replace(output.batch_id));
+      if (delivered_ >= output.batch_id) return Ok();
+    }
+    // No skipping of batch ids at or below delivered_ otherwise: the executor asks IsDelivered
+    // on recovery, and a sink given no checkpoint id may see batch ids start over.
     // The producer's event queue holds its error events; serving it here (and not only in
     // Close) logs them while they are news.
     rd_kafka_poll(producer_.get(), 0);
+    int replacements = 0;
     for (int attempt = 1;; ++attempt) {
       auto [outcome, status] = DeliverOnce(output);
       rd_kafka_poll(producer_.get(), 0);
@@ -176,7 +191,19 @@ class KafkaSink final : public Sink {
         return Ok();
       }
       if (outcome == Outcome::kFailed) {
-        if (!status && status.error().code() == ErrorCode::kUnrecoverable) fatal_ = status.error();
+        if (!status && status.error().code() == ErrorCode::kUnrecoverable) {
+          if (!Fenced() && ++replacements <= kMaxReplacements) {
+            Log()->warn(
+                "kafka sink: batch {}: {}; not fenced, so the producer is replaced and the "
+                "batch delivered again unless it was committed",
+                output.batch_id, status.error().message());
+            replacing_ = true;
+            DRIFTD_TRY(Replace(output.batch_id));
+            if (delivered_ >= output.batch_id) return Ok();
+            continue;
+          }
+          fatal_ = status.error();
+        }
         return status;
       }
       if (attempt >= kMaxBatchAttempts) {
@@ -240,6 +267,40 @@ class KafkaSink final : public Sink {
     seen.suppressed = 0;
   }
 
+  // Whether the producer's fatal error says that another instance took over.
+  bool Fenced() const {
+    char reason[512];
+    return IsFencing(rd_kafka_fatal_error(producer_.get(), reason, sizeof reason));
+  }
+
+  static bool IsFencing(rd_kafka_resp_err_t code) {
+    return code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+           code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+  }
+
+  // Replaces a producer that hit a fatal error other than fencing (librdkafka treats some
+  // broker answers as fatal, e.g. INVALID_TXN_STATE when an outage outlasted
+  // transaction.timeout.ms and the broker aborted the transaction under us). The successor has
+  // the same transactional.id: its init_transactions ends whatever the old one left open, and
+  // the progress topic then says whether batch `batch_id` was committed before the error.
+  Status Replace(int64_t batch_id) {
+    if (producer_) {
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      producer_.reset();
+    }
+    Status opened = Open();
+    if (!opened) {
+      if (opened.error().code() == ErrorCode::kUnrecoverable) fatal_ = opened.error();
+      return tl::unexpected(opened.error().Wrap(
+          fmt::format("kafka sink: replacing the producer for batch {}", batch_id)));
+    }
+    replacing_ = false;
+    Log()->info("kafka sink: producer replaced (transactional.id {}); batch {} {}",
+                options_.transactional_id, batch_id,
+                delivered_ >= batch_id ? "was committed before the error" : "is delivered again");
+    return Ok();
+  }
+
   // Keeps the first fatal error's message: after it the producer can do nothing else.
   Status Fail(Status status) {
     producer_.reset();
@@ -249,9 +310,7 @@ class KafkaSink final : public Sink {
   // The error of a fatal librdkafka error: the producer can do nothing more. `code` tells
   // whether another instance took over.
   Error FatalError(std::string_view what, rd_kafka_resp_err_t code, std::string_view detail) const {
-    const bool fenced = code == RD_KAFKA_RESP_ERR__FENCED ||
-                        code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-                        code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+    const bool fenced = IsFencing(code);
     return Error(
         ErrorCode::kUnrecoverable,
         fmt::format("kafka sink: {} failed with a fatal producer error: {} ({}). {}", what, detail,
@@ -390,6 +449,11 @@ class KafkaSink final : public Sink {
     if (fault && options_.fault == "fatal") {
       rd_kafka_test_fatal_error(producer_.get(), RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
                                 "injected by DRIFTD_KAFKA_SINK_FAULT=fatal");
+    }
+    if (fault && options_.fault == "fatal_txn_state" && !fault_fired_) {
+      fault_fired_ = true;
+      rd_kafka_test_fatal_error(producer_.get(), RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+                                "injected by DRIFTD_KAFKA_SINK_FAULT=fatal_txn_state");
     }
     auto committed = Call("commit_transaction", [&] {
       return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
@@ -596,6 +660,10 @@ class KafkaSink final : public Sink {
   int64_t delivered_ = -1;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;
+  /// The producer was dropped after a non-fencing fatal error and has no successor yet.
+  bool replacing_ = false;
+  /// The one-shot fault (fatal_txn_state) has been raised.
+  bool fault_fired_ = false;
   struct RepeatedError {
     std::chrono::steady_clock::time_point last_logged{};
     int64_t suppressed = 0;
@@ -717,10 +785,10 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     }
     options.fault = std::string(text);
     if (options.fault != "before_commit" && options.fault != "after_commit" &&
-        options.fault != "fatal") {
+        options.fault != "fatal" && options.fault != "fatal_txn_state") {
       return MakeError(ErrorCode::kConfig,
-                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit or "
-                       "fatal, optionally with @<batch id>",
+                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit, fatal "
+                       "or fatal_txn_state, optionally with @<batch id>",
                        fault);
     }
   }

@@ -722,6 +722,25 @@ TEST_CASE("a fatal producer error stops the daemon with a non-zero exit and a cl
     RequireEachBatchOnce(deployment, input);
   }
 
+  SECTION("a fatal error that is not fencing costs only the producer; the daemon goes on") {
+    // INVALID_TXN_STATE, as the broker answers after an outage outlasted the transaction
+    // timeout, just before batch 3's commit: a new producer aborts batch 3's transaction and
+    // delivers the batch again.
+    const std::string log = logs / "txn-state.log";
+    ChildProcess daemon = deployment.Start(log, {{"DRIFTD_KAFKA_SINK_FAULT", "fatal_txn_state@3"}});
+    bool drained = AwaitWhileRunning(
+        daemon, [&] { return Drained(deployment, input); }, std::chrono::seconds(60));
+    const std::string output = ReadFile(log);
+    INFO(output);
+    CHECK(drained);
+    CHECK(Terminate(daemon) == 0);
+    CHECK_THAT(output, Catch::Contains("INVALID_TXN_STATE") &&
+                           Catch::Contains("producer replaced") &&
+                           Catch::Contains("batch 3 is delivered again"));
+    CheckNoSanitizerReport(output);
+    RequireEachBatchOnce(deployment, input);
+  }
+
   SECTION("a transaction timeout the broker refuses stops the daemon at start") {
     // The broker caps transaction.timeout.ms (transaction.max.timeout.ms, 15 minutes).
     std::string yaml = ReadFile(SeedPipeline());
