@@ -254,9 +254,9 @@ class KafkaSink final : public Sink {
       return;
     }
     const auto code = static_cast<rd_kafka_resp_err_t>(err);
-    const bool connection =
-        code == RD_KAFKA_RESP_ERR__TRANSPORT || code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
-        code == RD_KAFKA_RESP_ERR__RESOLVE;
+    const bool connection = code == RD_KAFKA_RESP_ERR__TRANSPORT ||
+                            code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+                            code == RD_KAFKA_RESP_ERR__RESOLVE;
     Log()->log(connection ? spdlog::level::warn : spdlog::level::err,
                "kafka sink {}: producer error {}: {}{}", rd_kafka_name(rk), rd_kafka_err2name(code),
                reason,
@@ -685,8 +685,8 @@ std::string DefaultKafkaProgressTopic(std::string_view pipeline) {
   constexpr size_t kMaxTopicLength = 249;
   std::string topic = "driftd-progress.";
   for (char c : pipeline) {
-    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
     topic.push_back(legal ? c : '_');
   }
   if (topic.size() > kMaxTopicLength) {

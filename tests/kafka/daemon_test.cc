@@ -577,8 +577,7 @@ TEST_CASE(
 }
 
 // Records of `records` from the `skip`-th of each partition on.
-PartitionedRecords After(const PartitionedRecords& records,
-                         const std::map<int32_t, size_t>& skip) {
+PartitionedRecords After(const PartitionedRecords& records, const std::map<int32_t, size_t>& skip) {
   PartitionedRecords out;
   for (const auto& [partition, list] : records) {
     auto from = skip.find(partition);
@@ -629,8 +628,8 @@ TEST_CASE(
   RunToEnd(admin, deployment, second_input, logs / "second.log");
   CHECK_THAT(ReadFile(logs / "second.log"), Catch::Contains("batch 0: finishing delivery"));
 
-  CHECK(Difference(After(ReadCommittedByPartition(deployment.stats), first_run),
-                   reference_stats) == "");
+  CHECK(Difference(After(ReadCommittedByPartition(deployment.stats), first_run), reference_stats) ==
+        "");
   // The progress records: the old checkpoint's batches, then the new one's, each from 0 on.
   simdjson::dom::parser parser;
   std::vector<std::string> checkpoints;
@@ -654,9 +653,8 @@ TEST_CASE(
   CHECK(batches[checkpoints[1]].size() == 20);
 }
 
-TEST_CASE(
-    "a pipeline that died with a transaction open does not delay another pipeline's start",
-    "[kafka][daemon][progress]") {
+TEST_CASE("a pipeline that died with a transaction open does not delay another pipeline's start",
+          "[kafka][daemon][progress]") {
   Admin admin;
   InferenceInput input(admin, {.models = 2, .rows = 2'000, .partitions = 2, .drift = ""});
   TempDir logs("driftd-keo-logs");

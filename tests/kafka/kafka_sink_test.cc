@@ -128,7 +128,8 @@ TEST_CASE("batches of a new checkpoint are not mistaken for the old checkpoint's
   SinkFixture fixture("reset");
   {
     auto old_checkpoint = fixture.OpenSink("c0ffee01");
-    for (int64_t batch = 0; batch <= 4; ++batch) RequireOk(old_checkpoint->Deliver(Batch(batch, 1)));
+    for (int64_t batch = 0; batch <= 4; ++batch)
+      RequireOk(old_checkpoint->Deliver(Batch(batch, 1)));
   }
   {
     // The checkpoint directory was deleted: the new one numbers its batches from 0 again.
@@ -146,13 +147,14 @@ TEST_CASE("batches of a new checkpoint are not mistaken for the old checkpoint's
 
   // A progress record from before records carried a checkpoint id belongs to no checkpoint.
   Client producer = MakeClient(RD_KAFKA_PRODUCER, {});
-  const std::string legacy = fmt::format(R"({{"pipeline":"{}","batchId":9}})", fixture.pipeline.name);
-  REQUIRE(rd_kafka_producev(
-              producer.get(), RD_KAFKA_V_TOPIC(fixture.progress.c_str()),
-              RD_KAFKA_V_KEY(const_cast<char*>(fixture.pipeline.name.data()),
-                             fixture.pipeline.name.size()),
-              RD_KAFKA_V_VALUE(const_cast<char*>(legacy.data()), legacy.size()),
-              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  const std::string legacy =
+      fmt::format(R"({{"pipeline":"{}","batchId":9}})", fixture.pipeline.name);
+  REQUIRE(rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(fixture.progress.c_str()),
+                            RD_KAFKA_V_KEY(const_cast<char*>(fixture.pipeline.name.data()),
+                                           fixture.pipeline.name.size()),
+                            RD_KAFKA_V_VALUE(const_cast<char*>(legacy.data()), legacy.size()),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                            RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
   REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
   CHECK_FALSE(Require(fixture.OpenSink("c0ffee02")->IsDelivered(0)));
 }
