@@ -641,7 +641,19 @@ TEST_CASE(
     batches[checkpoint].push_back(int64_t(record["batchId"]));
   }
   REQUIRE(checkpoints.size() == 2);
-  CHECK(checkpoints[0] != "");
+  // The id is the one in the new checkpoint's metadata.
+  {
+    CheckpointOptions options;
+    options.read_only = true;
+    auto store = CheckpointStore::Open(deployment.checkpoint(), options);
+    REQUIRE(store);
+    auto metadata = (*store)->ReadMetadata();
+    REQUIRE(metadata);
+    REQUIRE(*metadata);
+    CHECK((*metadata)->checkpoint_id.size() == 32);
+    CHECK((*metadata)->checkpoint_id == checkpoints[1]);
+  }
+  CHECK(checkpoints[0].size() == 32);
   for (const std::string& checkpoint : checkpoints) {
     const std::vector<int64_t>& ids = batches[checkpoint];
     INFO("checkpoint " << checkpoint << ": " << fmt::format("{}", fmt::join(ids, ",")));
