@@ -42,12 +42,16 @@ class FileSink final : public Sink {
 
   const std::string& name() const override { return name_; }
 
+  void SetCheckpointId(const std::string& checkpoint_id) override {
+    checkpoint_id_ = checkpoint_id;
+  }
+
   Status Open() override {
     DRIFTD_TRY(CreateDirectories(path_));
     DRIFTD_TRY(CreateDirectories(ManifestDir(path_)));
     RemoveStaleTempFiles(path_);
     RemoveStaleTempFiles(ManifestDir(path_));
-    return Ok();
+    return CheckOwnCheckpoint();
   }
 
   Result<bool> IsDelivered(int64_t batch_id) override {
@@ -80,12 +84,40 @@ class FileSink final : public Sink {
     if (!part.empty()) AppendJsonString(manifest, part);
     manifest += "]";
     entry.Int("rows", static_cast<int64_t>(rows.rows.size()));
+    if (!checkpoint_id_.empty()) entry.String("checkpoint", checkpoint_id_);
     entry.Close();
     manifest.push_back('\n');
     return WriteFileAtomically(ManifestDir(path_), std::to_string(output.batch_id), manifest);
   }
 
  private:
+  // The newest manifest entry must be of this checkpoint: a checkpoint started over (deleted)
+  // numbers its batches from 0 again, and the old entries would pass for its deliveries.
+  Status CheckOwnCheckpoint() {
+    if (checkpoint_id_.empty()) return Ok();
+    auto batches = ReadFileSinkManifest(path_);
+    if (!batches) return tl::unexpected(batches.error());
+    if (batches->empty()) return Ok();
+    const std::string entry_path = JoinPath(ManifestDir(path_), std::to_string(batches->back()));
+    auto text = ReadWholeFile(entry_path);
+    if (!text) return tl::unexpected(text.error());
+    simdjson::dom::parser parser;
+    simdjson::dom::element entry;
+    std::string_view owner;
+    if (parser.parse(*text).get(entry) != simdjson::SUCCESS) {
+      return MakeError(ErrorCode::kCorruption, "manifest entry {} is not JSON", entry_path);
+    }
+    if (entry["checkpoint"].get(owner) != simdjson::SUCCESS) return Ok();  // older version
+    if (owner == checkpoint_id_) return Ok();
+    return MakeError(
+        ErrorCode::kIncompatible,
+        "file sink '{}': {} holds output up to batch {} of another checkpoint ({}), not of "
+        "this pipeline's checkpoint ({}); batch numbers would collide. Point the "
+        "sink at a new directory, or move the old output away",
+        name_, path_, batches->back(), owner, checkpoint_id_);
+  }
+
+  std::string checkpoint_id_;
   std::string name_;
   std::string path_;
   StreamKind stream_;

@@ -260,6 +260,32 @@ TEST_CASE("a restart with an incompatible pipeline is refused, a compatible one 
   CHECK_THAT(resumed.output, Catch::Contains("resuming after batch 1"));
 }
 
+TEST_CASE("a file sink holding another checkpoint's batches is refused, its output untouched",
+          "[e2e]") {
+  TempDir dir;
+  WriteInferenceFiles(dir / "input", 2, 500);
+  PipelineOptions options;
+  const std::string pipeline = WritePipeline(dir, options);
+  REQUIRE(RunDriftd({"run", pipeline}).exit_code == 0);
+  const std::vector<std::string> before = CommittedRows(dir / "output");
+  REQUIRE_FALSE(before.empty());
+
+  // The checkpoint is started over: its batch numbers begin at 0 again.
+  std::filesystem::remove_all(dir / "checkpoint");
+  RunResult refused = RunDriftd({"run", pipeline});
+  INFO(refused.output);
+  CHECK(refused.exit_code == 78);
+  CHECK_THAT(refused.output, Catch::Contains("of another checkpoint"));
+  CHECK(CommittedRows(dir / "output") == before);
+
+  // A new output directory is fine.
+  std::filesystem::rename(dir / "output", dir / "output-old");
+  RunResult fresh = RunDriftd({"run", pipeline});
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 0);
+  CHECK(CommittedRows(dir / "output") == before);
+}
+
 TEST_CASE("SIGTERM stops a running pipeline promptly with exit code 0", "[e2e]") {
   TempDir dir;
   std::filesystem::create_directories(dir / "input");
