@@ -72,6 +72,18 @@ double NowEpochSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it starts later),
+// so that the control loop receives them with sigtimedwait. Returns that set.
+sigset_t BlockControlSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
 // Runs the pipelines of `options` (one file, or a directory) as a service until their end (a
 // single file's trigger) or a signal: SIGTERM/SIGINT stop after the current batch (a second one,
 // or the shutdown timeout, ends the process at once; every batch is committed atomically, so an
@@ -81,12 +93,7 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   using Clock = std::chrono::steady_clock;
 
   // Signals are blocked before any thread starts, so only this thread receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockControlSignals();
 
   const bool directory = options.directory;
   const ServiceNotifier notifier = ServiceNotifier::FromEnvironment();
@@ -270,12 +277,7 @@ int RunDemo(std::string checkpoint, SupervisorOptions options, const RunFlags& f
 
   // Blocked before the demo's threads start, as RunService does before its own: only the main
   // thread may receive them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockControlSignals();
 
   const std::string_view yaml = DemoPipelineYaml();
   auto kafka = DemoKafka::Start(yaml, DemoOptions{});
