@@ -536,15 +536,6 @@ class QueryExecutor::Impl {
     counters_.alerts.fetch_add(progress.num_alerts);
     counters_.last_batch_id.store(next_batch_id_);
 
-    if (options_.metrics) {
-      options_.metrics->RecordBatch(progress, output.alerts);
-      if (drift_) options_.metrics->RecordDriftModels(drift_->ModelStats());
-    }
-    std::string json = RenderProgress(spec_, progress);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      last_progress_ = json;
-    }
     // Continuous epochs can run hundreds of times a second: report once per interval.
     bool report = true;
     if (spec_.trigger.kind == TriggerKind::kContinuous) {
@@ -552,6 +543,18 @@ class QueryExecutor::Impl {
       report = last_report_ == Clock::time_point{} ||
                now - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
       if (report) last_report_ = now;
+    }
+    if (options_.metrics) {
+      options_.metrics->RecordBatch(progress, output.alerts);
+      // Levels change only with an alert event; value counts are refreshed with the report.
+      if (drift_ && (report || !output.alerts.empty())) {
+        options_.metrics->RecordDriftModels(drift_->ModelStats());
+      }
+    }
+    std::string json = RenderProgress(spec_, progress);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_progress_ = json;
     }
     if (report && options_.on_progress) options_.on_progress(json);
 
