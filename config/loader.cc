@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
@@ -18,6 +20,7 @@
 #include "config/connector_options.h"
 #include "config/detectors.h"
 #include "config/suggest.h"
+#include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
 
 namespace driftd {
@@ -1268,24 +1271,38 @@ PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
                              const LoadOptions& options) {
   Problems problems;
   PipelineSpec spec;
-  try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-    if (documents.empty() || documents[0].IsNull()) {
-      problems.Error("", {}, "the file holds no pipeline (it is empty)");
-    } else {
-      if (documents.size() > 1) {
-        problems.Error("", config_detail::MarkOf(documents[1]),
+  // libyaml reads the text first: yaml-cpp sees only a well-formed stream of bounded size, depth
+  // and node count (see config/yaml_precheck.h for why).
+  auto precheck = config_detail::PrecheckYaml(yaml);
+  if (!precheck) {
+    problems.Error("", precheck.error().mark, std::move(precheck.error().message));
+  } else if (precheck->documents == 0) {
+    problems.Error("", {}, "the file holds no pipeline (it is empty)");
+  } else {
+    try {
+      // One document only: YAML::Load stops after the first; the precheck counted the rest.
+      YAML::Node document = YAML::Load(std::string(yaml));
+      if (precheck->documents > 1) {
+        problems.Error("", precheck->second_document,
                        "the file holds several YAML documents ('---'); a pipeline file holds "
                        "one pipeline");
       }
-      PipelineParser parser(options, problems);
-      spec = parser.Parse(documents[0], file_name);
-      Scrub(parser.secrets(), problems);
+      if (!document.IsDefined() || document.IsNull()) {
+        problems.Error("", {}, "the file holds no pipeline (it is empty)");
+      } else {
+        PipelineParser parser(options, problems);
+        spec = parser.Parse(document, file_name);
+        Scrub(parser.secrets(), problems);
+      }
+    } catch (const YAML::Exception& e) {
+      // Syntax errors: the parser's own words (e.msg never echoes the document's values) and
+      // place.
+      problems.Error("", config_detail::ToSourceMark(e.mark),
+                     fmt::format("YAML syntax error: {}", e.msg));
+    } catch (const std::bad_alloc&) {
+      // Not expected within the precheck's limits; a backstop so that nothing leaves config/.
+      problems.Error("", {}, "out of memory while reading the file");
     }
-  } catch (const YAML::Exception& e) {
-    // Syntax errors: the parser's own words (e.msg never echoes the document's values) and place.
-    problems.Error("", config_detail::ToSourceMark(e.mark),
-                   fmt::format("YAML syntax error: {}", e.msg));
   }
   std::stable_sort(problems.errors().begin(), problems.errors().end(), ByPosition);
   std::stable_sort(problems.warnings().begin(), problems.warnings().end(), ByPosition);
@@ -1301,19 +1318,42 @@ PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
   return spec;
 }
 
-PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options) {
+Result<std::string> ReadPipelineText(const std::string& path) {
+  const size_t max_bytes = config_detail::YamlLimits{}.max_bytes;
+  // Not a FIFO or a device: opening one could block, and reading it need not end.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return MakeError(ErrorCode::kIo, "cannot read the pipeline file: it is a directory");
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return MakeError(ErrorCode::kIo, "cannot read the pipeline file: not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return tl::unexpected(std::vector<ConfigProblem>{
-        {"", {}, fmt::format("cannot read the pipeline file: {}", std::strerror(errno))}});
+    return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  // At most one byte more than allowed, so that a file growing while read stays bounded too.
+  std::string text(max_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) {
-    return tl::unexpected(std::vector<ConfigProblem>{
-        {"", {}, fmt::format("cannot read the pipeline file: {}", std::strerror(errno))}});
+    return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
-  return ParsePipeline(buffer.str(), path, options);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > max_bytes) {
+    return MakeError(ErrorCode::kConfig,
+                     "the file is larger than {} bytes, the most a pipeline file may hold",
+                     max_bytes);
+  }
+  return text;
+}
+
+PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options) {
+  auto text = ReadPipelineText(path);
+  if (!text) return tl::unexpected(std::vector<ConfigProblem>{{"", {}, text.error().message()}});
+  return ParsePipeline(*text, path, options);
 }
 
 std::string FormatProblems(std::string_view file, const std::vector<ConfigProblem>& problems) {

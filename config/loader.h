@@ -52,7 +52,12 @@ using PipelineResult = tl::expected<PipelineSpec, std::vector<ConfigProblem>>;
 PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
                              const LoadOptions& options);
 
-/// Reads `path` and parses it as ParsePipeline does; an unreadable file is one problem.
+/// The text of a pipeline file, read in bounded time and memory: a file that is not a regular
+/// file (a FIFO, a device, a directory) or is unreadable is kIo, one larger than 1 MiB kConfig.
+Result<std::string> ReadPipelineText(const std::string& path);
+
+/// Reads `path` (ReadPipelineText) and parses it as ParsePipeline does; a file that cannot be
+/// read is one problem.
 PipelineResult LoadPipelineFile(const std::string& path, const LoadOptions& options);
 
 /// One line per problem, compiler style ("file:line:column: path: message"), e.g.

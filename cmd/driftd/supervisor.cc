@@ -97,15 +97,6 @@ std::vector<std::string> ChangedKeys(const std::string& old_json, const std::str
   return changed;
 }
 
-std::optional<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return text.str();
-}
-
 // Logs every problem of a file, one line each, as `driftd validate` prints them.
 void LogProblems(const std::string& file, const std::vector<ConfigProblem>& problems) {
   auto log = GetLogger("driftd");
@@ -345,10 +336,11 @@ int Supervisor::Apply(bool initial) {
   for (const std::string& file : files) {
     auto existing = queries_.find(file);
     bool has_old = existing != queries_.end();
-    std::optional<std::string> content =
-        options_.inline_text.empty() ? ReadWholeFile(file) : options_.inline_text;
+    Result<std::string> content = options_.inline_text.empty()
+                                      ? ReadPipelineText(file)
+                                      : Result<std::string>(options_.inline_text);
     if (!content) {
-      log->error("{}: cannot read the file{}", file,
+      log->error("{}: {}{}", file, content.error().message(),
                  has_old ? "; its running query keeps its previous definition" : "");
       ++refused;
       continue;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +148,60 @@ RunResult RunDriftd(const std::vector<std::string>& args, std::chrono::milliseco
   auto status = child.Wait(timeout);
   if (status && WIFEXITED(*status)) result.exit_code = WEXITSTATUS(*status);
   if (!status) child.Signal(SIGKILL);
+  result.output = ReadFile(output_path);
+  return result;
+}
+
+int64_t ResidentKb(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+MeasuredRun RunDriftdMeasured(const std::vector<std::string>& args, int64_t rss_limit_kb,
+                              std::chrono::milliseconds timeout) {
+  TempDir dir("driftd-measured");
+  std::string output_path = dir / "output.txt";
+  std::vector<std::string> argv = {DriftdBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    std::vector<char*> raw;
+    for (const auto& arg : argv) raw.push_back(const_cast<char*>(arg.c_str()));
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  MeasuredRun result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  rusage usage{};
+  while (true) {
+    pid_t done = wait4(pid, &status, WNOHANG, &usage);
+    if (done == pid) break;
+    const int64_t rss = ResidentKb(pid);
+    if (rss > rss_limit_kb || std::chrono::steady_clock::now() >= deadline) {
+      result.over_limit = true;
+      kill(pid, SIGKILL);
+      wait4(pid, &status, 0, &usage);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!result.over_limit && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  result.peak_rss_kb = usage.ru_maxrss;
   result.output = ReadFile(output_path);
   return result;
 }

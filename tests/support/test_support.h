@@ -74,6 +74,27 @@ RunResult RunDriftd(const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60),
                     const std::map<std::string, std::string>& env = {});
 
+struct MeasuredRun {
+  int exit_code = -1;  // -1 if killed (over a limit, or by a signal)
+  std::string output;  // stdout + stderr
+  /// CPU time (user + system) the child used: unlike wall time, it hardly depends on how busy
+  /// the machine is.
+  double cpu_seconds = 0;
+  /// Peak resident memory of the child (getrusage's ru_maxrss).
+  int64_t peak_rss_kb = 0;
+  /// The child was killed for going over `rss_limit_kb` or `timeout`.
+  bool over_limit = false;
+};
+
+/// Runs driftd with `args` to completion, measuring its CPU time and peak memory. The child is
+/// killed when its resident memory passes `rss_limit_kb` or when `timeout` passes, so that a
+/// runaway cannot take the test machine's memory with it.
+MeasuredRun RunDriftdMeasured(const std::vector<std::string>& args, int64_t rss_limit_kb,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+/// Resident memory of process `pid` in KiB (VmRSS), or -1 when it cannot be read.
+int64_t ResidentKb(pid_t pid);
+
 /// How `KillRepeatedly` kills.
 struct CrashLoopOptions {
   int kills = 25;  // stop after this many kills
