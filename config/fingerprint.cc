@@ -1,10 +1,14 @@
 // PipelineFingerprintJson: the part of a pipeline that a checkpoint's state depends on.
+#include <openssl/evp.h>
+
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "config/loader.h"
 #include "engine/json_writer.h"
+#include "engine/redact.h"
 
 namespace driftd {
 namespace {
@@ -63,49 +67,97 @@ std::string_view DetectorName(DetectorKind kind) {
   return "?";
 }
 
-std::string Quote(std::string_view text) {
-  std::string out;
-  AppendJsonString(out, text);
-  return out;
+// The first 16 hex digits of SHA-256("driftd-fingerprint" NUL pipeline NUL value).
+std::string Digest(std::string_view pipeline, std::string_view value) {
+  std::string input = "driftd-fingerprint";
+  input.push_back('\0');
+  input.append(pipeline);
+  input.push_back('\0');
+  input.append(value);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(input.data(), input.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
+    return "unavailable";  // the value still never appears in clear
+  }
+  std::string hex;
+  for (unsigned int i = 0; i < size && hex.size() < 16; ++i) {
+    hex += fmt::format("{:02x}", digest[i]);
+  }
+  return hex;
 }
 
-std::string StringArray(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ',';
-    out += Quote(items[i]);
+// JSON strings of the fingerprint. A secret inside a value (a path or topic from ${API_TOKEN})
+// is kept as a digest: a change of it still makes the checkpoint refuse the pipeline, and the
+// checkpoint, and so `driftd inspect`, never holds it in clear.
+class Quoter {
+ public:
+  explicit Quoter(const PipelineSpec& spec) : spec_(spec) {
+    for (const std::string& secret : spec.secrets) {
+      if (secret.size() >= kMinRedactedSize) secrets_.push_back(&secret);
+    }
+    std::sort(secrets_.begin(), secrets_.end(), [](const std::string* a, const std::string* b) {
+      return a->size() != b->size() ? a->size() > b->size() : *a < *b;
+    });
   }
-  return out + "]";
-}
+
+  std::string operator()(std::string_view text) const {
+    std::string value(text);
+    for (const std::string* secret : secrets_) {
+      for (size_t at = value.find(*secret); at != std::string::npos;
+           at = value.find(*secret, at)) {
+        const std::string hidden = fmt::format("<redacted:{}>", Digest(spec_.name, *secret));
+        value.replace(at, secret->size(), hidden);
+        at += hidden.size();
+      }
+    }
+    std::string out;
+    AppendJsonString(out, value);
+    return out;
+  }
+
+  std::string Array(const std::vector<std::string>& items) const {
+    std::string out = "[";
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) out += ',';
+      out += (*this)(items[i]);
+    }
+    return out + "]";
+  }
+
+ private:
+  const PipelineSpec& spec_;
+  std::vector<const std::string*> secrets_;
+};
 
 }  // namespace
 
 std::string PipelineFingerprintJson(const PipelineSpec& spec) {
+  const Quoter quote(spec);
   // Options that say which data the source reads: another path or topic is another stream,
   // whose offsets and state mean nothing to this checkpoint.
   static constexpr std::string_view kIdentityOptions[] = {"assign", "path", "pattern", "subscribe",
                                                           "subscribePattern"};
   std::string out =
-      "{\"version\":1,\"source\":{\"format\":" + Quote(spec.source.format) + ",\"identity\":{";
+      "{\"version\":1,\"source\":{\"format\":" + quote(spec.source.format) + ",\"identity\":{";
   bool first = true;
   for (std::string_view name : kIdentityOptions) {
     if (!spec.source.options.Has(name)) continue;
     if (!first) out += ',';
     first = false;
-    out += Quote(name) + ":" + Quote(spec.source.options.GetString(name));
+    out += quote(name) + ":" + quote(spec.source.options.GetString(name));
   }
   out += "}},\"schema\":[";
   for (size_t i = 0; i < spec.schema.fields.size(); ++i) {
     const Field& field = spec.schema.fields[i];
     if (i > 0) out += ',';
-    out += fmt::format("{{\"name\":{},\"type\":{},\"nullable\":{}}}", Quote(field.name),
-                       Quote(FieldTypeName(field.type)), field.nullable ? "true" : "false");
+    out += fmt::format("{{\"name\":{},\"type\":{},\"nullable\":{}}}", quote(field.name),
+                       quote(FieldTypeName(field.type)), field.nullable ? "true" : "false");
   }
   const QuerySpec& query = spec.query;
-  out += "],\"groupBy\":" + StringArray(query.group_by) + ",\"window\":";
+  out += "],\"groupBy\":" + quote.Array(query.group_by) + ",\"window\":";
   if (query.window) {
     out += fmt::format("{{\"column\":{},\"sizeMs\":{},\"slideMs\":{}}}",
-                       Quote(query.window->column), query.window->size_ms, query.window->slide_ms);
+                       quote(query.window->column), query.window->size_ms, query.window->slide_ms);
   } else {
     out += "null";
   }
@@ -113,8 +165,8 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   for (size_t i = 0; i < query.aggregates.size(); ++i) {
     const AggregateSpec& aggregate = query.aggregates[i];
     if (i > 0) out += ',';
-    out += fmt::format("{{\"fn\":{},\"column\":{}}}", Quote(FnName(aggregate.fn)),
-                       Quote(aggregate.column));
+    out += fmt::format("{{\"fn\":{},\"column\":{}}}", quote(FnName(aggregate.fn)),
+                       quote(aggregate.column));
   }
   const DriftSpec& drift = spec.drift;
   out += "],\"drift\":";
@@ -123,15 +175,15 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   } else {
     const BaselineSpec& baseline = drift.baseline;
     out += fmt::format("{{\"modelColumn\":{},\"series\":{},\"baseline\":{{\"type\":{}",
-                       Quote(drift.model_column), StringArray(drift.series),
-                       Quote(BaselineName(baseline.kind)));
+                       quote(drift.model_column), quote.Array(drift.series),
+                       quote(BaselineName(baseline.kind)));
     switch (baseline.kind) {
       case BaselineKind::kWarmup:
         out += fmt::format(",\"records\":{},\"durationMs\":{}", baseline.records,
                            baseline.duration_ms);
         break;
       case BaselineKind::kFile:
-        out += ",\"path\":" + Quote(baseline.path);
+        out += ",\"path\":" + quote(baseline.path);
         break;
       case BaselineKind::kTrailing:
         out += fmt::format(",\"windows\":{}", baseline.windows);
@@ -141,7 +193,7 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     for (size_t i = 0; i < drift.detectors.size(); ++i) {
       const DetectorSpec& detector = drift.detectors[i];
       if (i > 0) out += ',';
-      out += "{\"kind\":" + Quote(DetectorName(detector.kind));
+      out += "{\"kind\":" + quote(DetectorName(detector.kind));
       // Histogram state is laid out by bin count; thresholds and gates are not state.
       if (auto bins = detector.params.find("bins"); bins != detector.params.end()) {
         out += fmt::format(",\"bins\":{}", static_cast<int64_t>(bins->second));

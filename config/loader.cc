@@ -22,6 +22,7 @@
 #include "config/suggest.h"
 #include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
+#include "engine/redact.h"
 
 namespace driftd {
 namespace {
@@ -1238,21 +1239,10 @@ class PipelineParser {
   std::vector<SinkInfo> sink_info_;
 };
 
-// Replaces every occurrence of a secret value in the messages. Very short values are left alone:
-// replacing "1" everywhere would garble messages, and such values are not worth guessing.
+// Replaces every occurrence of a secret value in the messages.
 void Scrub(const std::vector<std::string>& secrets, Problems& problems) {
-  constexpr size_t kMinScrubbed = 4;
   for (auto* list : {&problems.errors(), &problems.warnings()}) {
-    for (ConfigProblem& problem : *list) {
-      for (const std::string& secret : secrets) {
-        if (secret.size() < kMinScrubbed) continue;
-        for (size_t at = problem.message.find(secret); at != std::string::npos;
-             at = problem.message.find(secret, at)) {
-          problem.message.replace(at, secret.size(), "<redacted>");
-          at += std::string_view("<redacted>").size();
-        }
-      }
-    }
+    for (ConfigProblem& problem : *list) problem.message = RedactWith(problem.message, secrets);
   }
 }
 
@@ -1293,6 +1283,12 @@ PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
         PipelineParser parser(options, problems);
         spec = parser.Parse(document, file_name);
         Scrub(parser.secrets(), problems);
+        for (const std::string& secret : parser.secrets()) {
+          if (secret.size() >= kMinRedactedSize &&
+              std::find(spec.secrets.begin(), spec.secrets.end(), secret) == spec.secrets.end()) {
+            spec.secrets.push_back(secret);
+          }
+        }
       }
     } catch (const YAML::Exception& e) {
       // Syntax errors: the parser's own words (e.msg never echoes the document's values) and

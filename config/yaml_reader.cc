@@ -50,6 +50,20 @@ bool ParseWholeDouble(std::string_view text, double& value) {
 
 }  // namespace
 
+std::optional<std::string_view> UrlPassword(std::string_view value) {
+  // scheme://user:password@host...; the userinfo ends at the first '@' before the path.
+  const size_t scheme = value.find("://");
+  if (scheme == std::string_view::npos) return std::nullopt;
+  const size_t start = scheme + 3;
+  const size_t authority_end = value.find_first_of("/?#", start);
+  const std::string_view authority = value.substr(start, authority_end - start);
+  const size_t at = authority.rfind('@');
+  if (at == std::string_view::npos) return std::nullopt;
+  const size_t colon = authority.find(':');
+  if (colon == std::string_view::npos || colon > at || colon + 1 == at) return std::nullopt;
+  return authority.substr(colon + 1, at - colon - 1);
+}
+
 SourceMark ToSourceMark(const YAML::Mark& mark) {
   if (mark.line < 0 || mark.column < 0) return {};
   return {mark.line + 1, mark.column + 1};
@@ -104,8 +118,11 @@ std::optional<Scalar> Reader::ReadScalar(const YAML::Node& node, const std::stri
     problems.Error(path, mark, interpolated.error().message());
     return std::nullopt;
   }
-  if (secret || interpolated->secret) secrets.push_back(interpolated->value);
+  // A secret option's whole value; otherwise only what secret variables put in, so that a URL or
+  // path prints as the rest of itself around <redacted>.
+  if (secret) secrets.push_back(interpolated->value);
   for (std::string& part : interpolated->secret_parts) secrets.push_back(std::move(part));
+  if (auto password = UrlPassword(interpolated->value)) secrets.emplace_back(*password);
   return Scalar{std::move(interpolated->value), secret || interpolated->secret, path, mark};
 }
 

@@ -50,6 +50,10 @@ std::string Show(const Scalar& scalar);
 /// "a map", "a list", "nothing", or the scalar itself ('x', <redacted> when `secret`).
 std::string Describe(const YAML::Node& node, bool secret);
 
+/// The password of a URL with credentials ("https://user:password@host/..."), if any: it is
+/// secret whatever the key or variable it came from.
+std::optional<std::string_view> UrlPassword(std::string_view value);
+
 /// Whether a value stored under `key` must never be printed.
 bool IsSecretKey(std::string_view key);
 

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   librdkafka-dev librocksdb-dev libyaml-cpp-dev libyaml-dev libspdlog-dev libfmt-dev libsimdjson-dev
+  libssl-dev
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
   openjdk-17-jre-headless maven python3 curl systemd
   podman runc debootstrap

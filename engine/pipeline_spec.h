@@ -194,6 +194,9 @@ struct PipelineSpec {
   std::vector<SinkSpec> sinks;
   TriggerSpec trigger;
   std::string checkpoint_location;
+  /// Values that must never be printed (engine/redact.h): the values of options whose names look
+  /// secret, the texts secret environment variables put into any value, and URL passwords.
+  std::vector<std::string> secrets;
 };
 
 std::string_view ToString(MalformedPolicy policy);

@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 
+#include "engine/redact.h"
+
 namespace driftd {
 
 Result<HttpAddress> ParseHttpAddress(std::string_view text) {
@@ -64,6 +66,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
             request.has_param("pipeline") ? request.get_param_value("pipeline") : std::string();
         response.set_content(h.progress(pipeline), "application/json");
       });
+
+  // Every body, of every route, passes the secrets' redaction (engine/redact.h): pipeline
+  // names, paths and URLs in metrics labels, progress records and readiness details.
+  server.set_post_routing_handler([](const httplib::Request&, httplib::Response& response) {
+    response.body = Redact(response.body);
+  });
 
   if (address.port == 0) {
     http->port_ = server.bind_to_any_port(address.host);

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/json_writer.h"
+#include "engine/redact.h"
 
 namespace driftd {
 namespace {
@@ -29,8 +30,9 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
 }  // namespace
 
 void SetUpLogging(std::string_view format, std::string_view level) {
-  auto logger =
-      std::make_shared<spdlog::logger>("driftd", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  // Every line passes the redaction of secret values (engine/redact.h) before it is formatted.
+  auto logger = std::make_shared<spdlog::logger>(
+      "driftd", MakeRedactingSink(std::make_shared<spdlog::sinks::stderr_sink_mt>()));
   spdlog::set_default_logger(logger);
   // Module loggers created before this call (GetLogger copies the default's sinks) must write
   // through the same sink and format, or their lines would escape --log-format json.

@@ -32,6 +32,7 @@
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/executor.h"
 #include "engine/log.h"
+#include "engine/redact.h"
 #include "state/checkpoint_inspect.h"
 
 namespace driftd {
@@ -407,18 +408,21 @@ int main(int argc, char** argv) {
   if (validate->parsed()) {
     auto spec = LoadOrReport(validate_path);
     if (!spec) return kExitConfig;
+    // Messages from here on (the drift stage's, the summary) may hold a secret's value.
+    RegisterSecrets(spec->secrets);
     // What only the drift stage can tell (detector setup, a file baseline that must load)
     // is checked here too, rather than at the first start.
     if (spec->drift.enabled) {
       if (auto stage = DriftStage::Create(*spec); !stage) {
-        std::cerr << fmt::format("{}: {}\n{}: 1 error; the pipeline was not started\n",
-                                 validate_path, stage.error().message(), validate_path);
+        std::cerr << Redact(fmt::format("{}: {}\n{}: 1 error; the pipeline was not started\n",
+                                        validate_path, stage.error().message(), validate_path));
         return kExitConfig;
       }
     }
-    std::cout << fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n",
-                             validate_path, spec->name, spec->source.format, spec->sinks.size(),
-                             spec->sinks.size() == 1 ? "" : "s", ToString(spec->trigger.kind));
+    std::cout << Redact(fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n",
+                                    validate_path, spec->name, spec->source.format,
+                                    spec->sinks.size(), spec->sinks.size() == 1 ? "" : "s",
+                                    ToString(spec->trigger.kind)));
     return kExitOk;
   }
 

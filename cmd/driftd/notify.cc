@@ -15,6 +15,8 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "engine/redact.h"
+
 namespace driftd {
 
 ServiceNotifier ServiceNotifier::FromEnvironment() {
@@ -50,7 +52,8 @@ void ServiceNotifier::Reloading() const {
                    static_cast<int64_t>(now.tv_sec) * 1'000'000 + now.tv_nsec / 1000));
 }
 void ServiceNotifier::Status(std::string_view status) const {
-  Send(std::string("STATUS=") + std::string(status));
+  // systemctl status prints it: pipeline names and the like pass the secrets' redaction.
+  Send(std::string("STATUS=") + Redact(status));
 }
 
 void ServiceNotifier::Send(std::string_view message) const {

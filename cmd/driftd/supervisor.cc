@@ -16,6 +16,7 @@
 #include "engine/executor/executor.h"
 #include "engine/executor/metrics_query.h"
 #include "engine/log.h"
+#include "engine/redact.h"
 
 namespace driftd {
 
@@ -368,6 +369,8 @@ int Supervisor::Apply(bool initial) {
       ++refused;
       continue;
     }
+    // From here on the pipeline's secrets may reach a log line, an error or an HTTP body.
+    RegisterSecrets(spec->secrets);
     if (!warnings.empty()) LogProblems(file, warnings);
     Candidate candidate;
     candidate.file = file;

@@ -131,3 +131,27 @@ TEST_CASE("the fingerprint escapes names so that it stays valid JSON", "[config]
 
 }  // namespace
 }  // namespace driftd
+
+namespace driftd {
+
+TEST_CASE("a secret in a source path is kept in the fingerprint as a digest that follows it",
+          "[config][fingerprint][secrets]") {
+  std::string yaml(kBase);
+  yaml.replace(yaml.find("subscribe: logs"), 15, "subscribe: \"logs-${TOPIC_TOKEN}\"");
+  auto fingerprint = [&](const std::string& token) {
+    auto result = testing::ParseText(yaml, {{"TOPIC_TOKEN", token}});
+    INFO(testing::ProblemText(result));
+    REQUIRE(result);
+    CHECK(result->source.options.GetString("subscribe") == "logs-" + token);
+    return PipelineFingerprintJson(*result);
+  };
+  const std::string first = fingerprint("tok-41f2c9a8e0");
+  CHECK_THAT(first, !Catch::Contains("tok-41f2c9a8e0"));
+  CHECK_THAT(first, Catch::Contains("\"subscribe\":\"logs-<redacted:"));
+  // The same secret gives the same fingerprint; another secret another one, so a checkpoint
+  // still refuses a pipeline that reads another topic.
+  CHECK(fingerprint("tok-41f2c9a8e0") == first);
+  CHECK(fingerprint("tok-77aa01d3b5") != first);
+}
+
+}  // namespace driftd

@@ -1,5 +1,6 @@
 // Secret values (options whose names look secret, and values taken from secret-looking
 // environment variables) must never appear in any problem message.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,29 @@ TEST_CASE("secret options still reach the spec unchanged", "[config][secrets]") 
   INFO(testing::ProblemText(result));
   REQUIRE(result);
   CHECK(result->sinks[1].options.GetString("token") == kSecret);
+}
+
+TEST_CASE("the spec lists its secrets: secret options, secret variables' texts, URL passwords",
+          "[config][secrets]") {
+  std::string yaml = WithWebhookSink("      token: literal-token-1\n");
+  yaml = Replace(yaml, "url: http://alerts",
+                 "url: \"https://bot:url-pass-77@alerts/${HOOK_TOKEN}\"");
+  yaml = Replace(yaml, "{path: /tmp/in}", "{path: \"/data/${DATA_TOKEN}/in\"}");
+  auto result = testing::ParseText(
+      yaml, {{"HOOK_TOKEN", "hook-token-2"}, {"DATA_TOKEN", "data-token-3"}});
+  INFO(testing::ProblemText(result));
+  REQUIRE(result);
+  const std::vector<std::string>& secrets = result->secrets;
+  auto listed = [&](const std::string& value) {
+    return std::find(secrets.begin(), secrets.end(), value) != secrets.end();
+  };
+  CHECK(listed("literal-token-1"));
+  CHECK(listed("url-pass-77"));
+  CHECK(listed("hook-token-2"));
+  CHECK(listed("data-token-3"));
+  // Only what the variable put in: the rest of the path and of the URL stay printable.
+  CHECK_FALSE(listed("/data/data-token-3/in"));
+  CHECK_FALSE(listed("https://bot:url-pass-77@alerts/hook-token-2"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "tests/service/service_util.h"
@@ -126,6 +127,126 @@ TEST_CASE(
     CHECK(line.rfind("{\"time\":\"", 0) == 0);
     CHECK(line.back() == '}');
   }
+}
+
+}  // namespace driftd::testing
+
+namespace driftd::testing {
+namespace {
+
+constexpr const char* kSlackToken = "slack-tok-3f9a2c71e5";
+constexpr const char* kApiToken = "api-tok-8b1d4e02c6";
+constexpr const char* kNameToken = "nametok77d1";
+
+}  // namespace
+
+TEST_CASE(
+    "secrets interpolated into a webhook URL, a source path and a pipeline name show nowhere: "
+    "not in delivery failures, progress, /progress, /metrics labels, inspect or validate",
+    "[service][secrets][e2e]") {
+  TempDir dir("driftd-secret-paths");
+  const std::string base = dir.path().string();
+  const std::string pipelines = dir / "pipelines";
+  std::map<std::string, std::string> env{
+      {"SLACK_TOKEN", kSlackToken}, {"API_TOKEN", kApiToken}, {"NAME_TOKEN", kNameToken}};
+
+  // A file source whose directory name comes from ${API_TOKEN}.
+  const std::string input = base + "/in-" + kApiToken;
+  std::string records;
+  for (int i = 0; i < 200; ++i) {
+    records += fmt::format("{{\"model_id\":\"m{}\",\"prediction\":{}}}\n", i % 2, i * 0.01);
+  }
+  WriteFileAt(input + "/part-0.json", records);
+  const std::string paths = pipelines + "/paths.yaml";
+  WriteFileAt(paths, "name: paths\n"
+                     "schema:\n"
+                     "  - {name: model_id, type: string, nullable: false}\n"
+                     "  - {name: prediction, type: double}\n"
+                     "source: {format: file, options: {path: \"" + base + "/in-${API_TOKEN}\"}}\n"
+                     "query: {groupBy: [model_id], aggregates: [count, mean(prediction)]}\n"
+                     "sinks:\n"
+                     "  - {name: out, format: file, stream: stats, outputMode: update, options: "
+                     "{path: " + base + "/out-paths}}\n"
+                     "trigger: {processingTime: 200 milliseconds}\n"
+                     "checkpointLocation: " + base + "/checkpoint-paths\n");
+  // A webhook whose URL ends in ${SLACK_TOKEN}, on a port where nothing listens, in a pipeline
+  // whose name holds ${NAME_TOKEN}: every delivery fails and is reported.
+  const int closed_port = FreePort();
+  const std::string hooks = pipelines + "/hooks.yaml";
+  WriteFileAt(hooks, "name: hooks-${NAME_TOKEN}\n"
+                     "schema:\n"
+                     "  - {name: model_id, type: string, nullable: false}\n"
+                     "  - {name: prediction, type: double}\n"
+                     "source: {format: rate, options: {mode: inference, rowsPerSecond: 200, "
+                     "models: 2, features: 1}}\n"
+                     "query: {groupBy: [model_id], aggregates: [count]}\n"
+                     "sinks:\n"
+                     "  - name: hook\n"
+                     "    format: webhook\n"
+                     "    stream: stats\n"
+                     "    outputMode: update\n"
+                     "    options:\n"
+                     "      url: \"http://127.0.0.1:" + std::to_string(closed_port) +
+                     "/services/${SLACK_TOKEN}\"\n"
+                     "      maxAttempts: 2\n"
+                     "      backoffInitialMs: 10\n"
+                     "      timeoutMs: 500\n"
+                     "trigger: {processingTime: 200 milliseconds}\n"
+                     "checkpointLocation: " + base + "/checkpoint-hooks\n");
+
+  const std::string log = dir / "log.txt";
+  auto daemon = ChildProcess::Start({DriftdBinary(), "run", pipelines, "--http", "127.0.0.1:0",
+                                     "--shutdown-timeout", "20"},
+                                    log, env);
+  auto port = WaitForHttpPort(log);
+  INFO(ReadFile(log));
+  REQUIRE(port);
+  // The file pipeline commits batches; the webhook pipeline fails its deliveries, twice at least.
+  REQUIRE(WaitFor([&] { return ReadFile(log).find("\"batchId\":0") != std::string::npos; }, 60s));
+  REQUIRE(WaitFor(
+      [&] {
+        const std::string text = ReadFile(log);
+        const size_t first = text.find("retrying in");
+        return first != std::string::npos &&
+               text.find("retrying in", first + 1) != std::string::npos;
+      },
+      60s));
+  std::vector<std::string> outputs;
+  for (const char* path : {"/metrics", "/progress", "/readyz", "/healthz"}) {
+    HttpReply reply = HttpGet(*port, path);
+    CHECK(reply.status != 0);
+    outputs.push_back(reply.body);
+  }
+  const std::string metrics = outputs[0];
+  const std::string progress = outputs[1];
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait(60s));
+  const std::string text = ReadFile(log);
+  outputs.push_back(text);
+  for (const std::string& args : {std::string(), std::string("--json")}) {
+    std::vector<std::string> command = {"inspect", base + "/checkpoint-paths"};
+    if (!args.empty()) command.push_back(args);
+    RunResult inspect = RunDriftd(command, 60s, env);
+    CHECK(inspect.exit_code == 0);
+    outputs.push_back(inspect.output);
+  }
+  for (const std::string& file : {paths, hooks}) {
+    RunResult validate = RunDriftd({"validate", file}, 60s, env);
+    CHECK(validate.exit_code == 0);
+    outputs.push_back(validate.output);
+  }
+
+  for (const std::string& output : outputs) {
+    INFO(output);
+    CHECK_THAT(output, !Catch::Contains(kSlackToken));
+    CHECK_THAT(output, !Catch::Contains(kApiToken));
+    CHECK_THAT(output, !Catch::Contains(kNameToken));
+  }
+  // What is not secret still shows around the redaction: the URL's host and path, the source
+  // directory, the pipeline's name.
+  CHECK_THAT(text, Catch::Contains("/services/<redacted>"));
+  CHECK_THAT(progress, Catch::Contains("/in-<redacted>"));
+  CHECK_THAT(metrics, Catch::Contains("pipeline=\"hooks-<redacted>\""));
 }
 
 }  // namespace driftd::testing
