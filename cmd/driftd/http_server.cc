@@ -1,12 +1,96 @@
 #include "cmd/driftd/http_server.h"
 
+#include <chrono>
 #include <charconv>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include <httplib.h>
 
 #include "engine/redact.h"
 
 namespace driftd {
+namespace {
+
+// Each connection on a thread of its own, up to `max_threads` at once (connections beyond wait
+// for one to end). cpp-httplib holds a worker for a connection's whole life, so with a fixed
+// pool a few idle keep-alive or half-sent requests took every worker and probes waited behind
+// them; here they cost a thread each and a probe gets one at once. Threads exit after a while
+// without work, so an idle endpoint keeps few.
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(size_t max_threads) : state_(std::make_shared<State>(max_threads)) {}
+  ~ConnectionThreads() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    State& state = *state_;
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.jobs.push_back(std::move(fn));
+    if (state.idle == 0 && state.threads < state.max_threads) {
+      ++state.threads;
+      // The thread shares the state, so it may finish after this object is gone.
+      std::thread([state = state_] { Work(*state); }).detach();
+    } else {
+      state.wake.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    State& state = *state_;
+    std::unique_lock<std::mutex> lock(state.mutex);
+    state.stopping = true;
+    state.wake.notify_all();
+    // Every thread finishes its connection (bounded by the server's read and keep-alive
+    // timeouts once it stops listening) and the jobs still queued.
+    state.done.wait(lock, [&] { return state.threads == 0; });
+  }
+
+ private:
+  struct State {
+    explicit State(size_t max) : max_threads(max) {}
+    const size_t max_threads;
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::condition_variable done;
+    std::deque<std::function<void()>> jobs;
+    size_t threads = 0;
+    size_t idle = 0;
+    bool stopping = false;
+  };
+
+  static void Work(State& state) {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    while (true) {
+      if (state.jobs.empty()) {
+        if (state.stopping) break;
+        ++state.idle;
+        const bool woken = state.wake.wait_for(
+            lock, kIdleExit, [&] { return state.stopping || !state.jobs.empty(); });
+        --state.idle;
+        if (!woken && state.threads > kKeptThreads) break;
+        continue;
+      }
+      std::function<void()> job = std::move(state.jobs.front());
+      state.jobs.pop_front();
+      lock.unlock();
+      job();
+      job = nullptr;
+      lock.lock();
+    }
+    if (--state.threads == 0) state.done.notify_all();
+  }
+
+  static constexpr std::chrono::seconds kIdleExit{30};
+  static constexpr size_t kKeptThreads = 2;
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
 
 Result<HttpAddress> ParseHttpAddress(std::string_view text) {
   HttpAddress address;
@@ -42,8 +126,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
   std::unique_ptr<HttpServer> http(new HttpServer());
   http->server_ = std::make_unique<httplib::Server>();
   httplib::Server& server = *http->server_;
-  // Scrapes and probes are rare and cheap: two workers are plenty on a shared machine.
-  server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // Connection handling (see ConnectionThreads): a thread per connection, and short timeouts so
+  // that an idle or slow client lets its thread go soon. A request's line and headers must come
+  // within kReadTimeout of each other; a keep-alive connection closes after kKeepAlive without
+  // a request; bodies are small (the endpoint takes no uploads).
+  server.new_task_queue = [] { return new ConnectionThreads(kMaxConnectionThreads); };
+  server.set_read_timeout(kReadTimeout);
+  server.set_write_timeout(kWriteTimeout);
+  server.set_keep_alive_timeout(kKeepAlive.count());
+  server.set_keep_alive_max_count(100);
+  server.set_payload_max_length(64 * 1024);
 
   server.Get("/metrics", [h = handlers](const httplib::Request&, httplib::Response& response) {
     response.set_content(h.metrics(), "text/plain; version=0.0.4; charset=utf-8");

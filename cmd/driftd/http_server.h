@@ -5,6 +5,8 @@
 // called on the server's threads, concurrently.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +28,17 @@ struct HttpAddress {
 
 /// "127.0.0.1:9464", "[::1]:9464", "0.0.0.0:0". "off" is handled by the caller.
 Result<HttpAddress> ParseHttpAddress(std::string_view text);
+
+/// Connection handling of the endpoint. Probes must be answered within a second whatever
+/// other clients do: every connection gets a thread of its own (idle and slow clients cost a
+/// thread each, not the probes' turn), at most this many at once. Default: 512.
+inline constexpr size_t kMaxConnectionThreads = 512;
+/// Longest wait for the next piece of a request (its line, a header, the body) or for the
+/// client to read the answer. Default: 2 s.
+inline constexpr std::chrono::seconds kReadTimeout{2};
+inline constexpr std::chrono::seconds kWriteTimeout{5};
+/// A keep-alive connection without a new request closes after this. Default: 2 s.
+inline constexpr std::chrono::seconds kKeepAlive{2};
 
 struct HttpHandlers {
   /// The /metrics body.
