@@ -92,6 +92,7 @@ const std::vector<std::pair<std::string_view, StreamKind>> kStreams = {
     {"stats", StreamKind::kStats},
     {"alerts", StreamKind::kAlerts},
     {"dead_letter", StreamKind::kDeadLetter},
+    {"evaluations", StreamKind::kEvaluations},
 };
 
 const std::vector<std::pair<std::string_view, BaselineKind>> kBaselines = {

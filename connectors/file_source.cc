@@ -301,7 +301,7 @@ class FileSource final : public Source {
     for (const DirEntry& entry : *listing) {
       auto it = position.find(entry.name);
       int64_t committed = it == position.end() ? 0 : it->second;
-      if (entry.size > committed) lags.push_back({entry.name, committed, entry.size});
+      if (entry.size > committed) lags.push_back({entry.name, committed, entry.size, true});
     }
     return lags;
   }

@@ -161,4 +161,14 @@ Status WriteFileAtomically(const std::string& directory, const std::string& name
   return SyncDirectory(directory);
 }
 
+Status AppendToFile(const std::string& path, std::string_view data) {
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) DRIFTD_TRY(CreateDirectories(path.substr(0, slash)));
+  UniqueFd fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)};
+  if (!fd.valid()) return IoError("opening", path, errno);
+  DRIFTD_TRY(WriteAll(fd.get(), path, data));
+  if (::fsync(fd.get()) != 0) return IoError("syncing", path, errno);
+  return Ok();
+}
+
 }  // namespace driftd

@@ -70,4 +70,7 @@ Result<std::string> ReadWholeFile(const std::string& path);
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
                            std::string_view data);
 
+/// Appends `data` to `path` (created if missing, with its directory) and fsyncs it.
+Status AppendToFile(const std::string& path, std::string_view data);
+
 }  // namespace driftd

@@ -37,6 +37,8 @@ struct BatchOutput {
   OutputRows stats_complete;
   OutputRows alerts;
   OutputRows dead_letters;
+  /// One row per closed drift window (filled only when a sink takes the evaluations stream).
+  OutputRows evaluations;
   /// Source end offsets of the batch (for Kafka's send_offsets_to_transaction).
   SourceOffsets source_end;
 
@@ -44,6 +46,7 @@ struct BatchOutput {
     switch (stream) {
       case StreamKind::kAlerts: return alerts;
       case StreamKind::kDeadLetter: return dead_letters;
+      case StreamKind::kEvaluations: return evaluations;
       case StreamKind::kStats: break;
     }
     switch (mode) {

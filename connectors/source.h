@@ -20,6 +20,8 @@ struct PartitionLag {
   std::string partition;
   int64_t committed = 0;
   int64_t latest = 0;
+  /// The positions count bytes (the file source), not records.
+  bool bytes = false;
   int64_t lag() const { return latest > committed ? latest - committed : 0; }
 };
 

@@ -16,6 +16,7 @@
 
 #include "connectors/connector_factories.h"
 #include "connectors/fs_util.h"
+#include "engine/json_writer.h"
 #include "engine/log.h"
 
 namespace driftd {
@@ -83,15 +84,183 @@ std::optional<int64_t> RetryAfterMs(const httplib::Response& response) {
   return seconds * 1000;
 }
 
+enum class FailurePolicy { kRetry, kDeadLetter, kDrop };
+enum class Template { kDriftd, kSlack, kPagerDuty, kAlertmanager };
+
 struct WebhookOptions {
   std::string url;
   std::string method = "POST";
-  int64_t timeout_ms = 10'000;
-  int64_t max_attempts = 5;
+  int64_t timeout_ms = 5'000;
+  int64_t max_attempts = 4;
   int64_t backoff_initial_ms = 200;
   int64_t backoff_max_ms = 5'000;
+  /// Time one batch's delivery may spend retrying before the failure policy applies; with
+  /// timeoutMs it bounds Deliver (20 s + 5 s, inside systemd's WatchdogSec=30s).
+  int64_t retry_budget_ms = 20'000;
+  FailurePolicy on_failure = FailurePolicy::kDeadLetter;
   std::string delivery_log;
+  std::string dead_letter_path;
+  Template body_template = Template::kDriftd;
+  std::string routing_key;
+  std::string dashboard_url;
+  int64_t alertmanager_ends_after_s = 86'400;
 };
+
+// ---- body templates ------------------------------------------------------------------------
+
+std::string Str(simdjson::dom::element row, const char* key) {
+  std::string_view v;
+  return row[key].get(v) == simdjson::SUCCESS ? std::string(v) : std::string();
+}
+double Num(simdjson::dom::element row, const char* key) {
+  double v = 0;
+  return row[key].get(v) == simdjson::SUCCESS ? v : 0;
+}
+
+std::string Summary(simdjson::dom::element row, const std::string& pipeline) {
+  const std::string level = Str(row, "level");
+  const std::string series = Str(row, "series");
+  std::string text = fmt::format("{} {} {}: {} {:.4g} (threshold {:.4g})", level,
+                                 Str(row, "model"), series, Str(row, "detector"),
+                                 Num(row, "statistic"), Num(row, "threshold"));
+  simdjson::dom::element window;
+  if (series != "*" && row["window"].get(window) == simdjson::SUCCESS) {
+    simdjson::dom::element baseline;
+    if (row["baseline"].get(baseline) == simdjson::SUCCESS) {
+      text += fmt::format(", window mean {:.4g} over {} values vs baseline mean {:.4g} (stddev {:.4g})",
+                          Num(window, "mean"), static_cast<int64_t>(Num(window, "n")),
+                          Num(baseline, "mean"), Num(baseline, "stddev"));
+    }
+  }
+  return text + fmt::format(" [pipeline {}]", pipeline);
+}
+
+bool Firing(const std::string& level) { return level == "ALERT" || level == "WARN"; }
+
+std::string NowRfc3339(int64_t offset_s = 0) {
+  const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() +
+                     offset_s * 1'000'000;
+  return FormatTimestampUs(us);
+}
+
+// Slack incoming webhooks: `text` (shown in notifications) plus one mrkdwn section.
+std::string SlackBody(simdjson::dom::element row, const std::string& row_json,
+                      const std::string& pipeline, const WebhookOptions& options) {
+  (void)row_json;
+  const std::string level = Str(row, "level");
+  const char* icon = level == "ALERT" ? ":rotating_light:" : level == "WARN" ? ":warning:"
+                                                                               : ":white_check_mark:";
+  const std::string summary = Summary(row, pipeline);
+  std::string detail = fmt::format("{} *{}* `{}` / `{}`\n{} {:.4g} (threshold {:.4g})\nalert {} (incident {})",
+                                   icon, level, Str(row, "model"), Str(row, "series"),
+                                   Str(row, "detector"), Num(row, "statistic"),
+                                   Num(row, "threshold"), Str(row, "alert_id"),
+                                   Str(row, "incident_id"));
+  if (!options.dashboard_url.empty()) {
+    detail += fmt::format("\n<{}|driftd status>", options.dashboard_url);
+  }
+  std::string out;
+  JsonObject body(out);
+  body.String("text", fmt::format("{} {}", icon, summary));
+  std::string blocks = "[";
+  JsonObject section(blocks);
+  section.String("type", "section");
+  std::string text;
+  JsonObject mrkdwn(text);
+  mrkdwn.String("type", "mrkdwn");
+  mrkdwn.String("text", detail);
+  mrkdwn.Close();
+  section.Raw("text", text);
+  section.Close();
+  blocks.push_back(']');
+  body.Raw("blocks", blocks);
+  body.Close();
+  return out;
+}
+
+// PagerDuty Events API v2: trigger on WARN/ALERT, resolve on RESOLVED/OK, one incident per
+// driftd incident (dedup_key = incident_id).
+std::string PagerDutyBody(simdjson::dom::element row, const std::string& row_json,
+                          const std::string& pipeline, const WebhookOptions& options) {
+  const std::string level = Str(row, "level");
+  std::string out;
+  JsonObject body(out);
+  body.String("routing_key", options.routing_key);
+  body.String("event_action", Firing(level) ? "trigger" : "resolve");
+  body.String("dedup_key", Str(row, "incident_id"));
+  std::string payload;
+  JsonObject p(payload);
+  p.String("summary", Summary(row, pipeline).substr(0, 1024));
+  p.String("source", fmt::format("driftd/{}", pipeline));
+  p.String("severity", level == "ALERT" ? "critical" : level == "WARN" ? "warning" : "info");
+  p.String("component", Str(row, "model"));
+  p.String("group", pipeline);
+  p.String("class", Str(row, "detector"));
+  p.Raw("custom_details", row_json);
+  p.Close();
+  body.Raw("payload", payload);
+  if (!options.dashboard_url.empty()) {
+    std::string links = "[";
+    JsonObject link(links);
+    link.String("href", options.dashboard_url);
+    link.String("text", "driftd status");
+    link.Close();
+    links.push_back(']');
+    body.Raw("links", links);
+  }
+  body.String("client", "driftd");
+  body.Close();
+  return out;
+}
+
+// Alertmanager's API (POST /api/v2/alerts): an array of alerts identified by their labels.
+// driftd sends on state changes only, so a firing alert carries an endsAt far enough ahead
+// (alertmanagerEndsAfter) and a change resolves the previous level's alert (endsAt now).
+std::string AlertmanagerBody(simdjson::dom::element row, const std::string& pipeline,
+                             const WebhookOptions& options) {
+  const std::string level = Str(row, "level");
+  const std::string previous = Str(row, "previous_level");
+  auto alert = [&](const std::string& severity_level, bool firing) {
+    std::string out;
+    JsonObject a(out);
+    std::string labels;
+    JsonObject l(labels);
+    l.String("alertname", "DriftDetected");
+    l.String("pipeline", pipeline);
+    l.String("model", Str(row, "model"));
+    l.String("series", Str(row, "series"));
+    l.String("severity", severity_level == "ALERT" ? "critical" : "warning");
+    l.Close();
+    a.Raw("labels", labels);
+    std::string annotations;
+    JsonObject n(annotations);
+    n.String("summary", Summary(row, pipeline));
+    n.String("detector", Str(row, "detector"));
+    n.String("statistic", fmt::format("{}", Num(row, "statistic")));
+    n.String("threshold", fmt::format("{}", Num(row, "threshold")));
+    n.String("alert_id", Str(row, "alert_id"));
+    n.String("incident_id", Str(row, "incident_id"));
+    n.Close();
+    a.Raw("annotations", annotations);
+    if (firing) {
+      a.String("startsAt", NowRfc3339());
+      a.String("endsAt", NowRfc3339(options.alertmanager_ends_after_s));
+    } else {
+      a.String("endsAt", NowRfc3339());
+    }
+    if (!options.dashboard_url.empty()) a.String("generatorURL", options.dashboard_url);
+    a.Close();
+    return out;
+  };
+  std::vector<std::string> alerts;
+  if (Firing(level)) alerts.push_back(alert(level, true));
+  // The previous level's alert ends: a clear, or an escalation from WARN to ALERT.
+  if (Firing(previous) && previous != level) alerts.push_back(alert(previous, false));
+  if (!Firing(level) && !Firing(previous)) alerts.push_back(alert("WARN", false));
+  return fmt::format("[{}]", fmt::join(alerts, ","));
+}
 
 class WebhookSink final : public Sink {
  public:
@@ -138,9 +307,23 @@ class WebhookSink final : public Sink {
   Status Deliver(const BatchOutput& output) override {
     if (last_delivered_ && *last_delivered_ >= output.batch_id) return Ok();
     const OutputRows& rows = output.For(stream_, mode_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_budget_ms);
     for (size_t i = 0; i < rows.rows.size(); ++i) {
       std::string key = WebhookIdempotencyKey(pipeline_, output.batch_id, i, rows.rows[i]);
-      DRIFTD_TRY(Send(rows.rows[i], key, output.batch_id));
+      Status sent = Send(Body(rows.rows[i]), key, output.batch_id, deadline);
+      if (sent) continue;
+      if (options_.on_failure == FailurePolicy::kRetry) return sent;
+      // dead_letter / drop: this row is given up on, the rest of the batch (and the
+      // statistics) go on.
+      if (options_.on_failure == FailurePolicy::kDeadLetter) {
+        DRIFTD_TRY(DeadLetter(rows.rows[i], key, output.batch_id, sent.error().message()));
+        Log()->warn("sink={} key={}: {}; written to the dead-letter file {}", name_, key,
+                    sent.error().message(), options_.dead_letter_path);
+      } else {
+        Log()->warn("sink={} key={}: {}; dropped (onFailure: drop)", name_, key,
+                    sent.error().message());
+      }
     }
     DRIFTD_TRY(WriteFileAtomically(log_dir_, log_name_, fmt::format("{}\n", output.batch_id)));
     last_delivered_ = output.batch_id;
@@ -153,13 +336,51 @@ class WebhookSink final : public Sink {
   }
 
  private:
-  // One row, retried with exponential backoff on connection errors, 5xx and 429.
-  Status Send(const std::string& body, const std::string& key, int64_t batch_id) {
+  // The request body of a row: the row itself, or the template's shape built from it.
+  std::string Body(const std::string& row) {
+    if (options_.body_template == Template::kDriftd) return row;
+    simdjson::dom::element element;
+    if (parser_.parse(row).get(element) != simdjson::SUCCESS) return row;
+    switch (options_.body_template) {
+      case Template::kSlack: return SlackBody(element, row, pipeline_, options_);
+      case Template::kPagerDuty: return PagerDutyBody(element, row, pipeline_, options_);
+      case Template::kAlertmanager: return AlertmanagerBody(element, pipeline_, options_);
+      case Template::kDriftd: break;
+    }
+    return row;
+  }
+
+  // Appends a refused row with why to the dead-letter file (JSON lines), synced.
+  Status DeadLetter(const std::string& row, const std::string& key, int64_t batch_id,
+                    const std::string& error) {
+    std::string line;
+    JsonObject entry(line);
+    entry.String("sink", name_);
+    entry.Int("batch_id", batch_id);
+    entry.String("idempotency_key", key);
+    entry.String("error", error);
+    entry.Raw("row", row);
+    entry.Close();
+    line.push_back('\n');
+    return AppendToFile(options_.dead_letter_path, line);
+  }
+
+  // One row, retried with exponential backoff on connection errors, 5xx and 429, while
+  // attempts and the batch's retry budget last.
+  Status Send(const std::string& body, const std::string& key, int64_t batch_id,
+              std::chrono::steady_clock::time_point deadline) {
     httplib::Headers headers = headers_;
     headers.emplace("Idempotency-Key", key);
     int64_t backoff_ms = options_.backoff_initial_ms;
     std::string last_failure;
-    for (int64_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      // The batch's budget went on earlier rows (the receiver is down): do not wait again.
+      return MakeError(ErrorCode::kExternal,
+                       "webhook {} {}: not sent, the batch's retryBudgetMs ({} ms) is spent",
+                       options_.method, options_.url, options_.retry_budget_ms);
+    }
+    int64_t attempt = 1;
+    for (; attempt <= options_.max_attempts; ++attempt) {
       httplib::Result result = options_.method == "PUT"
                                    ? client_->Put(url_.path, headers, body, "application/json")
                                    : client_->Post(url_.path, headers, body, "application/json");
@@ -172,7 +393,7 @@ class WebhookSink final : public Sink {
         return MakeError(ErrorCode::kConfig,
                          "webhook {} {} rejected batch {} (Idempotency-Key {}) with HTTP {}: {}; "
                          "4xx responses other than 429 are not retried (check url, headers and "
-                         "the receiver)",
+                         "the receiver, or set onFailure: dead_letter or drop)",
                          options_.method, options_.url, batch_id, key, result->status,
                          result->body.substr(0, 200));
       } else {
@@ -181,7 +402,10 @@ class WebhookSink final : public Sink {
           wait_ms = std::min(*retry_after, options_.backoff_max_ms);
         }
       }
-      if (attempt == options_.max_attempts) break;
+      if (attempt == options_.max_attempts ||
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms) >= deadline) {
+        break;
+      }
       Log()->warn("sink={} key={} attempt {}/{} failed: {}; retrying in {} ms", name_, key, attempt,
                   options_.max_attempts, last_failure, wait_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
@@ -189,8 +413,9 @@ class WebhookSink final : public Sink {
     }
     // kExternal: the executor retries the batch; rows already accepted are re-sent with the
     // same keys, which the receiver de-duplicates.
-    return MakeError(ErrorCode::kExternal, "webhook {} {} failed after {} attempts: {}",
-                     options_.method, options_.url, options_.max_attempts, last_failure);
+    return MakeError(ErrorCode::kExternal, "webhook {} {} failed after {} attempt{}: {}",
+                     options_.method, options_.url, std::min(attempt, options_.max_attempts),
+                     std::min(attempt, options_.max_attempts) == 1 ? "" : "s", last_failure);
   }
 
   std::string name_;
@@ -204,6 +429,7 @@ class WebhookSink final : public Sink {
   std::string log_dir_;
   std::string log_name_;
   std::optional<int64_t> last_delivered_;
+  simdjson::dom::parser parser_;
 };
 
 }  // namespace
@@ -257,20 +483,50 @@ ConnectorDecl WebhookSinkDecl() {
   decl.format = "webhook";
   decl.role = ConnectorRole::kSink;
   decl.doc =
-      "HTTP(S) delivery, one request per row (the row's JSON object as the body, "
-      "`Content-Type: application/json`), with an `Idempotency-Key` header: the row's "
-      "`alert_id`, or `<pipeline>-<batch>-<row>` for rows without one. Connection errors, 5xx "
-      "and 429 (honouring a `Retry-After` in seconds) are retried with exponential backoff; any "
-      "other 4xx fails the batch and stops the pipeline. A local delivery log records the last "
-      "fully delivered batch; after a crash in the middle of a batch its rows are sent again "
-      "with the same keys, so a receiver that de-duplicates by the key sees each row once.";
+      "HTTP(S) delivery, one request per row (`Content-Type: application/json`), with an "
+      "`Idempotency-Key` header: the row's `alert_id`, or `<pipeline>-<batch>-<row>` for rows "
+      "without one. The body is the row's JSON object, or with `template` the shape a receiver "
+      "wants, built from an alert row: `slack` (incoming webhook: `text` and a mrkdwn "
+      "section), `pagerduty` (Events API v2: trigger on WARN/ALERT, resolve on RESOLVED/OK, "
+      "`dedup_key` the incident id; needs `routingKey`), `alertmanager` (its `/api/v2/alerts` "
+      "array: labels alertname, pipeline, model, series, severity; a change of level ends the "
+      "previous level's alert). Connection errors, 5xx and 429 (honouring a `Retry-After` in "
+      "seconds) are retried with exponential backoff within `maxAttempts` and the batch's "
+      "`retryBudgetMs`. What then happens to a row that is refused (another 4xx) or not "
+      "accepted in time is `onFailure`: `dead_letter` (default: the row and the error are "
+      "appended to `deadLetterPath` and the batch goes on, so one receiver never stops the "
+      "statistics), `drop` (logged, the batch goes on) or `retry` (the batch fails: the executor "
+      "retries it, then the query stops; a 4xx stops it at once). With the defaults a batch's "
+      "delivery takes at most about 25 s (`retryBudgetMs` + `timeoutMs`), inside systemd's "
+      "WatchdogSec=30s. A local delivery log records the last fully delivered batch; after a "
+      "crash in the middle of a batch its rows are sent again with the same keys, so a receiver "
+      "that de-duplicates by the key sees each row once.";
   decl.options = {
       {"url", OptionType::kString, "", "`http://` or `https://` URL of the receiver.", true},
       {"method", OptionType::kEnum, "POST", "HTTP method.", false, {"POST", "PUT"}},
-      {"timeoutMs", OptionType::kInt, "10000",
+      {"timeoutMs", OptionType::kInt, "5000",
        "Connect, read and write timeout of one request, in milliseconds."},
-      {"maxAttempts", OptionType::kInt, "5",
-       "Attempts per row before the batch fails (the executor then retries the batch)."},
+      {"maxAttempts", OptionType::kInt, "4", "Attempts per row before `onFailure` applies."},
+      {"retryBudgetMs", OptionType::kInt, "20000",
+       "Milliseconds one batch's delivery may spend on retries before `onFailure` applies to "
+       "the rows left; keep `retryBudgetMs` + `timeoutMs` below the watchdog."},
+      {"onFailure", OptionType::kEnum, "dead_letter",
+       "A row refused or not accepted in time: `dead_letter`, `drop` or `retry`.",
+       false,
+       {"dead_letter", "drop", "retry"}},
+      {"deadLetterPath", OptionType::kString, "",
+       "JSON-lines file of rows given up on. Default: "
+       "`<checkpointLocation>/sinks/webhook-<sink>.dead-letter.jsonl`."},
+      {"template", OptionType::kEnum, "driftd", "Body shape.", false,
+       {"driftd", "slack", "pagerduty", "alertmanager"}},
+      {"routingKey", OptionType::kString, "",
+       "PagerDuty integration (routing) key; required with `template: pagerduty`."},
+      {"dashboardUrl", OptionType::kString, "",
+       "Link to put in messages (Slack, PagerDuty links, Alertmanager generatorURL), e.g. "
+       "the status page."},
+      {"alertmanagerEndsAfter", OptionType::kInt, "86400",
+       "Seconds a firing Alertmanager alert stays active unless driftd resolves it (driftd "
+       "sends on changes only)."},
       {"backoffInitialMs", OptionType::kInt, "200",
        "Wait before the second attempt; doubles per attempt."},
       {"backoffMaxMs", OptionType::kInt, "5000", "Upper bound of the wait between attempts."},
@@ -293,15 +549,46 @@ Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
   options.max_attempts = spec.options.GetInt("maxAttempts", options.max_attempts);
   options.backoff_initial_ms = spec.options.GetInt("backoffInitialMs", options.backoff_initial_ms);
   options.backoff_max_ms = spec.options.GetInt("backoffMaxMs", options.backoff_max_ms);
+  options.retry_budget_ms = spec.options.GetInt("retryBudgetMs", options.retry_budget_ms);
   options.delivery_log = spec.options.GetString("deliveryLog");
   if (options.delivery_log.empty()) {
     options.delivery_log = DefaultWebhookDeliveryLog(pipeline.checkpoint_location, spec.name);
   }
+  const std::string policy = spec.options.GetString("onFailure", "dead_letter");
+  options.on_failure = policy == "retry"  ? FailurePolicy::kRetry
+                       : policy == "drop" ? FailurePolicy::kDrop
+                                          : FailurePolicy::kDeadLetter;
+  options.dead_letter_path = spec.options.GetString("deadLetterPath");
+  if (options.dead_letter_path.empty()) {
+    options.dead_letter_path = options.delivery_log;
+    const std::string suffix = ".delivered";
+    if (options.dead_letter_path.ends_with(suffix)) {
+      options.dead_letter_path.resize(options.dead_letter_path.size() - suffix.size());
+    }
+    options.dead_letter_path += ".dead-letter.jsonl";
+  }
+  const std::string body_template = spec.options.GetString("template", "driftd");
+  options.body_template = body_template == "slack"          ? Template::kSlack
+                          : body_template == "pagerduty"    ? Template::kPagerDuty
+                          : body_template == "alertmanager" ? Template::kAlertmanager
+                                                            : Template::kDriftd;
+  options.routing_key = spec.options.GetString("routingKey");
+  options.dashboard_url = spec.options.GetString("dashboardUrl");
+  options.alertmanager_ends_after_s =
+      spec.options.GetInt("alertmanagerEndsAfter", options.alertmanager_ends_after_s);
   if (options.timeout_ms <= 0 || options.max_attempts <= 0 || options.backoff_initial_ms < 0 ||
-      options.backoff_max_ms < options.backoff_initial_ms) {
+      options.backoff_max_ms < options.backoff_initial_ms || options.retry_budget_ms < 0 ||
+      options.alertmanager_ends_after_s <= 0) {
     return MakeError(ErrorCode::kConfig,
-                     "webhook sink '{}': timeoutMs and maxAttempts must be positive and "
-                     "backoffMaxMs at least backoffInitialMs",
+                     "webhook sink '{}': timeoutMs, maxAttempts and alertmanagerEndsAfter must "
+                     "be positive, retryBudgetMs not negative, and backoffMaxMs at least "
+                     "backoffInitialMs",
+                     spec.name);
+  }
+  if (options.body_template == Template::kPagerDuty && options.routing_key.empty()) {
+    return MakeError(ErrorCode::kConfig,
+                     "webhook sink '{}': template pagerduty needs routingKey (the service's "
+                     "Events API v2 integration key)",
                      spec.name);
   }
   auto url = ParseUrl(options.url);

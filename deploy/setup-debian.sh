@@ -10,6 +10,9 @@ packages=(
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
   openjdk-17-jre-headless maven python3 curl systemd
   podman runc debootstrap
+  # The status page's browser test (headless), promtool and a real Prometheus for the metrics
+  # and dashboard tests, PyYAML for the Kubernetes manifests' test.
+  chromium prometheus python3-yaml
 )
 
 missing=()

@@ -39,6 +39,7 @@ std::string_view ToString(StreamKind stream) {
     case StreamKind::kStats: return "stats";
     case StreamKind::kAlerts: return "alerts";
     case StreamKind::kDeadLetter: return "dead_letter";
+    case StreamKind::kEvaluations: return "evaluations";
   }
   return "unknown";
 }

@@ -159,7 +159,14 @@ struct DriftSpec {
 enum class OutputMode { kAppend, kUpdate, kComplete };
 
 /// Which of a pipeline's result streams a sink receives.
-enum class StreamKind { kStats, kAlerts, kDeadLetter };
+enum class StreamKind {
+  kStats,
+  kAlerts,
+  kDeadLetter,
+  /// Every closed drift window of every (model, series): its statistics and each detector's
+  /// reading and level, whether or not the level changed.
+  kEvaluations,
+};
 
 struct SinkSpec {
   std::string name;    // unique in the pipeline; default "<format>-<index>"

@@ -20,11 +20,12 @@ for build in $builds; do
   case "$build" in
     release) flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
              selection=() ;;
-    # The container image test builds driftd inside the image; running it again under the
-    # sanitizers would test nothing new, so the sanitizer pass leaves it out.
+    # The container image test builds driftd inside the image, and the ops tests drive
+    # Chromium, Prometheus and podman; running them again under the sanitizers would test
+    # nothing new, so the sanitizer pass leaves them out.
     sanitize) flags=(-DCMAKE_BUILD_TYPE=Debug -DDRIFTD_SANITIZE=ON
                      -DDRIFTD_BUILD_BENCHMARKS=OFF)
-              selection=(-E "^docker:") ;;
+              selection=(-E "^(docker|ops):") ;;
     *) echo "unknown build '$build'" >&2; exit 64 ;;
   esac
   echo "=== $build build ($dir)"

@@ -13,6 +13,10 @@
 
 #include "engine/redact.h"
 
+namespace {
+#include "cmd/driftd/status_page.inc"
+}  // namespace
+
 namespace driftd {
 namespace {
 
@@ -164,6 +168,76 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
   server.set_post_routing_handler([](const httplib::Request&, httplib::Response& response) {
     response.body = Redact(response.body);
   });
+
+  // The status page: one self-contained HTML file (styles and script inline), embedded.
+  server.Get("/", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(kStatusPageHtml, "text/html; charset=utf-8");
+    response.set_header("Cache-Control", "no-cache");
+    // Nothing from other origins: the page works offline and cannot be made to load scripts.
+    response.set_header("Content-Security-Policy",
+                        "default-src 'self'; script-src 'unsafe-inline'; "
+                        "style-src 'unsafe-inline'; img-src 'self' data:");
+  });
+  server.Get("/api/status", [h = handlers](const httplib::Request&, httplib::Response& response) {
+    if (!h.status) {
+      response.status = 404;
+      return;
+    }
+    response.set_content(h.status(), "application/json");
+  });
+  server.Get("/api/series",
+             [h = handlers](const httplib::Request& request, httplib::Response& response) {
+               auto param = [&](const char* name) {
+                 return request.has_param(name) ? request.get_param_value(name) : std::string();
+               };
+               std::optional<std::string> body;
+               if (h.series) body = h.series(param("pipeline"), param("model"), param("series"));
+               if (!body) {
+                 response.status = 404;
+                 response.set_content("no such pipeline\n", "text/plain");
+                 return;
+               }
+               response.set_content(*body, "application/json");
+             });
+
+  server.Post("/admin/rebaseline",
+              [h = handlers](const httplib::Request& request, httplib::Response& response) {
+                // Changing state needs more than reaching the port: a token when one is set,
+                // else a client on this host.
+                const bool loopback = request.remote_addr == "127.0.0.1" ||
+                                      request.remote_addr == "::1" ||
+                                      request.remote_addr.rfind("::ffff:127.", 0) == 0;
+                const bool allowed =
+                    h.admin_token.empty()
+                        ? loopback
+                        : request.get_header_value("Authorization") == "Bearer " + h.admin_token;
+                if (!allowed) {
+                  response.status = 403;
+                  response.set_content(
+                      h.admin_token.empty()
+                          ? "admin endpoints answer loopback clients only (set "
+                            "DRIFTD_ADMIN_TOKEN to allow others with a bearer token)\n"
+                          : "a valid 'Authorization: Bearer <DRIFTD_ADMIN_TOKEN>' is needed\n",
+                      "text/plain");
+                  return;
+                }
+                if (!h.rebaseline) {
+                  response.status = 404;
+                  return;
+                }
+                const std::string pipeline =
+                    request.has_param("pipeline") ? request.get_param_value("pipeline") : "";
+                const std::string model =
+                    request.has_param("model") ? request.get_param_value("model") : "";
+                const std::string refusal = h.rebaseline(pipeline, model);
+                response.status = refusal.empty() ? 202 : 404;
+                response.set_content(
+                    refusal.empty()
+                        ? "model " + model + " of pipeline " + pipeline +
+                              " warms up a new baseline from the next batch\n"
+                        : refusal + "\n",
+                    "text/plain");
+              });
 
   if (address.port == 0) {
     http->port_ = server.bind_to_any_port(address.host);

@@ -1,5 +1,6 @@
-// The daemon's HTTP endpoint (cpp-httplib): /metrics (Prometheus text), /healthz, /readyz and
-// /progress. It only reads through the handlers it is given; it owns no pipeline state.
+// The daemon's HTTP endpoint (cpp-httplib): /metrics (Prometheus text), /healthz, /readyz,
+// /progress, and the status page (/ with its data at /api/status and /api/series; the page is
+// built into the binary, it loads nothing from elsewhere). It only reads through the handlers it is given; it owns no pipeline state.
 //
 // Lifecycle: Start (binds, then serves on its own threads), destruction stops it. Handlers are
 // called on the server's threads, concurrently.
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -49,6 +51,18 @@ struct HttpHandlers {
   std::function<bool(std::string& detail)> ready;
   /// /progress: a JSON array of recent progress records; `pipeline` filters when non-empty.
   std::function<std::string(const std::string& pipeline)> progress;
+  /// /api/status: the status page's data (JSON). Unset: 404.
+  std::function<std::string()> status;
+  /// /api/series?pipeline=&model=&series=: one series' recent evaluations (JSON), or nullopt
+  /// for an unknown pipeline (404). Unset: 404.
+  std::function<std::optional<std::string>(const std::string& pipeline, const std::string& model,
+                                           const std::string& series)>
+      series;
+  /// POST /admin/rebaseline?pipeline=&model=: an empty string when queued (202), else the
+  /// reason it was not (404). Only from loopback clients, or with the bearer token
+  /// `admin_token` when one is set. Unset: 404.
+  std::function<std::string(const std::string& pipeline, const std::string& model)> rebaseline;
+  std::string admin_token;
 };
 
 class HttpServer {

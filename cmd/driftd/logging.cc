@@ -18,8 +18,18 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
+    const std::string_view payload(msg.payload.data(), msg.payload.size());
+    if (payload.starts_with(kProgressLogPrefix) && payload.size() > kProgressLogPrefix.size() &&
+        payload[kProgressLogPrefix.size()] == '{' && payload.back() == '}') {
+      // The progress record is already one JSON object (RenderProgress): embed it as is.
+      constexpr std::string_view kHead = "\"progress\",\"progress\":";
+      dest.append(kHead.data(), kHead.data() + kHead.size());
+      const std::string_view object = payload.substr(kProgressLogPrefix.size());
+      dest.append(object.data(), object.data() + object.size());
+      return;
+    }
     std::string quoted;
-    AppendJsonString(quoted, std::string_view(msg.payload.data(), msg.payload.size()));
+    AppendJsonString(quoted, payload);
     dest.append(quoted.data(), quoted.data() + quoted.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {

@@ -21,11 +21,14 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "cmd/driftd/baseline.h"
+#include "cmd/driftd/config_watch.h"
 #include "cmd/driftd/demo.h"
 #include "cmd/driftd/http_server.h"
 #include "cmd/driftd/logging.h"
 #include "cmd/driftd/notify.h"
 #include "cmd/driftd/prometheus.h"
+#include "cmd/driftd/status.h"
 #include "cmd/driftd/supervisor.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
@@ -47,6 +50,14 @@ struct RunFlags {
   std::string http = "127.0.0.1:9464";
   bool http_given = false;
   size_t progress_history = 32;
+  /// /healthz fails (and the watchdog is withheld) while a query has been inside one batch,
+  /// without reading input, for longer than this. 0: WatchdogSec under systemd, else 30 s.
+  double liveness_timeout_s = 0;
+  bool liveness_given = false;
+  /// Seconds between catch-up progress lines in the log when stderr is not a terminal.
+  double progress_log_interval_s = 10;
+  /// Re-read the pipelines when their files change (inotify), as on SIGHUP.
+  bool reload_on_change = false;
 };
 
 // `driftd validate`: loads a pipeline file, printing every problem. Returns nullopt on failure.
@@ -110,6 +121,15 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
 
   Supervisor supervisor(std::move(options));
 
+  // One rule for "stuck" everywhere (the watchdog, /healthz and so the container's
+  // HEALTHCHECK and Kubernetes' liveness probe): a query inside one batch, without reading
+  // input, for longer than the liveness timeout.
+  std::optional<std::chrono::microseconds> watchdog = notifier.watchdog_timeout();
+  const auto liveness_limit = std::chrono::milliseconds(
+      flags.liveness_given ? static_cast<int64_t>(flags.liveness_timeout_s * 1000)
+      : watchdog           ? std::max<int64_t>(1, watchdog->count() / 1000)
+                           : 30'000);
+
   // Declared after the supervisor so that it stops before the supervisor goes away.
   std::unique_ptr<HttpServer> http;
   if (flags.http != "off") {
@@ -127,8 +147,22 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
       process.start_time_seconds = start_time;
       return RenderPrometheus(process, supervisor.Views());
     };
-    // Healthy while the control loop turns (a reload may hold it for one batch).
-    handlers.healthy = [&] { return now_ms() - control_tick_ms.load() < 30'000; };
+    // Healthy while the control loop turns (a reload may hold it for one batch) and no query
+    // is stuck in a batch beyond the liveness timeout.
+    handlers.healthy = [&] {
+      return now_ms() - control_tick_ms.load() < 30'000 && supervisor.LoopsAlive(liveness_limit);
+    };
+    handlers.status = [&] { return RenderStatusJson(DRIFTD_VERSION, supervisor.Statuses()); };
+    handlers.rebaseline = [&](const std::string& pipeline, const std::string& model) {
+      return supervisor.RequestBaselineReset(pipeline, model);
+    };
+    if (const char* token = std::getenv("DRIFTD_ADMIN_TOKEN")) handlers.admin_token = token;
+    handlers.series = [&](const std::string& pipeline, const std::string& model,
+                          const std::string& series) -> std::optional<std::string> {
+      auto points = supervisor.SeriesHistory(pipeline, model, series);
+      if (!points) return std::nullopt;
+      return RenderSeriesJson(pipeline, model, series, *points);
+    };
     handlers.ready = [&](std::string& detail) { return supervisor.Ready(detail); };
     handlers.progress = [&](const std::string& pipeline) {
       return supervisor.ProgressJson(pipeline);
@@ -145,18 +179,32 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
                 server.error().message());
     } else {
       http = std::move(*server);
-      log->info("http: listening on {}:{} (/metrics /healthz /readyz /progress)", address->host,
-                http->port());
+      log->info("http: listening on {}:{} (/ status page, /metrics /healthz /readyz /progress)",
+                address->host, http->port());
     }
   }
 
   int refused = supervisor.Load();
   if (!directory && refused > 0) return kExitConfig;
 
-  std::optional<std::chrono::microseconds> watchdog = notifier.watchdog_timeout();
-  auto watchdog_limit =
-      std::chrono::milliseconds(watchdog ? std::max<int64_t>(1, watchdog->count() / 1000) : 0);
+  std::unique_ptr<ConfigWatch> config_watch;
+  if (flags.reload_on_change) {
+    auto watch = ConfigWatch::Create(flags.pipeline, directory, std::chrono::milliseconds(500));
+    if (!watch) {
+      log->error("{}", watch.error().message());
+      return kExitUsage;
+    }
+    config_watch = std::move(*watch);
+    log->info("reloading {} when its files change", flags.pipeline);
+  }
+
+  const auto watchdog_limit = liveness_limit;
   Clock::time_point next_ping = Clock::now();
+  // The catch-up progress line: redrawn on a terminal, logged at intervals otherwise.
+  const bool progress_tty = isatty(STDERR_FILENO) == 1;
+  Clock::time_point next_progress_line = Clock::now();
+  bool progress_line_shown = false;
+  bool liveness_reported = false;
   bool watchdog_withheld = false;
   bool ready_sent = false;
   int64_t status_batches = -1;
@@ -176,9 +224,11 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
     int signal = sigtimedwait(&signals, nullptr, &timeout);
     control_tick_ms.store(now_ms());
 
-    if (signal == SIGHUP) {
+    const bool changed = config_watch && stops == 0 && config_watch->Poll();
+    if (signal == SIGHUP || changed) {
       if (stops > 0) continue;
-      log->info("SIGHUP received: re-reading {}", flags.pipeline);
+      log->info("{}: re-reading {}", changed ? "pipeline files changed" : "SIGHUP received",
+                flags.pipeline);
       notifier.Reloading();
       int reload_refused = supervisor.Reload();
       (reload_refused == 0 ? reloads_ok : reloads_failed).fetch_add(1);
@@ -238,6 +288,34 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
             watchdog_limit.count());
       }
       next_ping = Clock::now() + *watchdog / 2;
+    }
+    if (Clock::now() >= next_progress_line) {
+      const std::string line = CatchUpLine(supervisor.Statuses());
+      if (progress_tty) {
+        if (!line.empty()) {
+          std::fprintf(stderr, "\r\033[K%s\r", line.c_str());
+          progress_line_shown = true;
+        } else if (progress_line_shown) {
+          std::fprintf(stderr, "\r\033[K");
+          progress_line_shown = false;
+        }
+        next_progress_line = Clock::now() + std::chrono::milliseconds(500);
+      } else {
+        if (!line.empty()) log->info("catching up: {}", line);
+        next_progress_line =
+            Clock::now() +
+            std::chrono::milliseconds(static_cast<int64_t>(flags.progress_log_interval_s * 1000));
+      }
+    }
+    if (!watchdog) {
+      // Without a watchdog, say once when liveness starts failing (the watchdog branch logs
+      // the same when it withholds pings).
+      const bool alive = supervisor.LoopsAlive(liveness_limit);
+      if (!alive && !liveness_reported) {
+        log->error("a query has been inside one batch for more than {} ms; /healthz fails",
+                   liveness_limit.count());
+      }
+      liveness_reported = !alive;
     }
     if (ready_sent && Clock::now() >= next_status) {
       int64_t batches = supervisor.TotalBatches();
@@ -332,6 +410,15 @@ int main(int argc, char** argv) {
                      "Progress records per pipeline kept for /progress")
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();
+    command->add_option(
+        "--liveness-timeout", flags.liveness_timeout_s,
+        "Seconds a query may spend inside one batch without reading input before /healthz "
+        "fails and the watchdog is withheld (default: WatchdogSec under systemd, else 30)");
+    command
+        ->add_option("--progress-log-interval", flags.progress_log_interval_s,
+                     "Seconds between catch-up progress lines in the log when stderr is not a "
+                     "terminal (on a terminal one line is redrawn)")
+        ->capture_default_str();
   };
 
   CLI::App* run = app.add_subcommand(
@@ -344,6 +431,9 @@ int main(int argc, char** argv) {
                   "Seconds a stop may take before the process exits anyway")
       ->capture_default_str();
   run->add_flag("--quiet-progress", flags.quiet_progress, "Do not log a progress record per batch");
+  run->add_flag("--reload-on-change", flags.reload_on_change,
+                "Re-read the pipeline file(s) when they change (inotify; a Kubernetes ConfigMap "
+                "update counts), as SIGHUP does");
   add_logging(run);
   add_service(run);
 
@@ -377,6 +467,58 @@ int main(int argc, char** argv) {
   inspect->add_option("CHECKPOINT", inspect_path, "Checkpoint directory")->required();
   inspect->add_flag("--json", inspect_json, "Print one JSON object");
 
+  std::string status_http = "127.0.0.1:9464";
+  double watch_seconds = 0;
+  bool status_json = false;
+  CLI::App* status = app.add_subcommand(
+      "status", "Show a running daemon's pipelines, drift by model and recent alerts");
+  status->add_option("--http", status_http, "The daemon's HTTP address")->capture_default_str();
+  bool watch = false;
+  watch_seconds = 2;
+  status->add_flag("--watch", watch, "Redraw until interrupted");
+  status->add_option("--interval", watch_seconds, "Seconds between redraws with --watch")
+      ->capture_default_str();
+  status->add_flag("--json", status_json, "Print /api/status as JSON");
+
+  std::string health_http = "127.0.0.1:9464";
+  bool health_ready = false;
+  CLI::App* health = app.add_subcommand(
+      "health",
+      "Exit 0 when the daemon is live (/healthz answers 200), 1 otherwise: the container "
+      "HEALTHCHECK and a probe for scripts");
+  health->add_option("--http", health_http, "The daemon's HTTP address")->capture_default_str();
+  health->add_flag("--ready", health_ready, "Check readiness (/readyz) instead");
+
+  CLI::App* baseline = app.add_subcommand("baseline", "Build or reset drift baselines");
+  baseline->require_subcommand(1);
+  std::string baseline_pipeline;
+  std::vector<std::string> baseline_inputs;
+  std::string baseline_format = "auto";
+  std::string baseline_output;
+  CLI::App* baseline_build = baseline->add_subcommand(
+      "build",
+      "Compute a reference-statistics file (drift.baseline {type: file}) from reference "
+      "records: JSON lines or CSV with the pipeline's schema");
+  baseline_build->add_option("PIPELINE", baseline_pipeline, "Pipeline file (YAML)")->required();
+  baseline_build->add_option("--input,-i", baseline_inputs, "Reference records (repeatable)")
+      ->required();
+  baseline_build->add_option("--format", baseline_format, "auto (by extension), json or csv")
+      ->check(CLI::IsMember({"auto", "json", "csv"}))
+      ->capture_default_str();
+  baseline_build->add_option("--output,-o", baseline_output, "Reference statistics to write")
+      ->required();
+  std::string reset_http = "127.0.0.1:9464";
+  std::string reset_pipeline;
+  std::string reset_model;
+  CLI::App* baseline_reset = baseline->add_subcommand(
+      "reset",
+      "Start one model's baselines over in a running daemon (after a retrain), without a new "
+      "checkpoint: its series warm up again on their next values");
+  baseline_reset->add_option("--http", reset_http, "The daemon's HTTP address")
+      ->capture_default_str();
+  baseline_reset->add_option("--pipeline", reset_pipeline, "Pipeline name")->required();
+  baseline_reset->add_option("--model", reset_model, "Model")->required();
+
   CLI::App* reference = app.add_subcommand(
       "reference", "Print the connector option reference (Markdown), from the declarations");
   CLI::App* version = app.add_subcommand("version", "Print the version");
@@ -391,6 +533,27 @@ int main(int argc, char** argv) {
   if (version->parsed()) {
     std::cout << "driftd " << DRIFTD_VERSION << "\n";
     return kExitOk;
+  }
+  if (baseline_build->parsed()) {
+    return RunBaselineBuild(baseline_pipeline, baseline_inputs, baseline_format, baseline_output);
+  }
+  if (baseline_reset->parsed()) {
+    auto address = ParseHttpAddress(reset_http);
+    if (!address) {
+      std::cerr << address.error().message() << "\n";
+      return kExitUsage;
+    }
+    const char* token = std::getenv("DRIFTD_ADMIN_TOKEN");
+    return RunBaselineReset(*address, reset_pipeline, reset_model, token ? token : "");
+  }
+  if (status->parsed() || health->parsed()) {
+    auto address = ParseHttpAddress(status->parsed() ? status_http : health_http);
+    if (!address) {
+      std::cerr << address.error().message() << "\n";
+      return kExitUsage;
+    }
+    if (health->parsed()) return RunHealthCommand(*address, health_ready);
+    return RunStatusCommand(*address, watch ? watch_seconds : 0, status_json);
   }
   if (reference->parsed()) {
     std::cout << ConnectorReferenceMarkdown();
@@ -426,7 +589,9 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
 
-  flags.http_given = app.get_subcommand(run->parsed() ? "run" : "demo")->count("--http") > 0;
+  CLI::App* service_command = app.get_subcommand(run->parsed() ? "run" : "demo");
+  flags.http_given = service_command->count("--http") > 0;
+  flags.liveness_given = service_command->count("--liveness-timeout") > 0;
   SetUpLogging(flags.log_format, flags.log_level);
   SupervisorOptions options;
   options.quiet_progress = flags.quiet_progress;

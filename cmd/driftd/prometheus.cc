@@ -1,13 +1,20 @@
 #include "cmd/driftd/prometheus.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <functional>
 #include <iterator>
 
 #include <fmt/format.h>
+
+#include "engine/drift/evaluation.h"
 
 namespace driftd {
 namespace {
@@ -94,6 +101,59 @@ int64_t ProcessResidentBytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
+namespace {
+
+struct ProcessStats {
+  double cpu_seconds = 0;
+  double virtual_bytes = 0;
+  double open_fds = 0;
+  double max_fds = 0;
+};
+
+// What the Prometheus client libraries export as process_*: CPU time and virtual size from
+// /proc/self/stat (fields 14, 15 and 23), descriptors from /proc/self/fd and RLIMIT_NOFILE.
+ProcessStats ReadProcessStats() {
+  ProcessStats stats;
+  std::ifstream stat_file("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces; the fields after it start past its ')'.
+  const size_t close = text.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(text.substr(close + 2));
+    std::vector<std::string> values;
+    for (std::string field; fields >> field;) values.push_back(field);
+    // values[0] is field 3 (state).
+    const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+    if (values.size() > 20 && ticks > 0) {
+      stats.cpu_seconds = (std::strtod(values[11].c_str(), nullptr) +
+                           std::strtod(values[12].c_str(), nullptr)) /
+                          ticks;
+      stats.virtual_bytes = std::strtod(values[20].c_str(), nullptr);
+    }
+  }
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    int64_t count = 0;
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] != '.') ++count;
+    }
+    closedir(dir);
+    stats.open_fds = static_cast<double>(count - 1);  // not the one reading the directory
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) stats.max_fds = static_cast<double>(limit.rlim_cur);
+  return stats;
+}
+
+double LevelValue(AlertLevel level) {
+  switch (level) {
+    case AlertLevel::kAlert: return 2;
+    case AlertLevel::kWarn: return 1;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
 std::string RenderPrometheus(const ProcessMetricsView& process,
                              const std::vector<PipelineMetricsView>& pipelines) {
   std::string out;
@@ -102,11 +162,20 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
 
   w.Family("driftd_build_info", "gauge", "Always 1; the version label says which build runs.");
   w.Sample("driftd_build_info", {{"version", process.version}}, 1);
-  w.Family("driftd_process_resident_memory_bytes", "gauge", "Resident set size of the process.");
-  w.Sample("driftd_process_resident_memory_bytes", {}, static_cast<double>(ProcessResidentBytes()));
-  w.Family("driftd_process_start_time_seconds", "gauge",
-           "Start time of the process since the Unix epoch.");
-  w.Sample("driftd_process_start_time_seconds", {}, process.start_time_seconds);
+  const ProcessStats stats = ReadProcessStats();
+  w.Family("process_cpu_seconds_total", "counter", "Total user and system CPU time in seconds.");
+  w.Sample("process_cpu_seconds_total", {}, stats.cpu_seconds);
+  w.Family("process_open_fds", "gauge", "Number of open file descriptors.");
+  w.Sample("process_open_fds", {}, stats.open_fds);
+  w.Family("process_max_fds", "gauge", "Maximum number of open file descriptors.");
+  w.Sample("process_max_fds", {}, stats.max_fds);
+  w.Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+  w.Sample("process_virtual_memory_bytes", {}, stats.virtual_bytes);
+  w.Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  w.Sample("process_resident_memory_bytes", {}, static_cast<double>(ProcessResidentBytes()));
+  w.Family("process_start_time_seconds", "gauge",
+           "Start time of the process since unix epoch in seconds.");
+  w.Sample("process_start_time_seconds", {}, process.start_time_seconds);
   w.Family("driftd_reloads_total", "counter",
            "Pipeline reloads (SIGHUP) by result; failed means some file was refused.");
   w.Sample("driftd_reloads_total", {{"result", "ok"}}, static_cast<double>(process.reloads_ok));
@@ -165,11 +234,23 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     }
 
     w.Family("driftd_source_lag_records", "gauge",
-             "Records (or bytes, for the file source) available but not yet read, per partition.");
+             "Records available but not yet read after the last batch, per topic and partition "
+             "(topic empty for sources other than Kafka).");
     for (const View& p : pipelines) {
-      for (const auto& [partition, lag] : p.metrics.lag) {
-        w.Sample("driftd_source_lag_records", {{"pipeline", p.name}, {"partition", partition}},
-                 static_cast<double>(lag));
+      for (const LagGauge& lag : p.metrics.lag) {
+        if (lag.bytes) continue;
+        w.Sample("driftd_source_lag_records",
+                 {{"pipeline", p.name}, {"topic", lag.topic}, {"partition", lag.partition}},
+                 static_cast<double>(lag.lag));
+      }
+    }
+    w.Family("driftd_source_lag_bytes", "gauge",
+             "Bytes of input files not yet read after the last batch (file source), per file.");
+    for (const View& p : pipelines) {
+      for (const LagGauge& lag : p.metrics.lag) {
+        if (!lag.bytes) continue;
+        w.Sample("driftd_source_lag_bytes", {{"pipeline", p.name}, {"file", lag.partition}},
+                 static_cast<double>(lag.lag));
       }
     }
 
@@ -202,37 +283,94 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
               [](const View& p) { return static_cast<double>(p.metrics.state_groups); });
 
   if (!pipelines.empty()) {
-    w.Family("driftd_alerts_total", "counter", "Alert events emitted, by level.");
+    w.Family("driftd_alerts_total", "counter",
+             "Alert events emitted since start, by model and level (warn, alert, resolved, "
+             "ok: a warning that cleared).");
     for (const View& p : pipelines) {
-      for (std::string_view level : {"WARN", "ALERT", "RESOLVED"}) {
-        auto it = p.metrics.alerts_by_level.find(std::string(level));
-        int64_t count = it == p.metrics.alerts_by_level.end() ? 0 : it->second;
-        w.Sample("driftd_alerts_total", {{"pipeline", p.name}, {"level", level}},
-                 static_cast<double>(count));
+      std::set<std::string> models;
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) models.insert(m.model);
+      for (const auto& [key, count] : p.metrics.alerts_by_model) models.insert(key.first);
+      for (const std::string& model : models) {
+        for (AlertLevel level :
+             {AlertLevel::kWarn, AlertLevel::kAlert, AlertLevel::kResolved, AlertLevel::kOk}) {
+          auto it = p.metrics.alerts_by_model.find({model, level});
+          const int64_t count = it == p.metrics.alerts_by_model.end() ? 0 : it->second;
+          w.Sample("driftd_alerts_total",
+                   {{"pipeline", p.name}, {"model", model}, {"level", LevelLabel(level)}},
+                   static_cast<double>(count));
+        }
       }
     }
 
-    // Drift gauges come from alert events, so a series shows up once it first changed level.
+    // Drift gauges come from every evaluation (and are restored with the state), so each
+    // series shows up at its first closed window, drifting or not.
     w.Family("driftd_drift_statistic", "gauge",
-             "The detector statistic of the last alert event per model, series and detector.");
+             "The detector's statistic at the last evaluated window of the model and series.");
     for (const View& p : pipelines) {
-      for (const auto& [key, gauge] : p.metrics.drift) {
-        const auto& [model, series, detector] = key;
-        w.Sample(
-            "driftd_drift_statistic",
-            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
-            gauge.statistic);
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        for (const DetectorReading& r : e.detectors) {
+          w.Sample("driftd_drift_statistic",
+                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
+                    {"detector", r.detector}},
+                   r.statistic);
+        }
       }
     }
     w.Family("driftd_drift_threshold", "gauge",
-             "The threshold the last alert event's statistic was compared with.");
+             "The detector's warn and alert thresholds for the model and series (level label).");
     for (const View& p : pipelines) {
-      for (const auto& [key, gauge] : p.metrics.drift) {
-        const auto& [model, series, detector] = key;
-        w.Sample(
-            "driftd_drift_threshold",
-            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
-            gauge.threshold);
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        for (const DetectorReading& r : e.detectors) {
+          for (const auto& [level, value] :
+               {std::pair<std::string_view, double>{"warn", r.warn}, {"alert", r.alert}}) {
+            w.Sample("driftd_drift_threshold",
+                     {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
+                      {"detector", r.detector}, {"level", level}},
+                     value);
+          }
+        }
+      }
+    }
+    w.Family("driftd_drift_level", "gauge",
+             "The level the detector's last reading indicates on its own (before hysteresis): "
+             "0 ok, 1 warn, 2 alert.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        for (const DetectorReading& r : e.detectors) {
+          w.Sample("driftd_drift_level",
+                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
+                    {"detector", r.detector}},
+                   LevelValue(r.level));
+        }
+      }
+    }
+    w.Family("driftd_drift_series_level", "gauge",
+             "The series' alert state after its last evaluation (hysteresis and cooldown "
+             "applied): 0 ok or resolved, 1 warn, 2 alert.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        w.Sample("driftd_drift_series_level",
+                 {{"pipeline", p.name}, {"model", e.model}, {"series", e.series}},
+                 LevelValue(e.level));
+      }
+    }
+    w.Family("driftd_drift_window_mean", "gauge",
+             "Mean of the series over its last evaluated window.");
+    for (const View& p : pipelines) {
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        if (e.window_n == 0) continue;
+        w.Sample("driftd_drift_window_mean",
+                 {{"pipeline", p.name}, {"model", e.model}, {"series", e.series}},
+                 e.window_mean);
+      }
+    }
+    w.Family("driftd_drift_evaluations_total", "counter",
+             "Drift windows closed since start per model (evaluated, or below minSamples).");
+    for (const View& p : pipelines) {
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+        auto it = p.metrics.evaluations_by_model.find(m.model);
+        w.Sample("driftd_drift_evaluations_total", {{"pipeline", p.name}, {"model", m.model}},
+                 static_cast<double>(it == p.metrics.evaluations_by_model.end() ? 0 : it->second));
       }
     }
     w.Family("driftd_drift_model_series", "gauge",
@@ -264,17 +402,6 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
         w.Sample("driftd_drift_model_values_total", {{"pipeline", p.name}, {"model", m.model}},
                  static_cast<double>(m.values));
-      }
-    }
-    w.Family("driftd_drift_level", "gauge",
-             "Alert level after the last alert event: 0 OK or resolved, 1 WARN, 2 ALERT.");
-    for (const View& p : pipelines) {
-      for (const auto& [key, gauge] : p.metrics.drift) {
-        const auto& [model, series, detector] = key;
-        w.Sample(
-            "driftd_drift_level",
-            {{"pipeline", p.name}, {"model", model}, {"series", series}, {"detector", detector}},
-            gauge.level);
       }
     }
   }

@@ -11,6 +11,7 @@
 
 #include <simdjson.h>
 
+#include "cmd/driftd/logging.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/executor/executor.h"
@@ -158,8 +159,9 @@ struct Supervisor::Query {
   std::atomic<bool> thread_done{false};
   std::thread thread;
 
-  explicit Query(size_t progress_history)
-      : metrics(QueryMetricsOptions{.progress_history = progress_history}) {}
+  Query(size_t progress_history, bool kafka)
+      : metrics(QueryMetricsOptions{.progress_history = progress_history,
+                                    .kafka_partitions = kafka}) {}
 
   // Destroys the executor, keeping its counters. Caller holds mutex.
   void RetireExecutor() {
@@ -188,7 +190,7 @@ struct Supervisor::Query {
       options.fingerprint_json = fingerprint;
       options.metrics = &metrics;
       options.on_progress = [this, log](const std::string& json) {
-        if (!quiet_progress) log->info("progress {}", json);
+        if (!quiet_progress) log->info("{}{}", kProgressLogPrefix, json);
         metrics.RecordProgress(json);
       };
       Status status = Ok();
@@ -292,7 +294,8 @@ std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problem
 }
 
 std::unique_ptr<Supervisor::Query> Supervisor::StartQuery(Candidate candidate) {
-  auto query = std::make_unique<Query>(options_.progress_history);
+  auto query = std::make_unique<Query>(options_.progress_history,
+                                       candidate.spec.source.format == "kafka");
   query->file = std::move(candidate.file);
   query->content = std::move(candidate.content);
   query->spec = std::move(candidate.spec);
@@ -329,11 +332,13 @@ int Supervisor::Apply(bool initial) {
   LoadOptions load_options;
   load_options.catalog = &ConnectorDeclarations();
   int refused = 0;
+  std::vector<std::string> refused_files;
   int unchanged = 0;
   std::vector<Candidate> candidates;
   std::set<std::string> listed(files.begin(), files.end());
 
   std::unique_lock<std::mutex> lock(mutex_);
+  listed_files_ = files.size();
   for (const std::string& file : files) {
     auto existing = queries_.find(file);
     bool has_old = existing != queries_.end();
@@ -344,6 +349,7 @@ int Supervisor::Apply(bool initial) {
       log->error("{}: {}{}", file, content.error().message(),
                  has_old ? "; its running query keeps its previous definition" : "");
       ++refused;
+      refused_files.push_back(file);
       continue;
     }
     if (has_old && existing->second->content == *content) {
@@ -367,6 +373,7 @@ int Supervisor::Apply(bool initial) {
                  has_old ? "the running query keeps its previous definition"
                          : "the pipeline was not started");
       ++refused;
+      refused_files.push_back(file);
       continue;
     }
     // From here on the pipeline's secrets may reach a log line, an error or an HTTP body.
@@ -433,6 +440,7 @@ int Supervisor::Apply(bool initial) {
                  previous != nullptr ? "the running query keeps its previous definition"
                                      : "the pipeline was not started");
       ++refused;
+      refused_files.push_back(candidate.file);
       continue;
     }
     names[candidate.spec.name] = candidate.file;
@@ -470,6 +478,7 @@ int Supervisor::Apply(bool initial) {
   int started = 0;
   int replaced_count = 0;
   lock.lock();
+  refused_files_ = std::move(refused_files);
   for (Candidate& candidate : accepted) {
     if (replaced.count(candidate.file) && !initial) ++replaced_count;
     ++started;
@@ -525,6 +534,17 @@ bool Supervisor::Ready(std::string& detail) const {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   bool ready = true;
+  // A daemon that runs nothing of what it was given serves nobody: zero running queries out
+  // of some configured (every file refused), or no pipeline file at all, is not ready.
+  if (queries_.empty()) {
+    ready = false;
+    detail = listed_files_ == 0
+                 ? fmt::format("no pipeline file in {} (*.yaml, *.yml)", options_.path)
+                 : fmt::format("0 of {} pipeline files running", listed_files_);
+  }
+  for (const std::string& file : refused_files_) {
+    detail += fmt::format("{}{}: refused (see the log)", detail.empty() ? "" : "\n", file);
+  }
   for (const auto& [file, query] : queries_) {
     std::lock_guard<std::mutex> query_lock(query->mutex);
     if (query->state == QueryState::kFinished) continue;
@@ -588,6 +608,55 @@ std::vector<PipelineMetricsView> Supervisor::Views() const {
     views.push_back(std::move(view));
   }
   return views;
+}
+
+std::vector<PipelineStatus> Supervisor::Statuses() const {
+  std::vector<PipelineMetricsView> views = Views();
+  std::vector<PipelineStatus> out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (PipelineMetricsView& view : views) {
+    auto it = queries_.find(view.file);
+    if (it == queries_.end()) continue;  // replaced in between
+    const Query& query = *it->second;
+    PipelineStatus status;
+    status.source = query.spec.source.format;
+    status.trigger = std::string(ToString(query.spec.trigger.kind));
+    status.trigger_interval_ms = query.spec.trigger.interval_ms;
+    status.alerts = query.metrics.RecentAlerts();
+    status.batches = query.metrics.RecentBatches();
+    status.busy_ms = query.metrics.BusyForMs();
+    status.view = std::move(view);
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+std::optional<std::vector<EvaluationPoint>> Supervisor::SeriesHistory(
+    const std::string& pipeline, const std::string& model, const std::string& series) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [file, query] : queries_) {
+    if (query->spec.name == pipeline) return query->metrics.SeriesHistory(model, series);
+  }
+  return std::nullopt;
+}
+
+std::string Supervisor::RequestBaselineReset(const std::string& pipeline,
+                                             const std::string& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [file, query] : queries_) {
+    if (query->spec.name != pipeline) continue;
+    if (!query->spec.drift.enabled) return fmt::format("pipeline {} has no drift section", pipeline);
+    bool known = false;
+    for (const auto& stats : query->metrics.Snapshot().drift_models) known |= stats.model == model;
+    if (!known) return fmt::format("pipeline {} has seen no model '{}'", pipeline, model);
+    std::lock_guard<std::mutex> query_lock(query->mutex);
+    if (!query->executor || query->state != QueryState::kRunning) {
+      return fmt::format("pipeline {} is not running", pipeline);
+    }
+    query->executor->RequestBaselineReset(model);
+    return "";
+  }
+  return fmt::format("no pipeline '{}'", pipeline);
 }
 
 std::string Supervisor::ProgressJson(const std::string& pipeline) const {

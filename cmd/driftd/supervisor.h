@@ -29,6 +29,18 @@
 
 namespace driftd {
 
+/// One pipeline for the status page: its metrics view and what only the supervisor knows.
+struct PipelineStatus {
+  PipelineMetricsView view;
+  std::string source;   // source format: kafka, file, rate, socket
+  std::string trigger;  // processingTime, once, availableNow, continuous
+  int64_t trigger_interval_ms = 0;
+  std::vector<AlertSummary> alerts;
+  std::vector<BatchPoint> batches;
+  /// How long the current batch has been running without progress (0: between batches).
+  int64_t busy_ms = 0;
+};
+
 struct SupervisorOptions {
   /// A pipeline file, or a directory of them.
   std::string path;
@@ -70,7 +82,8 @@ class Supervisor {
   /// Every query of the first Load has finished its first start attempt (restore and source
   /// connection), successfully or not.
   bool InitialStartDone() const;
-  /// Every running query is restored and its source ready. `detail` names the ones that are not.
+  /// Every running query is restored and its source ready, and at least one runs. `detail`
+  /// names the ones that are not, and the files refused.
   bool Ready(std::string& detail) const;
   /// False when some query's loop has been inside one batch for longer than `limit` (a hung
   /// loop: the watchdog stops pinging).
@@ -79,6 +92,15 @@ class Supervisor {
   std::optional<int> Finished() const;
 
   std::vector<PipelineMetricsView> Views() const;
+  /// What the status page and `driftd status` show of each pipeline.
+  std::vector<PipelineStatus> Statuses() const;
+  /// The last evaluations of one series (the status page's chart); nullopt: no such pipeline.
+  std::optional<std::vector<EvaluationPoint>> SeriesHistory(const std::string& pipeline,
+                                                            const std::string& model,
+                                                            const std::string& series) const;
+  /// Starts a model's drift baselines over in the pipeline's running query (at its next
+  /// batch). Returns an empty string when queued, else why not (unknown pipeline or model).
+  std::string RequestBaselineReset(const std::string& pipeline, const std::string& model);
   /// Recent progress records as a JSON array, oldest first per query.
   std::string ProgressJson(const std::string& pipeline) const;
   /// A one-line summary for systemd's STATUS=, e.g. "2 queries running; last batch 17 of
@@ -99,6 +121,9 @@ class Supervisor {
   mutable std::mutex mutex_;  // guards queries_ (the map; each Query guards itself)
   std::map<std::string, std::unique_ptr<Query>> queries_;  // by file path
   std::vector<std::string> initial_files_;
+  // Guarded by mutex_: files of the last Load/Reload that were refused, and files listed.
+  std::vector<std::string> refused_files_;
+  size_t listed_files_ = 0;
   std::atomic<bool> loaded_{false};
 };
 

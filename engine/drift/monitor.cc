@@ -503,6 +503,9 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     }
   }
   ready = ready && s.window.count() >= spec_.min_samples && ref->count() >= spec_.min_samples;
+  if (!ready && collect_evaluations_) {
+    RecordEvaluation(m, series, ref, false, s.alert.state(), {});
+  }
 
   if (ready) {
     const MeanShiftResult ms = MeanShift(*ref, s.window);
@@ -596,6 +599,26 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     // Page-Hinkley restarts after it fires and while its series is in ALERT: it looks for the
     // next change, and its memory of this one must not hold the alert open after a recovery.
     if (ph_fired || s.alert.state() == AlertLevel::kAlert) s.ph.Reset();
+    auto readings = [&] {
+      std::vector<DetectorReading> out;
+      for (size_t d = 0; d < nd; ++d) {
+        const DetectorConfig& det = detectors_[d];
+        if (det.kind == DetectorKind::kErrorRate) continue;
+        const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+        DetectorReading reading;
+        reading.detector = det.name;
+        reading.statistic = stat[d];
+        reading.warn = t.warn;
+        reading.alert = t.alert;
+        reading.level = level[d];
+        if (det.kind == DetectorKind::kMeanShift) {
+          reading.extras = {{"z", ms.z}, {"welch_t", ms.welch_t}, {"effect", ms.effect}};
+        }
+        out.push_back(std::move(reading));
+      }
+      return out;
+    };
+    if (collect_evaluations_) RecordEvaluation(m, series, ref, true, before, readings());
     if (changed && lead >= 0) {
       const size_t ld = static_cast<size_t>(lead);
       const Thresholds& lt = m.thresholds[series * detectors_.size() + ld];
@@ -619,21 +642,7 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       e.window_n = s.window.count();
       e.window_mean = s.window.mean();
       e.window_stddev = s.window.Stddev();
-      for (size_t d = 0; d < nd; ++d) {
-        const DetectorConfig& det = detectors_[d];
-        if (det.kind == DetectorKind::kErrorRate) continue;
-        const Thresholds& t = m.thresholds[series * detectors_.size() + d];
-        DetectorReading reading;
-        reading.detector = det.name;
-        reading.statistic = stat[d];
-        reading.warn = t.warn;
-        reading.alert = t.alert;
-        reading.level = level[d];
-        if (det.kind == DetectorKind::kMeanShift) {
-          reading.extras = {{"z", ms.z}, {"welch_t", ms.welch_t}, {"effect", ms.effect}};
-        }
-        e.detectors.push_back(std::move(reading));
-      }
+      e.detectors = readings();
       if (histogram) {
         std::vector<int> order(bins);
         for (size_t b = 0; b < bins; ++b) order[b] = static_cast<int>(b);
@@ -710,7 +719,12 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
   ++windows_evaluated_;
-  if (s.err_window.count() >= spec_.min_samples && s.err_baseline.count() >= spec_.min_samples) {
+  const bool ready =
+      s.err_window.count() >= spec_.min_samples && s.err_baseline.count() >= spec_.min_samples;
+  if (!ready && collect_evaluations_) {
+    RecordEvaluation(m, series, nullptr, false, s.alert.state(), {});
+  }
+  if (ready) {
     for (size_t d = 0; d < detectors_.size(); ++d) {
       const DetectorConfig& det = detectors_[d];
       if (det.kind != DetectorKind::kErrorRate) continue;
@@ -719,6 +733,18 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
       const AlertLevel lv = LevelOf(rise, t.warn, t.alert);
       const AlertLevel before = s.alert.state();
       const auto changed = s.alert.Step(lv, false, WindowClockMs(s.window_max_us), policy_);
+      DetectorReading reading;
+      reading.detector = det.name;
+      reading.statistic = rise;
+      reading.warn = t.warn;
+      reading.alert = t.alert;
+      reading.level = lv;
+      reading.extras = {{"baseline_error_rate", s.err_baseline.ErrorRate()},
+                        {"window_error_rate", s.err_window.ErrorRate()},
+                        {"baseline_mae", s.err_baseline.abs_error.mean()},
+                        {"window_mae", s.err_window.abs_error.mean()},
+                        {"error_threshold", det.threshold}};
+      if (collect_evaluations_) RecordEvaluation(m, series, nullptr, true, before, {reading});
       if (!changed) break;
       AlertEvent e;
       e.level = *changed;
@@ -739,17 +765,6 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
       e.window_n = s.err_window.count();
       e.window_mean = s.err_window.abs_error.mean();
       e.window_stddev = s.err_window.abs_error.Stddev();
-      DetectorReading reading;
-      reading.detector = det.name;
-      reading.statistic = rise;
-      reading.warn = t.warn;
-      reading.alert = t.alert;
-      reading.level = lv;
-      reading.extras = {{"baseline_error_rate", s.err_baseline.ErrorRate()},
-                        {"window_error_rate", s.err_window.ErrorRate()},
-                        {"baseline_mae", s.err_baseline.abs_error.mean()},
-                        {"window_mae", s.err_window.abs_error.mean()},
-                        {"error_threshold", det.threshold}};
       e.detectors.push_back(std::move(reading));
       Transition(m, series, before, *changed, std::move(e));
       break;  // one error_rate detector drives the error series
@@ -811,6 +826,11 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
 }
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out) {
+  Evaluate(batch_id, now_ms, out, nullptr);
+}
+
+void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
+                            std::vector<Evaluation>* evaluations) {
   last_now_ms_ = now_ms;
   if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
@@ -818,6 +838,50 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
     out.push_back(std::move(e));
   }
   events_.clear();
+  if (evaluations != nullptr) {
+    for (Evaluation& e : evaluations_) {
+      e.batch_id = batch_id;
+      evaluations->push_back(std::move(e));
+    }
+  }
+  evaluations_.clear();
+}
+
+void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, const Moments* ref,
+                                    bool evaluated, AlertLevel previous,
+                                    std::vector<DetectorReading> readings) {
+  const SeriesState& s = m.series[series];
+  const bool is_error = series == series_names_.size();
+  Evaluation e;
+  e.model = m.name;
+  e.series = is_error ? std::string(kErrorSeries) : series_names_[series];
+  e.evaluated = evaluated;
+  e.previous_level = previous;
+  e.level = s.alert.state();
+  e.window_start_record = s.window_start;
+  e.window_start_us = s.window_min_us;
+  e.window_end_us = s.window_max_us;
+  if (is_error) {
+    e.window_n = s.err_window.count();
+    e.window_mean = s.err_window.abs_error.mean();
+    e.window_stddev = s.err_window.abs_error.Stddev();
+    e.baseline_n = s.err_baseline.count();
+    e.baseline_mean = s.err_baseline.abs_error.mean();
+    e.baseline_stddev = s.err_baseline.abs_error.Stddev();
+  } else {
+    e.window_n = s.window.count();
+    e.window_mean = s.window.mean();
+    e.window_stddev = s.window.Stddev();
+    e.baseline_kind = spec_.baseline.kind;
+    if (ref != nullptr) {
+      e.baseline_n = ref->count();
+      e.baseline_mean = ref->mean();
+      e.baseline_stddev = ref->Stddev();
+    }
+  }
+  e.window_end_record = e.window_start_record + e.window_n;
+  e.detectors = std::move(readings);
+  evaluations_.push_back(std::move(e));
 }
 
 namespace {
@@ -1205,6 +1269,55 @@ std::vector<DriftMonitor::ModelStats> DriftMonitor::model_stats() const {
     out.push_back(std::move(st));
   }
   return out;
+}
+
+std::vector<DriftMonitor::BaselineExport> DriftMonitor::ExportBaselines() const {
+  std::vector<BaselineExport> out;
+  for (const auto& m : models_) {
+    if (!m) continue;
+    for (size_t i = 0; i < m->series.size(); ++i) {
+      const SeriesState& s = m->series[i];
+      if (!s.frozen) continue;
+      BaselineExport e;
+      e.model = m->name;
+      if (i == series_names_.size()) {
+        if (s.err_baseline.count() == 0) continue;
+        e.series = std::string(kErrorSeries);
+        e.moments = s.err_baseline.abs_error;
+        e.errors = s.err_baseline.errors;
+      } else {
+        e.series = series_names_[i];
+        e.moments = s.baseline;
+        e.inner_edges = s.edges.inner();
+        e.counts = s.ref_counts;
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+bool DriftMonitor::ResetBaselines(const std::string& model) {
+  ModelState* m = nullptr;
+  for (auto& live : models_) {
+    if (live && live->name == model) m = live.get();
+  }
+  if (m == nullptr) {
+    auto it = pending_.find(model);
+    if (it == pending_.end()) return false;
+    m = it->second.get();
+  }
+  for (size_t i = 0; i < m->series.size(); ++i) {
+    SeriesState& s = m->series[i];
+    SeriesState fresh;
+    fresh.seen = s.seen;
+    fresh.alert = s.alert;
+    fresh.incident = s.incident;
+    s = std::move(fresh);
+    s.dirty = false;
+    MarkDirty(*m, i);
+  }
+  return true;
 }
 
 DriftMonitorStats DriftMonitor::stats() const {

@@ -84,6 +84,32 @@ struct AlertEvent {
   std::string ToJson() const;
 };
 
+/// One closed window of a (model, series), whether or not it changed the alert level: the
+/// window and baseline statistics and every detector's reading. The evaluations stream and
+/// the per-series drift gauges are made of these. See engine/drift/README.md.
+struct Evaluation {
+  std::string model;
+  std::string series;
+  /// False when the window or the baseline held fewer than minSamples values (no readings).
+  bool evaluated = false;
+  /// The series' alert state before and after this evaluation.
+  AlertLevel previous_level = AlertLevel::kOk;
+  AlertLevel level = AlertLevel::kOk;
+  int64_t window_start_record = 0;
+  int64_t window_end_record = 0;
+  int64_t window_start_us = INT64_MIN;
+  int64_t window_end_us = INT64_MIN;
+  int64_t window_n = 0;
+  double window_mean = 0;
+  double window_stddev = 0;
+  BaselineKind baseline_kind = BaselineKind::kWarmup;
+  int64_t baseline_n = 0;
+  double baseline_mean = 0;
+  double baseline_stddev = 0;
+  std::vector<DetectorReading> detectors;
+  int64_t batch_id = -1;
+};
+
 /// Counters for progress reports.
 struct DriftMonitorStats {
   int64_t models = 0;
@@ -166,6 +192,12 @@ class DriftMonitor {
   /// `batch_id` and `now_ms` (processing time, also the cooldown clock of windows without
   /// event times).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out);
+  /// As above, and appends to `evaluations` every window closed since the last call (only
+  /// while CollectEvaluations(true); otherwise none are kept).
+  void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
+                std::vector<Evaluation>* evaluations);
+  /// Keep an Evaluation per closed window for Evaluate(). Default: off (no cost).
+  void CollectEvaluations(bool on) { collect_evaluations_ = on; }
 
   /// Appends (key, value) for every (model, series) and model roll-up changed since the last
   /// call. Keys: "drift/<model>/<series>" and "drift/<model>", with '%' and '/' in names
@@ -198,6 +230,24 @@ class DriftMonitor {
   /// Freezes every series that ObserveReference*() fed. Fails (kConfig) naming the first
   /// series with fewer than minSamples reference values (it could never be compared).
   Status FreezeReferences();
+
+  /// A frozen baseline, as reference statistics (engine/drift/README.md's file format).
+  struct BaselineExport {
+    std::string model;
+    std::string series;  // kErrorSeries for the error series
+    Moments moments;     // of the values (of the absolute errors, for the error series)
+    std::vector<double> inner_edges;
+    std::vector<int64_t> counts;
+    int64_t errors = 0;  // error series: labeled records whose error exceeded the threshold
+  };
+  /// Every frozen baseline (warmup, reference records or statistics), by model then series.
+  std::vector<BaselineExport> ExportBaselines() const;
+
+  /// Starts `model`'s baselines over (after a retrain): every series warms up again on its
+  /// next values, as a new model would; windows in progress and trailing windows are dropped,
+  /// while value indexes and alert states continue (an ALERT resolves once the new baseline's
+  /// windows say so). Returns false for a model the monitor does not know.
+  bool ResetBaselines(const std::string& model);
 
   /// Per-model drift state for metrics: series in ALERT / WARN, windows evaluated, and the
   /// worst level of any series. Cheap (a walk over the models' alert states).
@@ -242,6 +292,10 @@ class DriftMonitor {
   /// Restored state of models not seen yet, by model name.
   std::map<std::string, std::unique_ptr<ModelState>, std::less<>> pending_;
   std::vector<AlertEvent> events_;
+  bool collect_evaluations_ = false;
+  std::vector<Evaluation> evaluations_;
+  void RecordEvaluation(const ModelState& m, size_t series, const Moments* ref, bool evaluated,
+                        AlertLevel previous, std::vector<DetectorReading> readings);
   int64_t last_now_ms_ = 0;
   int64_t windows_evaluated_ = 0;
   // Event-time windows (0: record-count windows).

@@ -9,10 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <map>
+#include <set>
 #include <unordered_map>
 
+#include "engine/drift/evaluation.h"
 #include "engine/drift/monitor.h"
 #include "engine/json_decoder.h"
+#include "engine/json_writer.h"
 
 namespace driftd {
 
@@ -24,6 +28,23 @@ constexpr std::string_view kLayoutKey = "drift-layout";
 // Event-time windows: the largest event time seen and the watermark, "<max>,<watermark>" in
 // microseconds. Sorts after the layout and before "drift/".
 constexpr std::string_view kClockKey = "drift-watermark";
+// The last evaluation of each (model, series), "drift-eval/<model>/<series>" (names escaped
+// as in DriftMonitor's keys), so the drift gauges show every series again after a restart.
+constexpr std::string_view kEvaluationPrefix = "drift-eval/";
+
+std::string EscapeKeyPart(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '/') {
+      out += "%2F";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -44,6 +65,9 @@ class DriftStage::Impl {
 
   Status Init(const PipelineSpec& spec) {
     spec_ = spec.drift;
+    for (const SinkSpec& sink : spec.sinks) {
+      if (sink.stream == StreamKind::kEvaluations) want_evaluation_rows_ = true;
+    }
     schema_ = spec.schema;
     std::string model_column = spec_.model_column;
     if (model_column.empty() && !spec.query.group_by.empty()) model_column = spec.query.group_by[0];
@@ -293,6 +317,13 @@ class DriftStage::Impl {
   }
 
   Status Restore(std::string_view key, std::string_view value) {
+    if (key.starts_with(kEvaluationPrefix)) {
+      auto evaluation = DecodeEvaluation(value);
+      if (!evaluation) return tl::unexpected(evaluation.error().Wrap(std::string(key)));
+      auto series_key = std::make_pair(evaluation->model, evaluation->series);
+      latest_[std::move(series_key)] = std::move(*evaluation);
+      return Ok();
+    }
     if (key == kLayoutKey) {
       std::vector<size_t> widths;
       size_t start = 0;
@@ -361,18 +392,111 @@ class DriftStage::Impl {
   }
   DriftMonitorStats Stats() const { return monitor_ ? monitor_->stats() : DriftMonitorStats{}; }
 
-  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts) {
-    if (!monitor_) return;
+  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts, OutputRows* rows) {
     events_.clear();
-    monitor_->Evaluate(batch_id, now_ms, events_);
+    evaluations_.clear();
+    if (!monitor_) return;
+    monitor_->Evaluate(batch_id, now_ms, events_, &evaluations_);
     if (alerts.columns.empty()) {
       alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
                         "threshold"};
     }
     for (const AlertEvent& event : events_) alerts.Add(event.model, event.ToJson());
+    if (rows != nullptr && want_evaluation_rows_) {
+      if (rows->columns.empty()) {
+        rows->columns = {"evaluation_id", "model", "series", "level", "evaluated", "window",
+                         "detectors"};
+      }
+      for (const Evaluation& evaluation : evaluations_) {
+        rows->Add(evaluation.model, EvaluationToJson(evaluation));
+      }
+    }
+    for (const Evaluation& evaluation : evaluations_) {
+      auto series_key = std::make_pair(evaluation.model, evaluation.series);
+      dirty_evaluations_.insert(series_key);
+      latest_[std::move(series_key)] = evaluation;
+    }
+  }
+
+  bool ResetBaselines(const std::string& model) {
+    return monitor_ && monitor_->ResetBaselines(model);
+  }
+
+  Result<std::string> ExportReference() const {
+    if (!monitor_) return MakeError(ErrorCode::kConfig, "no reference records");
+    std::map<std::string, std::vector<const DriftMonitor::BaselineExport*>> by_model;
+    std::vector<DriftMonitor::BaselineExport> baselines = monitor_->ExportBaselines();
+    for (const auto& b : baselines) by_model[b.model].push_back(&b);
+    std::string out = "{\"driftd_reference\": 1,\n \"models\": {";
+    bool first_model = true;
+    for (const auto& [model, series] : by_model) {
+      out += first_model ? "\n  " : ",\n  ";
+      first_model = false;
+      AppendJsonString(out, model);
+      out += ": {";
+      bool first = true;
+      for (const auto* b : series) {
+        out += first ? "\n   " : ",\n   ";
+        first = false;
+        AppendJsonString(out, b->series);
+        out += ": ";
+        std::string stats;
+        JsonObject o(stats);
+        const int64_t n = b->moments.count();
+        o.Int("n", n);
+        if (b->series == DriftMonitor::kErrorSeries) {
+          o.Number("error_rate", n > 0 ? static_cast<double>(b->errors) / static_cast<double>(n) : 0);
+          o.Number("mae", b->moments.mean());
+          o.Number("mae_stddev", n > 1 ? b->moments.Stddev() : 0);
+        } else {
+          o.Number("mean", b->moments.mean());
+          o.Number("stddev", n > 1 ? b->moments.Stddev() : 0);
+          o.Number("min", b->moments.min());
+          o.Number("max", b->moments.max());
+          if (!b->counts.empty()) {
+            std::string edges = "[";
+            for (size_t i = 0; i < b->inner_edges.size(); ++i) {
+              if (i > 0) edges.push_back(',');
+              AppendJsonNumber(edges, b->inner_edges[i]);
+            }
+            edges.push_back(']');
+            o.Raw("edges", edges);
+            std::string counts = "[";
+            for (size_t i = 0; i < b->counts.size(); ++i) {
+              if (i > 0) counts.push_back(',');
+              counts += std::to_string(b->counts[i]);
+            }
+            counts.push_back(']');
+            o.Raw("counts", counts);
+          }
+        }
+        o.Close();
+        out += stats;
+      }
+      out += "}";
+    }
+    out += "}}\n";
+    return out;
+  }
+
+  const std::vector<AlertEvent>& LastEvents() const { return events_; }
+  const std::vector<Evaluation>& LastEvaluations() const { return evaluations_; }
+  std::vector<Evaluation> LatestEvaluations() const {
+    std::vector<Evaluation> out;
+    out.reserve(latest_.size());
+    for (const auto& [key, evaluation] : latest_) out.push_back(evaluation);
+    return out;
   }
 
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
+    for (const auto& series_key : dirty_evaluations_) {
+      auto it = latest_.find(series_key);
+      if (it == latest_.end()) continue;
+      puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(series_key.first),
+                                    EscapeKeyPart(series_key.second)),
+                        EncodeEvaluation(it->second));
+    }
+    dirty_evaluations_.clear();
     if (!monitor_) return;
     if (layout_dirty_) {
       std::string layout;
@@ -485,6 +609,7 @@ class DriftStage::Impl {
     auto monitor = DriftMonitor::Create(spec_, std::move(names));
     if (!monitor) return tl::unexpected(monitor.error());
     monitor_ = std::move(*monitor);
+    monitor_->CollectEvaluations(true);
     if (window_ms_ > 0) {
       monitor_->UseEventTimeWindows(window_ms_, delay_ms_);
       monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
@@ -521,6 +646,10 @@ class DriftStage::Impl {
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
+  std::vector<Evaluation> evaluations_;
+  bool want_evaluation_rows_ = false;
+  std::map<std::pair<std::string, std::string>, Evaluation> latest_;
+  std::set<std::pair<std::string, std::string>> dirty_evaluations_;
 };
 
 Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec) {
@@ -534,6 +663,7 @@ DriftStage::~DriftStage() = default;
 
 bool DriftStage::OwnsKey(std::string_view key) {
   return key.substr(0, kLayoutKey.size()) == kLayoutKey || key == kClockKey ||
+         key.starts_with(kEvaluationPrefix) ||
          key.substr(0, DriftMonitor::kStateKeyPrefix.size()) == DriftMonitor::kStateKeyPrefix;
 }
 
@@ -545,8 +675,33 @@ std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
   return impl_->ModelStats();
 }
 DriftMonitorStats DriftStage::Stats() const { return impl_->Stats(); }
-void DriftStage::Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts) {
-  impl_->Evaluate(batch_id, now_ms, alerts);
+void DriftStage::Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts,
+                          OutputRows* evaluations) {
+  impl_->Evaluate(batch_id, now_ms, alerts, evaluations);
+}
+const std::vector<AlertEvent>& DriftStage::LastEvents() const { return impl_->LastEvents(); }
+bool DriftStage::ResetBaselines(const std::string& model) { return impl_->ResetBaselines(model); }
+
+Result<std::string> DriftStage::BuildReferenceStatistics(const PipelineSpec& spec,
+                                                         const std::string& records) {
+  PipelineSpec copy = spec;
+  if (!copy.drift.enabled) {
+    return MakeError(ErrorCode::kConfig, "pipeline '{}' has no drift section", spec.name);
+  }
+  // The records are the reference: the pipeline's own baseline setting does not matter here
+  // (a file baseline would load the very file being built).
+  copy.drift.baseline.kind = BaselineKind::kWarmup;
+  copy.drift.baseline.duration_ms = 0;
+  auto impl = std::make_unique<Impl>();
+  DRIFTD_TRY(impl->Init(copy));
+  DRIFTD_TRY(impl->LoadReferenceRecords(records));
+  return impl->ExportReference();
+}
+const std::vector<Evaluation>& DriftStage::LastEvaluations() const {
+  return impl_->LastEvaluations();
+}
+std::vector<Evaluation> DriftStage::LatestEvaluations() const {
+  return impl_->LatestEvaluations();
 }
 void DriftStage::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
   impl_->CollectDirty(puts);

@@ -28,7 +28,10 @@ class DriftStage {
   Status Restore(std::string_view key, std::string_view value);
 
   void Observe(const RecordBatch& batch);
-  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts);
+  /// End of a batch: alert rows into `alerts`, and, when some sink takes the evaluations
+  /// stream, one row per closed window into `evaluations` (may be null).
+  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts,
+                OutputRows* evaluations = nullptr);
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
 
   /// Per-model drift state (series in WARN / ALERT, values seen, roll-up) for the metrics
@@ -37,6 +40,23 @@ class DriftStage {
   std::vector<DriftMonitor::ModelStats> ModelStats() const;
   /// Totals: models, series in ALERT, windows evaluated, skipped values.
   DriftMonitorStats Stats() const;
+
+  /// Starts the model's baselines over (DriftMonitor::ResetBaselines); persisted with the
+  /// next CollectDirty. False for an unknown model.
+  bool ResetBaselines(const std::string& model);
+
+  /// `driftd baseline build`: the reference statistics file (engine/drift/README.md) of the
+  /// given reference records (JSON lines with the pipeline's schema), baselines computed as
+  /// a `file` baseline of those records would be.
+  static Result<std::string> BuildReferenceStatistics(const PipelineSpec& spec,
+                                                      const std::string& records);
+
+  /// The alert events and the evaluations of the last Evaluate (for the metrics).
+  const std::vector<AlertEvent>& LastEvents() const;
+  const std::vector<Evaluation>& LastEvaluations() const;
+  /// The latest evaluation of every (model, series) evaluated so far, restored ones included
+  /// (they are persisted with the state, "drift-eval/<model>/<series>").
+  std::vector<Evaluation> LatestEvaluations() const;
 
  private:
   class Impl;

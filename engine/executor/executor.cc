@@ -189,7 +189,11 @@ class QueryExecutor::Impl {
       }
     }));
     DRIFTD_TRY(restore_status);
-    if (options_.metrics && drift_) options_.metrics->RecordDriftModels(drift_->ModelStats());
+    if (options_.metrics && drift_) {
+      options_.metrics->RecordDriftModels(drift_->ModelStats());
+      options_.metrics->RecordRestoredEvaluations(drift_->LatestEvaluations());
+    }
+    run_id_ = NewCheckpointId();
 
     SourceOffsets committed;
     if (*last) {
@@ -272,6 +276,12 @@ class QueryExecutor::Impl {
     }
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();
+  }
+
+  void RequestBaselineReset(std::string model) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    baseline_resets_.push_back(std::move(model));
+    wake_.notify_all();
   }
 
   void Stop() {
@@ -392,6 +402,8 @@ class QueryExecutor::Impl {
     ProgressRecord progress;
     progress.batch_id = next_batch_id_;
     progress.timestamp_ms = NowMs();
+    progress.id = checkpoint_id_;
+    progress.run_id = run_id_;
 
     auto planned = source_->PlanBatch(position_);
     if (!planned) return tl::unexpected(planned.error());
@@ -399,7 +411,18 @@ class QueryExecutor::Impl {
     progress.latest_offset_ms = MillisSince(batch_start);
     bool has_data = end != position_;
     bool closable = aggregator_ && aggregator_->HasClosableWindows(watermark_us_);
-    if (!has_data && !closable) return false;
+    std::vector<std::string> resets;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      resets.swap(baseline_resets_);
+    }
+    if (!has_data && !closable && resets.empty()) return false;
+    for (const std::string& model : resets) {
+      if (drift_ && drift_->ResetBaselines(model)) {
+        log_->info("pipeline {}: model {} warms up a new baseline from batch {}", spec_.name,
+                   model, next_batch_id_);
+      }
+    }
 
     BatchOutput output;
     output.batch_id = next_batch_id_;
@@ -418,6 +441,7 @@ class QueryExecutor::Impl {
         chunk_.Clear();
         auto next = (*reader)->Next(chunk_, options_.chunk_bytes);
         if (!next) return tl::unexpected(next.error());
+        if (options_.metrics) options_.metrics->LoopProgress();
         more = *next;
         chunk_.Seal();
         input_rows += static_cast<int64_t>(chunk_.size());
@@ -466,7 +490,7 @@ class QueryExecutor::Impl {
       aggregator_->EndBatch(watermark_us_, !want_complete_, puts, deletes);
     }
     if (drift_) {
-      drift_->Evaluate(next_batch_id_, NowMs(), output.alerts);
+      drift_->Evaluate(next_batch_id_, NowMs(), output.alerts, &output.evaluations);
       drift_->CollectDirty(puts);
     }
 
@@ -545,7 +569,10 @@ class QueryExecutor::Impl {
       if (report) last_report_ = now;
     }
     if (options_.metrics) {
-      options_.metrics->RecordBatch(progress, output.alerts);
+      options_.metrics->RecordBatch(progress);
+      if (drift_) {
+        options_.metrics->RecordDrift(drift_->LastEvents(), drift_->LastEvaluations(), NowMs());
+      }
       // Levels change only with an alert event; value counts are refreshed with the report.
       if (drift_ && (report || !output.alerts.empty())) {
         options_.metrics->RecordDriftModels(drift_->ModelStats());
@@ -595,6 +622,8 @@ class QueryExecutor::Impl {
   std::unique_ptr<CheckpointStore> store_;
   /// CheckpointMetadata::checkpoint_id, handed to the sinks before they open.
   std::string checkpoint_id_;
+  /// A new random id per start (Spark's runId).
+  std::string run_id_;
   std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<DriftStage> drift_;
   std::vector<int> select_columns_;
@@ -616,6 +645,7 @@ class QueryExecutor::Impl {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::string last_progress_;
+  std::vector<std::string> baseline_resets_;  // guarded by mutex_
 };
 
 Result<std::unique_ptr<QueryExecutor>> QueryExecutor::Create(const PipelineSpec& spec,
@@ -632,6 +662,9 @@ QueryExecutor::~QueryExecutor() = default;
 Status QueryExecutor::Start() { return impl_->Start(); }
 Status QueryExecutor::Run() { return impl_->Run(); }
 void QueryExecutor::Stop() { impl_->Stop(); }
+void QueryExecutor::RequestBaselineReset(std::string model) {
+  impl_->RequestBaselineReset(std::move(model));
+}
 std::string QueryExecutor::LastProgress() const { return impl_->LastProgress(); }
 bool QueryExecutor::IsReady() const { return impl_->IsReady(); }
 

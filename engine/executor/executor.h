@@ -81,6 +81,10 @@ class QueryExecutor {
   /// it committed). Thread-safe.
   void Stop();
 
+  /// Starts `model`'s drift baselines over (DriftStage::ResetBaselines) in the next batch,
+  /// which runs even without new input and commits the change. Thread-safe.
+  void RequestBaselineReset(std::string model);
+
   const QueryCounters& counters() const { return counters_; }
   /// The last progress record (JSON), or empty. Thread-safe.
   std::string LastProgress() const;

@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include <simdjson.h>
-
-#include "engine/json_decoder.h"
-
 namespace driftd {
 namespace {
 
@@ -16,10 +12,21 @@ int64_t SteadyNowNs() {
       .count();
 }
 
-int LevelValue(std::string_view level) {
-  if (level == "ALERT") return 2;
-  if (level == "WARN") return 1;
-  return 0;
+// "inference-logs-3" -> ("inference-logs", "3"); names without a numeric suffix stay whole.
+LagGauge GaugeOf(const PartitionLag& lag, bool kafka) {
+  LagGauge gauge;
+  gauge.partition = lag.partition;
+  gauge.lag = lag.lag();
+  gauge.bytes = lag.bytes;
+  if (kafka) {
+    const size_t dash = lag.partition.rfind('-');
+    if (dash != std::string::npos && dash > 0 && dash + 1 < lag.partition.size() &&
+        lag.partition.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+      gauge.topic = lag.partition.substr(0, dash);
+      gauge.partition = lag.partition.substr(dash + 1);
+    }
+  }
+  return gauge;
 }
 
 }  // namespace
@@ -34,40 +41,30 @@ void QueryMetrics::LoopBusy() {
 
 void QueryMetrics::LoopIdle() { busy_since_ns_.store(0); }
 
+void QueryMetrics::LoopProgress() {
+  if (busy_since_ns_.load() != 0) busy_since_ns_.store(std::max<int64_t>(SteadyNowNs(), 1));
+}
+
 int64_t QueryMetrics::BusyForMs() const {
   int64_t since = busy_since_ns_.load();
   if (since == 0) return 0;
   return std::max<int64_t>(0, (SteadyNowNs() - since) / 1'000'000);
 }
 
-void QueryMetrics::RecordBatch(const ProgressRecord& progress, const OutputRows& alerts) {
-  // Alert rows are few per batch (state transitions only), so parsing them here is cheap.
-  struct Parsed {
-    std::string level, model, series, detector;
-    double statistic = 0, threshold = 0;
-  };
-  std::vector<Parsed> parsed;
-  parsed.reserve(alerts.rows.size());
-  simdjson::dom::parser parser;
-  for (const std::string& row : alerts.rows) {
-    simdjson::dom::element element;
-    if (parser.parse(row).get(element) != simdjson::SUCCESS) continue;
-    Parsed p;
-    std::string_view text;
-    if (element["level"].get(text) == simdjson::SUCCESS) p.level = text;
-    if (element["model"].get(text) == simdjson::SUCCESS) p.model = text;
-    if (element["series"].get(text) == simdjson::SUCCESS) p.series = text;
-    if (element["detector"].get(text) == simdjson::SUCCESS) p.detector = text;
-    double number = 0;
-    if (element["statistic"].get(number) == simdjson::SUCCESS) p.statistic = number;
-    if (element["threshold"].get(number) == simdjson::SUCCESS) p.threshold = number;
-    parsed.push_back(std::move(p));
-  }
-
+void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   double seconds = static_cast<double>(progress.trigger_execution_ms) / 1000.0;
   size_t bucket = 0;
   while (bucket < kBatchDurationBuckets.size() && seconds > kBatchDurationBuckets[bucket]) {
     ++bucket;
+  }
+  std::vector<LagGauge> lag;
+  lag.reserve(progress.lag.size());
+  int64_t backlog_records = -1;
+  int64_t backlog_bytes = -1;
+  for (const PartitionLag& partition : progress.lag) {
+    lag.push_back(GaugeOf(partition, options_.kafka_partitions));
+    int64_t& total = partition.bytes ? backlog_bytes : backlog_records;
+    total = std::max<int64_t>(total, 0) + partition.lag();
   }
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -80,7 +77,12 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress, const OutputRows&
           progress.malformed.by_reason[i];
     }
   }
-  for (const PartitionLag& lag : progress.lag) data_.lag[lag.partition] = lag.lag();
+  data_.lag = std::move(lag);
+  data_.backlog_records = backlog_records;
+  data_.backlog_bytes = backlog_bytes;
+  data_.rows_done += progress.num_input_rows;
+  data_.input_rows_per_second = progress.input_rows_per_second;
+  data_.processed_rows_per_second = progress.processed_rows_per_second;
   data_.state_keys = progress.state.keys;
   data_.state_bytes = progress.state.bytes;
   data_.state_groups = progress.num_groups;
@@ -88,12 +90,65 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress, const OutputRows&
   data_.last_batch_timestamp_ms = progress.timestamp_ms;
   data_.last_batch_id = progress.batch_id;
   data_.last_batch_input_rows = progress.num_input_rows;
-  for (Parsed& p : parsed) {
-    ++data_.alerts_by_level[p.level];
-    auto& gauge = data_.drift[{std::move(p.model), std::move(p.series), std::move(p.detector)}];
-    gauge.statistic = p.statistic;
-    gauge.threshold = p.threshold;
-    gauge.level = LevelValue(p.level);
+  BatchPoint point;
+  point.batch_id = progress.batch_id;
+  point.timestamp_ms = progress.timestamp_ms;
+  point.input_rows = progress.num_input_rows;
+  point.input_rows_per_second = progress.input_rows_per_second;
+  point.processed_rows_per_second = progress.processed_rows_per_second;
+  point.duration_ms = progress.trigger_execution_ms;
+  point.backlog = backlog_records >= 0 ? backlog_records : backlog_bytes;
+  batches_.push_back(point);
+  while (batches_.size() > std::max<size_t>(options_.progress_history, 2)) batches_.pop_front();
+}
+
+void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
+                               const std::vector<Evaluation>& evaluations, int64_t now_ms) {
+  if (events.empty() && evaluations.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const AlertEvent& event : events) {
+    ++data_.alerts_by_model[{event.model, event.level}];
+    AlertSummary& summary = alerts_.emplace_back();
+    summary.alert_id = event.alert_id;
+    summary.level = event.level;
+    summary.previous_level = event.previous_level;
+    summary.model = event.model;
+    summary.series = event.series;
+    summary.detector = event.detector;
+    summary.statistic = event.statistic;
+    summary.threshold = event.threshold;
+    summary.window_end_us = event.window_end_us;
+    summary.batch_id = event.batch_id;
+    summary.recorded_at_ms = now_ms;
+    while (alerts_.size() > options_.alert_history) alerts_.pop_front();
+  }
+  for (const Evaluation& evaluation : evaluations) {
+    ++data_.evaluations_by_model[evaluation.model];
+    auto key = std::make_pair(evaluation.model, evaluation.series);
+    EvaluationPoint point;
+    point.batch_id = evaluation.batch_id;
+    point.window_end_record = evaluation.window_end_record;
+    point.window_end_us = evaluation.window_end_us;
+    point.level = evaluation.level;
+    point.evaluated = evaluation.evaluated;
+    point.detectors = evaluation.detectors;
+    auto& ring = history_[key];
+    ring.push_back(std::move(point));
+    while (ring.size() > options_.evaluation_history) ring.pop_front();
+    // A window below minSamples has no readings: the gauges keep the last real ones.
+    if (!evaluation.evaluated && data_.evaluations.count(key)) {
+      data_.evaluations[key].level = evaluation.level;
+      continue;
+    }
+    data_.evaluations[std::move(key)] = evaluation;
+  }
+}
+
+void QueryMetrics::RecordRestoredEvaluations(std::vector<Evaluation> latest) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Evaluation& evaluation : latest) {
+    auto key = std::make_pair(evaluation.model, evaluation.series);
+    data_.evaluations[std::move(key)] = std::move(evaluation);
   }
 }
 
@@ -116,6 +171,24 @@ QueryMetricsSnapshot QueryMetrics::Snapshot() const {
 std::vector<std::string> QueryMetrics::RecentProgress() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return {progress_.begin(), progress_.end()};
+}
+
+std::vector<AlertSummary> QueryMetrics::RecentAlerts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {alerts_.begin(), alerts_.end()};
+}
+
+std::vector<BatchPoint> QueryMetrics::RecentBatches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {batches_.begin(), batches_.end()};
+}
+
+std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& model,
+                                                         const std::string& series) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = history_.find({model, series});
+  if (it == history_.end()) return {};
+  return {it->second.begin(), it->second.end()};
 }
 
 }  // namespace driftd

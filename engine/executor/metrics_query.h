@@ -1,7 +1,7 @@
-// Per-query metrics beyond QueryCounters, for the daemon's /metrics, /progress and watchdog:
-// a batch-duration histogram, malformed rows by reason, lag per partition, state size, alerts by
-// level, the last drift statistic per (model, series, detector), and a heartbeat of the
-// executor's loop.
+// Per-query metrics beyond QueryCounters, for the daemon's /metrics, /progress, status page
+// and watchdog: a batch-duration histogram, malformed rows by reason, lag per partition, state
+// size, alerts by model and level, the latest evaluation of every (model, series) with a short
+// history, the recent alerts, and a heartbeat of the executor's loop.
 //
 // Thread-safety: the executor's thread calls the Record*/Loop* hooks; any thread may call
 // Snapshot(), RecentProgress() and BusyForMs() at the same time.
@@ -30,6 +30,58 @@ inline constexpr std::array<double, 13> kBatchDurationBuckets = {
 struct QueryMetricsOptions {
   /// Progress records kept for RecentProgress(). Default: 32.
   size_t progress_history = 32;
+  /// Evaluations kept per (model, series) for SeriesHistory() (the status page's chart).
+  /// Default: 60.
+  size_t evaluation_history = 60;
+  /// Alert events kept for RecentAlerts(). Default: 100.
+  size_t alert_history = 100;
+  /// Partition names are Kafka's "<topic>-<partition>" and are split into the two labels.
+  /// Default: false.
+  bool kafka_partitions = false;
+};
+
+/// Lag of one source partition after the last batch.
+struct LagGauge {
+  std::string topic;      // Kafka topic; empty for other sources
+  std::string partition;  // Kafka partition number, or the source's partition name
+  int64_t lag = 0;
+  bool bytes = false;     // the file source counts bytes, not records
+};
+
+/// One alert event, as the status page lists it.
+struct AlertSummary {
+  std::string alert_id;
+  AlertLevel level = AlertLevel::kOk;
+  AlertLevel previous_level = AlertLevel::kOk;
+  std::string model;
+  std::string series;
+  std::string detector;
+  double statistic = 0;
+  double threshold = 0;
+  int64_t window_end_us = INT64_MIN;
+  int64_t batch_id = -1;
+  int64_t recorded_at_ms = 0;  // wall clock when the batch carrying it committed
+};
+
+/// One point of a series' statistics over time.
+struct EvaluationPoint {
+  int64_t batch_id = -1;
+  int64_t window_end_record = 0;
+  int64_t window_end_us = INT64_MIN;
+  AlertLevel level = AlertLevel::kOk;
+  bool evaluated = false;
+  std::vector<DetectorReading> detectors;
+};
+
+/// One batch, as the status page charts it.
+struct BatchPoint {
+  int64_t batch_id = 0;
+  int64_t timestamp_ms = 0;
+  int64_t input_rows = 0;
+  double input_rows_per_second = 0;
+  double processed_rows_per_second = 0;
+  int64_t duration_ms = 0;
+  int64_t backlog = -1;  // records (or bytes, file source) left after the batch; -1 unknown
 };
 
 /// A consistent copy of a query's metrics.
@@ -40,27 +92,33 @@ struct QueryMetricsSnapshot {
   int64_t duration_count = 0;
   /// Malformed rows since start, by reason name ("not_json", ...), reasons seen only.
   std::map<std::string, int64_t> malformed_by_reason;
-  /// Lag per partition after the last batch.
-  std::map<std::string, int64_t> lag;
+  /// Lag per partition after the last batch (partitions the source no longer reports are gone).
+  std::vector<LagGauge> lag;
   int64_t state_keys = 0;
   int64_t state_bytes = 0;
   int64_t state_groups = 0;
   int64_t lost_records = 0;
-  /// Alert events emitted since start, by level ("WARN", "ALERT", "RESOLVED", ...).
-  std::map<std::string, int64_t> alerts_by_level;
-  struct DriftGauge {
-    double statistic = 0;
-    double threshold = 0;
-    int level = 0;  // 0 OK / RESOLVED, 1 WARN, 2 ALERT
-  };
-  /// The last alert event of each (model, series, detector).
-  std::map<std::tuple<std::string, std::string, std::string>, DriftGauge> drift;
+  /// Alert events emitted since start, by (model, level).
+  std::map<std::pair<std::string, AlertLevel>, int64_t> alerts_by_model;
+  /// The latest evaluation of each (model, series), from the first evaluation on and restored
+  /// from the checkpoint after a restart.
+  std::map<std::pair<std::string, std::string>, Evaluation> evaluations;
+  /// Windows closed per model since start (evaluated or not).
+  std::map<std::string, int64_t> evaluations_by_model;
   /// The drift state of each model as the monitor holds it (restored state included, so a
   /// restarted daemon shows a model still in ALERT before any new alert event).
   std::vector<DriftMonitor::ModelStats> drift_models;
   int64_t last_batch_timestamp_ms = 0;
   int64_t last_batch_id = -1;
   int64_t last_batch_input_rows = 0;
+  /// Input rows over the batches since start, and the backlog (records the source reported
+  /// available but not read) after the last batch; -1 when the source reports none.
+  int64_t rows_done = 0;
+  int64_t backlog_records = -1;
+  int64_t backlog_bytes = -1;
+  /// Input rows per second over the last batches (progress records' inputRowsPerSecond).
+  double input_rows_per_second = 0;
+  double processed_rows_per_second = 0;
 };
 
 class QueryMetrics {
@@ -71,8 +129,16 @@ class QueryMetrics {
   /// A loop iteration (planning and running a batch) begins / ends.
   void LoopBusy();
   void LoopIdle();
-  /// After every committed batch, with its progress record and alert rows.
-  void RecordBatch(const ProgressRecord& progress, const OutputRows& alerts);
+  /// The batch is making progress (a chunk of input was read, even an empty one while the
+  /// source waits out an outage): BusyForMs() counts from here.
+  void LoopProgress();
+  /// After every committed batch, with its progress record.
+  void RecordBatch(const ProgressRecord& progress);
+  /// After every batch: its alert events and the windows it closed.
+  void RecordDrift(const std::vector<AlertEvent>& events,
+                   const std::vector<Evaluation>& evaluations, int64_t now_ms);
+  /// After restoring the checkpoint: the latest evaluation of every series.
+  void RecordRestoredEvaluations(std::vector<Evaluation> latest);
   /// After restoring the checkpoint and after every batch: each model's drift state.
   void RecordDriftModels(std::vector<DriftMonitor::ModelStats> models);
   /// Keeps a progress record (JSON) for RecentProgress().
@@ -82,8 +148,16 @@ class QueryMetrics {
   QueryMetricsSnapshot Snapshot() const;
   /// The last progress records, oldest first.
   std::vector<std::string> RecentProgress() const;
-  /// How long the current loop iteration has been running; 0 while the loop waits or before
-  /// it started. A loop stuck in one batch shows a growing value (for the watchdog).
+  /// The last alert events, oldest first.
+  std::vector<AlertSummary> RecentAlerts() const;
+  /// The last batches (as many as progress_history), oldest first.
+  std::vector<BatchPoint> RecentBatches() const;
+  /// The last evaluations of (model, series), oldest first.
+  std::vector<EvaluationPoint> SeriesHistory(const std::string& model,
+                                             const std::string& series) const;
+  /// How long the current loop iteration has been running without progress; 0 while the
+  /// loop waits or before it started. A loop stuck in one batch shows a growing value (for
+  /// the watchdog and /healthz).
   int64_t BusyForMs() const;
   /// Loop iterations begun so far.
   int64_t loop_iterations() const { return loop_iterations_.load(); }
@@ -95,6 +169,9 @@ class QueryMetrics {
   mutable std::mutex mutex_;
   QueryMetricsSnapshot data_;
   std::deque<std::string> progress_;
+  std::deque<AlertSummary> alerts_;
+  std::deque<BatchPoint> batches_;
+  std::map<std::pair<std::string, std::string>, std::deque<EvaluationPoint>> history_;
 };
 
 }  // namespace driftd

@@ -6,7 +6,9 @@ namespace driftd {
 
 namespace {
 
-constexpr uint8_t kFormat = 1;
+// Format 2 adds the evaluations stream after the dead letters; format 1 is still read.
+constexpr uint8_t kFormat = 2;
+constexpr uint8_t kFormatWithoutEvaluations = 1;
 
 void PutU32(std::string& out, uint32_t v) {
   char bytes[4];
@@ -79,7 +81,8 @@ std::string EncodeBatchOutput(const BatchOutput& output) {
   PutString(out, std::to_string(output.batch_id));
   PutString(out, OffsetsToJson(output.source_end));
   for (const OutputRows* rows : {&output.stats_append, &output.stats_update,
-                                 &output.stats_complete, &output.alerts, &output.dead_letters}) {
+                                 &output.stats_complete, &output.alerts, &output.dead_letters,
+                                 &output.evaluations}) {
     PutRows(out, *rows);
   }
   return out;
@@ -91,12 +94,14 @@ Result<BatchOutput> DecodeBatchOutput(std::string_view bytes) {
   uint8_t format = 0;
   std::string batch_id;
   std::string offsets;
-  bool ok = reader.Byte(format) && format == kFormat && reader.String(batch_id) &&
-            reader.String(offsets);
+  bool ok = reader.Byte(format) &&
+            (format == kFormat || format == kFormatWithoutEvaluations) &&
+            reader.String(batch_id) && reader.String(offsets);
   for (OutputRows* rows : {&output.stats_append, &output.stats_update, &output.stats_complete,
                            &output.alerts, &output.dead_letters}) {
     ok = ok && reader.Rows(*rows);
   }
+  if (ok && format == kFormat) ok = reader.Rows(output.evaluations);
   if (!ok || !reader.done()) {
     return MakeError(ErrorCode::kCorruption, "outbox entry of {} bytes is unreadable",
                      bytes.size());

@@ -1,15 +1,85 @@
 #include "engine/executor/progress.h"
 
+#include <algorithm>
+#include <charconv>
+#include <map>
+
 #include "engine/json_writer.h"
 
 namespace driftd {
 
+namespace {
+
+// Splits Kafka's "<topic>-<partition>" position names.
+bool SplitTopicPartition(const std::string& name, std::string& topic, int64_t& partition) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 >= name.size()) return false;
+  const char* begin = name.data() + dash + 1;
+  const char* end = name.data() + name.size();
+  auto [ptr, ec] = std::from_chars(begin, end, partition);
+  if (ec != std::errc() || ptr != end || partition < 0) return false;
+  topic = name.substr(0, dash);
+  return true;
+}
+
+// Positions as Spark renders them: for Kafka nested by topic then partition
+// ({"logs":{"0":17,"1":12}}, the form startingOffsets takes), else flat by name.
+std::string PositionsJson(const std::vector<std::pair<std::string, int64_t>>& positions,
+                          bool kafka) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> topics;
+  std::vector<std::pair<std::string, int64_t>> flat;
+  for (const auto& [name, value] : positions) {
+    std::string topic;
+    int64_t partition = 0;
+    if (kafka && SplitTopicPartition(name, topic, partition)) {
+      topics[topic].emplace_back(partition, value);
+    } else {
+      flat.emplace_back(name, value);
+    }
+  }
+  std::string out = "{";
+  bool first = true;
+  for (auto& [topic, partitions] : topics) {
+    std::sort(partitions.begin(), partitions.end());
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(out, topic);
+    out += ":{";
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendJsonString(out, std::to_string(partitions[i].first));
+      out.push_back(':');
+      out += std::to_string(partitions[i].second);
+    }
+    out.push_back('}');
+  }
+  for (const auto& [name, value] : flat) {
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(out, name);
+    out.push_back(':');
+    out += std::to_string(value);
+  }
+  out.push_back('}');
+  return out;
+}
+
+std::string OffsetsJson(const SourceOffsets& offsets, bool kafka) {
+  return PositionsJson({offsets.begin(), offsets.end()}, kafka);
+}
+
+}  // namespace
+
 std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   std::string out;
+  const bool kafka = spec.source.format == "kafka";
   JsonObject root(out);
+  if (!p.id.empty()) root.String("id", p.id);
+  if (!p.run_id.empty()) root.String("runId", p.run_id);
   root.String("name", spec.name);
   root.Timestamp("timestamp", p.timestamp_ms * 1000);
   root.Int("batchId", p.batch_id);
+  root.Int("batchDuration", p.trigger_execution_ms);
   root.Int("numInputRows", p.num_input_rows);
   root.Number("inputRowsPerSecond", p.input_rows_per_second);
   root.Number("processedRowsPerSecond", p.processed_rows_per_second);
@@ -50,23 +120,23 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   std::string source;
   JsonObject src(source);
   src.String("description", p.source_description);
-  src.Raw("startOffset", OffsetsToJson(p.start_offsets));
-  src.Raw("endOffset", OffsetsToJson(p.end_offsets));
+  src.Raw("startOffset", OffsetsJson(p.start_offsets, kafka));
+  src.Raw("endOffset", OffsetsJson(p.end_offsets, kafka));
+  std::vector<std::pair<std::string, int64_t>> latest;
+  std::vector<std::pair<std::string, int64_t>> lag_records;
+  std::vector<std::pair<std::string, int64_t>> lag_bytes;
+  for (const PartitionLag& lag : p.lag) {
+    latest.emplace_back(lag.partition, lag.latest);
+    (lag.bytes ? lag_bytes : lag_records).emplace_back(lag.partition, lag.lag());
+  }
+  if (kafka && !latest.empty()) src.Raw("latestOffset", PositionsJson(latest, kafka));
   src.Int("numInputRows", p.num_input_rows);
   src.Number("inputRowsPerSecond", p.input_rows_per_second);
   src.Number("processedRowsPerSecond", p.processed_rows_per_second);
   if (p.lost_records > 0) src.Int("numLostRecords", p.lost_records);
-  if (!p.lag.empty()) {
-    std::string lag = "{";
-    for (size_t i = 0; i < p.lag.size(); ++i) {
-      if (i > 0) lag.push_back(',');
-      AppendJsonString(lag, p.lag[i].partition);
-      lag.push_back(':');
-      AppendJsonNumber(lag, p.lag[i].lag());
-    }
-    lag.push_back('}');
-    src.Raw("lag", lag);
-  }
+  // Records available but not read yet; the file source counts bytes ("lagBytes").
+  if (!lag_records.empty()) src.Raw("lag", PositionsJson(lag_records, kafka));
+  if (!lag_bytes.empty()) src.Raw("lagBytes", PositionsJson(lag_bytes, false));
   src.Close();
   root.Raw("sources", "[" + source + "]");
 

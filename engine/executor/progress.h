@@ -13,6 +13,10 @@
 namespace driftd {
 
 struct ProgressRecord {
+  /// The query's id (its checkpoint's, stable across restarts) and this run's id (new at
+  /// every start), as Spark's id and runId.
+  std::string id;
+  std::string run_id;
   int64_t batch_id = 0;
   int64_t timestamp_ms = 0;
   int64_t num_input_rows = 0;
@@ -43,6 +47,10 @@ struct ProgressRecord {
   int64_t malformed_in_batch = 0;
 };
 
+/// The record as JSON, shaped like Spark's StreamingQueryProgress: id, runId, name,
+/// timestamp, batchId, batchDuration, numInputRows, rates, durationMs, stateOperators,
+/// sources (offsets nested by topic and partition for Kafka, as startingOffsets takes them),
+/// malformed and sink.
 std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& progress);
 
 }  // namespace driftd

@@ -165,11 +165,12 @@ TEST_CASE("a webhook sink waits out 429 Too Many Requests", "[connectors][webhoo
   CHECK(receiver.keys() == std::vector<std::string>{"x"});
 }
 
-TEST_CASE("a 4xx answer other than 429 fails the batch at once with the status named",
+TEST_CASE("with onFailure retry, a 4xx answer other than 429 fails the batch at once with the status named",
           "[connectors][webhook]") {
   testing::TempDir dir;
   Receiver receiver(/*fail_first=*/100, /*fail_status=*/403);
-  auto sink = OpenSink(WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", receiver.url()}}));
+  auto sink = OpenSink(WebhookPipeline(dir.path(), StreamKind::kAlerts,
+                                       {{"url", receiver.url()}, {"onFailure", "retry"}}));
   auto delivered = sink->Deliver(AlertBatch(4, {"a1"}));
   REQUIRE_FALSE(delivered);
   CHECK(delivered.error().code() == ErrorCode::kConfig);  // not retried by the executor
@@ -179,7 +180,7 @@ TEST_CASE("a 4xx answer other than 429 fails the batch at once with the status n
   CHECK_FALSE(*sink->IsDelivered(4));
 }
 
-TEST_CASE("an unreachable receiver fails the batch as retriable after maxAttempts",
+TEST_CASE("with onFailure retry, an unreachable receiver fails the batch as retriable after maxAttempts",
           "[connectors][webhook]") {
   testing::TempDir dir;
   std::string url;
@@ -188,7 +189,8 @@ TEST_CASE("an unreachable receiver fails the batch as retriable after maxAttempt
     url = gone.url();
   }
   auto sink = OpenSink(
-      WebhookPipeline(dir.path(), StreamKind::kAlerts, {{"url", url}, {"maxAttempts", "3"}}));
+      WebhookPipeline(dir.path(), StreamKind::kAlerts,
+                      {{"url", url}, {"maxAttempts", "3"}, {"onFailure", "retry"}}));
   auto delivered = sink->Deliver(AlertBatch(0, {"a1"}));
   REQUIRE_FALSE(delivered);
   CHECK(delivered.error().code() == ErrorCode::kExternal);

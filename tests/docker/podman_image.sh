@@ -3,6 +3,7 @@
 # its size. The debian:bookworm-slim base comes from debootstrap, cached as a tarball under
 # ~/.cache/driftd-podman so that only the first run pays for it.
 #   podman_image.sh check    exit 0 if podman can run here
+#   podman_image.sh base     make sure the debian:bookworm-slim base image exists
 #   podman_image.sh build    build localhost/driftd:test, print "image-size-bytes N" and the
 #                            size of the base it was built on, "base-size-bytes N"
 set -euo pipefail
@@ -18,11 +19,7 @@ export CONTAINERS_CONF="$cache/containers.conf"
 podman=(podman --runtime runc --cgroup-manager=cgroupfs)
 # --format docker keeps the HEALTHCHECK (the OCI format has no field for it).
 
-case "${1:-build}" in
-  check)
-    command -v podman >/dev/null && command -v runc >/dev/null && "${podman[@]}" info >/dev/null
-    ;;
-  build)
+ensure_base() {
     if ! "${podman[@]}" image exists "$base"; then
       if [ ! -s "$cache/bookworm-minbase.tar" ]; then
         command -v debootstrap >/dev/null || { echo "debootstrap is missing" >&2; exit 1; }
@@ -34,13 +31,24 @@ case "${1:-build}" in
       fi
       "${podman[@]}" import "$cache/bookworm-minbase.tar" "$base" >&2
     fi
+}
+
+case "${1:-build}" in
+  check)
+    command -v podman >/dev/null && command -v runc >/dev/null && "${podman[@]}" info >/dev/null
+    ;;
+  base)
+    ensure_base
+    ;;
+  build)
+    ensure_base
     "${podman[@]}" build --pull=never --format docker --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
       -t "$image" -f "$repo/deploy/docker/Dockerfile" "$repo" >&2
     echo "image-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' "$image")"
     echo "base-size-bytes $("${podman[@]}" image inspect --format '{{.Size}}' "$base")"
     ;;
   *)
-    echo "usage: $0 check|build" >&2
+    echo "usage: $0 check|base|build" >&2
     exit 2
     ;;
 esac

@@ -200,7 +200,7 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
   for (const auto& [family, type] : second.types) CHECK(second.help.count(family) == 1);
   for (const Sample& sample : second.samples) {
     bool process_level = sample.name == "driftd_build_info" ||
-                         sample.name.rfind("driftd_process_", 0) == 0 ||
+                         sample.name.rfind("process_", 0) == 0 ||
                          sample.name == "driftd_reloads_total" || sample.name == "driftd_pipelines";
     if (!process_level) CHECK(sample.labels.count("pipeline") == 1);
   }
@@ -209,7 +209,8 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
         "driftd_malformed_rows_total", "driftd_rows_dropped_by_watermark_total",
         "driftd_source_lag_records", "driftd_batch_duration_seconds", "driftd_state_keys",
         "driftd_state_bytes", "driftd_alerts_total", "driftd_drift_statistic",
-        "driftd_process_resident_memory_bytes"}) {
+        "process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
+        "process_max_fds", "process_start_time_seconds"}) {
     INFO(family);
     CHECK(second.types.count(family) == 1);
   }
@@ -224,8 +225,11 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
         second.Value("driftd_batch_duration_seconds_count", rate));
   CHECK(second.Value("driftd_state_keys", rate) > 0);
   CHECK(second.Value("driftd_state_bytes", rate) > 0);
-  CHECK(second.Value("driftd_source_lag_records", {{"pipeline", "rate"}, {"partition", "rate-0"}}));
-  CHECK(second.Value("driftd_process_resident_memory_bytes", {}) > 1e6);
+  CHECK(second.Value("driftd_source_lag_records",
+                     {{"pipeline", "rate"}, {"topic", ""}, {"partition", "rate-0"}}));
+  CHECK(second.Value("process_resident_memory_bytes", {}) > 1e6);
+  CHECK(second.Value("process_open_fds", {}) > 2);
+  CHECK(second.Value("process_max_fds", {}) >= second.Value("process_open_fds", {}));
   // The malformed lines are counted by reason; the two good ones are the input rows that count.
   CHECK(second.Value("driftd_malformed_rows_total",
                      {{"pipeline", "files"}, {"reason", "not_json"}}) == 1);
@@ -290,7 +294,8 @@ TEST_CASE("/metrics shows each model's drift series by level, the drifted model 
     return Metric(*port2, "driftd_drift_model_series",
                   {{"pipeline", "drifting"}, {"model", "model-1"}, {"level", "alert"}}) >= 1;
   }));
-  CHECK(Metric(*port2, "driftd_alerts_total", {{"pipeline", "drifting"}, {"level", "ALERT"}}) == 0);
+  CHECK(Metric(*port2, "driftd_alerts_total",
+               {{"pipeline", "drifting"}, {"model", "model-1"}, {"level", "alert"}}) == 0);
   restarted.Signal(SIGTERM);
   CHECK(ExitCode(restarted.Wait(30s)) == 0);
 }

@@ -1,0 +1,431 @@
+#include "cmd/driftd/status.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <simdjson.h>
+
+#include "engine/drift/evaluation.h"
+#include "engine/json_writer.h"
+
+namespace driftd {
+
+namespace {
+
+void Time(JsonObject& object, std::string_view key, int64_t us) {
+  if (us == INT64_MIN) {
+    object.Null(key);
+  } else {
+    object.Timestamp(key, us);
+  }
+}
+
+std::string ReadingsJson(const std::vector<DetectorReading>& readings) {
+  std::string out = "[";
+  for (size_t i = 0; i < readings.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    const DetectorReading& r = readings[i];
+    JsonObject d(out);
+    d.String("detector", r.detector);
+    d.Number("statistic", r.statistic);
+    d.Number("warn", r.warn);
+    d.Number("alert", r.alert);
+    d.String("level", LevelLabel(r.level));
+    d.Close();
+  }
+  out.push_back(']');
+  return out;
+}
+
+// The detector furthest past its thresholds (what a grid cell shows).
+const DetectorReading* Worst(const Evaluation& e) {
+  const DetectorReading* worst = nullptr;
+  double worst_score = -1;
+  for (const DetectorReading& r : e.detectors) {
+    const double threshold = r.alert > 0 ? r.alert : 1;
+    const double score = static_cast<double>(r.level) * 1e6 + std::min(r.statistic / threshold, 1e5);
+    if (score > worst_score) {
+      worst_score = score;
+      worst = &r;
+    }
+  }
+  return worst;
+}
+
+std::string PipelineJson(const PipelineStatus& status) {
+  const PipelineMetricsView& view = status.view;
+  const QueryMetricsSnapshot& m = view.metrics;
+  std::string out;
+  JsonObject p(out);
+  p.String("name", view.name);
+  p.String("file", view.file);
+  p.String("state", view.state);
+  p.Bool("ready", view.ready);
+  p.String("source", status.source);
+  p.String("trigger", status.trigger);
+  p.Int("triggerIntervalMs", status.trigger_interval_ms);
+  p.Int("batches", view.batches);
+  p.Int("inputRows", view.input_rows);
+  p.Int("outputRows", view.output_rows);
+  p.Int("malformedRows", view.malformed_rows);
+  p.Int("alerts", view.alerts);
+  p.Int("lastBatchId", view.last_batch_id);
+  if (m.last_batch_timestamp_ms > 0) p.Timestamp("lastBatchTime", m.last_batch_timestamp_ms * 1000);
+  p.Int("busyMs", status.busy_ms);
+  p.Number("inputRowsPerSecond", m.input_rows_per_second);
+  p.Number("processedRowsPerSecond", m.processed_rows_per_second);
+  p.Int("backlogRecords", m.backlog_records);
+  p.Int("backlogBytes", m.backlog_bytes);
+  p.Int("stateKeys", m.state_keys);
+  p.Int("stateBytes", m.state_bytes);
+
+  std::string batches = "[";
+  for (size_t i = 0; i < status.batches.size(); ++i) {
+    if (i > 0) batches.push_back(',');
+    const BatchPoint& b = status.batches[i];
+    JsonObject o(batches);
+    o.Int("batchId", b.batch_id);
+    o.Int("timestampMs", b.timestamp_ms);
+    o.Int("inputRows", b.input_rows);
+    o.Number("inputRowsPerSecond", b.input_rows_per_second);
+    o.Number("processedRowsPerSecond", b.processed_rows_per_second);
+    o.Int("durationMs", b.duration_ms);
+    o.Int("backlog", b.backlog);
+    o.Close();
+  }
+  batches.push_back(']');
+  p.Raw("batchHistory", batches);
+
+  // The grid: series in first-seen order (monitor order), then one row per model.
+  std::vector<std::string> series;
+  std::set<std::string> seen;
+  std::map<std::string, std::vector<const Evaluation*>> by_model;
+  for (const auto& [key, e] : m.evaluations) by_model[e.model].push_back(&e);
+  for (const DriftMonitor::ModelStats& model : m.drift_models) by_model[model.model];
+  for (const auto& [key, e] : m.evaluations) {
+    if (seen.insert(e.series).second) series.push_back(e.series);
+  }
+  // Numbered series by their index, not as text ("x[10]" after "x[9]").
+  std::stable_sort(series.begin(), series.end(), [](const std::string& a, const std::string& b) {
+    auto split = [](const std::string& s) {
+      const size_t open = s.find('[');
+      if (open == std::string::npos) return std::make_pair(s, -1L);
+      return std::make_pair(s.substr(0, open), std::strtol(s.c_str() + open + 1, nullptr, 10));
+    };
+    return split(a) < split(b);
+  });
+  std::string names = "[";
+  for (size_t i = 0; i < series.size(); ++i) {
+    if (i > 0) names.push_back(',');
+    AppendJsonString(names, series[i]);
+  }
+  names.push_back(']');
+  p.Raw("series", names);
+
+  std::string models = "[";
+  bool first_model = true;
+  for (const auto& [model, evaluations] : by_model) {
+    if (!first_model) models.push_back(',');
+    first_model = false;
+    JsonObject o(models);
+    o.String("name", model);
+    for (const DriftMonitor::ModelStats& stats : m.drift_models) {
+      if (stats.model != model) continue;
+      o.Int("seriesInAlert", stats.series_in_alert);
+      o.Int("seriesInWarn", stats.series_in_warn);
+      o.Int("values", stats.values);
+      o.Bool("rollupAlert", stats.rollup_alert);
+    }
+    std::string cells;
+    JsonObject c(cells);
+    for (const Evaluation* e : evaluations) {
+      std::string cell;
+      JsonObject x(cell);
+      x.String("level", LevelLabel(e->level));
+      x.Bool("evaluated", e->evaluated);
+      if (const DetectorReading* worst = Worst(*e)) {
+        x.String("detector", worst->detector);
+        x.Number("statistic", worst->statistic);
+        x.Number("alert", worst->alert);
+      }
+      x.Int("windowN", e->window_n);
+      if (e->window_n > 0) x.Number("windowMean", e->window_mean);
+      x.Int("batchId", e->batch_id);
+      Time(x, "windowEnd", e->window_end_us);
+      x.Raw("detectors", ReadingsJson(e->detectors));
+      x.Close();
+      c.Raw(e->series, cell);
+    }
+    c.Close();
+    o.Raw("cells", cells);
+    o.Close();
+  }
+  models.push_back(']');
+  p.Raw("models", models);
+
+  std::string alerts = "[";
+  for (size_t i = status.alerts.size(); i-- > 0;) {  // newest first
+    if (alerts.size() > 1) alerts.push_back(',');
+    const AlertSummary& a = status.alerts[i];
+    JsonObject o(alerts);
+    o.String("alertId", a.alert_id);
+    o.String("level", LevelLabel(a.level));
+    o.String("previousLevel", LevelLabel(a.previous_level));
+    o.String("model", a.model);
+    o.String("series", a.series);
+    o.String("detector", a.detector);
+    o.Number("statistic", a.statistic);
+    o.Number("threshold", a.threshold);
+    o.Int("batchId", a.batch_id);
+    Time(o, "windowEnd", a.window_end_us);
+    o.Timestamp("recordedAt", a.recorded_at_ms * 1000);
+    o.Close();
+  }
+  alerts.push_back(']');
+  p.Raw("recentAlerts", alerts);
+  p.Close();
+  return out;
+}
+
+// ---- the terminal view -----------------------------------------------------------------
+
+std::string Human(double value) {
+  const double a = std::abs(value);
+  if (a >= 1e9) return fmt::format("{:.1f}G", value / 1e9);
+  if (a >= 1e6) return fmt::format("{:.1f}M", value / 1e6);
+  if (a >= 1e4) return fmt::format("{:.1f}k", value / 1e3);
+  return fmt::format("{:.0f}", value);
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string Text(simdjson::dom::element e, const char* key) {
+  std::string_view v;
+  return e[key].get(v) == simdjson::SUCCESS ? std::string(v) : std::string();
+}
+int64_t Int(simdjson::dom::element e, const char* key, int64_t fallback = 0) {
+  int64_t v = fallback;
+  if (e[key].get(v) != simdjson::SUCCESS) return fallback;
+  return v;
+}
+double Num(simdjson::dom::element e, const char* key) {
+  double v = 0;
+  if (e[key].get(v) != simdjson::SUCCESS) return 0;
+  return v;
+}
+bool Flag(simdjson::dom::element e, const char* key) {
+  bool v = false;
+  return e[key].get(v) == simdjson::SUCCESS && v;
+}
+
+std::string Color(const std::string& level, bool tty) {
+  if (!tty) return "";
+  if (level == "alert") return "\033[1;31m";
+  if (level == "warn") return "\033[33m";
+  return "\033[32m";
+}
+
+std::string FormatStatus(const std::string& json, bool tty) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(json).get(root) != simdjson::SUCCESS) return "unreadable answer\n";
+  const std::string reset = tty ? "\033[0m" : "";
+  std::string out = fmt::format("driftd {}  ready: {}\n\n", Text(root, "version"),
+                                Flag(root, "ready") ? "yes" : "no");
+  out += fmt::format("{:<24} {:<10} {:>5} {:>9} {:>10} {:>10} {:>10} {:>8}\n", "PIPELINE",
+                     "STATE", "READY", "BATCHES", "ROWS", "IN ROWS/S", "BACKLOG", "ALERTS");
+  simdjson::dom::array pipelines;
+  if (root["pipelines"].get(pipelines) != simdjson::SUCCESS) return out;
+  for (simdjson::dom::element p : pipelines) {
+    const int64_t backlog_records = Int(p, "backlogRecords", -1);
+    const int64_t backlog_bytes = Int(p, "backlogBytes", -1);
+    std::string backlog = backlog_records >= 0   ? Human(static_cast<double>(backlog_records))
+                          : backlog_bytes >= 0 ? Human(static_cast<double>(backlog_bytes)) + "B"
+                                               : "-";
+    out += fmt::format("{:<24} {:<10} {:>5} {:>9} {:>10} {:>10} {:>10} {:>8}\n",
+                       Text(p, "name"), Text(p, "state"), Flag(p, "ready") ? "yes" : "no",
+                       Int(p, "batches"), Human(static_cast<double>(Int(p, "inputRows"))),
+                       Human(Num(p, "inputRowsPerSecond")), backlog, Int(p, "alerts"));
+  }
+  for (simdjson::dom::element p : pipelines) {
+    simdjson::dom::array models;
+    if (p["models"].get(models) != simdjson::SUCCESS || models.size() == 0) continue;
+    out += fmt::format("\n{}: drift by model\n", Text(p, "name"));
+    out += fmt::format("  {:<20} {:<6} {}\n", "MODEL", "LEVEL", "SERIES IN ALERT / WARN");
+    for (simdjson::dom::element model : models) {
+      simdjson::dom::object cells;
+      std::vector<std::string> alerting, warning;
+      if (model["cells"].get(cells) == simdjson::SUCCESS) {
+        for (auto [series, cell] : cells) {
+          const std::string level = Text(cell, "level");
+          if (level == "alert") alerting.emplace_back(series);
+          if (level == "warn") warning.emplace_back(series);
+        }
+      }
+      const std::string level = !alerting.empty() ? "alert" : !warning.empty() ? "warn" : "ok";
+      std::string detail;
+      if (!alerting.empty()) detail += fmt::format("alert: {}", fmt::join(alerting, ", "));
+      if (!warning.empty()) {
+        detail += fmt::format("{}warn: {}", detail.empty() ? "" : "; ", fmt::join(warning, ", "));
+      }
+      out += fmt::format("  {:<20} {}{:<6}{} {}\n", Text(model, "name"), Color(level, tty), level,
+                         reset, detail);
+    }
+    simdjson::dom::array alerts;
+    if (p["recentAlerts"].get(alerts) == simdjson::SUCCESS && alerts.size() > 0) {
+      out += fmt::format("  recent alerts (newest first):\n");
+      size_t shown = 0;
+      for (simdjson::dom::element a : alerts) {
+        if (++shown > 8) break;
+        const std::string level = Text(a, "level");
+        out += fmt::format("    {}{:<8}{} {} {} {} {:.4g} (threshold {:.4g}) batch {}\n",
+                           Color(level, tty), level, reset, Text(a, "model"), Text(a, "series"),
+                           Text(a, "detector"), Num(a, "statistic"), Num(a, "threshold"),
+                           Int(a, "batchId"));
+      }
+    }
+  }
+  return out;
+}
+
+httplib::Client MakeClient(const HttpAddress& address) {
+  std::string host = address.host.find(':') != std::string::npos ? "[" + address.host + "]"
+                                                                 : address.host;
+  httplib::Client client(fmt::format("http://{}:{}", host, address.port));
+  client.set_connection_timeout(3, 0);
+  client.set_read_timeout(5, 0);
+  return client;
+}
+
+}  // namespace
+
+std::string RenderStatusJson(std::string_view version, const std::vector<PipelineStatus>& status) {
+  std::string out;
+  JsonObject root(out);
+  root.String("version", version);
+  root.Timestamp("time", std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count());
+  bool ready = !status.empty();
+  for (const PipelineStatus& s : status) ready = ready && (s.view.ready || s.view.state == "finished");
+  root.Bool("ready", ready);
+  std::string pipelines = "[";
+  for (size_t i = 0; i < status.size(); ++i) {
+    if (i > 0) pipelines.push_back(',');
+    pipelines += PipelineJson(status[i]);
+  }
+  pipelines.push_back(']');
+  root.Raw("pipelines", pipelines);
+  root.Close();
+  return out;
+}
+
+std::string RenderSeriesJson(const std::string& pipeline, const std::string& model,
+                             const std::string& series,
+                             const std::vector<EvaluationPoint>& points) {
+  std::string out;
+  JsonObject root(out);
+  root.String("pipeline", pipeline);
+  root.String("model", model);
+  root.String("series", series);
+  std::string arr = "[";
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (i > 0) arr.push_back(',');
+    const EvaluationPoint& p = points[i];
+    JsonObject o(arr);
+    o.Int("batchId", p.batch_id);
+    o.Int("windowEndRecord", p.window_end_record);
+    Time(o, "windowEnd", p.window_end_us);
+    o.String("level", LevelLabel(p.level));
+    o.Bool("evaluated", p.evaluated);
+    o.Raw("detectors", ReadingsJson(p.detectors));
+    o.Close();
+  }
+  arr.push_back(']');
+  root.Raw("points", arr);
+  root.Close();
+  return out;
+}
+
+int RunStatusCommand(const HttpAddress& address, double watch_seconds, bool json) {
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  while (true) {
+    httplib::Client client = MakeClient(address);
+    auto result = client.Get("/api/status");
+    std::string text;
+    bool ok = result && result->status == 200;
+    if (!ok) {
+      text = fmt::format("driftd status: no answer from http://{}:{}/api/status ({})\n",
+                         address.host, address.port,
+                         result ? fmt::format("HTTP {}", result->status)
+                                : httplib::to_string(result.error()));
+    } else {
+      text = json ? result->body + "\n" : FormatStatus(result->body, tty);
+    }
+    if (watch_seconds <= 0) {
+      (ok ? std::cout : std::cerr) << text << std::flush;
+      return ok ? 0 : 1;
+    }
+    // Redraw in place: home, then clear to the end of the screen.
+    std::cout << (tty ? "\033[H\033[2J" : "") << text << std::flush;
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.2, watch_seconds) * 1000)));
+  }
+}
+
+int RunHealthCommand(const HttpAddress& address, bool ready) {
+  httplib::Client client = MakeClient(address);
+  const char* path = ready ? "/readyz" : "/healthz";
+  auto result = client.Get(path);
+  if (!result) {
+    std::cerr << fmt::format("driftd health: no answer from http://{}:{}{} ({})\n", address.host,
+                             address.port, path, httplib::to_string(result.error()));
+    return 1;
+  }
+  (result->status == 200 ? std::cout : std::cerr) << result->body;
+  return result->status == 200 ? 0 : 1;
+}
+
+std::string CatchUpLine(const std::vector<PipelineStatus>& status) {
+  std::vector<std::string> parts;
+  for (const PipelineStatus& s : status) {
+    const QueryMetricsSnapshot& m = s.view.metrics;
+    if (s.view.state != "running") continue;
+    const bool bytes = m.backlog_records < 0;
+    const int64_t backlog = bytes ? m.backlog_bytes : m.backlog_records;
+    // Behind: more left than the last batch took (a replay, or a backlog after downtime).
+    if (backlog <= 0 || backlog <= m.last_batch_input_rows) continue;
+    const double rate = m.processed_rows_per_second > 0 ? m.input_rows_per_second : 0;
+    std::string left;
+    if (bytes) {
+      left = fmt::format("{}B of input left", Human(static_cast<double>(backlog)));
+    } else {
+      const double done = static_cast<double>(m.rows_done);
+      const double total = done + static_cast<double>(backlog);
+      left = fmt::format("{} of {} rows ({:.0f}%)", Human(done), Human(total),
+                         total > 0 ? 100.0 * done / total : 0.0);
+    }
+    std::string eta = "?";
+    if (!bytes && rate > 0) eta = Duration(static_cast<double>(backlog) / rate);
+    parts.push_back(fmt::format("{}: {}, {} rows/s, {} left", s.view.name, left, Human(rate),
+                                eta));
+  }
+  return fmt::format("{}", fmt::join(parts, " | "));
+}
+
+}  // namespace driftd

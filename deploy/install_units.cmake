@@ -1,0 +1,20 @@
+# Run by `cmake --install` (and by cpack): installs the systemd units with ExecStart naming the
+# binary where this install puts it, and creates the pipeline directory the unit reads
+# (/etc/driftd/pipelines for a /usr install, <prefix>/etc/driftd/pipelines otherwise).
+# Set by the caller: DRIFTD_SOURCE_DIR, DRIFTD_UNIT_DIR (relative to the prefix).
+set(prefix "${CMAKE_INSTALL_PREFIX}")
+if(prefix STREQUAL "/usr")
+  set(etc "/etc")
+else()
+  set(etc "${prefix}/etc")
+endif()
+foreach(unit driftd.service driftd@.service)
+  file(READ "${DRIFTD_SOURCE_DIR}/deploy/systemd/${unit}" text)
+  string(REPLACE "/usr/bin/driftd" "${prefix}/bin/driftd" text "${text}")
+  string(REPLACE " /etc/driftd/" " ${etc}/driftd/" text "${text}")
+  set(target "$ENV{DESTDIR}${prefix}/${DRIFTD_UNIT_DIR}/${unit}")
+  message(STATUS "Installing: ${target}")
+  file(WRITE "${target}" "${text}")
+endforeach()
+message(STATUS "Installing: $ENV{DESTDIR}${etc}/driftd/pipelines")
+file(MAKE_DIRECTORY "$ENV{DESTDIR}${etc}/driftd/pipelines")

@@ -1,0 +1,217 @@
+#include "engine/drift/evaluation.h"
+
+#include <array>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "engine/drift/codec.h"
+#include "engine/json_writer.h"
+
+namespace driftd {
+
+namespace {
+
+constexpr uint8_t kEncodingVersion = 1;
+
+// DetectorReading names are string_views into static storage; decoded names are looked up
+// here (the known names first, anything else interned once per process).
+std::string_view StaticName(std::string_view name) {
+  static constexpr std::array<std::string_view, 15> kKnown = {
+      "mean_shift", "stddev_ratio", "psi", "js", "ks", "page_hinkley", "error_rate", "z",
+      "welch_t", "effect", "baseline_error_rate", "window_error_rate", "baseline_mae",
+      "window_mae", "error_threshold"};
+  for (std::string_view known : kKnown) {
+    if (known == name) return known;
+  }
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> interned;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = interned.find(name);
+  if (it == interned.end()) it = interned.emplace(name).first;
+  return *it;
+}
+
+void AppendTime(JsonObject& obj, std::string_view key, int64_t us) {
+  if (us != INT64_MIN) {
+    obj.Timestamp(key, us);
+  } else {
+    obj.Null(key);
+  }
+}
+
+}  // namespace
+
+std::string_view LevelLabel(AlertLevel level) {
+  switch (level) {
+    case AlertLevel::kOk: return "ok";
+    case AlertLevel::kWarn: return "warn";
+    case AlertLevel::kAlert: return "alert";
+    case AlertLevel::kResolved: return "resolved";
+  }
+  return "ok";
+}
+
+std::string EvaluationId(const Evaluation& e) {
+  uint64_t h = 1469598103934665603ull;
+  const std::string start = std::to_string(e.window_start_record);
+  for (std::string_view part : {std::string_view(e.model), std::string_view(e.series),
+                                std::string_view("evaluation"), std::string_view(start)}) {
+    for (char c : part) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 1099511628211ull;
+    }
+    h ^= 0x1f;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::string EvaluationToJson(const Evaluation& e) {
+  std::string out;
+  out.reserve(768);
+  JsonObject obj(out);
+  obj.String("evaluation_id", EvaluationId(e));
+  obj.String("model", e.model);
+  obj.String("series", e.series);
+  obj.Bool("evaluated", e.evaluated);
+  obj.String("level", ToString(e.level));
+  obj.String("previous_level", ToString(e.previous_level));
+  {
+    std::string w;
+    JsonObject win(w);
+    win.Int("start_record", e.window_start_record);
+    win.Int("end_record", e.window_end_record);
+    AppendTime(win, "start_time", e.window_start_us);
+    AppendTime(win, "end_time", e.window_end_us);
+    win.Int("n", e.window_n);
+    if (e.window_n > 0) {
+      win.Number("mean", e.window_mean);
+      win.Number("stddev", e.window_stddev);
+    }
+    win.Close();
+    obj.Raw("window", w);
+  }
+  {
+    std::string b;
+    JsonObject base(b);
+    base.String("type", ToString(e.baseline_kind));
+    base.Int("n", e.baseline_n);
+    if (e.baseline_n > 0) {
+      base.Number("mean", e.baseline_mean);
+      base.Number("stddev", e.baseline_stddev);
+    }
+    base.Close();
+    obj.Raw("baseline", b);
+  }
+  std::string arr = "[";
+  for (size_t i = 0; i < e.detectors.size(); ++i) {
+    if (i > 0) arr.push_back(',');
+    const DetectorReading& r = e.detectors[i];
+    JsonObject d(arr);
+    d.String("detector", r.detector);
+    d.Number("statistic", r.statistic);
+    d.Number("warn", r.warn);
+    d.Number("alert", r.alert);
+    d.String("level", ToString(r.level));
+    for (const auto& [name, value] : r.extras) d.Number(name, value);
+    d.Close();
+  }
+  arr.push_back(']');
+  obj.Raw("detectors", arr);
+  obj.Int("batch_id", e.batch_id);
+  obj.Close();
+  return out;
+}
+
+std::string EncodeEvaluation(const Evaluation& e) {
+  std::string out;
+  drift::ByteWriter w(out);
+  w.U8(kEncodingVersion);
+  w.Str(e.model);
+  w.Str(e.series);
+  w.U8(e.evaluated ? 1 : 0);
+  w.U8(static_cast<uint8_t>(e.previous_level));
+  w.U8(static_cast<uint8_t>(e.level));
+  w.I64(e.window_start_record);
+  w.I64(e.window_end_record);
+  w.I64(e.window_start_us);
+  w.I64(e.window_end_us);
+  w.I64(e.window_n);
+  w.F64(e.window_mean);
+  w.F64(e.window_stddev);
+  w.U8(static_cast<uint8_t>(e.baseline_kind));
+  w.I64(e.baseline_n);
+  w.F64(e.baseline_mean);
+  w.F64(e.baseline_stddev);
+  w.I64(e.batch_id);
+  w.U32(static_cast<uint32_t>(e.detectors.size()));
+  for (const DetectorReading& r : e.detectors) {
+    w.Str(r.detector);
+    w.F64(r.statistic);
+    w.F64(r.warn);
+    w.F64(r.alert);
+    w.U8(static_cast<uint8_t>(r.level));
+    w.U32(static_cast<uint32_t>(r.extras.size()));
+    for (const auto& [name, value] : r.extras) {
+      w.Str(name);
+      w.F64(value);
+    }
+  }
+  return out;
+}
+
+Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) {
+    return MakeError(ErrorCode::kCorruption, "drift evaluation: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  auto level = [&](uint8_t v, AlertLevel& out) {
+    if (v > static_cast<uint8_t>(AlertLevel::kResolved)) return false;
+    out = static_cast<AlertLevel>(v);
+    return true;
+  };
+  if (r.U8() != kEncodingVersion) return corrupt("unknown version");
+  Evaluation e;
+  e.model = std::string(r.Str());
+  e.series = std::string(r.Str());
+  e.evaluated = r.U8() != 0;
+  if (!level(r.U8(), e.previous_level) || !level(r.U8(), e.level)) return corrupt("bad level");
+  e.window_start_record = r.I64();
+  e.window_end_record = r.I64();
+  e.window_start_us = r.I64();
+  e.window_end_us = r.I64();
+  e.window_n = r.I64();
+  e.window_mean = r.F64();
+  e.window_stddev = r.F64();
+  const uint8_t kind = r.U8();
+  if (kind > static_cast<uint8_t>(BaselineKind::kTrailing)) return corrupt("bad baseline kind");
+  e.baseline_kind = static_cast<BaselineKind>(kind);
+  e.baseline_n = r.I64();
+  e.baseline_mean = r.F64();
+  e.baseline_stddev = r.F64();
+  e.batch_id = r.I64();
+  const uint32_t detectors = r.U32();
+  if (detectors > 64 || r.failed()) return corrupt("bad detector count");
+  for (uint32_t i = 0; i < detectors; ++i) {
+    DetectorReading reading;
+    reading.detector = StaticName(r.Str());
+    reading.statistic = r.F64();
+    reading.warn = r.F64();
+    reading.alert = r.F64();
+    if (!level(r.U8(), reading.level)) return corrupt("bad detector level");
+    const uint32_t extras = r.U32();
+    if (extras > 64 || r.failed()) return corrupt("bad extras");
+    for (uint32_t x = 0; x < extras; ++x) {
+      const std::string_view name = StaticName(r.Str());
+      reading.extras.emplace_back(name, r.F64());
+    }
+    e.detectors.push_back(std::move(reading));
+  }
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  return e;
+}
+
+}  // namespace driftd

@@ -1,0 +1,29 @@
+// Evaluations (engine/drift/monitor.h's Evaluation) as the evaluations stream's JSON rows and as
+// persisted bytes: the drift stage keeps each (model, series)'s last evaluation in the
+// checkpoint so the drift gauges survive a restart.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "engine/drift/monitor.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+/// 16 hex digits, FNV-1a of model, series and the window's first record: the same window
+/// gets the same id after a replay, so consumers can de-duplicate.
+std::string EvaluationId(const Evaluation& evaluation);
+
+/// One JSON object, no trailing newline (engine/drift/README.md shows the fields).
+std::string EvaluationToJson(const Evaluation& evaluation);
+
+/// Versioned little-endian bytes (engine/drift/codec.h).
+std::string EncodeEvaluation(const Evaluation& evaluation);
+/// kCorruption on truncated or malformed bytes. Detector names map back to the static names.
+Result<Evaluation> DecodeEvaluation(std::string_view bytes);
+
+/// Lower-case level for metric labels: "ok", "warn", "alert", "resolved".
+std::string_view LevelLabel(AlertLevel level);
+
+}  // namespace driftd

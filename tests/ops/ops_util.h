@@ -1,0 +1,83 @@
+// Helpers for the operator-facing tests that need outside programs (Chromium, Prometheus,
+// podman): finding them, skipping outside CI when they are missing, and a drifting daemon.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/service/drift_data.h"
+#include "tests/service/service_util.h"
+
+namespace driftd::testing {
+
+inline bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
+/// True if `program` is on PATH; otherwise fails in CI and warns (the caller skips) elsewhere.
+inline bool Have(const std::string& program) {
+  if (std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0) return true;
+  if (InCi()) FAIL(program << " is missing (deploy/setup-debian.sh installs it)");
+  WARN(program << " is missing; skipping");
+  return false;
+}
+
+inline int ExitStatus(std::optional<int> status) {
+  return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+}
+
+/// Where tests keep what a person may want to look at afterwards (screenshots).
+inline std::filesystem::path ArtifactsDir() {
+  std::filesystem::path dir = std::filesystem::current_path() / "artifacts";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+/// A daemon on the drifting data of drift_data.h, HTTP on a fixed port.
+struct DriftingDaemon {
+  std::string dir;
+  int port = 0;
+  std::optional<ChildProcess> process;
+
+  void Start(const std::string& log_name) {
+    process.emplace(ChildProcess::Start({DriftdBinary(), "run", dir + "/p.yaml", "--http",
+                                         "127.0.0.1:" + std::to_string(port), "--quiet-progress"},
+                                        dir + "/" + log_name));
+    REQUIRE(WaitFor([&] { return HttpGet(port, "/healthz").status == 200; }));
+  }
+  void Stop() {
+    process->Signal(SIGTERM);
+    REQUIRE(ExitStatus(process->Wait(std::chrono::seconds(30))) == 0);
+    process.reset();
+  }
+  double Metric(const std::string& name, const std::map<std::string, std::string>& labels) {
+    return ParsePrometheus(HttpGet(port, "/metrics").body).Value(name, labels).value_or(-1);
+  }
+  /// Every model has closed all its windows of the data.
+  bool AllEvaluated(int models, int windows_per_model) {
+    for (int i = 0; i < models; ++i) {
+      if (Metric("driftd_drift_evaluations_total",
+                 {{"pipeline", "ops"}, {"model", ModelName(i)}}) < windows_per_model) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+inline DriftingDaemon PrepareDriftingDaemon(const TempDir& tmp) {
+  DriftingDaemon daemon;
+  daemon.dir = tmp.path().string();
+  WriteFileAt(tmp / "input/logs.jsonl", DriftRecords({.records_per_model = 3000}));
+  WriteFileAt(tmp / "p.yaml", DriftPipelineYaml("ops", tmp / "input", tmp / "out"));
+  daemon.port = FreePort();
+  return daemon;
+}
+
+}  // namespace driftd::testing

@@ -1,0 +1,184 @@
+// Baselines an operator manages: `driftd baseline build` turns reference records (JSON lines
+// or CSV) into a reference-statistics file that gives the same alerts as the warm-up on the
+// same records, and `driftd baseline reset` starts one model's baselines over in a running
+// daemon after a retrain, without a new checkpoint.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cmath>
+
+#include <simdjson.h>
+#include <catch2/catch.hpp>
+
+#include "tests/service/drift_data.h"
+#include "tests/service/service_util.h"
+
+namespace driftd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct AlertFacts {
+  std::string model, series, detector, level;
+  double statistic = 0;
+  int64_t start_record = 0;
+  int64_t n = 0;
+  double mean = 0;
+};
+
+std::vector<AlertFacts> Alerts(const std::filesystem::path& dir) {
+  std::vector<AlertFacts> out;
+  simdjson::dom::parser parser;
+  for (const std::string& row : FileSinkRows(dir)) {
+    simdjson::dom::element e = parser.parse(row);
+    AlertFacts a;
+    a.model = std::string(std::string_view(e["model"]));
+    a.series = std::string(std::string_view(e["series"]));
+    a.detector = std::string(std::string_view(e["detector"]));
+    a.level = std::string(std::string_view(e["level"]));
+    a.statistic = double(e["statistic"]);
+    a.start_record = int64_t(e["window"]["start_record"]);
+    a.n = int64_t(e["window"]["n"]);
+    if (a.n > 0) a.mean = double(e["window"]["mean"]);
+    out.push_back(a);
+  }
+  std::sort(out.begin(), out.end(), [](const AlertFacts& x, const AlertFacts& y) {
+    return std::tie(x.model, x.series, x.start_record, x.level) <
+           std::tie(y.model, y.series, y.start_record, y.level);
+  });
+  return out;
+}
+
+std::string WithBaseline(std::string yaml, const std::string& baseline) {
+  const std::string warmup = "baseline: {type: warmup, records: 500}";
+  yaml.replace(yaml.find(warmup), warmup.size(), baseline);
+  return yaml;
+}
+
+TEST_CASE("a baseline built from reference records gives the same alerts as the warm-up on them",
+          "[service][baseline][drift][e2e]") {
+  TempDir dir("driftd-baseline-build");
+  const DriftData all{.records_per_model = 4000, .drift_after = 2500};
+  DriftData reference = all;
+  reference.until = 1000;
+  DriftData stream = all;
+  stream.from = 1000;
+  WriteFileAt(dir / "a/input/logs.jsonl", DriftRecords(all));
+  WriteFileAt(dir / "ref/reference.jsonl", DriftRecords(reference));
+  WriteFileAt(dir / "b/input/logs.jsonl", DriftRecords(stream));
+  // The same records as CSV, arrays as one column per element.
+  std::string csv = "model_id,event_time,prediction,feature_vector[0],feature_vector[1]\n";
+  simdjson::dom::parser parser;
+  for (const std::string& line : SplitLines(DriftRecords(reference))) {
+    if (line.empty()) continue;
+    simdjson::dom::element e = parser.parse(line);
+    simdjson::dom::array f = e["feature_vector"];
+    csv += fmt::format("{},{},{},{},{}\n", std::string_view(e["model_id"]), int64_t(e["event_time"]),
+                       simdjson::to_string(e["prediction"]), simdjson::to_string(f.at(0)),
+                       simdjson::to_string(f.at(1)));
+  }
+  WriteFileAt(dir / "ref/reference.csv", csv);
+
+  const std::string trigger = "{availableNow: true}";
+  WriteFileAt(dir / "a.yaml", WithBaseline(DriftPipelineYaml("warm", dir / "a/input", dir / "a/out", trigger),
+                                           "baseline: {type: warmup, records: 1000}"));
+  WriteFileAt(dir / "b.yaml", WithBaseline(DriftPipelineYaml("file", dir / "b/input", dir / "b/out", trigger),
+                                           "baseline: {type: file, path: reference.json}"));
+
+  RunResult built = RunDriftd({"baseline", "build", dir / "b.yaml", "--input",
+                               dir / "ref/reference.jsonl", "--output", dir / "reference.json"});
+  INFO(built.output);
+  REQUIRE(built.exit_code == 0);
+  RunResult from_csv = RunDriftd({"baseline", "build", dir / "b.yaml", "-i",
+                                  dir / "ref/reference.csv", "-o", dir / "reference-csv.json"});
+  INFO(from_csv.output);
+  REQUIRE(from_csv.exit_code == 0);
+  CHECK(ReadFile(dir / "reference-csv.json") == ReadFile(dir / "reference.json"));
+  const std::string statistics = ReadFile(dir / "reference.json");
+  CHECK_THAT(statistics, Catch::Contains("\"driftd_reference\": 1"));
+  CHECK_THAT(statistics, Catch::Contains("\"feature_vector[1]\""));
+
+  RunResult warm = RunDriftd({"run", dir / "a.yaml", "--http", "off", "--quiet-progress"});
+  INFO(warm.output);
+  REQUIRE(warm.exit_code == 0);
+  RunResult file = RunDriftd({"run", dir / "b.yaml", "--http", "off", "--quiet-progress"});
+  INFO(file.output);
+  REQUIRE(file.exit_code == 0);
+
+  std::vector<AlertFacts> a = Alerts(dir / "a/out/alerts");
+  std::vector<AlertFacts> b = Alerts(dir / "b/out/alerts");
+  REQUIRE(!a.empty());
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].model << " " << a[i].series << " " << a[i].level << " at " << a[i].start_record);
+    CHECK(a[i].model == b[i].model);
+    CHECK(a[i].series == b[i].series);
+    CHECK(a[i].detector == b[i].detector);
+    CHECK(a[i].level == b[i].level);
+    // The warm-up's values come before the stream's first window; the file's do not.
+    CHECK(a[i].start_record == b[i].start_record + 1000);
+    CHECK(a[i].n == b[i].n);
+    CHECK(a[i].mean == b[i].mean);
+    CHECK(std::abs(a[i].statistic - b[i].statistic) <= 1e-9 * std::max(1.0, std::abs(a[i].statistic)));
+  }
+  CHECK(a.front().model == "model-2");
+
+  // A CSV column the schema does not have is named.
+  WriteFileAt(dir / "bad.csv", "model_id,colour\nm,red\n");
+  RunResult bad = RunDriftd({"baseline", "build", dir / "b.yaml", "-i", dir / "bad.csv", "-o",
+                             dir / "bad.json"});
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.output, Catch::Contains("CSV column 'colour'"));
+}
+
+TEST_CASE("driftd baseline reset starts one model's baselines over in a running daemon",
+          "[service][baseline][drift][e2e]") {
+  TempDir dir("driftd-rebaseline");
+  WriteFileAt(dir / "input/a.jsonl", DriftRecords({.records_per_model = 3000}));
+  WriteFileAt(dir / "p.yaml", DriftPipelineYaml("rebase", dir / "input", dir / "out"));
+  std::string log = dir / "log.txt";
+  auto daemon = ChildProcess::Start(
+      {DriftdBinary(), "run", dir / "p.yaml", "--http", "127.0.0.1:0", "--quiet-progress"}, log);
+  auto port = WaitForHttpPort(log);
+  INFO(ReadFile(log));
+  REQUIRE(port);
+  auto level = [&](const char* model) {
+    return ParsePrometheus(HttpGet(*port, "/metrics").body)
+        .Value("driftd_drift_series_level",
+               {{"pipeline", "rebase"}, {"model", model}, {"series", "prediction"}})
+        .value_or(-1);
+  };
+  REQUIRE(WaitFor([&] { return level("model-2") == 2; }, 60s));
+  const std::string address = "127.0.0.1:" + std::to_string(*port);
+
+  RunResult unknown = RunDriftd({"baseline", "reset", "--http", address, "--pipeline", "rebase",
+                                 "--model", "model-9"});
+  CHECK(unknown.exit_code == 1);
+  CHECK_THAT(unknown.output, Catch::Contains("no model 'model-9'"));
+
+  // The retrained model-2 lives at the new level: it becomes its baseline.
+  RunResult reset = RunDriftd({"baseline", "reset", "--http", address, "--pipeline", "rebase",
+                               "--model", "model-2"});
+  INFO(reset.output);
+  REQUIRE(reset.exit_code == 0);
+  REQUIRE(WaitFor([&] { return ReadFile(log).find("model model-2 warms up a new baseline") != std::string::npos; }));
+  WriteFileAt(dir / "input/b.jsonl", DriftRecords({.records_per_model = 6000,
+                                                    .drift_after = 0,
+                                                    .seed = 11,
+                                                    .only_model = "model-2",
+                                                    .from = 3000}));
+  CHECK(WaitFor([&] { return level("model-2") == 0; }, 60s));
+  CHECK(level("model-0") == 0);
+  bool resolved = false;
+  simdjson::dom::parser parser;
+  for (const std::string& row : FileSinkRows(dir / "out/alerts")) {
+    simdjson::dom::element e = parser.parse(row);
+    resolved |= std::string_view(e["model"]) == "model-2" && std::string_view(e["level"]) == "RESOLVED";
+  }
+  CHECK(resolved);
+  daemon.Signal(SIGTERM);
+  CHECK(daemon.Wait(30s).has_value());
+}
+
+}  // namespace
+}  // namespace driftd::testing

@@ -1,0 +1,214 @@
+// Drift telemetry as an operator sees it: gauges for every (model, series, detector) from the
+// first evaluation, the same gauges after a restart with no new data, the evaluations stream,
+// Spark-shaped progress records, JSON logs carrying them as objects, and lag that goes away
+// once a file is read.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <set>
+
+#include <simdjson.h>
+#include <catch2/catch.hpp>
+
+#include "tests/service/drift_data.h"
+#include "tests/service/service_util.h"
+
+namespace driftd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+int ExitCodeOf(std::optional<int> status) {
+  return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+}
+
+Exposition ScrapeMetrics(int port) { return ParsePrometheus(HttpGet(port, "/metrics").body); }
+
+// Windows each model's prediction closes: (records - warmup) / window.
+constexpr int kRecords = 3000;
+constexpr int kWindows = (kRecords - 500) / 500;
+
+struct Daemon {
+  ChildProcess process;
+  int port = 0;
+};
+
+Daemon StartDaemon(const std::string& pipeline, const std::string& log,
+                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {DriftdBinary(), "run", pipeline, "--http", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Daemon daemon{ChildProcess::Start(argv, log), 0};
+  auto port = WaitForHttpPort(log);
+  if (port) daemon.port = *port;
+  return daemon;
+}
+
+TEST_CASE(
+    "drift gauges show every model from its first evaluation, the drifting one in alert, and "
+    "the same after a restart with no new data",
+    "[service][metrics][drift][e2e]") {
+  TempDir dir("driftd-telemetry");
+  WriteFileAt(dir / "input/logs.jsonl", DriftRecords({.records_per_model = kRecords}));
+  WriteFileAt(dir / "p.yaml", DriftPipelineYaml("telemetry", dir / "input", dir / "out"));
+  std::string log = dir / "log.txt";
+  INFO(ReadFile(log));
+  std::map<std::string, double> psi_before;
+  {
+    Daemon daemon = StartDaemon(dir / "p.yaml", log, {"--quiet-progress"});
+    REQUIRE(daemon.port > 0);
+    REQUIRE(WaitFor([&] {
+      Exposition m = ScrapeMetrics(daemon.port);
+      for (int i = 0; i < 4; ++i) {
+        if (m.Value("driftd_drift_evaluations_total",
+                    {{"pipeline", "telemetry"}, {"model", ModelName(i)}})
+                .value_or(0) < 3 * kWindows) {  // prediction and two features
+          return false;
+        }
+      }
+      return true;
+    }, 60s));
+    Exposition m = ScrapeMetrics(daemon.port);
+    REQUIRE(m.errors.empty());
+    for (int i = 0; i < 4; ++i) {
+      const std::string model = ModelName(i);
+      INFO(model);
+      for (const char* series : {"prediction", "feature_vector[0]", "feature_vector[1]"}) {
+        INFO(series);
+        for (const char* detector : {"psi", "mean_shift"}) {
+          std::map<std::string, std::string> labels{{"pipeline", "telemetry"},
+                                                    {"model", model},
+                                                    {"series", series},
+                                                    {"detector", detector}};
+          CHECK(m.Value("driftd_drift_statistic", labels).has_value());
+          CHECK(m.Value("driftd_drift_level", labels).has_value());
+          labels["level"] = "alert";
+          CHECK(m.Value("driftd_drift_threshold", labels) == (detector == std::string("psi") ? 0.25 : 5.0));
+        }
+      }
+      const double level = m.Value("driftd_drift_series_level", {{"pipeline", "telemetry"},
+                                                                 {"model", model},
+                                                                 {"series", "prediction"}})
+                               .value_or(-1);
+      CHECK(level == (model == "model-2" ? 2 : 0));
+      psi_before[model] = m.Value("driftd_drift_statistic", {{"pipeline", "telemetry"},
+                                                            {"model", model},
+                                                            {"series", "prediction"},
+                                                            {"detector", "psi"}})
+                              .value_or(-1);
+    }
+    CHECK(m.Value("driftd_alerts_total",
+                  {{"pipeline", "telemetry"}, {"model", "model-2"}, {"level", "alert"}}) == 1);
+    CHECK(m.Value("driftd_alerts_total",
+                  {{"pipeline", "telemetry"}, {"model", "model-0"}, {"level", "alert"}}) == 0);
+    daemon.process.Signal(SIGTERM);
+    REQUIRE(ExitCodeOf(daemon.process.Wait(30s)) == 0);
+  }
+
+  // The evaluations stream holds every closed window of every (model, series).
+  std::map<std::string, int> windows;
+  simdjson::dom::parser parser;
+  for (const std::string& row : FileSinkRows(dir / "out/evaluations")) {
+    simdjson::dom::element e;
+    REQUIRE(parser.parse(row).get(e) == simdjson::SUCCESS);
+    std::string_view model, series;
+    REQUIRE(e["model"].get(model) == simdjson::SUCCESS);
+    REQUIRE(e["series"].get(series) == simdjson::SUCCESS);
+    simdjson::dom::array detectors;
+    REQUIRE(e["detectors"].get(detectors) == simdjson::SUCCESS);
+    CHECK(detectors.size() == 2);
+    int64_t n = 0;
+    CHECK(e["window"]["n"].get(n) == simdjson::SUCCESS);
+    CHECK(n == 500);
+    ++windows[std::string(model) + "/" + std::string(series)];
+  }
+  CHECK(windows.size() == 12);
+  for (const auto& [key, count] : windows) {
+    INFO(key);
+    CHECK(count == kWindows);
+  }
+
+  // Restarted on the same checkpoint with nothing new to read: no evaluation happens, yet
+  // every gauge is back with the value it had.
+  {
+    std::string log2 = dir / "log2.txt";
+    Daemon daemon = StartDaemon(dir / "p.yaml", log2, {"--quiet-progress"});
+    REQUIRE(daemon.port > 0);
+    REQUIRE(WaitFor([&] {
+      return ScrapeMetrics(daemon.port)
+          .Value("driftd_query_ready", {{"pipeline", "telemetry"}})
+          .value_or(0) == 1;
+    }));
+    Exposition m = ScrapeMetrics(daemon.port);
+    for (int i = 0; i < 4; ++i) {
+      const std::string model = ModelName(i);
+      INFO(model);
+      CHECK(m.Value("driftd_drift_evaluations_total",
+                    {{"pipeline", "telemetry"}, {"model", model}}) == 0);
+      CHECK(m.Value("driftd_drift_statistic", {{"pipeline", "telemetry"},
+                                               {"model", model},
+                                               {"series", "prediction"},
+                                               {"detector", "psi"}}) == psi_before[model]);
+      CHECK(m.Value("driftd_drift_series_level", {{"pipeline", "telemetry"},
+                                                  {"model", model},
+                                                  {"series", "prediction"}}) ==
+            (model == "model-2" ? 2 : 0));
+    }
+    daemon.process.Signal(SIGTERM);
+    CHECK(ExitCodeOf(daemon.process.Wait(30s)) == 0);
+  }
+}
+
+TEST_CASE(
+    "progress records carry id, runId and batchDuration, JSON logs hold them as objects, and "
+    "a file read to its end leaves no lag behind",
+    "[service][progress][e2e]") {
+  TempDir dir("driftd-progress-shape");
+  WriteFileAt(dir / "input/logs.jsonl", DriftRecords({.records_per_model = 1000}));
+  WriteFileAt(dir / "p.yaml", DriftPipelineYaml("shape", dir / "input", dir / "out",
+                                                "{availableNow: true}"));
+  auto run = [&] {
+    RunResult result = RunDriftd({"run", dir / "p.yaml", "--http", "off", "--log-format",
+                                  "json"});
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    std::vector<std::pair<std::string, std::string>> ids;  // (id, runId) per progress line
+    simdjson::dom::parser parser;
+    for (const std::string& line : SplitLines(result.output)) {
+      simdjson::dom::element entry;
+      if (line.empty() || line[0] != '{') continue;
+      REQUIRE(parser.parse(line).get(entry) == simdjson::SUCCESS);
+      std::string_view msg;
+      REQUIRE(entry["msg"].get(msg) == simdjson::SUCCESS);
+      if (msg != "progress") continue;
+      simdjson::dom::element progress = entry["progress"];
+      REQUIRE(progress.is_object());
+      std::string_view id, run_id;
+      int64_t duration = -1;
+      CHECK(progress["id"].get(id) == simdjson::SUCCESS);
+      CHECK(progress["runId"].get(run_id) == simdjson::SUCCESS);
+      CHECK(progress["batchDuration"].get(duration) == simdjson::SUCCESS);
+      CHECK(duration >= 0);
+      simdjson::dom::element source = progress["sources"].at(0);
+      // The file has been read to its end by the last batch of availableNow.
+      simdjson::dom::object lag_bytes;
+      if (source["lagBytes"].get(lag_bytes) == simdjson::SUCCESS) {
+        for (auto [file, lag] : lag_bytes) CHECK(lag.get_int64().value() > 0);
+      }
+      ids.emplace_back(std::string(id), std::string(run_id));
+    }
+    return ids;
+  };
+  auto first = run();
+  REQUIRE(!first.empty());
+  for (const auto& ids : first) CHECK(ids == first.front());
+  // A second run on the same checkpoint: the same query id, a new run id.
+  AppendFile(dir / "input/logs.jsonl", DriftRecords({.records_per_model = 10, .seed = 9}));
+  auto second = run();
+  REQUIRE(!second.empty());
+  CHECK(second.front().first == first.front().first);
+  CHECK(second.front().second != first.front().second);
+}
+
+}  // namespace
+}  // namespace driftd::testing
