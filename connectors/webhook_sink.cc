@@ -309,6 +309,7 @@ class WebhookSink final : public Sink {
     const OutputRows& rows = output.For(stream_, mode_);
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_budget_ms);
+    int64_t given_up = 0;
     for (size_t i = 0; i < rows.rows.size(); ++i) {
       std::string key = WebhookIdempotencyKey(pipeline_, output.batch_id, i, rows.rows[i]);
       Status sent = Send(Body(rows.rows[i]), key, output.batch_id, deadline);
@@ -316,14 +317,22 @@ class WebhookSink final : public Sink {
       if (options_.on_failure == FailurePolicy::kRetry) return sent;
       // dead_letter / drop: this row is given up on, the rest of the batch (and the
       // statistics) go on.
-      if (options_.on_failure == FailurePolicy::kDeadLetter) {
+      const bool dead_letter = options_.on_failure == FailurePolicy::kDeadLetter;
+      if (dead_letter) {
         DRIFTD_TRY(DeadLetter(rows.rows[i], key, output.batch_id, sent.error().message()));
-        Log()->warn("sink={} key={}: {}; written to the dead-letter file {}", name_, key,
-                    sent.error().message(), options_.dead_letter_path);
-      } else {
-        Log()->warn("sink={} key={}: {}; dropped (onFailure: drop)", name_, key,
-                    sent.error().message());
       }
+      // One line per batch is enough when a receiver is down: the first row's, then a count.
+      if (++given_up == 1) {
+        Log()->warn("sink={} key={}: {}; {}", name_, key, sent.error().message(),
+                    dead_letter ? "written to the dead-letter file " + options_.dead_letter_path
+                                : std::string("dropped (onFailure: drop)"));
+      }
+    }
+    if (given_up > 1) {
+      Log()->warn("sink={}: {} rows of batch {} {}", name_, given_up, output.batch_id,
+                  options_.on_failure == FailurePolicy::kDeadLetter
+                      ? "were written to the dead-letter file"
+                      : "were dropped");
     }
     DRIFTD_TRY(WriteFileAtomically(log_dir_, log_name_, fmt::format("{}\n", output.batch_id)));
     last_delivered_ = output.batch_id;

@@ -408,8 +408,11 @@ std::string CatchUpLine(const std::vector<PipelineStatus>& status) {
     if (s.view.state != "running") continue;
     const bool bytes = m.backlog_records < 0;
     const int64_t backlog = bytes ? m.backlog_bytes : m.backlog_records;
-    // Behind: more left than the last batch took (a replay, or a backlog after downtime).
-    if (backlog <= 0 || backlog <= m.last_batch_input_rows) continue;
+    // Behind: more records left than the last batch took (a replay, or a backlog after
+    // downtime), or more than 64 KiB of input files.
+    if (backlog <= 0 || (bytes ? backlog <= 64 * 1024 : backlog <= m.last_batch_input_rows)) {
+      continue;
+    }
     const double rate = m.processed_rows_per_second > 0 ? m.input_rows_per_second : 0;
     std::string left;
     if (bytes) {

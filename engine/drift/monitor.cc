@@ -1255,8 +1255,13 @@ Status DriftMonitor::FreezeReferences() {
 
 std::vector<DriftMonitor::ModelStats> DriftMonitor::model_stats() const {
   std::vector<ModelStats> out;
+  // Restored models not seen since the restart count too: their state is the checkpoint's.
+  std::vector<const ModelState*> all;
   for (const auto& m : models_) {
-    if (!m) continue;
+    if (m) all.push_back(m.get());
+  }
+  for (const auto& [name, m] : pending_) all.push_back(m.get());
+  for (const ModelState* m : all) {
     ModelStats st;
     st.model = m->name;
     st.series = static_cast<int64_t>(m->series.size());

@@ -170,8 +170,8 @@ TEST_CASE("the pagerduty template triggers and resolves one Events v2 incident",
         if (auto p = NonEmptyString(payload, k); !p.empty()) return "payload " + p;
       }
       std::string_view summary, severity;
-      payload["summary"].get(summary);
-      payload["severity"].get(severity);
+      (void)payload["summary"].get(summary);
+      (void)payload["severity"].get(severity);
       if (summary.size() > 1024) return "summary too long";
       if (severity != "critical" && severity != "error" && severity != "warning" &&
           severity != "info") {

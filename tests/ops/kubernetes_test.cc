@@ -13,7 +13,7 @@ TEST_CASE("the Kubernetes manifests run driftd non-root with probes on its own e
   if (!Have("python3")) return;
   TempDir tmp("driftd-k8s");
   const std::string source = DRIFTD_SOURCE_DIR;
-  auto check = ChildProcess::Start({"python3", std::string(DRIFTD_TESTS_DIR) + "/ops/kubernetes_check.py",
+  auto check = ChildProcess::Start({Which("python3"), std::string(DRIFTD_TESTS_DIR) + "/ops/kubernetes_check.py",
                                     source + "/deploy/kubernetes", tmp / "pipelines"},
                                    tmp / "check.txt");
   auto status = check.Wait(std::chrono::seconds(60));

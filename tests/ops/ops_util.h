@@ -3,6 +3,7 @@
 #pragma once
 
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -20,9 +21,24 @@ inline bool InCi() {
   return ci != nullptr && std::string(ci) == "true";
 }
 
+/// The full path of `program` on PATH (ChildProcess execs a path), or empty.
+inline std::string Which(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return "";
+}
+
 /// True if `program` is on PATH; otherwise fails in CI and warns (the caller skips) elsewhere.
 inline bool Have(const std::string& program) {
-  if (std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0) return true;
+  if (!Which(program).empty()) return true;
   if (InCi()) FAIL(program << " is missing (deploy/setup-debian.sh installs it)");
   WARN(program << " is missing; skipping");
   return false;

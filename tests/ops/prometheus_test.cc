@@ -60,7 +60,7 @@ class Prometheus {
                 "    static_configs: [{targets: ['127.0.0.1:" +
                     std::to_string(target_port) + "']}]\n");
     process_.emplace(ChildProcess::Start(
-        {"prometheus", "--config.file=" + (tmp / "prometheus.yml"),
+        {Which("prometheus"), "--config.file=" + (tmp / "prometheus.yml"),
          "--storage.tsdb.path=" + (tmp / "tsdb"), "--web.listen-address=127.0.0.1:" + std::to_string(port_),
          "--log.level=warn"},
         tmp / "prometheus.log"));

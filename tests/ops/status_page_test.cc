@@ -14,7 +14,7 @@ using namespace std::chrono_literals;
 
 // Chromium with nothing that reaches out of the machine, and a profile of its own.
 std::vector<std::string> Chromium(const std::string& profile) {
-  return {"chromium",
+  return {Which("chromium"),
           "--headless",
           "--no-sandbox",
           "--disable-gpu",

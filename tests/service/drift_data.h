@@ -25,7 +25,7 @@ struct DriftData {
   uint64_t seed = 7;
   /// Only this model's records (the others' values are drawn all the same, so a model's
   /// values do not depend on this). Empty: every model.
-  std::string only_model;
+  std::string only_model = "";
   /// Lines from this record index (per model) on; with `until`, before it.
   int from = 0;
   int until = -1;

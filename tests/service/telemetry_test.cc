@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <map>
+#include <regex>
 #include <set>
 
 #include <simdjson.h>
@@ -208,6 +209,46 @@ TEST_CASE(
   REQUIRE(!second.empty());
   CHECK(second.front().first == first.front().first);
   CHECK(second.front().second != first.front().second);
+}
+
+TEST_CASE("a backlog shows a progress line on a terminal and is logged at intervals otherwise",
+          "[service][progress][e2e]") {
+  TempDir dir("driftd-catch-up");
+  // Rows arrive faster than the batches may take them: the backlog only grows.
+  std::string yaml = RatePipelineYaml("behind", dir.path().string());
+  const std::string rate = "rowsPerSecond: 2000,";
+  yaml.replace(yaml.find(rate), rate.size(), "rowsPerSecond: 20000, maxRowsPerTrigger: 200,");
+  WriteFileAt(dir / "p.yaml", yaml);
+  {
+    std::string log = dir / "log.txt";
+    auto daemon = ChildProcess::Start({DriftdBinary(), "run", dir / "p.yaml", "--http", "off",
+                                       "--quiet-progress", "--progress-log-interval", "0.2"},
+                                      log);
+    CHECK(WaitFor([&] {
+      return std::regex_search(ReadFile(log),
+                               std::regex(R"(catching up: behind: [0-9.]+k? of [0-9.]+[kM]? rows \([0-9]+%\), [0-9.]+k? rows/s, )"));
+    }));
+    INFO(ReadFile(log));
+    daemon.Signal(SIGTERM);
+    CHECK(ExitCodeOf(daemon.Wait(30s)) == 0);
+  }
+  {
+    // On a terminal (script(1) gives it one) the line is redrawn in place instead. timeout(1)
+    // ends the daemon (SIGTERM), so nothing outlives the pseudo-terminal.
+    std::string out = dir / "tty.txt";
+    // script(1) stops when its standard input ends: give it /dev/null, not the runner's.
+    auto daemon = ChildProcess::Start(
+        {"/bin/bash", "-c",
+         "exec script -q -e -c 'timeout -s TERM 10 " + DriftdBinary() + " run " +
+             (dir / "p.yaml") + " --http off --quiet-progress' " + out + " < /dev/null"},
+        dir / "script.txt");
+    REQUIRE(daemon.Wait(60s).has_value());
+    const std::string screen = ReadFile(out);
+    INFO(screen.substr(0, 3000));
+    CHECK_THAT(screen, Catch::Contains("\r\033[Kbehind: "));
+    CHECK_THAT(screen, Catch::Contains(" left\r"));
+    CHECK_THAT(screen, !Catch::Contains("catching up:"));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,147 @@
+// Evaluations: one per closed window of every (model, series), with every detector's reading,
+// whether or not the level changed; their persisted form; exported and reset baselines.
+#include "engine/drift/evaluation.h"
+
+#include <random>
+
+#include <simdjson.h>
+#include <catch2/catch.hpp>
+
+#include "engine/drift/monitor.h"
+
+namespace driftd {
+namespace {
+
+DriftSpec Spec() {
+  DriftSpec spec;
+  spec.enabled = true;
+  spec.baseline.records = 1000;
+  spec.window_records = 1000;
+  DetectorSpec psi;
+  psi.kind = DetectorKind::kPsi;
+  psi.name = "psi";
+  psi.params["bins"] = 10;
+  DetectorSpec mean;
+  mean.kind = DetectorKind::kMeanShift;
+  mean.name = "mean_shift";
+  mean.params["minEffect"] = 0.2;
+  spec.detectors = {psi, mean};
+  return spec;
+}
+
+// `records` values of model "m" series 0, N(0,1) then shifted by `shift` from `shift_from` on;
+// Evaluate every 100 values.
+std::vector<Evaluation> Run(DriftMonitor& monitor, int records, int shift_from, double shift,
+                            std::vector<AlertEvent>* events = nullptr, uint64_t seed = 5) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<Evaluation> evaluations;
+  std::vector<AlertEvent> alerts;
+  const std::string name = "m";
+  for (int i = 0; i < records; ++i) {
+    monitor.Observe(0, name, 0, normal(rng) + (i >= shift_from ? shift : 0), int64_t(i) * 1000);
+    if ((i + 1) % 100 == 0) monitor.Evaluate(i / 100, 0, alerts, &evaluations);
+  }
+  if (events) *events = alerts;
+  return evaluations;
+}
+
+TEST_CASE("every closed window is an evaluation with each detector's reading, drifting or not",
+          "[drift][evaluation]") {
+  auto monitor = DriftMonitor::Create(Spec(), {"x"}).value();
+  monitor->CollectEvaluations(true);
+  std::vector<AlertEvent> events;
+  std::vector<Evaluation> evaluations = Run(*monitor, 10000, 6000, 3.0, &events);
+  // 1000 warm-up values, then 9 windows of 1000.
+  REQUIRE(evaluations.size() == 9);
+  for (size_t i = 0; i < evaluations.size(); ++i) {
+    const Evaluation& e = evaluations[i];
+    INFO(i);
+    CHECK(e.model == "m");
+    CHECK(e.series == "x");
+    CHECK(e.evaluated);
+    CHECK(e.window_n == 1000);
+    CHECK(e.window_start_record == 1000 + 1000 * int64_t(i));
+    CHECK(e.window_end_record == e.window_start_record + 1000);
+    CHECK(e.baseline_n == 1000);
+    REQUIRE(e.detectors.size() == 2);
+    CHECK(e.detectors[0].detector == "psi");
+    CHECK(e.detectors[0].alert == 0.25);
+    CHECK(e.detectors[1].detector == "mean_shift");
+  }
+  // Windows before the shift read OK; the shift reads ALERT; the level follows hysteresis.
+  CHECK(evaluations[3].detectors[0].level == AlertLevel::kOk);
+  CHECK(evaluations[5].detectors[0].level == AlertLevel::kAlert);
+  CHECK(evaluations[4].level == AlertLevel::kOk);
+  CHECK(evaluations[6].level == AlertLevel::kAlert);
+  CHECK(evaluations[6].previous_level == AlertLevel::kOk);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].level == AlertLevel::kAlert);
+
+  // Collecting evaluations changes no alert.
+  auto plain = DriftMonitor::Create(Spec(), {"x"}).value();
+  std::vector<AlertEvent> plain_events;
+  CHECK(Run(*plain, 10000, 6000, 3.0, &plain_events).empty());
+  REQUIRE(plain_events.size() == events.size());
+  CHECK(plain_events[0].ToJson() == events[0].ToJson());
+}
+
+TEST_CASE("an evaluation round-trips through its persisted form and its JSON row",
+          "[drift][evaluation]") {
+  auto monitor = DriftMonitor::Create(Spec(), {"x"}).value();
+  monitor->CollectEvaluations(true);
+  std::vector<Evaluation> evaluations = Run(*monitor, 3000, 10'000, 0);
+  REQUIRE(!evaluations.empty());
+  const Evaluation& e = evaluations.back();
+  auto decoded = DecodeEvaluation(EncodeEvaluation(e));
+  REQUIRE(decoded);
+  CHECK(EvaluationToJson(*decoded) == EvaluationToJson(e));
+  CHECK(decoded->detectors[1].extras.size() == 3);
+
+  std::string bytes = EncodeEvaluation(e);
+  bytes.pop_back();
+  CHECK(DecodeEvaluation(bytes).error().code() == ErrorCode::kCorruption);
+  CHECK(DecodeEvaluation("").error().code() == ErrorCode::kCorruption);
+
+  simdjson::dom::parser parser;
+  simdjson::dom::element row = parser.parse(EvaluationToJson(e));
+  CHECK(std::string_view(row["evaluation_id"]).size() == 16);
+  CHECK(std::string_view(row["level"]) == ToString(e.level));
+  CHECK(int64_t(row["window"]["n"]) == 1000);
+  CHECK(std::string_view(row["detectors"].at(0)["detector"]) == "psi");
+  CHECK(EvaluationId(e) == EvaluationId(*decoded));
+}
+
+TEST_CASE("a model's baselines exported, then reset: it warms up again and recovers",
+          "[drift][evaluation]") {
+  auto monitor = DriftMonitor::Create(Spec(), {"x"}).value();
+  monitor->CollectEvaluations(true);
+  Run(*monitor, 4000, 2000, 3.0);  // in ALERT by now
+  auto baselines = monitor->ExportBaselines();
+  REQUIRE(baselines.size() == 1);
+  CHECK(baselines[0].model == "m");
+  CHECK(baselines[0].series == "x");
+  CHECK(baselines[0].moments.count() == 1000);
+  CHECK(baselines[0].counts.size() == baselines[0].inner_edges.size() + 1);
+
+  CHECK_FALSE(monitor->ResetBaselines("unknown"));
+  REQUIRE(monitor->ResetBaselines("m"));
+  CHECK(monitor->ExportBaselines().empty());  // warming up again
+  // The model now lives at the shifted level: after a new warm-up its windows read OK and
+  // the ALERT resolves.
+  std::vector<AlertEvent> events;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal(3.0, 1);
+  std::vector<Evaluation> evaluations;
+  for (int i = 0; i < 5000; ++i) {
+    monitor->Observe(0, "m", 0, normal(rng), int64_t(5000 + i) * 1000);
+    if ((i + 1) % 100 == 0) monitor->Evaluate(100 + i, 0, events, &evaluations);
+  }
+  REQUIRE(!evaluations.empty());
+  CHECK(evaluations.front().window_start_record == 4000 + 1000);  // indexes continue
+  REQUIRE(!events.empty());
+  CHECK(events.back().level == AlertLevel::kResolved);
+}
+
+}  // namespace
+}  // namespace driftd
