@@ -37,7 +37,7 @@ void PublishConfigMap(const fs::path& dir, const std::string& version,
   }
 }
 
-TEST_CASE("--reload-on-change re-reads the pipelines when files or a ConfigMap change",
+TEST_CASE("with reload on change, the pipelines are re-read when files or a ConfigMap change",
           "[service][reload][e2e]") {
   TempDir dir("driftd-watch");
   const fs::path pipelines = dir.path() / "pipelines";

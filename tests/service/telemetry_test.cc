@@ -102,6 +102,21 @@ TEST_CASE(
                   {{"pipeline", "telemetry"}, {"model", "model-2"}, {"level", "alert"}}) == 1);
     CHECK(m.Value("driftd_alerts_total",
                   {{"pipeline", "telemetry"}, {"model", "model-0"}, {"level", "alert"}}) == 0);
+    // The input file is read to its end: no lag is left behind for it (not its last value).
+    for (const Sample& sample : m.samples) CHECK(sample.name != "driftd_source_lag_bytes");
+
+    // The terminal view says the same.
+    const std::string address = "127.0.0.1:" + std::to_string(daemon.port);
+    RunResult status = RunDriftd({"status", "--http", address});
+    INFO(status.output);
+    CHECK(status.exit_code == 0);
+    CHECK_THAT(status.output, Catch::Contains("telemetry"));
+    CHECK(std::regex_search(status.output, std::regex("model-2 +alert +alert: prediction")));
+    CHECK(std::regex_search(status.output, std::regex("model-0 +ok")));
+    CHECK_THAT(status.output, Catch::Contains("alert    model-2 prediction"));
+    RunResult json = RunDriftd({"status", "--http", address, "--json"});
+    CHECK_THAT(json.output, Catch::Contains("\"pipelines\":[{\"name\":\"telemetry\""));
+    CHECK(RunDriftd({"status", "--http", "127.0.0.1:1"}).exit_code == 1);
     daemon.process.Signal(SIGTERM);
     REQUIRE(ExitCodeOf(daemon.process.Wait(30s)) == 0);
   }
