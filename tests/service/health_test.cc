@@ -85,7 +85,11 @@ TEST_CASE("a directory whose every pipeline file is refused is live but not read
   auto port = WaitForHttpPort(log);
   INFO(ReadFile(log));
   REQUIRE(port);
-  REQUIRE(WaitFor([&] { return HttpGet(*port, "/readyz").status != 0; }));
+  // Until the files are loaded /readyz says "loading pipelines"; then what was refused.
+  REQUIRE(WaitFor([&] {
+    HttpReply reply = HttpGet(*port, "/readyz");
+    return reply.status != 0 && reply.body.find("loading") == std::string::npos;
+  }));
   HttpReply ready = HttpGet(*port, "/readyz");
   CHECK(ready.status == 503);
   CHECK_THAT(ready.body, Catch::Contains("0 of 2 pipeline files running"));
@@ -112,8 +116,13 @@ TEST_CASE("an empty pipeline directory is not ready", "[service][health][e2e]") 
       {DriftdBinary(), "run", dir / "pipelines", "--http", "127.0.0.1:0"}, log);
   auto port = WaitForHttpPort(log);
   REQUIRE(port);
-  REQUIRE(WaitFor([&] { return HttpGet(*port, "/readyz").status == 503; }));
-  CHECK_THAT(HttpGet(*port, "/readyz").body, Catch::Contains("no pipeline file"));
+  REQUIRE(WaitFor([&] {
+    HttpReply reply = HttpGet(*port, "/readyz");
+    return reply.status != 0 && reply.body.find("loading") == std::string::npos;
+  }));
+  HttpReply ready = HttpGet(*port, "/readyz");
+  CHECK(ready.status == 503);
+  CHECK_THAT(ready.body, Catch::Contains("no pipeline file"));
   daemon.Signal(SIGTERM);
   CHECK(Exit(daemon.Wait(30s)) == 0);
 }
