@@ -9,6 +9,10 @@
 #include <mutex>
 #include <thread>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "engine/redact.h"
@@ -34,7 +38,9 @@ class ConnectionThreads final : public httplib::TaskQueue {
     State& state = *state_;
     std::lock_guard<std::mutex> lock(state.mutex);
     state.jobs.push_back(std::move(fn));
-    if (state.idle == 0 && state.threads < state.max_threads) {
+    // Each idle thread takes one queued job; a job beyond them gets a thread of its own (an idle
+    // thread woken for an earlier job counts as idle until it has taken it).
+    if (state.jobs.size() > state.idle && state.threads < state.max_threads) {
       ++state.threads;
       // The thread shares the state, so it may finish after this object is gone.
       std::thread([state = state_] { Work(*state); }).detach();
@@ -239,6 +245,23 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
                     "text/plain");
               });
 
+  // cpp-httplib listens with a backlog of 5: when a crowd connects at once, the kernel drops
+  // further SYNs and a probe's connect waits a second for its retransmission. The listening
+  // socket is the last one the socket options were given; its backlog is raised after bind.
+  // SO_REUSEADDR (a restart binds at once) rather than cpp-httplib's SO_REUSEPORT, with which
+  // a second daemon on the port would share it silently instead of being told it is taken.
+  // TCP_DEFER_ACCEPT: a connection is handed to the server only once its first bytes arrive,
+  // so a client that connects and says nothing costs no thread (cpp-httplib's wait for a
+  // request polls every 10 ms, and a few hundred such threads slow everything down).
+  socket_t listening = INVALID_SOCKET;
+  server.set_socket_options([&listening](socket_t sock) {
+    int yes = 1;
+    (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    int defer_seconds = static_cast<int>(kDeferAccept.count());
+    (void)setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_seconds, sizeof defer_seconds);
+    listening = sock;
+  });
+
   if (address.port == 0) {
     http->port_ = server.bind_to_any_port(address.host);
     if (http->port_ < 0) {
@@ -251,6 +274,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpAddress& address
     }
     http->port_ = address.port;
   }
+  if (listening != INVALID_SOCKET) (void)::listen(listening, kListenBacklog);
   http->thread_ = std::thread([&server] { server.listen_after_bind(); });
   return http;
 }

@@ -41,6 +41,12 @@ inline constexpr std::chrono::seconds kReadTimeout{2};
 inline constexpr std::chrono::seconds kWriteTimeout{5};
 /// A keep-alive connection without a new request closes after this. Default: 2 s.
 inline constexpr std::chrono::seconds kKeepAlive{2};
+/// A connection that sends nothing is left to the kernel this long before the server accepts
+/// it (TCP_DEFER_ACCEPT). Default: 10 s.
+inline constexpr std::chrono::seconds kDeferAccept{10};
+/// Connections the kernel queues before the server accepts them (capped by somaxconn), so that
+/// a crowd connecting at once does not drop a probe's SYN. Default: 1024.
+inline constexpr int kListenBacklog = 1024;
 
 struct HttpHandlers {
   /// The /metrics body.
