@@ -103,7 +103,7 @@ std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog,
 }
 
 Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const ConnectorDecl* decl,
-                             std::string_view what) {
+                             std::string_view what, std::map<std::string, SourceMark>* marks) {
   Options options;
   const MapReader::Entry* entry = parent.Find("options");
   SourceMark anchor = entry ? entry->key_mark : parent.anchor();
@@ -119,6 +119,7 @@ Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const Conn
   }
 
   for (const MapReader::Entry& option : map.entries()) {
+    if (marks) (*marks)[option.key] = map.MarkOf(option.key);
     const std::string path = map.PathOf(option.key);
     const bool secret = IsSecretKey(option.key);
     const OptionDecl* declared_option = decl ? decl->Find(option.key) : nullptr;

@@ -3,6 +3,8 @@
 // prefixes), filling in declared defaults.
 #pragma once
 
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,7 +23,9 @@ std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog, 
 /// Reads parent.options. With `decl`, each option is validated against it and defaults are
 /// filled in; `what` names the connector in messages ("kafka sink"). Without `decl` (no
 /// catalog), scalar values are taken as they are. Problems go to the reader.
+/// `marks`, when given, receives where each option of the file is.
 Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const ConnectorDecl* decl,
-                             std::string_view what);
+                             std::string_view what,
+                             std::map<std::string, SourceMark>* marks = nullptr);
 
 }  // namespace driftd::config_detail

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -41,6 +42,34 @@ bool IsValidName(std::string_view name) {
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });
+}
+
+// "." and ".." name directories that are not the pipeline's own: the default checkpoint
+// "$STATE_DIRECTORY/<name>" would be the state directory itself, or its parent.
+bool IsDirectoryAlias(std::string_view name) { return name == "." || name == ".."; }
+
+// Absolute and lexically normal, with symbolic links resolved as far as the path exists, and
+// without a trailing separator ("out/" is "out").
+std::filesystem::path NormalPath(const std::string& text) {
+  std::error_code error;
+  std::filesystem::path path = std::filesystem::absolute(text, error);
+  if (error) path = text;
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+  if (!error) path = resolved;
+  path = path.lexically_normal();
+  if (!path.has_filename() && path.has_parent_path() && path != path.root_path()) {
+    path = path.parent_path();
+  }
+  return path;
+}
+
+// Whether `inner` is `outer` or lies below it.
+bool IsWithin(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto a = inner.begin();
+  for (auto b = outer.begin(); b != outer.end(); ++b, ++a) {
+    if (a == inner.end() || *a != *b) return false;
+  }
+  return true;
 }
 
 std::string Join(const std::vector<std::string_view>& words) {
@@ -208,6 +237,7 @@ class PipelineParser {
     CheckOutputModes();
     CheckDeadLetter();
     CheckStreams();
+    CheckPaths();
     return spec_;
   }
 
@@ -222,6 +252,14 @@ class PipelineParser {
                       fmt::format("pipeline name {} may contain only letters, digits, '.', '_' "
                                   "and '-' (it names the checkpoint and the Kafka "
                                   "transactional.id)",
+                                  Show(*name)));
+      return;
+    }
+    if (IsDirectoryAlias(name->value)) {
+      problems_.Error(name->path, name->mark,
+                      fmt::format("pipeline name {} is not allowed: it names a directory that "
+                                  "is not the pipeline's own (its default checkpoint would be "
+                                  "the state directory or its parent)",
                                   Show(*name)));
       return;
     }
@@ -341,8 +379,10 @@ class PipelineParser {
       format_ok = CheckFormat(*format, ConnectorRole::kSource, &decl);
     }
     if (format_ok || !options_.catalog) {
-      spec_.source.options = config_detail::ReadConnectorOptions(
-          reader_, source, decl, fmt::format("{} source", spec_.source.format));
+      spec_.source.options =
+          config_detail::ReadConnectorOptions(reader_, source, decl,
+                                              fmt::format("{} source", spec_.source.format),
+                                              &spec_.source.option_marks);
     }
     ParseMalformed(source);
   }
@@ -372,9 +412,10 @@ class PipelineParser {
       policy_ok_ = true;
       return;
     }
-    MapReader malformed(reader_, entry->value, "source.malformed", entry->key_mark,
-                        std::vector<std::string_view>{"policy", "maxRecordBytes", "maxDepth"},
-                        " with policy, maxRecordBytes and maxDepth");
+    MapReader malformed(
+        reader_, entry->value, "source.malformed", entry->key_mark,
+        std::vector<std::string_view>{"policy", "maxRecordBytes", "maxDepth", "maxArrayLength"},
+        " with policy, maxRecordBytes, maxDepth and maxArrayLength");
     if (!malformed.valid()) return;
     MalformedSpec& spec = spec_.source.malformed;
     if (auto policy = malformed.Choice("policy", Names(kPolicies))) {
@@ -389,6 +430,9 @@ class PipelineParser {
     }
     if (auto depth = malformed.Int("maxDepth", 1, 100'000)) {
       spec.max_depth = static_cast<int>(*depth);
+    }
+    if (auto length = malformed.Int("maxArrayLength", 1, 1'000'000)) {
+      spec.max_array_length = *length;
     }
   }
 
@@ -1022,6 +1066,10 @@ class PipelineParser {
                           fmt::format("sink name {} may contain only letters, digits, '.', '_' "
                                       "and '-'",
                                       Show(*name)));
+        } else if (IsDirectoryAlias(name->value)) {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("sink name {} is not allowed (it names a directory)",
+                                      Show(*name)));
         }
         sink.name = name->value;
       } else if (!map.Has("name")) {
@@ -1052,8 +1100,8 @@ class PipelineParser {
         info.mode_ok = true;
       }
       if (format_ok || !options_.catalog) {
-        sink.options = config_detail::ReadConnectorOptions(reader_, map, decl,
-                                                           fmt::format("{} sink", sink.format));
+        sink.options = config_detail::ReadConnectorOptions(
+            reader_, map, decl, fmt::format("{} sink", sink.format), &sink.option_marks);
       }
       spec_.sinks.push_back(std::move(sink));
       sink_info_.push_back(info);
@@ -1200,6 +1248,75 @@ class PipelineParser {
     }
   }
 
+  // A sink writing where the source reads would read its own output back, again and again;
+  // two sinks writing into one directory would mix their files and manifests. Paths are
+  // compared as absolute, with symbolic links of existing parts resolved.
+  void CheckPaths() {
+    if (!options_.catalog) return;
+    struct PathOption {
+      PathUse use;
+      std::filesystem::path path;
+      std::string yaml_path;
+      SourceMark mark;
+      std::string what;  // "the file source", "file sink 'out'"
+    };
+    std::vector<PathOption> paths;
+    auto collect = [&](const std::string& format, ConnectorRole role, const Options& options,
+                       const std::map<std::string, SourceMark>& marks, const std::string& prefix,
+                       const std::string& what) {
+      const ConnectorDecl* decl = config_detail::FindConnector(*options_.catalog, format, role);
+      if (decl == nullptr) return;
+      for (const OptionDecl& option : decl->options) {
+        if (option.path_use == PathUse::kNone || !options.Has(option.name)) continue;
+        const std::string value = options.GetString(option.name);
+        if (value.empty()) continue;
+        auto mark = marks.find(option.name);
+        paths.push_back({option.path_use, NormalPath(value), prefix + option.name,
+                         mark == marks.end() ? SourceMark{} : mark->second, what});
+      }
+    };
+    collect(spec_.source.format, ConnectorRole::kSource, spec_.source.options,
+            spec_.source.option_marks, "source.options.",
+            fmt::format("the {} source", spec_.source.format));
+    for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+      const SinkSpec& sink = spec_.sinks[i];
+      collect(sink.format, ConnectorRole::kSink, sink.options, sink.option_marks,
+              fmt::format("sinks[{}].options.", i),
+              fmt::format("{} sink '{}'", sink.format, sink.name));
+    }
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const PathOption& writer = paths[i];
+      if (writer.use != PathUse::kWritesDirectory) continue;
+      for (size_t j = 0; j < paths.size(); ++j) {
+        const PathOption& other = paths[j];
+        if (i == j || (other.use == PathUse::kWritesDirectory && j > i)) continue;
+        const bool inside = IsWithin(writer.path, other.path);
+        const bool around =
+            other.use == PathUse::kWritesDirectory && IsWithin(other.path, writer.path);
+        if (!inside && !around) continue;
+        const std::string where =
+            other.mark.line > 0 ? fmt::format("{}, line {}", other.yaml_path, other.mark.line)
+                                : other.yaml_path;
+        problems_.Error(
+            writer.yaml_path, writer.mark,
+            other.use == PathUse::kReadsDirectory
+                ? fmt::format("{} writes into {}, which is {}the directory {} reads ({}): "
+                              "it would read its own output back; give the sink a directory "
+                              "outside the source's",
+                              writer.what, writer.path.string(),
+                              writer.path == other.path ? "" : "inside ", other.what, where)
+                : fmt::format("{} writes into {}, {} where {} writes ({}); each sink needs a "
+                              "directory of its own, apart from the others",
+                              writer.what, writer.path.string(),
+                              writer.path == other.path ? "the same directory"
+                              : inside                  ? "inside the directory"
+                                                        : "around the directory",
+                              other.what, where));
+        break;
+      }
+    }
+  }
+
   void CheckStreams() {
     if (!sinks_ok_) return;
     bool has_alert_sink = false;
@@ -1332,13 +1449,16 @@ Result<std::string> ReadPipelineText(const std::string& path) {
   if (!in) {
     return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
-  // At most one byte more than allowed, so that a file growing while read stays bounded too.
-  std::string text(max_bytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  // In blocks, to at most a block past the limit, so that a file growing while read is bounded
+  // too.
+  std::string text;
+  char block[64 * 1024];
+  while (text.size() <= max_bytes && in.read(block, sizeof block).gcount() > 0) {
+    text.append(block, static_cast<size_t>(in.gcount()));
+  }
   if (in.bad()) {
     return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
-  text.resize(static_cast<size_t>(in.gcount()));
   if (text.size() > max_bytes) {
     return MakeError(ErrorCode::kConfig,
                      "the file is larger than {} bytes, the most a pipeline file may hold",

@@ -46,7 +46,24 @@ class FileSink final : public Sink {
     checkpoint_id_ = checkpoint_id;
   }
 
-  Status Open() override {
+  Status Open() override { return AsDeliveryError(OpenDirectory()); }
+
+  Result<bool> IsDelivered(int64_t batch_id) override {
+    return AsDeliveryError(ManifestHas(batch_id));
+  }
+
+  Status Deliver(const BatchOutput& output) override { return AsDeliveryError(Write(output)); }
+
+ private:
+  // The sink's directory failing (a full or broken disk) is a failure to deliver (kExternal:
+  // retried, exit code 1), not one of the checkpoint, which kIo would say (exit code 74).
+  template <typename T>
+  static Result<T> AsDeliveryError(Result<T> result) {
+    if (result || result.error().code() != ErrorCode::kIo) return result;
+    return MakeError(ErrorCode::kExternal, "{}", result.error().message());
+  }
+
+  Status OpenDirectory() {
     DRIFTD_TRY(CreateDirectories(path_));
     DRIFTD_TRY(CreateDirectories(ManifestDir(path_)));
     RemoveStaleTempFiles(path_);
@@ -54,14 +71,14 @@ class FileSink final : public Sink {
     return CheckOwnCheckpoint();
   }
 
-  Result<bool> IsDelivered(int64_t batch_id) override {
+  Result<bool> ManifestHas(int64_t batch_id) {
     auto size = FileSizeOrMissing(JoinPath(ManifestDir(path_), std::to_string(batch_id)));
     if (!size) return tl::unexpected(size.error());
     return *size >= 0;
   }
 
-  Status Deliver(const BatchOutput& output) override {
-    auto delivered = IsDelivered(output.batch_id);
+  Status Write(const BatchOutput& output) {
+    auto delivered = ManifestHas(output.batch_id);
     if (!delivered) return tl::unexpected(delivered.error());
     if (*delivered) return Ok();  // finished before a crash; the manifest is the truth
 
@@ -90,7 +107,6 @@ class FileSink final : public Sink {
     return WriteFileAtomically(ManifestDir(path_), std::to_string(output.batch_id), manifest);
   }
 
- private:
   // The newest manifest entry must be of this checkpoint: a checkpoint started over (deleted)
   // numbers its batches from 0 again, and the old entries would pass for its deliveries.
   Status CheckOwnCheckpoint() {
@@ -205,7 +221,8 @@ ConnectorDecl FileSinkDecl() {
       "must only trust parts listed in the manifest (`driftd` and the test helpers do). Batches "
       "without rows get an entry and no part. Each file sink needs a directory of its own.";
   decl.options = {
-      {"path", OptionType::kString, "", "The output directory (created if missing).", true},
+      {"path", OptionType::kString, "", "The output directory (created if missing).", true, {},
+       PathUse::kWritesDirectory},
   };
   return decl;
 }

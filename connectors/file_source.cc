@@ -23,6 +23,7 @@ namespace driftd {
 namespace {
 
 constexpr size_t kBlockBytes = 1 << 20;
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 constexpr size_t kScanBlockBytes = 64 << 10;
 
 struct FileSourceOptions {
@@ -186,7 +187,8 @@ class FileReader final : public SourceReader {
   void CutOversizedLine(InputChunk& chunk, const FileRange& range) {
     chunk.Append(
         std::string_view(buffer_).substr(line_begin_, static_cast<size_t>(max_record_bytes_) + 1),
-        RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)});
+        RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)},
+        INT64_MIN, /*cut=*/true);
     buffer_begin_ += static_cast<int64_t>(buffer_.size());
     buffer_.clear();
     line_begin_ = scan_from_ = 0;
@@ -195,6 +197,11 @@ class FileReader final : public SourceReader {
 
   void EmitLine(InputChunk& chunk, const FileRange& range, std::string_view line) {
     int64_t position = buffer_begin_ + static_cast<int64_t>(line.data() - buffer_.data());
+    // A UTF-8 byte order mark (editors on Windows write one) is not part of the first record.
+    if (position == 0 && line.substr(0, 3) == kUtf8Bom) {
+      line.remove_prefix(3);
+      position = 3;
+    }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || IsBlank(line)) return;
     chunk.Append(line, RecordPosition{range.index, position});
@@ -416,7 +423,8 @@ ConnectorDecl FileSourceDecl() {
       "complete. Files whose names start with `.` or `_` are ignored, so write elsewhere or "
       "under a hidden name and rename into place. Offsets: file name -> bytes consumed.";
   decl.options = {
-      {"path", OptionType::kString, "", "The input directory.", true},
+      {"path", OptionType::kString, "", "The input directory.", true, {},
+       PathUse::kReadsDirectory},
       {"maxFilesPerTrigger", OptionType::kInt, "",
        "Files with new data read per batch (unset: no limit)."},
       {"maxBytesPerTrigger", OptionType::kInt, "",

@@ -87,6 +87,11 @@ class Sink {
   /// crash before that leaves nothing visible to readers of committed output.
   virtual Status Deliver(const BatchOutput& output) = 0;
 
+  /// Asks an Open under way to give up soon (it then fails with kCancelled); called from any
+  /// thread when the query is asked to stop. A delivery under way is not cut short. Default:
+  /// nothing (Open ends soon by itself).
+  virtual void Cancel() {}
+
   /// Flushes and releases resources; best effort.
   virtual Status Close() { return Ok(); }
 };

@@ -399,7 +399,9 @@ class WebhookSink final : public Sink {
       } else if (result->status >= 200 && result->status < 300) {
         return Ok();
       } else if (!Retriable(result->status)) {
-        return MakeError(ErrorCode::kConfig,
+        // The receiver refused the row: a failure to deliver (exit code 1), not an invalid
+        // pipeline (78, which systemd would not restart). Sending it again cannot help.
+        return MakeError(ErrorCode::kUnrecoverable,
                          "webhook {} {} rejected batch {} (Idempotency-Key {}) with HTTP {}: {}; "
                          "4xx responses other than 429 are not retried (check url, headers and "
                          "the receiver, or set onFailure: dead_letter or drop)",

@@ -35,6 +35,9 @@ class InputChunk {
     RecordPosition position;
     /// Event time the source knows of its own (Kafka timestamp), or INT64_MIN.
     int64_t source_timestamp_us = INT64_MIN;
+    /// The source cut a longer record to these first bytes (a line over maxRecordBytes, whose
+    /// rest it did not read into memory).
+    bool cut = false;
   };
 
   void Clear() {
@@ -43,9 +46,9 @@ class InputChunk {
   }
 
   void Append(std::string_view record, RecordPosition position,
-              int64_t source_timestamp_us = INT64_MIN) {
+              int64_t source_timestamp_us = INT64_MIN, bool cut = false) {
     records_.push_back({bytes_.size(), static_cast<uint32_t>(record.size()), position,
-                        source_timestamp_us});
+                        source_timestamp_us, cut});
     bytes_.append(record);
   }
 

@@ -348,6 +348,10 @@ class JsonDecoder::Impl {
 
   bool Reject(MalformedReason reason, int field = -1, const char* text = nullptr,
               error_code error = simdjson::SUCCESS);
+  bool CheckArrayLength(int field, size_t row);
+  static constexpr const char* kArrayTooLong = "array longer than maxArrayLength";
+  size_t array_elements_ = 0;  // of the last array refused by CheckArrayLength
+  bool record_cut_ = false;     // the record being decoded was cut by its source
   bool RejectBroken(error_code error);
 
   void PrepareColumns(RecordBatch& out, size_t rows);
@@ -832,7 +836,7 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
   if (const error_code error = array.raw_json().get(text)) return RejectBroken(error);
   if (ScanNumberArray(text, column.f64)) [[likely]] {
     column.valid[row] = 1;
-    return true;
+    return CheckArrayLength(field, row);
   }
   column.f64.resize(column.arr_offsets[row]);
   ondemand::document document;
@@ -843,7 +847,17 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
     return RejectBroken(error);
   }
   if (const error_code error = document.get_array().get(array)) return RejectBroken(error);
-  return DecodeArrayElements(field, array, row);
+  return DecodeArrayElements(field, array, row) && CheckArrayLength(field, row);
+}
+
+// An array longer than maxArrayLength is a field problem (null under permissive): each element
+// would become a drift series with state of its own.
+bool JsonDecoder::Impl::CheckArrayLength(int field, size_t row) {
+  Column& column = columns_[field];
+  const size_t elements = column.f64.size() - column.arr_offsets[row];
+  if (static_cast<int64_t>(elements) <= spec_.max_array_length) [[likely]] return true;
+  array_elements_ = elements;
+  return FieldProblem(field, MalformedReason::kTooLarge, kArrayTooLong, nullptr, nullptr, row);
 }
 
 bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, size_t row) {
@@ -1070,8 +1084,16 @@ std::string JsonDecoder::Impl::Detail() const {
   };
   switch (p.reason) {
     case MalformedReason::kTooLarge:
-      if (p.text) {
+      if (p.text == kArrayTooLong) {
+        append(fmt::format("array of {} elements exceeds maxArrayLength {}", array_elements_,
+                           spec_.max_array_length));
+      } else if (p.text) {
         append(p.text);
+      } else if (record_cut_) {
+        // The source read no further than one byte past the limit: the true size is unknown.
+        append(fmt::format("record of more than {} bytes exceeds maxRecordBytes {} (its first "
+                           "{} bytes were kept)",
+                           spec_.max_record_bytes, spec_.max_record_bytes, p.record_size));
       } else {
         append(fmt::format("record of {} bytes exceeds maxRecordBytes {}", p.record_size,
                            spec_.max_record_bytes));
@@ -1145,6 +1167,7 @@ Status JsonDecoder::Impl::Decode(
   for (size_t i = 0; i < chunk.size(); ++i) {
     const InputChunk::Record& record = chunk.records()[i];
     ++stamp_;
+    record_cut_ = record.cut;
     const Verdict verdict =
         DecodeRecord(bytes.data() + record.begin, record.size, capacity - record.begin, row);
     if (verdict != Verdict::kRejected) [[likely]] {
@@ -1170,8 +1193,8 @@ Status JsonDecoder::Impl::Decode(
       }
       case MalformedPolicy::kDeadLetter:
         if (dead_letters != nullptr) {
-          dead_letters->push_back(
-              DeadLetter{std::string(chunk.record(i)), problem_.reason, Detail(), record.position});
+          dead_letters->push_back(DeadLetter{std::string(chunk.record(i)), problem_.reason,
+                                             Detail(), record.position, record.cut});
         }
         break;
       case MalformedPolicy::kPermissive:

@@ -32,7 +32,8 @@ enum class MalformedReason : uint8_t {
   kMissingField,      // "missing_field": a non-nullable field is absent or null
   kInvalidUtf8,       // "invalid_utf8": the record's bytes are not valid UTF-8
   kTooDeep,           // "too_deep": nesting deeper than MalformedSpec::max_depth
-  kTooLarge,          // "too_large": longer than MalformedSpec::max_record_bytes (not parsed)
+  kTooLarge,          // "too_large": longer than MalformedSpec::max_record_bytes (not parsed),
+                      // or an array<double> longer than MalformedSpec::max_array_length
   kNumberOutOfRange,  // "number_out_of_range": 1e400, an int beyond int32 / int64, ...
   kNotObject,         // "not_object": valid-looking JSON whose top level is not an object
   kEmpty,             // "empty": a record of zero bytes or only whitespace
@@ -56,10 +57,15 @@ struct MalformedCounts {
 
 /// A record rejected under the dead_letter policy, for the dead-letter stream.
 struct DeadLetter {
-  std::string raw;  // the record's bytes exactly as received
+  /// The record's bytes exactly as received; for a record the source cut (truncated), its
+  /// first bytes only.
+  std::string raw;
   MalformedReason reason = MalformedReason::kNotJson;
   std::string detail;  // e.g. "field 'prediction': expected double, got string"
   RecordPosition position;
+  /// The record was longer than `raw`: the source kept only its first maxRecordBytes + 1
+  /// bytes (InputChunk::Record::cut).
+  bool truncated = false;
 };
 
 /// Decodes JSON object records against a Schema.

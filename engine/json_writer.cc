@@ -35,6 +35,34 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
 
 }  // namespace
 
+bool IsValidUtf8(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t length = Utf8SequenceLength(bytes, i);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
+void AppendBase64(std::string& out, std::string_view bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  out.reserve(out.size() + (bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t word = at(i) << 16 | at(i + 1) << 8 | at(i + 2);
+    for (int shift = 18; shift >= 0; shift -= 6) out.push_back(kAlphabet[(word >> shift) & 63]);
+  }
+  const size_t rest = bytes.size() - i;
+  if (rest == 0) return;
+  const uint32_t word = at(i) << 16 | (rest == 2 ? at(i + 1) << 8 : 0);
+  out.push_back(kAlphabet[(word >> 18) & 63]);
+  out.push_back(kAlphabet[(word >> 12) & 63]);
+  out.push_back(rest == 2 ? kAlphabet[(word >> 6) & 63] : '=');
+  out.push_back('=');
+}
+
 void AppendJsonString(std::string& out, std::string_view s) {
   out.push_back('"');
   size_t i = 0;

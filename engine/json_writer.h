@@ -15,6 +15,12 @@ namespace driftd {
 /// replaced by U+FFFD so the output is always valid JSON.
 void AppendJsonString(std::string& out, std::string_view s);
 
+/// Appends `bytes` in base64 (RFC 4648, with padding), unquoted.
+void AppendBase64(std::string& out, std::string_view bytes);
+
+/// Whether `bytes` are valid UTF-8 (so AppendJsonString keeps them exactly).
+bool IsValidUtf8(std::string_view bytes);
+
 /// Appends a double in shortest round-trip form; NaN and infinities become null.
 inline void AppendJsonNumber(std::string& out, double value) {
   if (!std::isfinite(value)) {

@@ -25,6 +25,14 @@ enum class OptionType {
 
 std::string_view OptionTypeName(OptionType type);
 
+/// What a path option names, for the rules between connectors' paths (a sink must not write
+/// where a source reads, nor where another sink writes).
+enum class PathUse {
+  kNone,
+  kReadsDirectory,   // a source reads the files of this directory
+  kWritesDirectory,  // a sink writes files into this directory
+};
+
 struct OptionDecl {
   std::string name;
   OptionType type = OptionType::kString;
@@ -34,6 +42,8 @@ struct OptionDecl {
   bool required = false;
   /// Allowed values for kEnum.
   std::vector<std::string> choices = {};
+  /// Default: kNone (not a path, or a path no rule is about).
+  PathUse path_use = PathUse::kNone;
 };
 
 enum class ConnectorRole { kSource, kSink };

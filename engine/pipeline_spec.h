@@ -33,6 +33,10 @@ struct MalformedSpec {
   int64_t max_record_bytes = 1 << 20;
   /// JSON nesting deeper than this is malformed (reason too_deep). Default: 64.
   int max_depth = 64;
+  /// An array<double> value with more elements is malformed (reason too_large): every element
+  /// is a drift series with state of its own, so this bounds memory and state per record and
+  /// per model. Default: 4096 (embeddings of up to 4096 dimensions).
+  int64_t max_array_length = 4096;
 };
 
 struct SourceSpec {
@@ -40,6 +44,9 @@ struct SourceSpec {
   Options options;     // validated against the connector's declaration, defaults filled in
   MalformedSpec malformed;
   SourceMark mark;
+  /// Where each option given in the file is, for problems found after loading (the
+  /// connectors' own checks). Options filled in from defaults have none.
+  std::map<std::string, SourceMark> option_marks;
 };
 
 enum class AggregateFn { kCount, kSum, kMean, kStddev, kVariance, kMin, kMax };
@@ -175,6 +182,8 @@ struct SinkSpec {
   OutputMode output_mode = OutputMode::kAppend;
   StreamKind stream = StreamKind::kStats;
   SourceMark mark;
+  /// Where each option given in the file is (see SourceSpec::option_marks).
+  std::map<std::string, SourceMark> option_marks;
 };
 
 enum class TriggerKind {

@@ -20,8 +20,8 @@ enum class ErrorCode {
   kMalformedRecord,  // a record broke the `fail` policy
   kDataLoss,         // source offsets vanished and failOnDataLoss is set
   kExternal,         // a broker or remote service refused or failed
-  kUnrecoverable,    // a broker said this instance must not go on (e.g. a fenced Kafka producer):
-                     // retrying cannot help, the query stops
+  kUnrecoverable,    // a broker or receiver said this instance must not go on (a fenced Kafka
+                     // producer, a webhook's 4xx): retrying cannot help, the query stops
   kCancelled,        // shutdown was requested
   kInternal,         // a bug
 };

@@ -13,6 +13,8 @@ namespace driftd {
 /// (batch ids and pending sinks), and the recent commit history (last 10).
 /// json=true: one JSON object with the same facts (camelCase keys, times as epoch ms and
 /// ISO-8601 UTC, offsets and fingerprint as JSON objects, absent facts as null).
+/// Every block of every table file is read and its checksum checked first: a damaged checkpoint
+/// is kCorruption (exit code 74), as it would be for the daemon.
 Result<std::string> InspectCheckpoint(const std::string& directory, bool json);
 
 }  // namespace driftd

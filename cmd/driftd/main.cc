@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,12 +28,12 @@
 #include "cmd/driftd/http_server.h"
 #include "cmd/driftd/logging.h"
 #include "cmd/driftd/notify.h"
+#include "cmd/driftd/preflight.h"
 #include "cmd/driftd/prometheus.h"
 #include "cmd/driftd/status.h"
 #include "cmd/driftd/supervisor.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
-#include "engine/executor/drift_stage.h"
 #include "engine/executor/executor.h"
 #include "engine/log.h"
 #include "engine/redact.h"
@@ -60,24 +61,83 @@ struct RunFlags {
   bool reload_on_change = false;
 };
 
-// `driftd validate`: loads a pipeline file, printing every problem. Returns nullopt on failure.
+// `driftd validate FILE`: loads a pipeline file as `run` does (the loader's rules, then what the
+// query's start would check), printing every problem. Returns nullopt on failure.
 std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
   LoadOptions options;
   options.catalog = &ConnectorDeclarations();
   std::vector<ConfigProblem> warnings;
   options.warnings = &warnings;
   PipelineResult result = LoadPipelineFile(path, options);
+  if (result) {
+    // Messages from here on (the connectors', the drift stage's) may hold a secret's value.
+    RegisterSecrets(result->secrets);
+    if (std::vector<ConfigProblem> problems = PreflightProblems(*result); !problems.empty()) {
+      problems.insert(problems.end(), warnings.begin(), warnings.end());
+      result = tl::unexpected(std::move(problems));
+    }
+  }
   if (!result) {
-    std::cerr << FormatProblems(path, result.error());
     size_t errors = 0;
-    for (const auto& problem : result.error())
+    for (const auto& problem : result.error()) {
       errors += problem.severity == ProblemSeverity::kError;
+    }
+    std::cerr << Redact(FormatProblems(path, result.error()));
     std::cerr << fmt::format("{}: {} error{}; the pipeline was not started\n", path, errors,
                              errors == 1 ? "" : "s");
     return std::nullopt;
   }
-  if (!warnings.empty()) std::cerr << FormatProblems(path, warnings);
+  if (!warnings.empty()) std::cerr << Redact(FormatProblems(path, warnings));
   return std::move(*result);
+}
+
+std::string Summary(const std::string& path, const PipelineSpec& spec) {
+  return Redact(fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n", path,
+                            spec.name, spec.source.format, spec.sinks.size(),
+                            spec.sinks.size() == 1 ? "" : "s", ToString(spec.trigger.kind)));
+}
+
+// `driftd validate DIR`: every pipeline file of a service directory, as `run DIR` loads them,
+// including the rules between files (unique names and checkpoint locations).
+int ValidateDirectory(const std::string& directory) {
+  std::string problem;
+  std::vector<std::string> files = ListPipelineFiles(directory, problem);
+  if (!problem.empty()) {
+    std::cerr << problem << "\n";
+    return kExitConfig;
+  }
+  int refused = 0;
+  int accepted = 0;
+  std::map<std::string, std::string> names;        // name -> file
+  std::map<std::string, std::string> checkpoints;  // location -> file
+  for (const std::string& file : files) {
+    auto spec = LoadOrReport(file);
+    if (!spec) {
+      ++refused;
+      continue;
+    }
+    std::string clash;
+    if (auto it = names.find(spec->name); it != names.end()) {
+      clash = fmt::format("pipeline name '{}' is already used by {}", spec->name, it->second);
+    } else if (auto at = checkpoints.find(spec->checkpoint_location); at != checkpoints.end()) {
+      clash = fmt::format("checkpointLocation {} is already used by {}",
+                          spec->checkpoint_location, at->second);
+    }
+    if (!clash.empty()) {
+      std::cerr << Redact(fmt::format("{}: {}; `run {}` would not start it\n", file, clash,
+                                      directory));
+      ++refused;
+      continue;
+    }
+    names.emplace(spec->name, file);
+    checkpoints.emplace(spec->checkpoint_location, file);
+    ++accepted;
+    std::cout << Summary(file, *spec);
+  }
+  std::cout << fmt::format("{}: {} pipeline file{} ok, {} refused{}\n", directory, accepted,
+                           accepted == 1 ? "" : "s", refused,
+                           files.empty() ? " (no *.yaml or *.yml files)" : "");
+  return refused > 0 ? kExitConfig : kExitOk;
 }
 
 double NowEpochSeconds() {
@@ -244,9 +304,11 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         supervisor.RequestStop();
         stop_deadline = Clock::now() + std::chrono::seconds(flags.shutdown_timeout_s);
       } else {
-        log->warn("second signal: exiting now");
+        log->warn("second signal: exiting now (exit code {}); the batch in progress is redone "
+                  "on the next start",
+                  kExitStopCut);
         spdlog::shutdown();
-        _exit(128 + signal);
+        _exit(kExitStopCut);
       }
     }
 
@@ -257,9 +319,11 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         break;
       }
       if (Clock::now() >= stop_deadline) {
-        log->error("shutdown did not finish within {} s; exiting", flags.shutdown_timeout_s);
+        log->error("shutdown did not finish within {} s; exiting now (exit code {}); the batch "
+                   "in progress is redone on the next start",
+                   flags.shutdown_timeout_s, kExitStopCut);
         spdlog::shutdown();
-        _exit(kExitFailure);
+        _exit(kExitStopCut);
       }
     } else if (auto finished = supervisor.Finished()) {
       exit_code = finished;
@@ -386,8 +450,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("driftd ") + DRIFTD_VERSION);
   app.footer(
-      "Exit codes: 0 ok, 1 runtime failure, 64 usage, 65 malformed record (policy fail) or "
-      "data loss, 74 checkpoint I/O error, 78 invalid pipeline or incompatible checkpoint.");
+      "Exit codes: 0 ok, 1 runtime failure (a sink could not deliver, a broker failed), 64 "
+      "usage, 65 malformed record (policy fail) or data loss, 74 checkpoint unreadable, "
+      "unwritable or damaged, 75 stop cut short (second signal or shutdown timeout), 78 "
+      "invalid pipeline or incompatible checkpoint.");
 
   RunFlags flags;
   auto add_logging = [&](CLI::App* command) {
@@ -458,8 +524,13 @@ int main(int argc, char** argv) {
 
   std::string validate_path;
   CLI::App* validate =
-      app.add_subcommand("validate", "Check a pipeline file and print every problem");
-  validate->add_option("PIPELINE", validate_path, "Pipeline file (YAML)")->required();
+      app.add_subcommand("validate",
+                         "Check a pipeline file (or every pipeline of a directory) as run would, "
+                         "and print every problem");
+  validate
+      ->add_option("PIPELINE", validate_path,
+                   "Pipeline file (YAML), or a directory of them checked as `run DIR` loads it")
+      ->required();
 
   std::string inspect_path;
   bool inspect_json = false;
@@ -569,23 +640,13 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (validate->parsed()) {
+    std::error_code error;
+    if (std::filesystem::is_directory(validate_path, error)) {
+      return ValidateDirectory(validate_path);
+    }
     auto spec = LoadOrReport(validate_path);
     if (!spec) return kExitConfig;
-    // Messages from here on (the drift stage's, the summary) may hold a secret's value.
-    RegisterSecrets(spec->secrets);
-    // What only the drift stage can tell (detector setup, a file baseline that must load)
-    // is checked here too, rather than at the first start.
-    if (spec->drift.enabled) {
-      if (auto stage = DriftStage::Create(*spec); !stage) {
-        std::cerr << Redact(fmt::format("{}: {}\n{}: 1 error; the pipeline was not started\n",
-                                        validate_path, stage.error().message(), validate_path));
-        return kExitConfig;
-      }
-    }
-    std::cout << Redact(fmt::format("{}: ok (pipeline '{}', source {}, {} sink{}, trigger {})\n",
-                                    validate_path, spec->name, spec->source.format,
-                                    spec->sinks.size(), spec->sinks.size() == 1 ? "" : "s",
-                                    ToString(spec->trigger.kind)));
+    std::cout << Summary(validate_path, *spec);
     return kExitOk;
   }
 

@@ -12,6 +12,7 @@
 #include <simdjson.h>
 
 #include "cmd/driftd/logging.h"
+#include "cmd/driftd/preflight.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/executor/executor.h"
@@ -23,6 +24,8 @@ namespace driftd {
 
 int ExitCodeFor(const Error& error) {
   switch (error.code()) {
+    case ErrorCode::kCancelled:  // a stop during the start: nothing failed
+      return kExitOk;
     case ErrorCode::kConfig:
     case ErrorCode::kIncompatible:
       return kExitConfig;
@@ -270,11 +273,10 @@ Supervisor::~Supervisor() {
   Join();
 }
 
-std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problems) const {
-  if (!options_.directory) return {options_.path};
+std::vector<std::string> ListPipelineFiles(const std::string& directory, std::string& problem) {
   std::vector<std::string> files;
   std::error_code error;
-  for (fs::directory_iterator it(options_.path, error), end; !error && it != end;
+  for (fs::directory_iterator it(directory, error), end; !error && it != end;
        it.increment(error)) {
     const fs::path& path = it->path();
     std::string name = path.filename().string();
@@ -286,10 +288,18 @@ std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problem
     files.push_back(path.string());
   }
   if (error) {
-    problems.push_back(
-        fmt::format("{}: cannot read the pipeline directory: {}", options_.path, error.message()));
+    problem = fmt::format("{}: cannot read the pipeline directory: {}", directory,
+                          error.message());
   }
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problems) const {
+  if (!options_.directory) return {options_.path};
+  std::string problem;
+  std::vector<std::string> files = ListPipelineFiles(options_.path, problem);
+  if (!problem.empty()) problems.push_back(std::move(problem));
   return files;
 }
 
@@ -363,6 +373,14 @@ int Supervisor::Apply(bool initial) {
     std::vector<ConfigProblem> warnings;
     load_options.warnings = &warnings;
     PipelineResult spec = ParsePipeline(*content, file, load_options);
+    if (spec) {
+      // From here on the pipeline's secrets may reach a log line, an error or an HTTP body.
+      RegisterSecrets(spec->secrets);
+      // What the query's start would refuse is refused now, before an old query is replaced.
+      if (std::vector<ConfigProblem> problems = PreflightProblems(*spec); !problems.empty()) {
+        spec = tl::unexpected(std::move(problems));
+      }
+    }
     if (!spec) {
       LogProblems(file, spec.error());
       size_t errors = 0;
@@ -376,8 +394,6 @@ int Supervisor::Apply(bool initial) {
       refused_files.push_back(file);
       continue;
     }
-    // From here on the pipeline's secrets may reach a log line, an error or an HTTP body.
-    RegisterSecrets(spec->secrets);
     if (!warnings.empty()) LogProblems(file, warnings);
     Candidate candidate;
     candidate.file = file;

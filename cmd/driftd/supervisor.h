@@ -127,12 +127,24 @@ class Supervisor {
   std::atomic<bool> loaded_{false};
 };
 
+/// The pipeline files of a directory as `run DIR` reads them: the regular *.yaml and *.yml files,
+/// hidden ones skipped, sorted. `problem` says why the directory could not be read (then the
+/// list is what was read before).
+std::vector<std::string> ListPipelineFiles(const std::string& directory, std::string& problem);
+
 // Exit codes (sysexits.h where one fits), documented in README.md and `driftd --help`.
+// One code per cause, whichever connector reported it.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // the query failed at run time (sink, broker, disk)
+inline constexpr int kExitFailure = 1;     // the query failed at run time: a sink could not
+                                           // deliver (any sink, a webhook's 4xx included), a
+                                           // broker failed fatally, a producer was fenced
 inline constexpr int kExitUsage = 64;      // bad command line
 inline constexpr int kExitDataError = 65;  // a malformed record under policy fail, or data loss
-inline constexpr int kExitIoError = 74;    // the checkpoint cannot be read or written
+inline constexpr int kExitIoError = 74;    // the checkpoint cannot be read or written, or is
+                                           // damaged
+inline constexpr int kExitStopCut = 75;    // a second signal or the shutdown timeout ended the
+                                           // process before the stop finished (nothing
+                                           // committed is lost; the batch is redone)
 inline constexpr int kExitConfig = 78;     // the pipeline is invalid, or the checkpoint refuses it
 
 /// The exit code for an error that ended a query.

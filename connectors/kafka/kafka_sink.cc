@@ -37,6 +37,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -66,6 +68,8 @@ constexpr int kMaxBatchAttempts = 5;
 constexpr int kMaxReplacements = 3;
 // Attempts of one transactional call that failed with a retriable error.
 constexpr int kMaxCallAttempts = 10;
+// The longest a stop waits for init_transactions while the brokers do not answer.
+constexpr int64_t kConnectSliceMs = 500;
 constexpr int kRequestTimeoutMs = 10'000;
 // Records scanned per step when searching the progress topic backwards from its end.
 constexpr int64_t kProgressScanWindow = 1000;
@@ -117,9 +121,20 @@ class KafkaSink final : public Sink {
     checkpoint_id_ = checkpoint_id;
   }
 
+  // A stop while Open waits for the brokers ends the wait within a slice (kConnectSliceMs);
+  // a delivery under way is left to finish.
+  void Cancel() override { cancelled_.store(true); }
+
   Status Open() override {
     if (producer_) return Ok();
     if (fatal_) return tl::unexpected(*fatal_);
+    connecting_ = true;
+    Status opened = Connect();
+    connecting_ = false;
+    return opened;
+  }
+
+  Status Connect() {
     auto conf = kafka::MakeConf(ProducerSettings());
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka sink"));
     rd_kafka_conf_set_opaque(conf->get(), this);
@@ -130,9 +145,7 @@ class KafkaSink final : public Sink {
 
     // Fences an older producer with our transactional.id and aborts its open transaction, so
     // what the progress topic says afterwards is final.
-    Status init = Call("init_transactions", [&] {
-                    return rd_kafka_init_transactions(producer_.get(), options_.timeout_ms);
-                  }).second;
+    Status init = Call("init_transactions", [&] { return InitTransactions(); }).second;
     if (!init) return Fail(init);
 
     for (const Target& target : options_.targets) {
@@ -333,6 +346,25 @@ class KafkaSink final : public Sink {
     return FatalError(what, code, reason);
   }
 
+  // init_transactions within the transactional timeout, in slices, so that a stop (Cancel)
+  // is noticed while the brokers do not answer: librdkafka lets a timed-out call be repeated.
+  rd_kafka_error_t* InitTransactions() {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      const int slice = static_cast<int>(std::clamp<int64_t>(left, 1, kConnectSliceMs));
+      rd_kafka_error_t* error = rd_kafka_init_transactions(producer_.get(), slice);
+      if (error == nullptr || rd_kafka_error_code(error) != RD_KAFKA_RESP_ERR__TIMED_OUT ||
+          left <= kConnectSliceMs || cancelled_.load()) {
+        return error;
+      }
+      rd_kafka_error_destroy(error);
+    }
+  }
+
   // Runs one transactional API call, repeating it while librdkafka says the error is
   // retriable. An abortable error aborts the transaction.
   template <typename Fn>
@@ -340,6 +372,11 @@ class KafkaSink final : public Sink {
     for (int attempt = 1;; ++attempt) {
       ErrorPtr error{fn()};
       if (!error) return {Outcome::kOk, Ok()};
+      if (connecting_ && cancelled_.load()) {
+        return {Outcome::kFailed,
+                MakeError(ErrorCode::kCancelled, "kafka sink: stopped while connecting ({})",
+                          what)};
+      }
       const std::string message =
           fmt::format("kafka sink: {} failed: {}", what, kafka::Describe(error.get()));
       if (rd_kafka_error_is_fatal(error.get())) {
@@ -446,14 +483,22 @@ class KafkaSink final : public Sink {
       rd_kafka_flush(producer_.get(), options_.timeout_ms);
       raise(SIGKILL);
     }
-    if (fault && options_.fault == "fatal") {
-      rd_kafka_test_fatal_error(producer_.get(), RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
-                                "injected by DRIFTD_KAFKA_SINK_FAULT=fatal");
-    }
-    if (fault && options_.fault == "fatal_txn_state" && !fault_fired_) {
-      fault_fired_ = true;
-      rd_kafka_test_fatal_error(producer_.get(), RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
-                                "injected by DRIFTD_KAFKA_SINK_FAULT=fatal_txn_state");
+    const bool inject_fatal = fault && options_.fault == "fatal";
+    const bool inject_txn_state = fault && options_.fault == "fatal_txn_state" && !fault_fired_;
+    if (inject_fatal || inject_txn_state) {
+      fault_fired_ = fault_fired_ || inject_txn_state;
+      rd_kafka_test_fatal_error(
+          producer_.get(),
+          inject_fatal ? RD_KAFKA_RESP_ERR_PRODUCER_FENCED : RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+          inject_fatal ? "injected by DRIFTD_KAFKA_SINK_FAULT=fatal"
+                       : "injected by DRIFTD_KAFKA_SINK_FAULT=fatal_txn_state");
+      // The fatal error is the producer's at once, but reaches its transaction manager through
+      // librdkafka's own thread: a commit called now may still succeed, and the fault would hit
+      // a later batch than the one it names. Fail this batch's commit, as librdkafka does once
+      // the error has arrived.
+      if (auto fatal = ProducerFatalError("commit_transaction")) {
+        return {Outcome::kFailed, tl::unexpected(*fatal)};
+      }
     }
     auto committed = Call("commit_transaction", [&] {
       return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
@@ -664,6 +709,9 @@ class KafkaSink final : public Sink {
   bool replacing_ = false;
   /// The one-shot fault (fatal_txn_state) has been raised.
   bool fault_fired_ = false;
+  /// Open is under way (executor's thread), and a stop asked it to give up (any thread).
+  bool connecting_ = false;
+  std::atomic<bool> cancelled_{false};
   struct RepeatedError {
     std::chrono::steady_clock::time_point last_logged{};
     int64_t suppressed = 0;
@@ -768,6 +816,11 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
   }
   if (options.client["bootstrap.servers"].empty()) {
     return MakeError(ErrorCode::kConfig, "the kafka sink needs kafka.bootstrap.servers");
+  }
+  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
+  // so that validate refuses what the start would.
+  if (auto conf = kafka::MakeConf(options.client); !conf) {
+    return tl::unexpected(conf.error().Wrap("kafka sink"));
   }
   auto transactional_id = options.client.find("transactional.id");
   options.transactional_id = transactional_id != options.client.end() ? transactional_id->second

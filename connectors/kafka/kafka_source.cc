@@ -1091,6 +1091,11 @@ ConnectorDecl KafkaSourceDecl() {
 Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec& pipeline) {
   auto options = ParseOptions(pipeline);
   if (!options) return tl::unexpected(options.error());
+  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
+  // so that validate refuses what the start would.
+  if (auto conf = kafka::MakeConf(options->client); !conf) {
+    return tl::unexpected(conf.error().Wrap("kafka source"));
+  }
   return std::unique_ptr<Source>(std::make_unique<KafkaSource>(std::move(*options)));
 }
 

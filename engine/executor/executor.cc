@@ -73,14 +73,26 @@ std::vector<std::string> FingerprintDifferences(std::string_view stored, std::st
   return changed;
 }
 
+// A dead letter holds the bytes received: as a JSON string when they are UTF-8 ("raw"), else
+// in base64 ("rawBase64", "raw" null), so that no byte is replaced; "rawBytes" counts what it
+// holds and "truncated" says when that is only the start of a longer record.
 std::string DeadLetterRow(const DeadLetter& dead, const std::string& position) {
   std::string row;
   JsonObject object(row);
   object.String("position", position);
   object.String("reason", ToString(dead.reason));
   object.String("detail", dead.detail);
-  object.String("raw", dead.raw);
+  if (IsValidUtf8(dead.raw)) {
+    object.String("raw", dead.raw);
+  } else {
+    object.Null("raw");
+    object.Key("rawBase64");
+    row.push_back('"');
+    AppendBase64(row, dead.raw);
+    row.push_back('"');
+  }
   object.Int("rawBytes", static_cast<int64_t>(dead.raw.size()));
+  object.Bool("truncated", dead.truncated);
   object.Close();
   return row;
 }
@@ -286,6 +298,8 @@ class QueryExecutor::Impl {
 
   void Stop() {
     stop_requested_.store(true);
+    // A sink still connecting (Start) gives up; sinks_ is fixed since Init.
+    for (auto& sink : sinks_) sink->Cancel();
     std::lock_guard<std::mutex> lock(mutex_);
     wake_.notify_all();
   }

@@ -559,11 +559,11 @@ schema:
   - {name: prediction, type: double}
 source:
   format: file
-  options: &input {path: /tmp/in}
+  options: {path: /tmp/in, maxFilesPerTrigger: &limit 10}
 query:
   groupBy: [model_id]
 sinks:
-  - {format: file, options: *input}
+  - {format: file, options: {path: /tmp/out}, name: *limit}
   - <<: {format: console}
     format: console
 )";
@@ -580,7 +580,7 @@ sinks:
   auto fixed = testing::ParseText(without_merge);
   INFO(testing::ProblemText(fixed));
   REQUIRE(fixed);
-  CHECK(fixed->sinks[0].options.GetString("path") == "/tmp/in");
+  CHECK(fixed->sinks[0].name == "10");  // the alias of the source's maxFilesPerTrigger
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ inline const ConnectorCatalog& TestCatalog() {
     c.push_back(kafka_source);
     ConnectorDecl file_source{"file", ConnectorRole::kSource, "JSON-lines files", {}, ""};
     file_source.options = {
-        {"path", OptionType::kString, "", "input directory", true},
+        {"path", OptionType::kString, "", "input directory", true, {}, PathUse::kReadsDirectory},
         {"maxFilesPerTrigger", OptionType::kInt, "1000", "files per batch"},
         {"latestFirst", OptionType::kBool, "false", "newest files first"},
     };
@@ -43,7 +43,8 @@ inline const ConnectorCatalog& TestCatalog() {
     };
     c.push_back(kafka_sink);
     ConnectorDecl file_sink{"file", ConnectorRole::kSink, "JSON-lines files", {}, ""};
-    file_sink.options = {{"path", OptionType::kString, "", "output directory", true}};
+    file_sink.options = {
+        {"path", OptionType::kString, "", "output directory", true, {}, PathUse::kWritesDirectory}};
     c.push_back(file_sink);
     ConnectorDecl console_sink{"console", ConnectorRole::kSink, "stdout tables", {}, ""};
     console_sink.options = {

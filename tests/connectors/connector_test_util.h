@@ -55,6 +55,7 @@ inline PipelineSpec SourcePipeline(std::string format,
 struct ReadRecord {
   std::string text;
   RecordPosition position;
+  bool cut = false;  // InputChunk::Record::cut
 };
 
 /// Every record of [start, end), read in chunks of about `max_bytes`.
@@ -71,7 +72,8 @@ inline std::vector<ReadRecord> ReadRange(Source& source, const SourceOffsets& st
     REQUIRE(next);
     more = *next;
     for (size_t i = 0; i < chunk.size(); ++i) {
-      records.push_back({std::string(chunk.record(i)), chunk.records()[i].position});
+      records.push_back(
+          {std::string(chunk.record(i)), chunk.records()[i].position, chunk.records()[i].cut});
     }
   }
   return records;

@@ -209,9 +209,27 @@ TEST_CASE("a line longer than maxRecordBytes is cut instead of held whole", "[fi
   auto records = ReadRange(*source, {}, end, 4096);
   REQUIRE(records.size() == 2);
   CHECK(records[0].text.size() == 1001);  // over the limit, so the decoder flags it too large
+  CHECK(records[0].cut);                  // and a dead letter says it holds only the start
+  CHECK_FALSE(records[1].cut);
   CHECK(records[0].position.offset == 0);
   CHECK(records[1].text == "{\"n\":2}");
   CHECK(records[1].position.offset == static_cast<int64_t>(huge.size()) + 1);
+}
+
+TEST_CASE("a UTF-8 byte order mark at the start of a file does not cost its first record",
+          "[file][source]") {
+  TempDir dir;
+  WriteText(dir.Sub("a.jsonl"), "\xEF\xBB\xBF{\"n\":1}\r\n{\"n\":2}\n");
+  // Only at the very start: elsewhere the bytes are the record's own.
+  WriteText(dir.Sub("b.jsonl"), "{\"n\":3}\n\xEF\xBB\xBF{\"n\":4}\n");
+  auto source = StartedFiles(dir);
+  SourceOffsets end = Plan(*source, {});
+  auto records = ReadRange(*source, {}, end);
+  REQUIRE(records.size() == 4);
+  CHECK(records[0].text == "{\"n\":1}");
+  CHECK(records[0].position.offset == 3);
+  CHECK(records[1].text == "{\"n\":2}");
+  CHECK(records[3].text == "\xEF\xBB\xBF{\"n\":4}");
 }
 
 TEST_CASE("availableNow sees only the files and bytes present when it froze", "[file][source]") {

@@ -173,7 +173,8 @@ TEST_CASE("with onFailure retry, a 4xx answer other than 429 fails the batch at 
                                        {{"url", receiver.url()}, {"onFailure", "retry"}}));
   auto delivered = sink->Deliver(AlertBatch(4, {"a1"}));
   REQUIRE_FALSE(delivered);
-  CHECK(delivered.error().code() == ErrorCode::kConfig);  // not retried by the executor
+  // A failure to deliver, not retried by the executor, and not an invalid pipeline (exit 1).
+  CHECK(delivered.error().code() == ErrorCode::kUnrecoverable);
   CHECK_THAT(delivered.error().message(), Catch::Contains("HTTP 403"));
   CHECK_THAT(delivered.error().message(), Catch::Contains("batch 4"));
   CHECK(receiver.requests() == 1);

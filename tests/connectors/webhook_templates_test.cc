@@ -278,7 +278,8 @@ TEST_CASE("a receiver's 4xx for one row dead-letters that row and the batch goes
     auto sink = Open(HookPipeline(dir.path(), {{"url", picky.url()}, {"onFailure", "retry"}}));
     auto delivered = sink->Deliver(Batch(0, {Alert("w1", "WARN", "OK")}));
     REQUIRE_FALSE(delivered);
-    CHECK(delivered.error().code() == ErrorCode::kConfig);
+    // A failure to deliver (exit code 1), not an invalid pipeline.
+    CHECK(delivered.error().code() == ErrorCode::kUnrecoverable);
   }
 }
 

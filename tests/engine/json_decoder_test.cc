@@ -479,6 +479,7 @@ TEST_CASE("a 10 MB record is too_large under the default limit and decoded above
 
   MalformedSpec raised = Policy(MalformedPolicy::kFail);
   raised.max_record_bytes = 16 << 20;
+  raised.max_array_length = elements;
   const Decoded decoded = DecodeRecords(InferenceSchema(), raised, {kGood2, record, kGood0});
   REQUIRE(decoded.status);
   REQUIRE(decoded.batch.num_rows == 3);
@@ -636,6 +637,46 @@ TEST_CASE("a batch that does not match the schema is refused", "[decoder]") {
   const Status status = decoder.Decode(MakeChunk({kGood0}), batch, nullptr);
   REQUIRE_FALSE(status);
   CHECK(status.error().code() == ErrorCode::kInvalidArgument);
+}
+
+}  // namespace driftd
+
+namespace driftd {
+
+TEST_CASE("an array longer than maxArrayLength is too_large: dropped, or null under permissive",
+          "[decoder][malformed]") {
+  std::string long_array = "[";
+  for (int i = 0; i < 5000; ++i) long_array += i == 0 ? "0.5" : ",0.5";
+  long_array += "]";
+  // The fast scanner takes plain numbers; an exponent sends the array through simdjson.
+  const std::string slow_array = "[1e0,2,3,4,5]";
+  const std::vector<std::string> records = {
+      R"({"model_id":"m","feature_vector":)" + long_array + R"(,"prediction":1})",
+      R"({"model_id":"m","feature_vector":)" + slow_array + R"(,"prediction":2})",
+      R"({"model_id":"m","feature_vector":[1,2,3,4],"prediction":3})",
+  };
+  MalformedSpec spec = Policy(MalformedPolicy::kDeadLetter);
+  spec.max_array_length = 4;
+  Decoded dropped = DecodeRecords(InferenceSchema(), spec, records);
+  REQUIRE(dropped.status);
+  CHECK(dropped.batch.num_rows == 1);
+  CHECK(dropped.counts[MalformedReason::kTooLarge] == 2);
+  REQUIRE(dropped.dead_letters.size() == 2);
+  CHECK(dropped.dead_letters[0].raw == records[0]);
+  CHECK(dropped.dead_letters[0].detail ==
+        "field 'feature_vector': array of 5000 elements exceeds maxArrayLength 4");
+  CHECK(dropped.dead_letters[1].detail ==
+        "field 'feature_vector': array of 5 elements exceeds maxArrayLength 4");
+
+  Decoded nulled = DecodeRecords(InferenceSchema(), Policy(MalformedPolicy::kPermissive), records);
+  REQUIRE(nulled.status);
+  CHECK(nulled.batch.num_rows == 3);
+  CHECK(nulled.counts.total() == 1);  // the default cap, 4096, takes the 5 and 4 elements
+  const Column& vectors = nulled.batch.columns[2];
+  CHECK(vectors.valid[0] == 0);
+  CHECK(vectors.ArraySize(0) == 0);
+  CHECK(vectors.ArraySize(1) == 5);
+  CHECK(nulled.batch.columns[3].f64[0] == 1.0);  // the rest of the record is kept
 }
 
 }  // namespace driftd
