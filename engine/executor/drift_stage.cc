@@ -1,6 +1,7 @@
 #include "engine/executor/drift_stage.h"
 
 #include <simdjson.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <charconv>
@@ -46,6 +47,10 @@ std::string EscapeKeyPart(std::string_view name) {
   return out;
 }
 
+// The largest reference file read: reference records are decoded at once, so this bounds the
+// memory a start may take for them.
+constexpr size_t kMaxReferenceBytes = 256u << 20;
+
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -69,6 +74,7 @@ class DriftStage::Impl {
       if (sink.stream == StreamKind::kEvaluations) want_evaluation_rows_ = true;
     }
     schema_ = spec.schema;
+    max_array_length_ = spec.source.malformed.max_array_length;
     std::string model_column = spec_.model_column;
     if (model_column.empty() && !spec.query.group_by.empty()) model_column = spec.query.group_by[0];
     model_column_ = schema_.IndexOf(model_column);
@@ -127,11 +133,32 @@ class DriftStage::Impl {
   // reference records (JSON lines with the pipeline's schema). engine/drift/README.md
   // documents both formats.
   Status LoadReference(const std::string& path) {
+    // Bounded like a pipeline file: not a FIFO or device (opening one may block, reading it
+    // need not end), and no larger than kMaxReferenceBytes.
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) {
+      return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+    }
+    if (!S_ISREG(info.st_mode)) {
+      return MakeError(ErrorCode::kConfig, "cannot read the file: not a regular file");
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    const std::string text = buffer.str();
+    // In blocks, to at most a block past the limit: memory follows the file, not the limit.
+    std::string text;
+    char block[64 * 1024];
+    while (text.size() <= kMaxReferenceBytes && in.read(block, sizeof block).gcount() > 0) {
+      text.append(block, static_cast<size_t>(in.gcount()));
+    }
+    if (in.bad()) {
+      return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+    }
+    if (text.size() > kMaxReferenceBytes) {
+      return MakeError(ErrorCode::kConfig,
+                       "the file is larger than {} bytes; give reference statistics (a few KB "
+                       "per model) rather than that many reference records",
+                       kMaxReferenceBytes);
+    }
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
       return MakeError(ErrorCode::kConfig, "the file is empty");
     }
@@ -210,9 +237,13 @@ class DriftStage::Impl {
           if (columns_[i].is_array && bracket != std::string_view::npos &&
               series.substr(0, bracket) == column && series.back() == ']') {
             size_t element = 0;
-            const std::string digits(series.substr(bracket + 1, series.size() - bracket - 2));
-            if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
-                (element = std::stoul(digits)) > 100'000) {
+            const std::string_view digits =
+                series.substr(bracket + 1, series.size() - bracket - 2);
+            const auto [end, ec] =
+                std::from_chars(digits.data(), digits.data() + digits.size(), element);
+            // Elements beyond maxArrayLength never reach the monitor: decoding refuses them.
+            if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
+                static_cast<int64_t>(element) >= max_array_length_) {
               break;
             }
             widths[i] = std::max(widths[i], element + 1);
@@ -331,7 +362,23 @@ class DriftStage::Impl {
       while (start < text.size()) {
         size_t end = text.find(',', start);
         if (end == std::string_view::npos) end = text.size();
-        widths.push_back(std::stoul(std::string(text.substr(start, end - start))));
+        const std::string_view digits = text.substr(start, end - start);
+        size_t width = 0;
+        const auto [parsed, ec] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), width);
+        if (digits.empty() || ec != std::errc() || parsed != digits.data() + digits.size() ||
+            width < 1) {
+          return MakeError(ErrorCode::kCorruption, "drift: bad series layout entry '{}'",
+                           value.substr(0, 80));
+        }
+        if (static_cast<int64_t>(width) > std::max<int64_t>(max_array_length_, 1)) {
+          return MakeError(ErrorCode::kIncompatible,
+                           "the checkpoint's drift state has {} elements of an array series, "
+                           "more than source.malformed.maxArrayLength ({}) lets through; raise "
+                           "maxArrayLength to at least {}",
+                           width, max_array_length_, width);
+        }
+        widths.push_back(width);
         start = end + 1;
       }
       if (widths.size() != columns_.size()) {
@@ -627,6 +674,7 @@ class DriftStage::Impl {
 
   DriftSpec spec_;
   Schema schema_;
+  int64_t max_array_length_ = 4096;
   int model_column_ = -1;
   int time_column_ = -1;
   int prediction_column_ = -1;

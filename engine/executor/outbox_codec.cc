@@ -1,5 +1,6 @@
 #include "engine/executor/outbox_codec.h"
 
+#include <charconv>
 #include <cstring>
 
 namespace driftd {
@@ -106,7 +107,11 @@ Result<BatchOutput> DecodeBatchOutput(std::string_view bytes) {
     return MakeError(ErrorCode::kCorruption, "outbox entry of {} bytes is unreadable",
                      bytes.size());
   }
-  output.batch_id = std::stoll(batch_id);
+  const auto [end_of_id, ec] =
+      std::from_chars(batch_id.data(), batch_id.data() + batch_id.size(), output.batch_id);
+  if (batch_id.empty() || ec != std::errc() || end_of_id != batch_id.data() + batch_id.size()) {
+    return MakeError(ErrorCode::kCorruption, "outbox entry with an unreadable batch id");
+  }
   auto end = OffsetsFromJson(offsets);
   if (!end) return tl::unexpected(end.error());
   output.source_end = std::move(*end);
