@@ -1,6 +1,7 @@
-// What a pipeline file may say about each drift detector: its type name, its parameters and
-// their valid ranges. Defaults come from the drift engine's table (engine/drift/detectors.h), so
-// that the file format and the detectors never disagree; config/README.md documents them.
+// What a pipeline file may say about each drift detector: its type name, its levels and its
+// parameters with their valid ranges. Everything comes from the drift engine's table
+// (engine/drift/detectors.h), so that the file format and the detectors never disagree;
+// config/README.md documents them.
 #pragma once
 
 #include <limits>
@@ -10,6 +11,11 @@
 #include "engine/pipeline_spec.h"
 
 namespace driftd::config_detail {
+
+/// Levels are calibrated scores (z-equivalents of a false-alarm probability): below 1.5 a
+/// "level" would fire on most evaluations; above 37 the probability is not representable.
+inline constexpr double kMinLevel = 1.5;
+inline constexpr double kMaxLevel = 37;
 
 struct DetectorParamInfo {
   std::string_view name;  // as written in the file and stored in DetectorSpec::params: minEffect
@@ -21,12 +27,15 @@ struct DetectorParamInfo {
 
 struct DetectorInfo {
   DetectorKind kind;
-  std::string_view name;  // mean_shift, stddev_ratio, psi, js, ks, page_hinkley, error_rate
+  std::string_view name;  // mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate
   double warn = 0;
   double alert = 0;
-  /// Thresholds above this can never fire (distances and rates live in [0, 1]).
-  double max_threshold = std::numeric_limits<double>::max();
+  /// Valid range of warn and alert.
+  double min_level = kMinLevel;
+  double max_level = kMaxLevel;
   std::vector<DetectorParamInfo> params;
+  /// Watches the error series: needs prediction and label columns.
+  bool error_series = false;
 };
 
 /// Every detector, in DetectorKind order.
@@ -34,7 +43,7 @@ const std::vector<DetectorInfo>& Detectors();
 const std::vector<std::string_view>& DetectorNames();
 const DetectorInfo* FindDetector(std::string_view name);
 
-/// A DetectorSpec with the detector's default thresholds and parameters.
+/// A DetectorSpec with the detector's default levels and parameters.
 DetectorSpec DefaultDetector(DetectorKind kind);
 
 }  // namespace driftd::config_detail

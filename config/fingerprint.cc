@@ -43,6 +43,8 @@ std::string_view BaselineName(BaselineKind kind) {
       return "file";
     case BaselineKind::kTrailing:
       return "trailing";
+    case BaselineKind::kSeasonal:
+      return "seasonal";
   }
   return "?";
 }
@@ -59,8 +61,8 @@ std::string_view DetectorName(DetectorKind kind) {
       return "js";
     case DetectorKind::kKs:
       return "ks";
-    case DetectorKind::kPageHinkley:
-      return "page_hinkley";
+    case DetectorKind::kCusum:
+      return "cusum";
     case DetectorKind::kErrorRate:
       return "error_rate";
   }
@@ -187,6 +189,10 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
         break;
       case BaselineKind::kTrailing:
         out += fmt::format(",\"windows\":{}", baseline.windows);
+        break;
+      case BaselineKind::kSeasonal:
+        out += fmt::format(",\"records\":{},\"periodMs\":{},\"cycles\":{}", baseline.records,
+                           baseline.period_ms, baseline.cycles);
         break;
     }
     out += "},\"detectors\":[";

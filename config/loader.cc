@@ -128,7 +128,15 @@ const std::vector<std::pair<std::string_view, BaselineKind>> kBaselines = {
     {"warmup", BaselineKind::kWarmup},
     {"file", BaselineKind::kFile},
     {"trailing", BaselineKind::kTrailing},
+    {"seasonal", BaselineKind::kSeasonal},
 };
+
+// Column names that say "this is the model's prediction" or "this is the ground truth": with
+// one of each in the schema, drift watches the error rate without being told.
+const std::vector<std::string_view> kPredictionNames = {"prediction", "predicted", "y_pred",
+                                                        "score"};
+const std::vector<std::string_view> kLabelNames = {"label", "ground_truth", "target", "actual",
+                                                   "y_true"};
 
 // Spellings from other systems that users type for driftd's field types.
 const std::vector<std::pair<std::string_view, std::string_view>> kTypeAliases = {
@@ -626,7 +634,8 @@ class PipelineParser {
                     std::vector<std::string_view>{"series", "baseline", "detectors", "minSamples",
                                                   "windowRecords", "hysteresis", "cooldown",
                                                   "modelAlertSeries", "modelColumn",
-                                                  "predictionColumn", "labelColumn", "overrides"},
+                                                  "predictionColumn", "labelColumn", "overrides",
+                                                  "resolveEvidence"},
                     " with series, baseline, detectors, ...");
     if (!drift.valid()) return;
     DriftSpec& spec = spec_.drift;
@@ -689,6 +698,16 @@ class PipelineParser {
       CheckColumn(*column, ColumnUse::kLabel, "labelColumn");
       spec.label_column = column->value;
     }
+    DefaultLabelColumns(drift, entry->key_mark);
+    if (auto value = drift.Double("resolveEvidence")) {
+      if (*value < 1) {
+        problems_.Error(drift.PathOf("resolveEvidence"), drift.MarkOf("resolveEvidence"),
+                        fmt::format("resolveEvidence is a likelihood ratio, at least 1, found {}",
+                                    *value));
+      } else {
+        spec.resolve_evidence = *value;
+      }
+    }
     if (auto value = drift.Int("minSamples", 1, kMaxInt)) spec.min_samples = *value;
     if (auto value = drift.Int("hysteresis", 1, 1'000'000)) {
       spec.hysteresis = static_cast<int>(*value);
@@ -731,6 +750,54 @@ class PipelineParser {
     ParseOverrides(drift);
   }
 
+  // The error rate is watched whenever prediction and label columns can be known: given, or one
+  // of each of the usual names in the schema. Otherwise validate says how to turn it on.
+  void DefaultLabelColumns(const MapReader& drift, const SourceMark& mark) {
+    DriftSpec& spec = spec_.drift;
+    auto candidates = [&](const std::vector<std::string_view>& names) {
+      std::vector<std::string> found;
+      for (const Field& field : spec_.schema.fields) {
+        const bool usable = field.type == FieldType::kDouble || field.type == FieldType::kLong ||
+                            field.type == FieldType::kInt || field.type == FieldType::kBoolean;
+        if (usable && std::find(names.begin(), names.end(), field.name) != names.end()) {
+          found.push_back(field.name);
+        }
+      }
+      return found;
+    };
+    const bool has_prediction = !spec.prediction_column.empty();
+    const bool has_label = !spec.label_column.empty();
+    if (has_prediction && has_label) return;
+    const std::vector<std::string> predictions = candidates(kPredictionNames);
+    const std::vector<std::string> labels = candidates(kLabelNames);
+    if (!drift.Has("predictionColumn") && !drift.Has("labelColumn") && predictions.size() == 1 &&
+        labels.size() == 1) {
+      spec.prediction_column = predictions[0];
+      spec.label_column = labels[0];
+      return;
+    }
+    if (has_prediction != has_label) {
+      problems_.Warn(
+          has_prediction ? "drift.predictionColumn" : "drift.labelColumn",
+          drift.MarkOf(has_prediction ? "predictionColumn" : "labelColumn"),
+          fmt::format("the error rate is not watched: set drift.{} too (the {} column)",
+                      has_prediction ? "labelColumn" : "predictionColumn",
+                      has_prediction ? "ground truth" : "model's prediction"));
+      return;
+    }
+    // Ground truth by a usual name, but no single pair: say how to watch it. (A prediction
+    // column alone says nothing about labels.)
+    if (!labels.empty()) {
+      std::vector<std::string> named = labels;
+      named.insert(named.end(), predictions.begin(), predictions.end());
+      problems_.Warn("drift", mark,
+                     fmt::format("the error rate is not watched: the schema has {} but not one "
+                                 "prediction and one label column by the usual names; set "
+                                 "drift.predictionColumn and drift.labelColumn",
+                                 Join(std::vector<std::string_view>(named.begin(), named.end()))));
+    }
+  }
+
   void ParseBaseline(const MapReader& drift) {
     BaselineSpec& baseline = spec_.drift.baseline;
     const MapReader::Entry* entry = drift.Find("baseline");
@@ -741,7 +808,8 @@ class PipelineParser {
     }
     baseline.mark = entry->key_mark;
     MapReader map(reader_, entry->value, "drift.baseline", entry->key_mark,
-                  std::vector<std::string_view>{"type", "records", "duration", "path", "windows"},
+                  std::vector<std::string_view>{"type", "records", "duration", "path", "windows",
+                                                "period", "cycles"},
                   ", e.g. {type: warmup, records: 1000}");
     if (!map.valid()) return;
     auto type = map.Choice("type", Names(kBaselines));
@@ -750,21 +818,22 @@ class PipelineParser {
       type = "warmup";
     }
     baseline.kind = *Lookup(kBaselines, *type);
-    // Each key belongs to one baseline type; another type's key would silently do nothing.
-    const std::vector<std::pair<std::string_view, BaselineKind>> owners = {
-        {"records", BaselineKind::kWarmup},
-        {"duration", BaselineKind::kWarmup},
-        {"path", BaselineKind::kFile},
-        {"windows", BaselineKind::kTrailing},
+    // Each key belongs to some baseline types; another type's key would silently do nothing.
+    const std::vector<std::pair<std::string_view, std::vector<BaselineKind>>> owners = {
+        {"records", {BaselineKind::kWarmup, BaselineKind::kSeasonal}},
+        {"duration", {BaselineKind::kWarmup}},
+        {"path", {BaselineKind::kFile}},
+        {"windows", {BaselineKind::kTrailing}},
+        {"period", {BaselineKind::kSeasonal}},
+        {"cycles", {BaselineKind::kSeasonal}},
     };
-    for (const auto& [key, owner] : owners) {
-      if (map.Has(key) && owner != baseline.kind) {
+    for (const auto& [key, kinds] : owners) {
+      if (map.Has(key) && std::find(kinds.begin(), kinds.end(), baseline.kind) == kinds.end()) {
+        std::vector<std::string_view> names;
+        for (BaselineKind kind : kinds) names.push_back(ToString(kind));
         problems_.Error(map.PathOf(key), map.MarkOf(key),
                         fmt::format("'{}' applies to baseline type {}, not {}", key,
-                                    owner == BaselineKind::kWarmup ? "warmup"
-                                    : owner == BaselineKind::kFile ? "file"
-                                                                   : "trailing",
-                                    *type));
+                                    fmt::join(names, " or "), *type));
       }
     }
     switch (baseline.kind) {
@@ -793,6 +862,24 @@ class PipelineParser {
           problems_.Error(map.PathOf("type"), map.MarkOf("type"),
                           "a trailing baseline compares with previous windows, but the query "
                           "has no window (add query.window)");
+        }
+        break;
+      case BaselineKind::kSeasonal:
+        if (auto records = map.Int("records", 1, kMaxInt)) baseline.records = *records;
+        if (auto period = map.DurationMs("period", 1, true)) baseline.period_ms = *period;
+        if (auto cycles = map.Int("cycles", 1, 1000)) baseline.cycles = static_cast<int>(*cycles);
+        if (query_ok_ && !spec_.query.window) {
+          problems_.Error(map.PathOf("type"), map.MarkOf("type"),
+                          "a seasonal baseline compares each event-time window with the same "
+                          "phase of earlier cycles, but the query has no window (add "
+                          "query.window)");
+        } else if (spec_.query.window && baseline.period_ms > 0 &&
+                   (baseline.period_ms < spec_.query.window->size_ms ||
+                    baseline.period_ms % spec_.query.window->size_ms != 0)) {
+          problems_.Error(map.PathOf("period"), map.MarkOf("period"),
+                          fmt::format("the period ({} ms) must be a whole number of query "
+                                      "windows ({} ms), so each window has one phase",
+                                      baseline.period_ms, spec_.query.window->size_ms));
         }
         break;
     }
@@ -860,6 +947,13 @@ class PipelineParser {
       }
       auto type_scalar = reader_.ReadScalar(type_node, path + ".type", false);
       if (!type_scalar) continue;
+      if (type_scalar->value == "page_hinkley") {
+        problems_.Error(type_scalar->path, type_scalar->mark,
+                        "page_hinkley was replaced by cusum, a CUSUM per value whose levels are "
+                        "calibrated false-alarm rates (baseline error included) and which stays "
+                        "in alarm while a shift lasts: write {type: cusum}");
+        continue;
+      }
       auto type = reader_.ToChoice(*type_scalar, config_detail::DetectorNames());
       if (!type) continue;
       const config_detail::DetectorInfo& info = *config_detail::FindDetector(*type);
@@ -876,13 +970,8 @@ class PipelineParser {
           ok = ok && !map.Has(threshold);
           continue;
         }
-        if (*value <= 0 || *value > info.max_threshold) {
-          problems_.Error(map.PathOf(threshold), map.MarkOf(threshold),
-                          fmt::format("{} threshold must be above 0{} for {}, found {}", threshold,
-                                      info.max_threshold < std::numeric_limits<double>::max()
-                                          ? fmt::format(" and at most {}", info.max_threshold)
-                                          : std::string(),
-                                      info.name, *value));
+        if (std::string error = LevelError(*value, info); !error.empty()) {
+          problems_.Error(map.PathOf(threshold), map.MarkOf(threshold), error);
           ok = false;
           continue;
         }
@@ -891,8 +980,7 @@ class PipelineParser {
       if (ok && detector.warn > detector.alert) {
         problems_.Error(map.PathOf(map.Has("warn") ? "warn" : "alert"),
                         map.MarkOf(map.Has("warn") ? "warn" : "alert"),
-                        fmt::format("the warn threshold ({}) must not exceed the alert "
-                                    "threshold ({})",
+                        fmt::format("the warn level ({}) must not exceed the alert level ({})",
                                     detector.warn, detector.alert));
       }
       for (const auto& param : info.params) {
@@ -932,6 +1020,14 @@ class PipelineParser {
       }
       spec_.drift.detectors.push_back(std::move(detector));
     }
+    const bool labelled =
+        !spec_.drift.prediction_column.empty() && !spec_.drift.label_column.empty();
+    if (labelled && seen.find("error_rate") == seen.end()) {
+      problems_.Warn("drift.detectors", entry->key_mark,
+                     fmt::format("the error rate is not watched although labels are known "
+                                 "({} against {}): add {{type: error_rate}} to drift.detectors",
+                                 spec_.drift.prediction_column, spec_.drift.label_column));
+    }
   }
 
   void ParseOverrides(const MapReader& drift) {
@@ -970,6 +1066,15 @@ class PipelineParser {
       }
       override_spec.warn = map.Double("warn");
       override_spec.alert = map.Double("alert");
+      for (std::string_view key : {"warn", "alert"}) {
+        const std::optional<double>& level = key == "warn" ? override_spec.warn : override_spec.alert;
+        const config_detail::DetectorInfo* info =
+            detector ? config_detail::FindDetector(ToString(detector->kind)) : nullptr;
+        if (!level || info == nullptr) continue;
+        if (std::string error = LevelError(*level, *info); !error.empty()) {
+          problems_.Error(map.PathOf(key), map.MarkOf(key), error);
+        }
+      }
       if (!map.Has("warn") && !map.Has("alert")) {
         problems_.Error(path, override_spec.mark,
                         "an override needs warn, alert or both (it changes thresholds only)");
@@ -986,6 +1091,24 @@ class PipelineParser {
       }
       spec_.drift.overrides.push_back(std::move(override_spec));
     }
+  }
+
+  // Levels are calibrated scores; a value below the range is most likely a threshold on the
+  // statistic from before calibration (psi 0.25), which is now the detector's minEffect.
+  static std::string LevelError(double value, const config_detail::DetectorInfo& info) {
+    if (value >= info.min_level && value <= info.max_level) return {};
+    std::string error = fmt::format(
+        "levels are calibrated scores (the z whose upper normal tail is the false-alarm "
+        "probability per evaluation: 5 = 2.9e-7, 5.5 = 1.9e-8) between {} and {}, found {}",
+        info.min_level, info.max_level, value);
+    if (value < info.min_level) {
+      bool has_floor = false;
+      for (const auto& param : info.params) has_floor = has_floor || param.name == "minEffect";
+      if (has_floor) {
+        error += fmt::format("; a floor on {}'s own statistic is minEffect", info.name);
+      }
+    }
+    return error;
   }
 
   // An override names a drift series, or one element of an array<double> series: "col[3]".

@@ -8,7 +8,8 @@ packages=(
   librdkafka-dev librocksdb-dev libyaml-cpp-dev libyaml-dev libspdlog-dev libfmt-dev libsimdjson-dev
   libssl-dev
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
-  openjdk-17-jre-headless maven python3 curl systemd
+  libboost-dev
+  openjdk-17-jre-headless maven python3 python3-venv curl systemd
   podman runc debootstrap
   # The status page's browser test (headless), promtool and a real Prometheus for the metrics
   # and dashboard tests, PyYAML for the Kubernetes manifests' test.

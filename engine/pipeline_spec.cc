@@ -61,7 +61,7 @@ std::string_view ToString(DetectorKind kind) {
     case DetectorKind::kPsi: return "psi";
     case DetectorKind::kJensenShannon: return "js";
     case DetectorKind::kKs: return "ks";
-    case DetectorKind::kPageHinkley: return "page_hinkley";
+    case DetectorKind::kCusum: return "cusum";
     case DetectorKind::kErrorRate: return "error_rate";
   }
   return "unknown";
@@ -72,6 +72,7 @@ std::string_view ToString(BaselineKind kind) {
     case BaselineKind::kWarmup: return "warmup";
     case BaselineKind::kFile: return "file";
     case BaselineKind::kTrailing: return "trailing";
+    case BaselineKind::kSeasonal: return "seasonal";
   }
   return "unknown";
 }

@@ -90,18 +90,24 @@ enum class BaselineKind {
   kWarmup,    // the first N records or the first T of event time per model
   kFile,      // reference statistics or records loaded at start
   kTrailing,  // the previous K windows
+  kSeasonal,  // the same phase of a period (event-time windows), from the first cycles
 };
 
 struct BaselineSpec {
   BaselineKind kind = BaselineKind::kWarmup;
-  /// warmup: records per model that form the baseline. Default: 1000.
-  int64_t records = 1000;
+  /// warmup: values per series (labeled records for the error series) that form the baseline;
+  /// seasonal: values that fix the bins. Default: 5000.
+  int64_t records = 5000;
   /// warmup: event time span instead of a record count (0 = use records). Default: 0.
   int64_t duration_ms = 0;
   /// file: path to reference statistics or records.
   std::string path;
   /// trailing: number of previous windows. Default: 3.
   int windows = 3;
+  /// seasonal: length of the cycle (a multiple of the query window's size), and how many whole
+  /// cycles of windows form each phase's baseline. Default: unset (required), 2.
+  int64_t period_ms = 0;
+  int cycles = 2;
   SourceMark mark;
 };
 
@@ -111,13 +117,13 @@ enum class DetectorKind {
   kPsi,
   kJensenShannon,
   kKs,
-  kPageHinkley,
+  kCusum,
   kErrorRate,
 };
 
 struct DetectorSpec {
   DetectorKind kind = DetectorKind::kMeanShift;
-  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, page_hinkley, error_rate
+  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate
   /// Thresholds on the detector's statistic; defaults depend on the detector.
   double warn = 0;
   double alert = 0;
@@ -154,6 +160,9 @@ struct DriftSpec {
   int hysteresis = 2;
   /// After RESOLVED, no new ALERT for the same series for this long. Default: 5 minutes.
   int64_t cooldown_ms = 5 * 60 * 1000;
+  /// Likelihood ratio of "back at the baseline" over "still changed" that a series in WARN or
+  /// ALERT needs before it clears (YAML: resolveEvidence). Default: 10'000.
+  double resolve_evidence = 1e4;
   /// Records per tumbling evaluation window of each (model, series) when the query has no
   /// event-time window (YAML: windowRecords). Default: 1000.
   int64_t window_records = 1000;

@@ -12,6 +12,18 @@ root=$(pwd)
 bash deploy/setup-debian.sh
 # The Kafka broker is started (and its jars resolved on first use) by the ctest fixture.
 
+# River (PyPI) for the drift-quality comparison (tests/bench/drift_quality_river.py), in a venv
+# of its own; without it that one test is skipped, nothing else changes.
+venv="$root/build-test-venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import river" 2>/dev/null; then
+  if python3 -m venv "$venv" && "$venv/bin/pip" install -q river; then
+    echo "=== river installed in $venv"
+  else
+    echo "=== warning: could not install river from PyPI; its comparison test will be skipped" >&2
+  fi
+fi
+[ -x "$venv/bin/python" ] && export DRIFTD_PYTHON="$venv/bin/python"
+
 builds=${DRIFTD_BUILDS:-"release sanitize"}
 jobs=${DRIFTD_JOBS:-$(nproc)}
 status=0

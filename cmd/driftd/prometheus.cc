@@ -317,17 +317,33 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       }
     }
     w.Family("driftd_drift_threshold", "gauge",
-             "The detector's warn and alert thresholds for the model and series (level label).");
+             "The statistic the detector's warn and alert levels need at the last evaluated "
+             "window's sample sizes (level label).");
     for (const View& p : pipelines) {
       for (const auto& [key, e] : p.metrics.evaluations) {
         for (const DetectorReading& r : e.detectors) {
           for (const auto& [level, value] :
-               {std::pair<std::string_view, double>{"warn", r.warn}, {"alert", r.alert}}) {
+               {std::pair<std::string_view, double>{"warn", r.warn_threshold},
+                {"alert", r.alert_threshold}}) {
             w.Sample("driftd_drift_threshold",
                      {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
                       {"detector", r.detector}, {"level", level}},
                      value);
           }
+        }
+      }
+    }
+    w.Family("driftd_drift_score", "gauge",
+             "The detector's calibrated score at the last evaluated window: the z whose upper "
+             "normal tail is its false-alarm probability (levels: warn 5, alert 5.5 by "
+             "default).");
+    for (const View& p : pipelines) {
+      for (const auto& [key, e] : p.metrics.evaluations) {
+        for (const DetectorReading& r : e.detectors) {
+          w.Sample("driftd_drift_score",
+                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
+                    {"detector", r.detector}},
+                   r.score);
         }
       }
     }

@@ -37,8 +37,11 @@ std::string ReadingsJson(const std::vector<DetectorReading>& readings) {
     JsonObject d(out);
     d.String("detector", r.detector);
     d.Number("statistic", r.statistic);
+    d.Number("score", r.score);
     d.Number("warn", r.warn);
     d.Number("alert", r.alert);
+    d.Number("warn_threshold", r.warn_threshold);
+    d.Number("alert_threshold", r.alert_threshold);
     d.String("level", LevelLabel(r.level));
     d.Close();
   }
@@ -51,8 +54,9 @@ const DetectorReading* Worst(const Evaluation& e) {
   const DetectorReading* worst = nullptr;
   double worst_score = -1;
   for (const DetectorReading& r : e.detectors) {
-    const double threshold = r.alert > 0 ? r.alert : 1;
-    const double score = static_cast<double>(r.level) * 1e6 + std::min(r.statistic / threshold, 1e5);
+    // Levels are calibrated scores: the same scale for every detector.
+    const double level = r.alert > 0 ? r.alert : 1;
+    const double score = static_cast<double>(r.level) * 1e6 + std::min(r.score / level, 1e5);
     if (score > worst_score) {
       worst_score = score;
       worst = &r;

@@ -20,7 +20,7 @@ std::string_view ToString(AlertLevel level) {
   return "UNKNOWN";
 }
 
-std::optional<AlertLevel> AlertStateMachine::Step(AlertLevel observed, bool immediate,
+std::optional<AlertLevel> AlertStateMachine::Step(AlertLevel observed, bool immediate, bool back,
                                                   int64_t now_ms, const AlertPolicy& policy) {
   const int32_t h = std::max(1, policy.hysteresis);
   const bool warn_or_worse = observed == AlertLevel::kWarn || observed == AlertLevel::kAlert;
@@ -44,12 +44,12 @@ std::optional<AlertLevel> AlertStateMachine::Step(AlertLevel observed, bool imme
     case AlertLevel::kWarn:
       if (run_alert_ >= h && !cooling) {
         state_ = AlertLevel::kAlert;
-      } else if (run_clear_ >= h) {
+      } else if (back) {
         state_ = AlertLevel::kOk;
       }
       break;
     case AlertLevel::kAlert:
-      if (run_clear_ >= h) {
+      if (back) {
         state_ = AlertLevel::kResolved;
         cooldown_until_ms_ = now_ms + std::max<int64_t>(0, policy.cooldown_ms);
       }

@@ -1,21 +1,37 @@
-// The drift detectors' statistics (mean shift, standard-deviation ratio, Page-Hinkley, error
-// rate) and the table of their default thresholds and parameters. Histogram distances (PSI, JS,
-// KS) are in engine/drift/histogram.h. Pure code; see engine/drift/README.md for the formulas.
+// The drift detectors: one table entry per kind (name, statistic, default levels, parameters with
+// their ranges, behaviour), read by the monitor, by config/ (keys, ranges, defaults) and by the
+// docs. Every detector turns its statistic into a calibrated score (engine/drift/calibration.h):
+// the z-equivalent of the probability of so extreme a reading when nothing changed, for the
+// window's and the baseline's sample sizes, baseline error included. A level (warn, alert) is a
+// score, so it means the same false-alarm rate for every detector and every n; an effect-size
+// floor (minEffect) then keeps huge samples from paging on trivial changes.
+// Pure code; see engine/drift/README.md for the formulas and what each default catches.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "engine/drift/alert_state.h"
+#include "engine/drift/calibration.h"
+#include "engine/drift/higher_moments.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 #include "engine/stats.h"
 
 namespace driftd {
 
-/// Mean shift of a window against a reference.
+/// Which aspect of a series a detector watches. An incident remembers the families that raised
+/// it, and leaves only on each one's own evidence that the series is back.
+enum class DetectorFamily : uint8_t { kLocation = 0, kSpread = 1, kShape = 2, kError = 3 };
+inline constexpr int kDetectorFamilies = 4;
+std::string_view ToString(DetectorFamily family);
+
+/// Mean shift of a window against a reference (the reference example of DESIGN.md).
 struct MeanShiftResult {
   /// (mean_w - mu_ref) / (sigma_ref / sqrt(n_w)): the window mean in reference standard errors.
   double z = 0;
@@ -29,44 +45,14 @@ struct MeanShiftResult {
 /// infinitely significant; it is floored to this fraction of max(1, |mu_ref|) instead, so any
 /// real change still scores huge but finite (JSON-safe) statistics.
 inline constexpr double kSigmaFloor = 1e-9;
+double FlooredSigma(double sd, double mean);
 
 MeanShiftResult MeanShift(double ref_n, double ref_mean, double ref_sd, double win_n,
                           double win_mean, double win_sd);
-MeanShiftResult MeanShift(const Moments& ref, const Moments& window);
 
 /// max(s_w / s_ref, s_ref / s_w) >= 1: a rise and a fall in spread score alike.
 /// Both zero: 1. One zero: the other over kSigmaFloor (huge).
 double StddevRatio(double ref_sd, double win_sd);
-
-/// Two-sided Page-Hinkley test on a sequence of standardized values x_t (driftd feeds one per
-/// closed window: the window's z statistic against the baseline).
-///   m_t = sum (x_i - xbar_i - delta),  PH_up   = m_t - min m
-///   n_t = sum (x_i - xbar_i + delta),  PH_down = max n - n_t
-/// where xbar_i is the running mean of x up to i. Statistic() = max(PH_up, PH_down).
-/// Measuring against its own running mean (not the baseline) makes it immune to the fixed error
-/// of a finite baseline, which otherwise accumulates into a false alarm on any long stream.
-class PageHinkley {
- public:
-  static constexpr uint8_t kEncodingVersion = 1;
-
-  void Add(double x, double delta);
-  double Statistic() const;
-  /// Restarts the test (after it has raised an alert, so that it measures from the new level).
-  void Reset() { *this = PageHinkley(); }
-  int64_t count() const { return n_; }
-
-  void Encode(std::string& out) const;
-  static Result<PageHinkley> Decode(std::string_view bytes);
-  bool operator==(const PageHinkley&) const = default;
-
- private:
-  int64_t n_ = 0;
-  double mean_ = 0;
-  double up_ = 0;
-  double up_min_ = 0;
-  double down_ = 0;
-  double down_max_ = 0;
-};
 
 /// Labeled-outcome summary of a window or a baseline: how many predictions missed their label
 /// by more than a threshold, and the absolute error's moments (mean = MAE).
@@ -90,35 +76,167 @@ struct ErrorSummary {
 /// (rate_w - rate_ref); a fall in errors is not drift and scores <= 0.
 double ErrorRateRise(const ErrorSummary& reference, const ErrorSummary& window);
 
-/// Default thresholds and parameters of one detector kind.
+/// Two-proportion test of a rise from `ref_errors`/`ref_n` to `errors`/`n` on the variance-
+/// stabilized (Anscombe arcsine) scale: one-sided z, N(0, 1) when the rate did not change.
+double ErrorRiseZ(int64_t ref_errors, int64_t ref_n, int64_t errors, int64_t n);
+
+/// One detector's reading at one evaluation.
+struct DetectorReading {
+  std::string_view detector;  // "mean_shift", "psi", ... (static storage)
+  /// The detector's own statistic: |z|, a ratio, PSI, a distance, the CUSUM sum, a rise.
+  double statistic = 0;
+  /// Calibrated z-equivalent of the reading's false-alarm probability.
+  double score = 0;
+  /// Levels (scores) of this series for WARN and ALERT.
+  double warn = 0;
+  double alert = 0;
+  /// The statistic at which each level is reached for this evaluation's sample sizes, floor
+  /// included (exact for mean_shift, stddev_ratio, ks, cusum and error_rate; for psi and js the
+  /// level is judged on the chi-square and G statistics, and these are their PSI and JS
+  /// equivalents).
+  double warn_threshold = 0;
+  double alert_threshold = 0;
+  /// The change's size in the detector's own unit and the floor it must reach to raise a level.
+  double effect = 0;
+  double min_effect = 0;
+  /// Level this reading alone indicates (before hysteresis).
+  AlertLevel level = AlertLevel::kOk;
+  /// The level the score reached when the effect floor held it down (kOk when it did not).
+  AlertLevel held_from = AlertLevel::kOk;
+  /// Level of the current window alone (without the longer look-backs; kOk for the CUSUM): an
+  /// incident leaves only when no detector reads WARN on the current window.
+  AlertLevel window_level = AlertLevel::kOk;
+  /// Detector-specific extras, e.g. mean_shift: z, welch_t, lookback_windows; error_rate: rates.
+  std::vector<std::pair<std::string_view, double>> extras;
+};
+
+/// Winsorized values of the last few windows merged: look-back 1 is the current window.
+struct Lookback {
+  int windows = 0;
+  int64_t n = 0;
+  double mean = 0;
+  /// Pooled within-window variance (each window around its own mean, so a change of the mean
+  /// across windows does not read as spread) and its degrees of freedom.
+  double pooled_variance = 0;
+  int64_t dof = 0;
+};
+
+struct ErrorLookback {
+  int windows = 0;
+  int64_t n = 0;
+  int64_t errors = 0;
+};
+
+/// What the detectors see at one evaluation of a series.
+struct EvaluationInput {
+  /// Winsorized reference: the warmup, file, trailing or seasonal-phase baseline.
+  HigherMoments reference;
+  /// [0] is the current window; further entries merge 2, 4, 8, ... windows.
+  std::span<const Lookback> lookbacks;
+  /// Reference and window histogram counts over the same bins (empty: no histogram).
+  std::span<const int64_t> ref_counts;
+  std::span<const int64_t> win_counts;
+  /// CUSUM: max of its two sides (baseline standard deviations) and its thresholds per level.
+  double cusum = 0;
+  double cusum_up = 0;
+  double cusum_down = 0;
+  double cusum_allowance = 0;
+  double cusum_warn_h = 0;
+  double cusum_alert_h = 0;
+  calibration::CusumModel cusum_model;
+  /// Values per evaluation the CUSUM's per-value rate is scaled by (windowRecords).
+  double cusum_values_per_evaluation = 1000;
+  /// Error series.
+  ErrorSummary error_reference;
+  ErrorSummary error_window;
+  std::span<const ErrorLookback> error_lookbacks;
+  double error_threshold = 0.5;
+};
+
+/// One configured detector with its parameters resolved.
+struct DetectorConfig {
+  DetectorKind kind = DetectorKind::kMeanShift;
+  std::string_view name;  // canonical, static storage
+  std::string spec_name;  // as written in the pipeline, for overrides
+  double warn = 0;
+  double alert = 0;
+  double min_effect = 0;
+  double allowance = 0;  // cusum
+  double threshold = 0;  // error_rate
+};
+
+/// A parameter of a detector kind, as written in pipeline files (camelCase).
+struct DetectorParamDef {
+  std::string_view name;
+  double default_value = 0;
+  double min = 0;
+  double max = 0;
+  bool integer = false;
+  std::string_view doc;
+};
+
+/// One table entry per detector kind.
 struct DetectorDefaults {
   DetectorKind kind;
   std::string_view name;
+  DetectorFamily family;
+  /// What the statistic is, for docs.
+  std::string_view statistic;
+  /// Default levels (scores).
   double warn;
   double alert;
-  /// (name, value) pairs; names as written in pipeline files (camelCase).
-  std::vector<std::pair<std::string_view, double>> params;
+  std::vector<DetectorParamDef> params;
+  /// Integrates evidence already: its level needs no hysteresis.
+  bool immediate = false;
+  /// Watches the error series (fed by labels) instead of the value series.
+  bool error_series = false;
+  /// Behaviour: fills `out` (statistic, score, thresholds, effect, level, extras).
+  void (*evaluate)(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                   double alert, DetectorReading& out) = nullptr;
 };
 
 /// The defaults table, one entry per DetectorKind, in DetectorKind order:
-///   mean_shift   warn 3    alert 5    minEffect 0.2   (z, gated by effect size)
-///   stddev_ratio warn 1.3  alert 1.5
-///   psi          warn 0.1  alert 0.25 bins 10
-///   js           warn 0.1  alert 0.2  bins 10
-///   ks           warn 0.1  alert 0.2  bins 10
-///   page_hinkley warn 25   alert 50   delta 0.5       (x = window z; see PageHinkley)
-///   error_rate   warn 0.05 alert 0.1  threshold 0.5   (|prediction - label| > threshold)
+///   mean_shift   warn 5  alert 5.5  minEffect 0.1    (winsorized mean, look-backs 1..16 windows)
+///   stddev_ratio warn 5  alert 5.5  minEffect 1.1    (winsorized sd ratio, kurtosis-calibrated)
+///   psi          warn 5  alert 5.5  minEffect 0.05   bins 10 (level: Pearson chi-square)
+///   js           warn 5  alert 5.5  minEffect 0.05   bins 10 (level: G test)
+///   ks           warn 5  alert 5.5  minEffect 0.05   bins 10 (level: Kolmogorov distribution)
+///   cusum        warn 5  alert 5.5  allowance 0.15   (per value; levels per windowRecords values)
+///   error_rate   warn 5  alert 5.5  minEffect 0.02   threshold 0.5 (two-proportion test)
 const std::vector<DetectorDefaults>& DetectorDefaultsTable();
 const DetectorDefaults& DefaultsFor(DetectorKind kind);
 std::optional<DetectorKind> ParseDetectorKind(std::string_view name);
 
 /// A DetectorSpec with every default filled in (what config/ produces for `{type: psi}`).
 DetectorSpec DefaultDetectorSpec(DetectorKind kind);
-/// The detectors a drift section without a `detectors:` list gets: all seven kinds.
+/// The detectors a drift section without a `detectors:` list gets: every kind.
 std::vector<DetectorSpec> DefaultDetectorSpecs();
 
 /// A detector parameter: spec.params[name] (also accepting the snake_case spelling), else the
 /// kind's default, else `fallback`.
 double DetectorParam(const DetectorSpec& spec, std::string_view name, double fallback = 0);
+
+/// Level of a score against the levels (ALERT if score >= alert, WARN if >= warn).
+AlertLevel LevelOfScore(double score, double warn, double alert);
+
+// ---- Evidence that a series is back (engine/drift/README.md, "Incidents") -----------------
+// Log-likelihood ratios of "back at the reference" against "still changed as much as during the
+// incident", from one window: positive favours back. Each is exact for its model (normal mean,
+// normal log-variance, multinomial shares, binomial rate).
+
+/// Location: `u` the window's shift (winsorized mean - reference mean, in reference sds) over
+/// `n` values; `d` the incident's shift. Either sign of d counts as still changed.
+double LocationBackEvidence(int64_t n, double u, double d);
+/// Spread: `log_ratio` ln(s_w^2 / s_ref^2) of the window with variance `variance`; the
+/// incident's log ratio `incident`.
+double SpreadBackEvidence(double log_ratio, double variance, double incident);
+/// Shape: the window's counts under the reference's shares against the reference's shares moved
+/// by the incident's mean change of share per bin (`incident_delta`; smoothed by half a value per
+/// bin).
+double ShapeBackEvidence(std::span<const int64_t> window, std::span<const int64_t> reference,
+                         std::span<const double> incident_delta);
+/// Error rate: `errors` of `n` under the reference's rate against the incident's.
+double ErrorBackEvidence(int64_t n, int64_t errors, double reference_rate,
+                         double incident_rate);
 
 }  // namespace driftd

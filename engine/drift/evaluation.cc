@@ -13,15 +13,17 @@ namespace driftd {
 
 namespace {
 
-constexpr uint8_t kEncodingVersion = 1;
+// Version 2 adds each reading's score, thresholds, effect and floor; version 1 is still read.
+constexpr uint8_t kEncodingVersion = 2;
 
 // DetectorReading names are string_views into static storage; decoded names are looked up
 // here (the known names first, anything else interned once per process).
 std::string_view StaticName(std::string_view name) {
-  static constexpr std::array<std::string_view, 15> kKnown = {
-      "mean_shift", "stddev_ratio", "psi", "js", "ks", "page_hinkley", "error_rate", "z",
+  static constexpr std::array<std::string_view, 26> kKnown = {
+      "mean_shift", "stddev_ratio", "psi", "js", "ks", "cusum", "error_rate", "z",
       "welch_t", "effect", "baseline_error_rate", "window_error_rate", "baseline_mae",
-      "window_mae", "error_threshold"};
+      "window_mae", "error_threshold", "lookback_windows", "sd_ratio", "kurtosis",
+      "chi_square", "df", "g", "upper", "lower", "allowance", "page_hinkley", "rollup"};
   for (std::string_view known : kKnown) {
     if (known == name) return known;
   }
@@ -112,9 +114,15 @@ std::string EvaluationToJson(const Evaluation& e) {
     JsonObject d(arr);
     d.String("detector", r.detector);
     d.Number("statistic", r.statistic);
+    d.Number("score", r.score);
     d.Number("warn", r.warn);
     d.Number("alert", r.alert);
+    d.Number("warn_threshold", r.warn_threshold);
+    d.Number("alert_threshold", r.alert_threshold);
+    d.Number("effect", r.effect);
+    d.Number("min_effect", r.min_effect);
     d.String("level", ToString(r.level));
+    if (r.held_from != AlertLevel::kOk) d.String("held_by_min_effect", ToString(r.held_from));
     for (const auto& [name, value] : r.extras) d.Number(name, value);
     d.Close();
   }
@@ -153,6 +161,13 @@ std::string EncodeEvaluation(const Evaluation& e) {
     w.F64(r.warn);
     w.F64(r.alert);
     w.U8(static_cast<uint8_t>(r.level));
+    w.F64(r.score);
+    w.F64(r.warn_threshold);
+    w.F64(r.alert_threshold);
+    w.F64(r.effect);
+    w.F64(r.min_effect);
+    w.U8(static_cast<uint8_t>(r.held_from));
+    w.U8(static_cast<uint8_t>(r.window_level));
     w.U32(static_cast<uint32_t>(r.extras.size()));
     for (const auto& [name, value] : r.extras) {
       w.Str(name);
@@ -173,7 +188,8 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     out = static_cast<AlertLevel>(v);
     return true;
   };
-  if (r.U8() != kEncodingVersion) return corrupt("unknown version");
+  const uint8_t version = r.U8();
+  if (version != 1 && version != kEncodingVersion) return corrupt("unknown version");
   Evaluation e;
   e.model = std::string(r.Str());
   e.series = std::string(r.Str());
@@ -187,7 +203,7 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   e.window_mean = r.F64();
   e.window_stddev = r.F64();
   const uint8_t kind = r.U8();
-  if (kind > static_cast<uint8_t>(BaselineKind::kTrailing)) return corrupt("bad baseline kind");
+  if (kind > static_cast<uint8_t>(BaselineKind::kSeasonal)) return corrupt("bad baseline kind");
   e.baseline_kind = static_cast<BaselineKind>(kind);
   e.baseline_n = r.I64();
   e.baseline_mean = r.F64();
@@ -202,6 +218,16 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     reading.warn = r.F64();
     reading.alert = r.F64();
     if (!level(r.U8(), reading.level)) return corrupt("bad detector level");
+    if (version >= 2) {
+      reading.score = r.F64();
+      reading.warn_threshold = r.F64();
+      reading.alert_threshold = r.F64();
+      reading.effect = r.F64();
+      reading.min_effect = r.F64();
+      if (!level(r.U8(), reading.held_from) || !level(r.U8(), reading.window_level)) {
+        return corrupt("bad detector level");
+      }
+    }
     const uint32_t extras = r.U32();
     if (extras > 64 || r.failed()) return corrupt("bad extras");
     for (uint32_t x = 0; x < extras; ++x) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -13,12 +15,15 @@ namespace driftd {
 
 namespace {
 
-// Version 2 adds the open event-time windows; version 1 (no such windows) is still read.
-constexpr uint8_t kSeriesEncodingVersion = 2;
+// Version 3: winsorized moments, fences, the CUSUM, look-back windows, incident evidence and
+// seasonal phases. Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are
+// still read: their baselines are taken as unwinsorized and normal-shaped.
+constexpr uint8_t kSeriesEncodingVersion = 3;
 constexpr uint8_t kRollupEncodingVersion = 1;
 constexpr int kTopBins = 3;
 constexpr std::string_view kRollupSeries = "*";
 constexpr std::string_view kRollupDetector = "rollup";
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 bool ValidTime(int64_t us) { return us != INT64_MIN; }
 
@@ -78,18 +83,12 @@ Result<std::string> UnescapeName(std::string_view name) {
   return out;
 }
 
-AlertLevel LevelOf(double statistic, double warn, double alert) {
-  if (statistic >= alert) return AlertLevel::kAlert;
-  if (statistic >= warn) return AlertLevel::kWarn;
-  return AlertLevel::kOk;
-}
-
-/// Severity for choosing the detector that decided an evaluation: level first, then how far
-/// past its threshold the statistic is.
-double Severity(AlertLevel level, double statistic, double warn, double alert) {
-  const double threshold = level == AlertLevel::kAlert ? alert : warn;
-  const double ratio = threshold > 0 ? statistic / threshold : statistic;
-  return static_cast<double>(level) * 1e6 + std::min(ratio, 1e5);
+/// Order of readings for choosing the detector that decided an evaluation: level first, then
+/// score, then how far past its threshold the statistic is.
+double Severity(const DetectorReading& r) {
+  const double threshold = r.level == AlertLevel::kAlert ? r.alert_threshold : r.warn_threshold;
+  const double ratio = threshold > 0 ? r.statistic / threshold : r.statistic;
+  return static_cast<double>(r.level) * 1e9 + r.score * 1e4 + std::clamp(ratio, 0.0, 1e3);
 }
 
 void EncodeCounts(drift::ByteWriter& w, const std::vector<int64_t>& counts) {
@@ -105,28 +104,29 @@ bool DecodeCounts(drift::ByteReader& r, std::vector<int64_t>& counts) {
   return !r.failed();
 }
 
-}  // namespace
+/// Exclusive end of a record window's time span at the payload's millisecond resolution.
+int64_t ExclusiveEndUs(int64_t last_us) {
+  if (!ValidTime(last_us)) return INT64_MIN;
+  const int64_t ms = last_us >= 0 ? last_us / 1000 : -((-last_us + 999) / 1000);
+  return (ms + 1) * 1000;
+}
 
-struct DriftMonitor::DetectorConfig {
-  DetectorKind kind = DetectorKind::kMeanShift;
-  std::string_view name;  // canonical, static storage
-  std::string spec_name;  // as written in the pipeline, for overrides
-  double warn = 0;
-  double alert = 0;
-  double min_effect = 0;  // mean_shift
-  double delta = 0;       // page_hinkley
-  double threshold = 0;   // error_rate
-};
-
-namespace {
+/// A window's raw values as Moments (its count, mean and M2; min and max are not kept).
+Moments RawMoments(const PowerSums& sums) {
+  const HigherMoments h = sums.ToMoments();
+  return Moments::FromParts(h.count(), h.mean(), h.m2(), h.mean(), h.mean(),
+                            h.mean() * static_cast<double>(h.count()));
+}
 
 struct Thresholds {
   double warn = 0;
   double alert = 0;
 };
 
+/// A closed window's summary: the trailing baseline's memory and a seasonal phase's baseline.
 struct WindowSummary {
   Moments moments;
+  HigherMoments clipped;
   std::vector<int64_t> counts;
 };
 
@@ -134,40 +134,109 @@ struct WindowSummary {
 struct OpenWindow {
   int64_t start_us = 0;
   int64_t first_index = 0;  // value index of its first value
-  Moments moments;
+  PowerSums raw;
+  PowerSums sums;  // winsorized values
   std::vector<int64_t> counts;
   int64_t min_us = INT64_MIN;
   int64_t max_us = INT64_MIN;
 };
 
+/// One evaluated window as the look-back tests remember it: winsorized count, sum and M2 (for
+/// the error series: labeled records and errors).
+struct RecentWindow {
+  int64_t n = 0;
+  double sum = 0;
+  double m2 = 0;
+};
+
+/// What an open incident (WARN or ALERT) knows about the change, for the evidence that the
+/// series is back. Shifts are accumulated relative to each window's own reference, so the rule
+/// holds for warmup, trailing and seasonal baselines alike.
+struct Incident {
+  /// Families (bit per DetectorFamily) that read WARN or worse during the incident.
+  uint8_t families = 0;
+  /// Detector index that raised the incident's current level (-1: unknown).
+  int32_t lead = -1;
+  /// Log-likelihood ratio "back" over "still changed" per family, accumulated (>= 0).
+  std::array<double, kDetectorFamilies> evidence{};
+  /// Location: sum of n * u (u = standardized shift of a window) over the incident's windows.
+  int64_t loc_n = 0;
+  double loc_sum = 0;
+  /// Spread: sum of dof * ln(var_w / var_ref).
+  int64_t spread_dof = 0;
+  double spread_sum = 0;
+  /// Shape: sum of n * (window share - reference share) per bin.
+  int64_t shape_n = 0;
+  std::vector<double> shape_delta;
+  /// Error series: labeled records and errors of the incident's windows.
+  int64_t error_n = 0;
+  int64_t error_errors = 0;
+};
+
 }  // namespace
 
 struct DriftMonitor::SeriesState {
+  // ---- what every value touches, first (a few cache lines) ----
   bool frozen = false;
+  bool dirty = false;
+  /// Derived from the baseline (Prepare), not persisted.
+  bool prepared = false;
+  AlertLevel cusum_seen = AlertLevel::kOk;
   /// Values (or labeled records, for the error series) accepted so far: the next value's index.
   int64_t seen = 0;
-  int64_t first_event_us = INT64_MIN;
-  /// Warmup values for the histogram edges; released when the baseline freezes.
-  std::vector<double> warmup;
-  Moments baseline;
+  /// The current record window: raw values and winsorized values (clamped to [clip_lo,
+  /// clip_hi], Tukey's outer fences of the first warmup values), as power sums around the
+  /// baseline's mean (no division per value).
+  PowerSums window_raw;
+  PowerSums window_sums;
+  double clip_lo = -kInf;
+  double clip_hi = kInf;
+  std::vector<int64_t> window_counts;
   BinEdges edges;
+  int64_t window_start = 0;
+  int64_t window_min_us = INT64_MIN;
+  int64_t window_max_us = INT64_MIN;
+  /// CUSUM sums (baseline sds) of the upper and lower side; the standardization (derived:
+  /// Prepare) and the thresholds of this series' levels.
+  double cusum_up = 0;
+  double cusum_down = 0;
+  double cusum_mean = 0;
+  double cusum_inv_sd = 1;
+  double cusum_k = 0;
+  double cusum_warn_h = kInf;
+  double cusum_alert_h = kInf;
+  // ---- the rest ----
+  int64_t first_event_us = INT64_MIN;
+  /// First warmup values, for the bin edges and the fences; released once these are fixed.
+  std::vector<double> warmup;
+  bool edges_ready = false;
+  Moments baseline;
+  /// Baseline of winsorized values: what the mean, spread and CUSUM tests compare with.
+  HigherMoments baseline_c;
   std::vector<int64_t> ref_counts;
   /// Trailing baseline: ring of the last K window summaries (the warmup is the first).
   std::vector<WindowSummary> trailing;
   uint32_t trailing_next = 0;
-  Moments window;
-  std::vector<int64_t> window_counts;
-  int64_t window_start = 0;
-  int64_t window_min_us = INT64_MIN;
-  int64_t window_max_us = INT64_MIN;
-  PageHinkley ph;
+  /// Seasonal baseline: one summary per phase; windows starting before season_end_us are
+  /// absorbed into their phase instead of being compared.
+  std::vector<WindowSummary> phases;
+  int64_t season_end_us = INT64_MIN;
+  /// Evaluated windows the look-back tests remember (ring, oldest overwritten).
+  std::vector<RecentWindow> recent;
+  uint32_t recent_next = 0;
+  /// The last window's own (winsorized) sd: values are standardized by the larger of it and the
+  /// baseline's, so that a change of spread alone does not read as a change of location.
+  double cusum_sd = 0;
+  calibration::CusumModel cusum_model;
   AlertStateMachine alert;
   uint64_t incident = 0;
+  Incident inc;
   ErrorSummary err_baseline;
   ErrorSummary err_window;
   /// Event-time windows not closed yet, by start (usually one; more with late data).
   std::vector<OpenWindow> open;
-  bool dirty = false;
+
+  double Clip(double v) const { return v < clip_lo ? clip_lo : (v > clip_hi ? clip_hi : v); }
 };
 
 struct DriftMonitor::ModelState {
@@ -180,6 +249,43 @@ struct DriftMonitor::ModelState {
   uint64_t rollup_incident = 0;
   bool rollup_dirty = false;
   std::vector<uint32_t> dirty;
+};
+
+/// One evaluation's outcome before the state machine: readings, the worst level, the lead.
+struct DriftMonitor::Verdict {
+  std::vector<DetectorReading>* readings = nullptr;
+  std::vector<size_t> detector_of;  // detector index of each reading
+  AlertLevel observed = AlertLevel::kOk;
+  AlertLevel window_level = AlertLevel::kOk;
+  int lead = -1;  // index into readings
+  bool immediate = false;
+  /// The CUSUM crossing a level between window ends: no window to weigh as evidence.
+  bool sequential = false;
+  uint8_t families_now = 0;
+  /// This window's log-likelihood ratio "back" per family (NaN: no evidence).
+  std::array<double, kDetectorFamilies> llr{};
+  int64_t now_ms = 0;
+  // Window facts for the event payload.
+  int64_t window_start_record = 0;
+  int64_t window_end_record = 0;
+  int64_t window_start_us = INT64_MIN;
+  int64_t window_end_us = INT64_MIN;
+  int64_t window_n = 0;
+  double window_mean = 0;
+  double window_stddev = 0;
+  int64_t baseline_n = 0;
+  double baseline_mean = 0;
+  double baseline_stddev = 0;
+  // Incident update with this window (applied while in WARN or ALERT).
+  int64_t loc_n = 0;
+  double loc_u = 0;
+  int64_t spread_dof = 0;
+  double spread_log_ratio = 0;
+  std::span<const int64_t> win_counts;
+  std::span<const int64_t> ref_counts;
+  int64_t error_n = 0;
+  int64_t error_errors = 0;
+  bool histogram = false;
 };
 
 DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> series_names)
@@ -196,7 +302,7 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> serie
     d.warn = unset ? defaults.warn : ds.warn;
     d.alert = unset ? defaults.alert : ds.alert;
     d.min_effect = DetectorParam(ds, "minEffect");
-    d.delta = DetectorParam(ds, "delta");
+    d.allowance = DetectorParam(ds, "allowance");
     d.threshold = DetectorParam(ds, "threshold");
     switch (ds.kind) {
       case DetectorKind::kPsi:
@@ -209,6 +315,10 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> serie
         if (!has_error_rate_) error_threshold_ = d.threshold;
         has_error_rate_ = true;
         break;
+      case DetectorKind::kCusum:
+        if (!has_cusum_) cusum_detector_ = static_cast<int>(detectors_.size());
+        has_cusum_ = true;
+        break;
       default:
         break;
     }
@@ -220,6 +330,8 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> serie
   spec_.window_records = std::max<int64_t>(1, spec.window_records);
   spec_.baseline.records = std::max<int64_t>(1, spec.baseline.records);
   spec_.baseline.windows = std::max(1, spec.baseline.windows);
+  spec_.baseline.cycles = std::max(1, spec.baseline.cycles);
+  resolve_log_evidence_ = std::log(std::max(1.0, spec.resolve_evidence));
   ref_counts_.resize(static_cast<size_t>(histogram_bins_));
   ref_shares_.resize(static_cast<size_t>(histogram_bins_));
   cur_shares_.resize(static_cast<size_t>(histogram_bins_));
@@ -244,6 +356,9 @@ Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(const DriftSpec& spec
       spec.baseline.records < spec.min_samples) {
     return MakeError(ErrorCode::kConfig, "drift: baseline records ({}) is below minSamples ({})",
                      spec.baseline.records, spec.min_samples);
+  }
+  if (spec.baseline.kind == BaselineKind::kSeasonal && spec.baseline.period_ms <= 0) {
+    return MakeError(ErrorCode::kConfig, "drift: a seasonal baseline needs a period");
   }
   for (const DetectorSpec& d : spec.detectors) {
     if (d.warn > d.alert && !(d.warn == 0 && d.alert == 0)) {
@@ -316,6 +431,12 @@ int64_t DriftMonitor::WindowClockMs(int64_t window_end_us) const {
   return window_end_us >= 0 ? window_end_us / 1000 : -((-window_end_us + 999) / 1000);
 }
 
+bool DriftMonitor::PerValueCusum() const {
+  return has_cusum_ && et_size_us_ == 0 &&
+         (spec_.baseline.kind == BaselineKind::kWarmup ||
+          spec_.baseline.kind == BaselineKind::kFile);
+}
+
 void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t series,
                            double value, int64_t event_time_us) {
   if (!std::isfinite(value)) {
@@ -360,6 +481,8 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
     OpenWindow w;
     w.start_us = start;
     w.first_index = s.seen;
+    w.raw.Reset(s.baseline_c.mean());
+    w.sums.Reset(s.baseline_c.mean());
     if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
     // Kept in start order, so closing walks from the front.
     auto at = std::find_if(s.open.begin(), s.open.end(),
@@ -367,7 +490,8 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
     window = &*s.open.insert(at, std::move(w));
   }
   ++s.seen;
-  window->moments.Add(value);
+  window->raw.Add(value);
+  window->sums.Add(s.Clip(value));
   if (has_histogram_ && !window->counts.empty()) ++window->counts[s.edges.BinOf(value)];
   if (!ValidTime(window->min_us) || event_time_us < window->min_us) window->min_us = event_time_us;
   if (!ValidTime(window->max_us) || event_time_us > window->max_us) window->max_us = event_time_us;
@@ -388,7 +512,8 @@ void DriftMonitor::CloseEventWindows() {
         OpenWindow& w = s.open[closed];
         // The closing window becomes the series' current window for CloseWindow(); it reports
         // the window's bounds [start, end) as its times.
-        s.window = w.moments;
+        s.window_raw = w.raw;
+        s.window_sums = w.sums;
         if (has_histogram_) s.window_counts = w.counts;
         s.window_start = w.first_index;
         s.window_min_us = w.start_us;
@@ -402,12 +527,34 @@ void DriftMonitor::CloseEventWindows() {
   }
 }
 
+size_t DriftMonitor::EdgeValues() const {
+  const bool by_duration =
+      spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+  if (by_duration || spec_.baseline.kind == BaselineKind::kFile) return kMaxWarmupValues;
+  return static_cast<size_t>(
+      std::min<int64_t>(spec_.baseline.records, static_cast<int64_t>(kMaxWarmupValues)));
+}
+
+void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
+  s.baseline.Add(value);
+  if (!s.edges_ready) {
+    if (s.warmup.capacity() == 0) s.warmup.reserve(EdgeValues());
+    s.warmup.push_back(value);
+    if (s.warmup.size() >= EdgeValues()) FixEdges(s);
+    return;
+  }
+  s.baseline_c.Add(s.Clip(value));
+  if (has_histogram_ && !s.ref_counts.empty()) ++s.ref_counts[s.edges.BinOf(value)];
+}
+
 void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t event_time_us) {
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
   if (!s.frozen) {
     bool freeze_now = false;
-    if (spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0) {
+    const bool by_duration =
+        spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+    if (by_duration) {
       // Event-time warmup: the first duration of event time, and at least min_samples values.
       if (ValidTime(event_time_us)) {
         if (!ValidTime(s.first_event_us)) s.first_event_us = event_time_us;
@@ -423,19 +570,8 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       // This value is the first of the first window.
     } else {
       ++s.seen;
-      s.baseline.Add(value);
-      if (s.warmup.size() < kMaxWarmupValues) {
-        if (s.warmup.capacity() == 0) {
-          s.warmup.reserve(static_cast<size_t>(std::min<int64_t>(
-              spec_.baseline.duration_ms > 0 ? static_cast<int64_t>(kMaxWarmupValues)
-                                             : spec_.baseline.records,
-              static_cast<int64_t>(kMaxWarmupValues))));
-        }
-        s.warmup.push_back(value);
-      }
-      const bool by_records =
-          spec_.baseline.kind != BaselineKind::kWarmup || spec_.baseline.duration_ms == 0;
-      if (by_records && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
+      AddBaselineValue(s, value);
+      if (!by_duration && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
       return;
     }
   }
@@ -443,13 +579,18 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     AddToEventWindow(m, series, value, event_time_us);
     return;
   }
-  if (s.window.count() == 0) {
+  if (s.window_raw.count() == 0) {
     s.window_start = s.seen;
     s.window_min_us = INT64_MIN;
     s.window_max_us = INT64_MIN;
+    s.window_raw.Reset(s.baseline_c.mean());
+    s.window_sums.Reset(s.baseline_c.mean());
+    s.cusum_seen = AlertLevel::kOk;
   }
   ++s.seen;
-  s.window.Add(value);
+  s.window_raw.Add(value);
+  const double clipped = s.Clip(value);
+  s.window_sums.Add(clipped);
   if (has_histogram_) ++s.window_counts[s.edges.BinOf(value)];
   if (ValidTime(event_time_us)) {
     if (!ValidTime(s.window_min_us) || event_time_us < s.window_min_us) {
@@ -459,31 +600,270 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       s.window_max_us = event_time_us;
     }
   }
-  if (s.window.count() >= spec_.window_records) CloseWindow(m, series);
+  if (PerValueCusum()) {
+    if (!s.prepared) Prepare(m, series);
+    const double z = (clipped - s.cusum_mean) * s.cusum_inv_sd;
+    const double cap = 4 * s.cusum_alert_h;
+    s.cusum_up = std::min(cap, std::max(0.0, s.cusum_up + z - s.cusum_k));
+    s.cusum_down = std::min(cap, std::max(0.0, s.cusum_down - z - s.cusum_k));
+    if (s.cusum_up >= s.cusum_warn_h || s.cusum_down >= s.cusum_warn_h) {
+      SequentialCheck(m, series, event_time_us);
+    }
+  }
+  if (s.window_raw.count() >= spec_.window_records) CloseWindow(m, series);
+}
+
+void DriftMonitor::FixEdges(SeriesState& s) {
+  if (s.edges_ready) return;
+  std::vector<double>& values = s.warmup;
+  std::sort(values.begin(), values.end());
+  if (has_histogram_) s.edges = BinEdges::FromQuantiles(values, histogram_bins_);
+  // Winsorizing fences: Tukey's outer fences, Q1 - 3 IQR and Q3 + 3 IQR. A normal feature is
+  // almost never clipped (the fences sit at 4.7 sd); a heavy tail is, so that a single extreme
+  // value cannot move a mean, a variance or a CUSUM. Without spread in the middle half (few
+  // distinct values) nothing is clipped.
+  s.clip_lo = -kInf;
+  s.clip_hi = kInf;
+  if (!values.empty()) {
+    const size_t n = values.size();
+    const double q1 = values[n / 4];
+    const double q3 = values[std::min(n - 1, (3 * n) / 4)];
+    const double iqr = q3 - q1;
+    if (iqr > 0 && std::isfinite(iqr)) {
+      s.clip_lo = q1 - 3 * iqr;
+      s.clip_hi = q3 + 3 * iqr;
+    }
+  }
+  s.baseline_c.Clear();
+  for (double v : values) s.baseline_c.Add(s.Clip(v));
+  s.ref_counts.assign(has_histogram_ ? s.edges.bins() : 0, 0);
+  if (has_histogram_) {
+    for (double v : values) ++s.ref_counts[s.edges.BinOf(v)];
+  }
+  std::vector<double>().swap(s.warmup);
+  s.edges_ready = true;
 }
 
 void DriftMonitor::FreezeBaseline(SeriesState& s) {
-  if (has_histogram_) {
-    s.edges = BinEdges::FromQuantiles(s.warmup, histogram_bins_);
-    s.ref_counts.assign(s.edges.bins(), 0);
-    for (double v : s.warmup) ++s.ref_counts[s.edges.BinOf(v)];
-    s.window_counts.assign(s.edges.bins(), 0);
-  }
+  FixEdges(s);
+  if (has_histogram_) s.window_counts.assign(s.edges.bins(), 0);
   if (spec_.baseline.kind == BaselineKind::kTrailing) {
     s.trailing.clear();
-    s.trailing.push_back({s.baseline, s.ref_counts});
+    s.trailing.push_back({s.baseline, s.baseline_c, s.ref_counts});
     s.trailing_next = 1 % static_cast<uint32_t>(spec_.baseline.windows);
   }
-  std::vector<double>().swap(s.warmup);
   s.frozen = true;
+  s.prepared = false;
 }
+
+void DriftMonitor::SetupCusum(SeriesState& s, const HigherMoments& ref, double warn,
+                              double alert, double allowance) {
+  calibration::CusumModel model{allowance, static_cast<double>(ref.count()), ref.Kurtosis(),
+                                ref.Skewness()};
+  const double per_value = static_cast<double>(spec_.window_records);
+  const double rate_alert = calibration::TailOfScore(alert) / per_value;
+  const double rate_warn = calibration::TailOfScore(warn) / per_value;
+  model.allowance = calibration::CusumFeasibleAllowance(model, rate_alert);
+  s.cusum_model = model;
+  s.cusum_k = model.allowance;
+  s.cusum_warn_h = calibration::CusumThreshold(model, rate_warn);
+  s.cusum_alert_h = std::max(s.cusum_warn_h, calibration::CusumThreshold(model, rate_alert));
+}
+
+void DriftMonitor::Prepare(ModelState& m, size_t series) {
+  SeriesState& s = m.series[series];
+  s.prepared = true;
+  if (cusum_detector_ < 0) return;
+  const Thresholds& t =
+      m.thresholds[series * detectors_.size() + static_cast<size_t>(cusum_detector_)];
+  s.cusum_mean = s.baseline_c.mean();
+  s.cusum_inv_sd =
+      1 / std::max(FlooredSigma(s.baseline_c.Stddev(), s.baseline_c.mean()), s.cusum_sd);
+  SetupCusum(s, s.baseline_c, t.warn, t.alert,
+             detectors_[static_cast<size_t>(cusum_detector_)].allowance);
+}
+
+size_t DriftMonitor::PhaseOf(int64_t window_start_us) const {
+  const int64_t phases = std::max<int64_t>(1, spec_.baseline.period_ms * 1000 / et_size_us_);
+  int64_t index = window_start_us / et_size_us_;
+  if (index * et_size_us_ > window_start_us) --index;
+  return static_cast<size_t>(((index % phases) + phases) % phases);
+}
+
+void DriftMonitor::SequentialCheck(ModelState& m, size_t series, int64_t event_time_us) {
+  SeriesState& s = m.series[series];
+  const double sum = std::max(s.cusum_up, s.cusum_down);
+  const AlertLevel level = sum >= s.cusum_alert_h  ? AlertLevel::kAlert
+                           : sum >= s.cusum_warn_h ? AlertLevel::kWarn
+                                                   : AlertLevel::kOk;
+  if (level <= s.cusum_seen) return;
+  s.cusum_seen = level;
+  const AlertLevel before = s.alert.state();
+  if (before == AlertLevel::kAlert || (before == AlertLevel::kWarn && level == AlertLevel::kWarn)) {
+    return;
+  }
+  const size_t d = static_cast<size_t>(cusum_detector_);
+  const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+  EvaluationInput in;
+  in.cusum = sum;
+  in.cusum_up = s.cusum_up;
+  in.cusum_down = s.cusum_down;
+  in.cusum_allowance = s.cusum_k;
+  in.cusum_warn_h = s.cusum_warn_h;
+  in.cusum_alert_h = s.cusum_alert_h;
+  in.cusum_model = s.cusum_model;
+  in.cusum_values_per_evaluation = static_cast<double>(spec_.window_records);
+  readings_.resize(1);
+  DefaultsFor(DetectorKind::kCusum).evaluate(in, detectors_[d], t.warn, t.alert, readings_[0]);
+  Verdict v;
+  v.readings = &readings_;
+  v.detector_of = {d};
+  v.observed = readings_[0].level;
+  v.lead = 0;
+  v.immediate = true;
+  v.sequential = true;
+  v.families_now = 1u << static_cast<int>(DetectorFamily::kLocation);
+  v.now_ms = WindowClockMs(event_time_us);
+  v.window_start_record = s.window_start;
+  v.window_end_record = s.seen;
+  v.window_start_us = s.window_min_us;
+  v.window_end_us = ExclusiveEndUs(s.window_max_us);
+  const HigherMoments raw = s.window_raw.ToMoments();
+  v.window_n = raw.count();
+  v.window_mean = raw.mean();
+  v.window_stddev = raw.Stddev();
+  v.baseline_n = s.baseline.count();
+  v.baseline_mean = s.baseline.mean();
+  v.baseline_stddev = s.baseline.Stddev();
+  Decide(m, series, v);
+}
+
+namespace {
+
+/// Look-backs over the last 1, 2, 4, ... evaluated windows (ring `recent`, newest at
+/// recent_next - 1).
+void BuildLookbacks(const std::vector<RecentWindow>& recent, uint32_t next,
+                    std::vector<Lookback>& out) {
+  out.clear();
+  const size_t size = recent.size();
+  int64_t n = 0;
+  double sum = 0;
+  double m2 = 0;
+  int64_t dof = 0;
+  size_t taken = 0;
+  for (size_t want = 1; want <= size; want *= 2) {
+    while (taken < want) {
+      const RecentWindow& w = recent[(next + size - 1 - taken) % size];
+      n += w.n;
+      sum += w.sum;
+      m2 += w.m2;
+      dof += std::max<int64_t>(0, w.n - 1);
+      ++taken;
+    }
+    Lookback lb;
+    lb.windows = static_cast<int>(taken);
+    lb.n = n;
+    lb.mean = n > 0 ? sum / static_cast<double>(n) : 0;
+    lb.dof = dof;
+    lb.pooled_variance = dof > 0 ? m2 / static_cast<double>(dof) : 0;
+    out.push_back(lb);
+  }
+}
+
+void BuildErrorLookbacks(const std::vector<RecentWindow>& recent, uint32_t next,
+                         std::vector<ErrorLookback>& out) {
+  out.clear();
+  const size_t size = recent.size();
+  int64_t n = 0;
+  double errors = 0;
+  size_t taken = 0;
+  for (size_t want = 1; want <= size; want *= 2) {
+    while (taken < want) {
+      const RecentWindow& w = recent[(next + size - 1 - taken) % size];
+      n += w.n;
+      errors += w.sum;
+      ++taken;
+    }
+    out.push_back({static_cast<int>(taken), n, static_cast<int64_t>(std::llround(errors))});
+  }
+}
+
+void Remember(std::vector<RecentWindow>& recent, uint32_t& next, RecentWindow w, size_t limit) {
+  if (recent.size() < limit) {
+    recent.push_back(w);
+    next = static_cast<uint32_t>(recent.size() % limit);
+    return;
+  }
+  recent[next] = w;
+  next = static_cast<uint32_t>((next + 1) % limit);
+}
+
+void AddToIncident(Incident& inc, int64_t loc_n, double loc_u, int64_t spread_dof,
+                   double spread_log_ratio, std::span<const int64_t> win_counts,
+                   std::span<const int64_t> ref_counts, int64_t error_n, int64_t error_errors) {
+  inc.loc_n += loc_n;
+  inc.loc_sum += static_cast<double>(loc_n) * loc_u;
+  inc.spread_dof += spread_dof;
+  inc.spread_sum += static_cast<double>(spread_dof) * spread_log_ratio;
+  const size_t k = std::min(win_counts.size(), ref_counts.size());
+  if (k > 0) {
+    double n_w = 0;
+    double n_r = 0;
+    for (size_t i = 0; i < k; ++i) {
+      n_w += static_cast<double>(win_counts[i]);
+      n_r += static_cast<double>(ref_counts[i]);
+    }
+    if (n_w > 0 && n_r > 0) {
+      if (inc.shape_delta.size() != k) inc.shape_delta.assign(k, 0);
+      for (size_t i = 0; i < k; ++i) {
+        inc.shape_delta[i] += static_cast<double>(win_counts[i]) -
+                              n_w * static_cast<double>(ref_counts[i]) / n_r;
+      }
+      inc.shape_n += static_cast<int64_t>(n_w);
+    }
+  }
+  inc.error_n += error_n;
+  inc.error_errors += error_errors;
+}
+
+}  // namespace
 
 void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
   SeriesState& s = m.series[series];
   ++windows_evaluated_;
+  const HigherMoments window_c = s.window_sums.ToMoments();
+  const Moments window = RawMoments(s.window_raw);
+  auto clear_window = [&] {
+    s.window_raw.Reset(s.baseline_c.mean());
+    s.window_sums.Reset(s.baseline_c.mean());
+    std::fill(s.window_counts.begin(), s.window_counts.end(), 0);
+    s.cusum_seen = AlertLevel::kOk;
+  };
 
-  // The reference: the frozen warmup, or the merge of the previous K windows.
+  // Seasonal warm-up: the first `cycles` periods of windows become the phases' baselines.
+  const bool seasonal = spec_.baseline.kind == BaselineKind::kSeasonal && et_size_us_ > 0;
+  size_t phase = 0;
+  if (seasonal) {
+    const int64_t phases = std::max<int64_t>(1, spec_.baseline.period_ms * 1000 / et_size_us_);
+    if (s.phases.size() != static_cast<size_t>(phases)) s.phases.resize(static_cast<size_t>(phases));
+    if (!ValidTime(s.season_end_us)) {
+      s.season_end_us = s.window_min_us + spec_.baseline.cycles * spec_.baseline.period_ms * 1000;
+    }
+    phase = PhaseOf(s.window_min_us);
+    if (s.window_min_us < s.season_end_us) {
+      WindowSummary& p = s.phases[phase];
+      p.moments.Merge(window);
+      p.clipped.Merge(window_c);
+      if (p.counts.size() != s.window_counts.size()) p.counts.assign(s.window_counts.size(), 0);
+      for (size_t b = 0; b < s.window_counts.size(); ++b) p.counts[b] += s.window_counts[b];
+      clear_window();
+      return;
+    }
+  }
+
+  // The reference: the frozen warmup, the merge of the previous K windows, or the phase's.
   const Moments* ref = &s.baseline;
+  HigherMoments ref_c = s.baseline_c;
   const std::vector<int64_t>* ref_counts = &s.ref_counts;
   Moments trailing_ref;
   bool ready = true;
@@ -492,8 +872,10 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     if (ready) {
       if (ref_counts_.size() < s.edges.bins()) ref_counts_.resize(s.edges.bins());
       std::fill(ref_counts_.begin(), ref_counts_.end(), 0);
+      ref_c.Clear();
       for (const WindowSummary& w : s.trailing) {
         trailing_ref.Merge(w.moments);
+        ref_c.Merge(w.clipped);
         for (size_t b = 0; b < w.counts.size() && b < ref_counts_.size(); ++b) {
           ref_counts_[b] += w.counts[b];
         }
@@ -501,178 +883,301 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       ref = &trailing_ref;
       ref_counts = &ref_counts_;
     }
+  } else if (seasonal) {
+    const WindowSummary& p = s.phases[phase];
+    ref = &p.moments;
+    ref_c = p.clipped;
+    ref_counts = &p.counts;
   }
-  ready = ready && s.window.count() >= spec_.min_samples && ref->count() >= spec_.min_samples;
+  ready = ready && window.count() >= spec_.min_samples && ref_c.count() >= spec_.min_samples;
   if (!ready && collect_evaluations_) {
-    RecordEvaluation(m, series, ref, false, s.alert.state(), {});
+    RecordEvaluation(m, series, false, s.alert.state(), nullptr);
   }
 
   if (ready) {
-    const MeanShiftResult ms = MeanShift(*ref, s.window);
-    const double ratio = StddevRatio(ref->Stddev(), s.window.Stddev());
-    double psi = 0, js = 0, ks = 0;
-    const size_t bins = s.edges.bins();
+    const bool lookback_tests = spec_.baseline.kind == BaselineKind::kWarmup ||
+                                spec_.baseline.kind == BaselineKind::kFile;
+    const RecentWindow current{window_c.count(),
+                               window_c.mean() * static_cast<double>(window_c.count()),
+                               window_c.m2()};
+    std::vector<Lookback> lookbacks;
+    if (lookback_tests) {
+      Remember(s.recent, s.recent_next, current, kLookbackWindows);
+      BuildLookbacks(s.recent, s.recent_next, lookbacks);
+    } else {
+      std::vector<RecentWindow> one = {current};
+      BuildLookbacks(one, 0, lookbacks);
+    }
+    const double sigma = FlooredSigma(ref_c.Stddev(), ref_c.mean());
+    const double u = (window_c.mean() - ref_c.mean()) / sigma;
+    if (has_cusum_) {
+      if (PerValueCusum()) {
+        if (!s.prepared) Prepare(m, series);
+        // The next window's values are standardized by this window's spread if it is wider.
+        s.cusum_sd = window_c.Stddev();
+        s.cusum_inv_sd = 1 / std::max(sigma, s.cusum_sd);
+      } else {
+        // Fed per window: event-time windows (values may arrive in any order within a window),
+        // and references that move (trailing, seasonal).
+        const size_t d = static_cast<size_t>(cusum_detector_);
+        const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+        SetupCusum(s, ref_c, t.warn, t.alert, detectors_[d].allowance);
+        const double n = static_cast<double>(window_c.count());
+        const double uc = (window_c.mean() - ref_c.mean()) / std::max(sigma, window_c.Stddev());
+        const double cap = 4 * s.cusum_alert_h;
+        s.cusum_up = std::min(cap, std::max(0.0, s.cusum_up + n * (uc - s.cusum_k)));
+        s.cusum_down = std::min(cap, std::max(0.0, s.cusum_down + n * (-uc - s.cusum_k)));
+      }
+    }
+    const int64_t bins = static_cast<int64_t>(s.edges.bins());
     int64_t ref_total = 0;
-    if (has_histogram_ && ref_counts->size() >= bins && s.window_counts.size() >= bins) {
-      for (size_t b = 0; b < bins; ++b) ref_total += (*ref_counts)[b];
+    if (has_histogram_ && static_cast<int64_t>(ref_counts->size()) >= bins &&
+        static_cast<int64_t>(s.window_counts.size()) >= bins) {
+      for (int64_t b = 0; b < bins; ++b) ref_total += (*ref_counts)[static_cast<size_t>(b)];
     }
     // A baseline restored from a configuration without histograms has no reference shares:
     // the histogram detectors then stay silent rather than compare against nothing.
     const bool histogram = ref_total > 0;
-    if (histogram) {
-      if (ref_shares_.size() < bins) {  // bins from restored state may exceed today's setting
-        ref_shares_.resize(bins);
-        cur_shares_.resize(bins);
-        terms_.resize(bins);
-      }
-      const std::span<const int64_t> rc(ref_counts->data(), bins);
-      SharesOf(rc, std::span<double>(ref_shares_.data(), bins));
-      SharesOf(std::span<const int64_t>(s.window_counts.data(), bins),
-               std::span<double>(cur_shares_.data(), bins));
-      const std::span<const double> r(ref_shares_.data(), bins);
-      const std::span<const double> c(cur_shares_.data(), bins);
-      psi = Psi(r, c, std::span<double>(terms_.data(), bins));
-      js = JensenShannonDistance(r, c);
-      ks = KsFromBins(r, c);
-    }
 
-    // Statistics and levels of every detector, without allocating.
-    constexpr size_t kMaxDetectors = 32;
-    std::array<double, kMaxDetectors> stat{};
-    std::array<AlertLevel, kMaxDetectors> level{};
-    AlertLevel observed = AlertLevel::kOk;
-    bool immediate = false;
-    bool ph_fired = false;
-    int lead = -1;
-    double lead_severity = -1;
-    const size_t nd = std::min(detectors_.size(), kMaxDetectors);
-    for (size_t d = 0; d < nd; ++d) {
+    EvaluationInput in;
+    in.reference = ref_c;
+    in.lookbacks = lookbacks;
+    if (histogram) {
+      in.ref_counts = std::span<const int64_t>(ref_counts->data(), static_cast<size_t>(bins));
+      in.win_counts = std::span<const int64_t>(s.window_counts.data(), static_cast<size_t>(bins));
+    }
+    in.cusum = std::max(s.cusum_up, s.cusum_down);
+    in.cusum_up = s.cusum_up;
+    in.cusum_down = s.cusum_down;
+    in.cusum_allowance = s.cusum_k;
+    in.cusum_warn_h = s.cusum_warn_h;
+    in.cusum_alert_h = s.cusum_alert_h;
+    in.cusum_model = s.cusum_model;
+    in.cusum_values_per_evaluation = static_cast<double>(spec_.window_records);
+
+    Verdict v;
+    v.readings = &readings_;
+    readings_.clear();
+    for (size_t d = 0; d < detectors_.size(); ++d) {
       const DetectorConfig& det = detectors_[d];
+      const DetectorDefaults& kind = DefaultsFor(det.kind);
+      if (kind.error_series) continue;
+      if (kind.family == DetectorFamily::kShape && !histogram) continue;
       const Thresholds& t = m.thresholds[series * detectors_.size() + d];
-      double x = 0;
-      switch (det.kind) {
-        case DetectorKind::kMeanShift:
-          x = std::abs(ms.z);
-          break;
-        case DetectorKind::kStddevRatio:
-          x = ratio;
-          break;
-        case DetectorKind::kPsi:
-          x = psi;
-          break;
-        case DetectorKind::kJensenShannon:
-          x = js;
-          break;
-        case DetectorKind::kKs:
-          x = ks;
-          break;
-        case DetectorKind::kPageHinkley:
-          s.ph.Add(ms.z, det.delta);
-          x = s.ph.Statistic();
-          break;
-        case DetectorKind::kErrorRate:
-          continue;  // the error series only
-      }
-      AlertLevel lv = LevelOf(x, t.warn, t.alert);
-      if (det.kind == DetectorKind::kMeanShift && ms.effect < det.min_effect) {
-        lv = AlertLevel::kOk;  // significant but too small to matter
-      }
-      if (det.kind == DetectorKind::kPageHinkley && lv == AlertLevel::kAlert) {
-        // Page-Hinkley integrates evidence already: its alarm needs no hysteresis, and it
-        // restarts to measure from the new level.
-        immediate = true;
-        ph_fired = true;
-      }
-      stat[d] = x;
-      level[d] = lv;
-      observed = std::max(observed, lv);
-      const double sev = Severity(lv, x, t.warn, t.alert);
+      readings_.emplace_back();
+      kind.evaluate(in, det, t.warn, t.alert, readings_.back());
+      v.detector_of.push_back(d);
+    }
+    double lead_severity = -1;
+    for (size_t i = 0; i < readings_.size(); ++i) {
+      const DetectorReading& r = readings_[i];
+      const DetectorDefaults& kind = DefaultsFor(detectors_[v.detector_of[i]].kind);
+      v.observed = std::max(v.observed, r.level);
+      v.window_level = std::max(v.window_level, r.window_level);
+      if (r.level >= AlertLevel::kWarn) v.families_now |= 1u << static_cast<int>(kind.family);
+      const double sev = Severity(r);
       if (sev > lead_severity) {
         lead_severity = sev;
-        lead = static_cast<int>(d);
+        v.lead = static_cast<int>(i);
       }
     }
-    const AlertLevel before = s.alert.state();
-    const int64_t now_ms = WindowClockMs(s.window_max_us);
-    const auto changed =
-        s.alert.Step(observed, immediate && observed == AlertLevel::kAlert, now_ms, policy_);
-    // Page-Hinkley restarts after it fires and while its series is in ALERT: it looks for the
-    // next change, and its memory of this one must not hold the alert open after a recovery.
-    if (ph_fired || s.alert.state() == AlertLevel::kAlert) s.ph.Reset();
-    auto readings = [&] {
-      std::vector<DetectorReading> out;
-      for (size_t d = 0; d < nd; ++d) {
-        const DetectorConfig& det = detectors_[d];
-        if (det.kind == DetectorKind::kErrorRate) continue;
-        const Thresholds& t = m.thresholds[series * detectors_.size() + d];
-        DetectorReading reading;
-        reading.detector = det.name;
-        reading.statistic = stat[d];
-        reading.warn = t.warn;
-        reading.alert = t.alert;
-        reading.level = level[d];
-        if (det.kind == DetectorKind::kMeanShift) {
-          reading.extras = {{"z", ms.z}, {"welch_t", ms.welch_t}, {"effect", ms.effect}};
-        }
-        out.push_back(std::move(reading));
+    for (size_t i = 0; i < readings_.size(); ++i) {
+      if (DefaultsFor(detectors_[v.detector_of[i]].kind).immediate &&
+          readings_[i].level == v.observed && v.observed != AlertLevel::kOk) {
+        v.immediate = true;
       }
-      return out;
-    };
-    if (collect_evaluations_) RecordEvaluation(m, series, ref, true, before, readings());
-    if (changed && lead >= 0) {
-      const size_t ld = static_cast<size_t>(lead);
-      const Thresholds& lt = m.thresholds[series * detectors_.size() + ld];
-      AlertEvent e;
-      e.level = *changed;
-      e.previous_level = before;
-      e.model = m.name;
-      e.series = series_names_[series];
-      // Clearing events name the detector that was worst at the evaluation.
-      e.detector = std::string(detectors_[ld].name);
-      e.statistic = stat[ld];
-      e.threshold = *changed == AlertLevel::kAlert ? lt.alert : lt.warn;
-      e.window_start_record = s.window_start;
-      e.window_end_record = s.window_start + s.window.count();
-      e.window_start_us = s.window_min_us;
-      e.window_end_us = s.window_max_us;
-      e.baseline_kind = spec_.baseline.kind;
-      e.baseline_n = ref->count();
-      e.baseline_mean = ref->mean();
-      e.baseline_stddev = ref->Stddev();
-      e.window_n = s.window.count();
-      e.window_mean = s.window.mean();
-      e.window_stddev = s.window.Stddev();
-      e.detectors = readings();
-      if (histogram) {
-        std::vector<int> order(bins);
-        for (size_t b = 0; b < bins; ++b) order[b] = static_cast<int>(b);
-        std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-          return std::abs(terms_[static_cast<size_t>(a)]) >
-                 std::abs(terms_[static_cast<size_t>(b)]);
-        });
-        for (size_t i = 0; i < order.size() && i < static_cast<size_t>(kTopBins); ++i) {
-          const size_t b = static_cast<size_t>(order[i]);
-          e.top_bins.push_back({order[i], s.edges.Lower(b), s.edges.Upper(b), ref_shares_[b],
-                                cur_shares_[b], terms_[b]});
-        }
-      }
-      Transition(m, series, before, *changed, std::move(e));
     }
+
+    // Evidence that the series is back, per family, from this window.
+    v.llr.fill(std::numeric_limits<double>::quiet_NaN());
+    const Incident& inc = s.inc;
+    const int64_t n_w = window_c.count();
+    if (inc.loc_n > 0) {
+      v.llr[static_cast<int>(DetectorFamily::kLocation)] =
+          LocationBackEvidence(n_w, u, inc.loc_sum / static_cast<double>(inc.loc_n));
+    }
+    const double kurtosis = std::max(ref_c.Kurtosis(), 1.2);
+    const int64_t dof_w = std::max<int64_t>(1, n_w - 1);
+    const double floor = FlooredSigma(0, ref_c.mean());
+    const double log_ratio = std::log(std::max(window_c.Variance(), floor * floor) /
+                                      std::max(ref_c.Variance(), floor * floor));
+    if (inc.spread_dof > 0) {
+      v.llr[static_cast<int>(DetectorFamily::kSpread)] =
+          SpreadBackEvidence(log_ratio, (kurtosis - 1) / static_cast<double>(dof_w),
+                             inc.spread_sum / static_cast<double>(inc.spread_dof));
+    }
+    if (histogram && inc.shape_n > 0 && inc.shape_delta.size() == static_cast<size_t>(bins)) {
+      std::vector<double> delta(inc.shape_delta.size());
+      for (size_t b = 0; b < delta.size(); ++b) {
+        delta[b] = inc.shape_delta[b] / static_cast<double>(inc.shape_n);
+      }
+      v.llr[static_cast<int>(DetectorFamily::kShape)] =
+          ShapeBackEvidence(in.win_counts, in.ref_counts, delta);
+    }
+    v.loc_n = n_w;
+    v.loc_u = u;
+    v.spread_dof = dof_w;
+    v.spread_log_ratio = log_ratio;
+    v.win_counts = in.win_counts;
+    v.ref_counts = in.ref_counts;
+    v.histogram = histogram;
+    v.now_ms = WindowClockMs(s.window_max_us);
+    v.window_start_record = s.window_start;
+    v.window_end_record = s.window_start + window.count();
+    v.window_start_us = s.window_min_us;
+    v.window_end_us = et_size_us_ > 0 ? s.window_max_us : ExclusiveEndUs(s.window_max_us);
+    v.window_n = window.count();
+    v.window_mean = window.mean();
+    v.window_stddev = window.Stddev();
+    v.baseline_n = ref->count();
+    v.baseline_mean = ref->mean();
+    v.baseline_stddev = ref->Stddev();
+    Decide(m, series, v);
   }
 
   if (spec_.baseline.kind == BaselineKind::kTrailing) {
     const size_t k = static_cast<size_t>(spec_.baseline.windows);
     if (s.trailing.size() < k) {
-      s.trailing.push_back({s.window, s.window_counts});
+      s.trailing.push_back({window, window_c, s.window_counts});
     } else {
       WindowSummary& slot = s.trailing[s.trailing_next];
-      slot.moments = s.window;
+      slot.moments = window;
+      slot.clipped = window_c;
       slot.counts = s.window_counts;  // same size: copies without allocating
     }
     s.trailing_next = static_cast<uint32_t>((s.trailing_next + 1) % k);
   }
-  s.window.Clear();
-  std::fill(s.window_counts.begin(), s.window_counts.end(), 0);
+  clear_window();
+}
+
+void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
+  SeriesState& s = m.series[series];
+  std::vector<DetectorReading>& readings = *v.readings;
+  const AlertLevel before = s.alert.state();
+  const bool in_incident = before == AlertLevel::kWarn || before == AlertLevel::kAlert;
+  bool back = false;
+  if (!v.sequential && in_incident) {
+    for (int f = 0; f < kDetectorFamilies; ++f) {
+      if ((s.inc.families & (1u << f)) && std::isfinite(v.llr[static_cast<size_t>(f)])) {
+        s.inc.evidence[static_cast<size_t>(f)] =
+            std::max(0.0, s.inc.evidence[static_cast<size_t>(f)] + v.llr[static_cast<size_t>(f)]);
+      }
+    }
+    // A family that starts reading WARN during the incident joins it and must clear too.
+    for (int f = 0; f < kDetectorFamilies && s.inc.families != 0; ++f) {
+      if ((v.families_now & (1u << f)) && !(s.inc.families & (1u << f))) {
+        s.inc.families = static_cast<uint8_t>(s.inc.families | (1u << f));
+        s.inc.evidence[static_cast<size_t>(f)] = 0;
+      }
+    }
+    if (s.inc.families == 0) {
+      // An incident from state written before calibration knows nothing of its change: it
+      // clears when a window reads below WARN on every detector.
+      back = v.observed < AlertLevel::kWarn;
+    } else {
+      back = v.window_level < AlertLevel::kWarn;
+      for (int f = 0; f < kDetectorFamilies && back; ++f) {
+        if (s.inc.families & (1u << f)) {
+          back = s.inc.evidence[static_cast<size_t>(f)] >= resolve_log_evidence_;
+        }
+      }
+    }
+  }
+  const auto changed = s.alert.Step(v.observed, v.immediate, back, v.now_ms, policy_);
+  const AlertLevel after = s.alert.state();
+  const bool opens = changed && (before == AlertLevel::kOk || before == AlertLevel::kResolved) &&
+                     (after == AlertLevel::kWarn || after == AlertLevel::kAlert);
+  const bool leaves = changed && (after == AlertLevel::kOk || after == AlertLevel::kResolved);
+  const int32_t incident_lead = s.inc.lead;
+  const int lead_family =
+      v.lead >= 0 ? static_cast<int>(
+                        DefaultsFor(detectors_[v.detector_of[static_cast<size_t>(v.lead)]].kind)
+                            .family)
+                  : 0;
+  if (opens) {
+    s.inc = Incident();
+    s.inc.families = v.families_now != 0 ? v.families_now
+                                         : static_cast<uint8_t>(1u << lead_family);
+    s.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
+  } else if (changed && after == AlertLevel::kAlert && v.lead >= 0) {
+    s.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
+    s.inc.families = static_cast<uint8_t>(s.inc.families | v.families_now);
+  }
+  if (!v.sequential && (after == AlertLevel::kWarn || after == AlertLevel::kAlert)) {
+    AddToIncident(s.inc, v.loc_n, v.loc_u, v.spread_dof, v.spread_log_ratio, v.win_counts,
+                  v.ref_counts, v.error_n, v.error_errors);
+  }
+  if (leaves) {
+    // The evidence the sequential and look-back tests held was the incident's: they start
+    // afresh with the series back at its baseline.
+    s.inc = Incident();
+    s.cusum_up = 0;
+    s.cusum_down = 0;
+    s.recent.clear();
+    s.recent_next = 0;
+  }
+  // One evaluation per closed window (the CUSUM's crossings between window ends are alert
+  // events; the window they fall in is evaluated when it closes).
+  if (collect_evaluations_ && !v.sequential) RecordEvaluation(m, series, true, before, &v);
+  if (!changed || readings.empty()) return;
+
+  // The detector the event names: the one furthest past its level, or for a clearing event the
+  // one that raised the incident (its current reading).
+  size_t lead = v.lead >= 0 ? static_cast<size_t>(v.lead) : 0;
+  if (leaves && incident_lead >= 0) {
+    for (size_t i = 0; i < readings.size(); ++i) {
+      if (v.detector_of[i] == static_cast<size_t>(incident_lead)) lead = i;
+    }
+  }
+  const DetectorReading& r = readings[lead];
+  AlertEvent e;
+  e.level = *changed;
+  e.previous_level = before;
+  e.model = m.name;
+  e.series = series < series_names_.size() ? series_names_[series] : std::string(kErrorSeries);
+  e.detector = std::string(r.detector);
+  e.statistic = r.statistic;
+  e.threshold = *changed == AlertLevel::kAlert ? r.alert_threshold : r.warn_threshold;
+  e.score = r.score;
+  e.window_start_record = v.window_start_record;
+  e.window_end_record = v.window_end_record;
+  e.window_start_us = v.window_start_us;
+  e.window_end_us = v.window_end_us;
+  e.baseline_kind = series < series_names_.size()
+                        ? spec_.baseline.kind
+                        : (spec_.baseline.kind == BaselineKind::kFile ? BaselineKind::kFile
+                                                                      : BaselineKind::kWarmup);
+  e.baseline_n = v.baseline_n;
+  e.baseline_mean = v.baseline_mean;
+  e.baseline_stddev = v.baseline_stddev;
+  e.window_n = v.window_n;
+  e.window_mean = v.window_mean;
+  e.window_stddev = v.window_stddev;
+  e.detectors = readings;
+  if (v.histogram && !v.win_counts.empty()) {
+    const size_t bins = v.win_counts.size();
+    if (ref_shares_.size() < bins) {
+      ref_shares_.resize(bins);
+      cur_shares_.resize(bins);
+      terms_.resize(bins);
+    }
+    SharesOf(v.ref_counts, std::span<double>(ref_shares_.data(), bins));
+    SharesOf(v.win_counts, std::span<double>(cur_shares_.data(), bins));
+    Psi(std::span<const double>(ref_shares_.data(), bins),
+        std::span<const double>(cur_shares_.data(), bins), std::span<double>(terms_.data(), bins));
+    std::vector<int> order(bins);
+    for (size_t b = 0; b < bins; ++b) order[b] = static_cast<int>(b);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return std::abs(terms_[static_cast<size_t>(a)]) > std::abs(terms_[static_cast<size_t>(b)]);
+    });
+    const SeriesState& st = m.series[series];
+    for (size_t i = 0; i < order.size() && i < static_cast<size_t>(kTopBins); ++i) {
+      const size_t b = static_cast<size_t>(order[i]);
+      e.top_bins.push_back({order[i], st.edges.Lower(b), st.edges.Upper(b), ref_shares_[b],
+                            cur_shares_[b], terms_[b]});
+    }
+  }
+  Transition(m, series, before, *changed, std::move(e));
 }
 
 void DriftMonitor::ObserveLabel(uint32_t model, double prediction, double label,
@@ -719,56 +1224,61 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
   ++windows_evaluated_;
-  const bool ready =
-      s.err_window.count() >= spec_.min_samples && s.err_baseline.count() >= spec_.min_samples;
-  if (!ready && collect_evaluations_) {
-    RecordEvaluation(m, series, nullptr, false, s.alert.state(), {});
+  size_t d = detectors_.size();
+  for (size_t i = 0; i < detectors_.size(); ++i) {
+    if (detectors_[i].kind == DetectorKind::kErrorRate) {
+      d = i;  // one error_rate detector drives the error series
+      break;
+    }
+  }
+  const bool ready = d < detectors_.size() && s.err_window.count() >= spec_.min_samples &&
+                     s.err_baseline.count() >= spec_.min_samples;
+  if (!ready && d < detectors_.size() && collect_evaluations_) {
+    RecordEvaluation(m, series, false, s.alert.state(), nullptr);
   }
   if (ready) {
-    for (size_t d = 0; d < detectors_.size(); ++d) {
-      const DetectorConfig& det = detectors_[d];
-      if (det.kind != DetectorKind::kErrorRate) continue;
-      const Thresholds& t = m.thresholds[series * detectors_.size() + d];
-      const double rise = ErrorRateRise(s.err_baseline, s.err_window);
-      const AlertLevel lv = LevelOf(rise, t.warn, t.alert);
-      const AlertLevel before = s.alert.state();
-      const auto changed = s.alert.Step(lv, false, WindowClockMs(s.window_max_us), policy_);
-      DetectorReading reading;
-      reading.detector = det.name;
-      reading.statistic = rise;
-      reading.warn = t.warn;
-      reading.alert = t.alert;
-      reading.level = lv;
-      reading.extras = {{"baseline_error_rate", s.err_baseline.ErrorRate()},
-                        {"window_error_rate", s.err_window.ErrorRate()},
-                        {"baseline_mae", s.err_baseline.abs_error.mean()},
-                        {"window_mae", s.err_window.abs_error.mean()},
-                        {"error_threshold", det.threshold}};
-      if (collect_evaluations_) RecordEvaluation(m, series, nullptr, true, before, {reading});
-      if (!changed) break;
-      AlertEvent e;
-      e.level = *changed;
-      e.previous_level = before;
-      e.model = m.name;
-      e.series = std::string(kErrorSeries);
-      e.detector = std::string(det.name);
-      e.statistic = rise;
-      e.threshold = *changed == AlertLevel::kAlert ? t.alert : t.warn;
-      e.window_start_record = s.window_start;
-      e.window_end_record = s.window_start + s.err_window.count();
-      e.window_start_us = s.window_min_us;
-      e.window_end_us = s.window_max_us;
-      e.baseline_kind = BaselineKind::kWarmup;
-      e.baseline_n = s.err_baseline.count();
-      e.baseline_mean = s.err_baseline.abs_error.mean();
-      e.baseline_stddev = s.err_baseline.abs_error.Stddev();
-      e.window_n = s.err_window.count();
-      e.window_mean = s.err_window.abs_error.mean();
-      e.window_stddev = s.err_window.abs_error.Stddev();
-      e.detectors.push_back(std::move(reading));
-      Transition(m, series, before, *changed, std::move(e));
-      break;  // one error_rate detector drives the error series
+    Remember(s.recent, s.recent_next,
+             {s.err_window.count(), static_cast<double>(s.err_window.errors), 0},
+             kLookbackWindows);
+    std::vector<ErrorLookback> lookbacks;
+    BuildErrorLookbacks(s.recent, s.recent_next, lookbacks);
+    EvaluationInput in;
+    in.error_reference = s.err_baseline;
+    in.error_window = s.err_window;
+    in.error_lookbacks = lookbacks;
+    in.error_threshold = detectors_[d].threshold;
+    const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+    readings_.resize(1);
+    DefaultsFor(DetectorKind::kErrorRate).evaluate(in, detectors_[d], t.warn, t.alert, readings_[0]);
+    Verdict v;
+    v.readings = &readings_;
+    v.detector_of = {d};
+    v.observed = readings_[0].level;
+    v.window_level = readings_[0].window_level;
+    v.lead = 0;
+    if (v.observed >= AlertLevel::kWarn) {
+      v.families_now = 1u << static_cast<int>(DetectorFamily::kError);
     }
+    v.llr.fill(std::numeric_limits<double>::quiet_NaN());
+    if (s.inc.error_n > 0) {
+      v.llr[static_cast<int>(DetectorFamily::kError)] = ErrorBackEvidence(
+          s.err_window.count(), s.err_window.errors, s.err_baseline.ErrorRate(),
+          static_cast<double>(s.inc.error_errors) / static_cast<double>(s.inc.error_n));
+    }
+    v.error_n = s.err_window.count();
+    v.error_errors = s.err_window.errors;
+    v.now_ms = WindowClockMs(s.window_max_us);
+    v.window_start_record = s.window_start;
+    v.window_end_record = s.window_start + s.err_window.count();
+    v.window_start_us = s.window_min_us;
+    v.window_end_us = ExclusiveEndUs(s.window_max_us);
+    v.window_n = s.err_window.count();
+    v.window_mean = s.err_window.abs_error.mean();
+    v.window_stddev = s.err_window.abs_error.Stddev();
+    v.baseline_n = s.err_baseline.count();
+    v.baseline_mean = s.err_baseline.abs_error.mean();
+    v.baseline_stddev = s.err_baseline.abs_error.Stddev();
+    Decide(m, series, v);
   }
   s.err_window.Clear();
 }
@@ -784,14 +1294,15 @@ void DriftMonitor::Transition(ModelState& m, size_t series, AlertLevel previous,
   event.alert_id = HexId(id);
   event.incident_id = HexId(s.incident);
   const int64_t now_ms = WindowClockMs(event.window_end_us);
-  const int64_t window_start = event.window_start_record;
+  const bool rollup = level == AlertLevel::kAlert || previous == AlertLevel::kAlert;
   events_.push_back(std::move(event));
-  if (level == AlertLevel::kAlert || previous == AlertLevel::kAlert) {
-    UpdateRollup(m, now_ms, window_start);
+  if (rollup) {
+    const AlertEvent trigger = events_.back();  // UpdateRollup appends to events_
+    UpdateRollup(m, now_ms, trigger);
   }
 }
 
-void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_start) {
+void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent& trigger) {
   if (spec_.model_alert_series <= 0) return;
   std::vector<std::string> alerting;
   for (size_t i = 0; i < m.series.size(); ++i) {
@@ -803,7 +1314,8 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
   const AlertLevel observed =
       count >= spec_.model_alert_series ? AlertLevel::kAlert : AlertLevel::kOk;
   const AlertLevel before = m.rollup.state();
-  const auto changed = m.rollup.Step(observed, true, now_ms, policy_);
+  const auto changed =
+      m.rollup.Step(observed, true, observed == AlertLevel::kOk, now_ms, policy_);
   m.rollup_dirty = true;
   if (!changed) return;
   AlertEvent e;
@@ -814,11 +1326,19 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
   e.detector = std::string(kRollupDetector);
   e.statistic = static_cast<double>(count);
   e.threshold = static_cast<double>(spec_.model_alert_series);
-  e.window_start_record = window_start;
-  e.window_end_record = window_start;
+  // The window and times of the series whose change raised or cleared the roll-up.
+  e.trigger_series = trigger.series;
+  e.window_start_record = trigger.window_start_record;
+  e.window_end_record = trigger.window_end_record;
+  e.window_start_us = trigger.window_start_us;
+  e.window_end_us = trigger.window_end_us;
+  e.window_n = trigger.window_n;
+  e.window_mean = trigger.window_mean;
+  e.window_stddev = trigger.window_stddev;
   e.baseline_kind = spec_.baseline.kind;
   e.alerting_series = std::move(alerting);
-  const uint64_t id = AlertId(e.model, e.series, e.detector, *changed, window_start);
+  const uint64_t id =
+      AlertId(e.model, e.series, e.detector, *changed, trigger.window_start_record);
   if (*changed == AlertLevel::kAlert || m.rollup_incident == 0) m.rollup_incident = id;
   e.alert_id = HexId(id);
   e.incident_id = HexId(m.rollup_incident);
@@ -826,11 +1346,6 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_st
 }
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out) {
-  Evaluate(batch_id, now_ms, out, nullptr);
-}
-
-void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
-                            std::vector<Evaluation>* evaluations) {
   last_now_ms_ = now_ms;
   if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
@@ -838,6 +1353,11 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
     out.push_back(std::move(e));
   }
   events_.clear();
+}
+
+void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
+                            std::vector<Evaluation>* evaluations) {
+  Evaluate(batch_id, now_ms, out);
   if (evaluations != nullptr) {
     for (Evaluation& e : evaluations_) {
       e.batch_id = batch_id;
@@ -847,9 +1367,8 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
   evaluations_.clear();
 }
 
-void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, const Moments* ref,
-                                    bool evaluated, AlertLevel previous,
-                                    std::vector<DetectorReading> readings) {
+void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool evaluated,
+                                    AlertLevel previous, const Verdict* v) {
   const SeriesState& s = m.series[series];
   const bool is_error = series == series_names_.size();
   Evaluation e;
@@ -858,35 +1377,52 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, const Mo
   e.evaluated = evaluated;
   e.previous_level = previous;
   e.level = s.alert.state();
-  e.window_start_record = s.window_start;
-  e.window_start_us = s.window_min_us;
-  e.window_end_us = s.window_max_us;
-  if (is_error) {
+  e.baseline_kind = is_error ? (spec_.baseline.kind == BaselineKind::kFile ? BaselineKind::kFile
+                                                                          : BaselineKind::kWarmup)
+                             : spec_.baseline.kind;
+  if (v != nullptr) {
+    e.window_start_record = v->window_start_record;
+    e.window_end_record = v->window_end_record;
+    e.window_start_us = v->window_start_us;
+    e.window_end_us = v->window_end_us;
+    e.window_n = v->window_n;
+    e.window_mean = v->window_mean;
+    e.window_stddev = v->window_stddev;
+    e.baseline_n = v->baseline_n;
+    e.baseline_mean = v->baseline_mean;
+    e.baseline_stddev = v->baseline_stddev;
+    if (v->readings != nullptr) e.detectors = *v->readings;
+  } else if (is_error) {
+    e.window_start_record = s.window_start;
     e.window_n = s.err_window.count();
+    e.window_end_record = e.window_start_record + e.window_n;
+    e.window_start_us = s.window_min_us;
+    e.window_end_us = ExclusiveEndUs(s.window_max_us);
     e.window_mean = s.err_window.abs_error.mean();
     e.window_stddev = s.err_window.abs_error.Stddev();
     e.baseline_n = s.err_baseline.count();
     e.baseline_mean = s.err_baseline.abs_error.mean();
     e.baseline_stddev = s.err_baseline.abs_error.Stddev();
   } else {
-    e.window_n = s.window.count();
-    e.window_mean = s.window.mean();
-    e.window_stddev = s.window.Stddev();
-    e.baseline_kind = spec_.baseline.kind;
-    if (ref != nullptr) {
-      e.baseline_n = ref->count();
-      e.baseline_mean = ref->mean();
-      e.baseline_stddev = ref->Stddev();
-    }
+    const HigherMoments raw = s.window_raw.ToMoments();
+    e.window_start_record = s.window_start;
+    e.window_n = raw.count();
+    e.window_end_record = e.window_start_record + e.window_n;
+    e.window_start_us = s.window_min_us;
+    e.window_end_us = et_size_us_ > 0 ? s.window_max_us : ExclusiveEndUs(s.window_max_us);
+    e.window_mean = raw.mean();
+    e.window_stddev = raw.Stddev();
+    e.baseline_n = s.baseline.count();
+    e.baseline_mean = s.baseline.mean();
+    e.baseline_stddev = s.baseline.Stddev();
   }
-  e.window_end_record = e.window_start_record + e.window_n;
-  e.detectors = std::move(readings);
   evaluations_.push_back(std::move(e));
 }
 
 namespace {
 
 void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out);
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit);
 
 }  // namespace
 
@@ -919,49 +1455,6 @@ void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>
 
 namespace {
 
-void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
-  drift::ByteWriter w(out);
-  w.U8(kSeriesEncodingVersion);
-  w.U8(s.frozen ? 1 : 0);
-  w.I64(s.seen);
-  w.I64(s.first_event_us);
-  w.U32(static_cast<uint32_t>(s.warmup.size()));
-  for (double v : s.warmup) w.F64(v);
-  s.baseline.Encode(out);
-  w.U32(static_cast<uint32_t>(s.edges.inner().size()));
-  for (double e : s.edges.inner()) w.F64(e);
-  EncodeCounts(w, s.ref_counts);
-  w.U32(static_cast<uint32_t>(s.trailing.size()));
-  w.U32(s.trailing_next);
-  for (const WindowSummary& t : s.trailing) {
-    t.moments.Encode(out);
-    EncodeCounts(w, t.counts);
-  }
-  s.window.Encode(out);
-  EncodeCounts(w, s.window_counts);
-  w.I64(s.window_start);
-  w.I64(s.window_min_us);
-  w.I64(s.window_max_us);
-  std::string ph;
-  s.ph.Encode(ph);
-  w.Str(ph);
-  s.alert.Encode(out);
-  w.U64(s.incident);
-  w.I64(s.err_baseline.errors);
-  s.err_baseline.abs_error.Encode(out);
-  w.I64(s.err_window.errors);
-  s.err_window.abs_error.Encode(out);
-  w.U32(static_cast<uint32_t>(s.open.size()));
-  for (const OpenWindow& o : s.open) {
-    w.I64(o.start_us);
-    w.I64(o.first_index);
-    o.moments.Encode(out);
-    EncodeCounts(w, o.counts);
-    w.I64(o.min_us);
-    w.I64(o.max_us);
-  }
-}
-
 bool ReadMoments(drift::ByteReader& r, Moments& m) {
   std::array<char, Moments::kEncodedSize> buf{};
   for (auto& c : buf) c = static_cast<char>(r.U8());
@@ -978,14 +1471,93 @@ bool ReadFixed(drift::ByteReader& r, size_t n, std::string& buf) {
   return !r.failed();
 }
 
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit) {
-  drift::ByteReader r(bytes);
-  auto corrupt = [&](std::string_view what) {
-    return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
-                     bytes.size());
-  };
-  const uint8_t version = r.U8();
-  if (version != 1 && version != kSeriesEncodingVersion) return corrupt("unknown version");
+void EncodeSummary(drift::ByteWriter& w, std::string& out, const WindowSummary& t) {
+  t.moments.Encode(out);
+  t.clipped.Encode(w);
+  EncodeCounts(w, t.counts);
+}
+
+bool DecodeSummary(drift::ByteReader& r, WindowSummary& t) {
+  return ReadMoments(r, t.moments) && t.clipped.Decode(r) && DecodeCounts(r, t.counts);
+}
+
+void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
+  drift::ByteWriter w(out);
+  w.U8(kSeriesEncodingVersion);
+  w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (s.edges_ready ? 2 : 0)));
+  w.I64(s.seen);
+  w.I64(s.first_event_us);
+  w.U32(static_cast<uint32_t>(s.warmup.size()));
+  for (double v : s.warmup) w.F64(v);
+  s.baseline.Encode(out);
+  s.baseline_c.Encode(w);
+  w.F64(s.clip_lo);
+  w.F64(s.clip_hi);
+  w.U32(static_cast<uint32_t>(s.edges.inner().size()));
+  for (double e : s.edges.inner()) w.F64(e);
+  EncodeCounts(w, s.ref_counts);
+  w.U32(static_cast<uint32_t>(s.trailing.size()));
+  w.U32(s.trailing_next);
+  for (const WindowSummary& t : s.trailing) EncodeSummary(w, out, t);
+  w.U32(static_cast<uint32_t>(s.phases.size()));
+  w.I64(s.season_end_us);
+  for (const WindowSummary& p : s.phases) EncodeSummary(w, out, p);
+  s.window_raw.Encode(w);
+  s.window_sums.Encode(w);
+  EncodeCounts(w, s.window_counts);
+  w.I64(s.window_start);
+  w.I64(s.window_min_us);
+  w.I64(s.window_max_us);
+  w.U32(static_cast<uint32_t>(s.recent.size()));
+  w.U32(s.recent_next);
+  for (const RecentWindow& r : s.recent) {
+    w.I64(r.n);
+    w.F64(r.sum);
+    w.F64(r.m2);
+  }
+  w.F64(s.cusum_up);
+  w.F64(s.cusum_down);
+  w.F64(s.cusum_sd);
+  s.alert.Encode(out);
+  w.U64(s.incident);
+  const Incident& inc = s.inc;
+  w.U8(inc.families);
+  w.U32(static_cast<uint32_t>(inc.lead));
+  for (double e : inc.evidence) w.F64(e);
+  w.I64(inc.loc_n);
+  w.F64(inc.loc_sum);
+  w.I64(inc.spread_dof);
+  w.F64(inc.spread_sum);
+  w.I64(inc.shape_n);
+  w.U32(static_cast<uint32_t>(inc.shape_delta.size()));
+  for (double d : inc.shape_delta) w.F64(d);
+  w.I64(inc.error_n);
+  w.I64(inc.error_errors);
+  w.I64(s.err_baseline.errors);
+  s.err_baseline.abs_error.Encode(out);
+  w.I64(s.err_window.errors);
+  s.err_window.abs_error.Encode(out);
+  w.U32(static_cast<uint32_t>(s.open.size()));
+  for (const OpenWindow& o : s.open) {
+    w.I64(o.start_us);
+    w.I64(o.first_index);
+    o.raw.Encode(w);
+    o.sums.Encode(w);
+    EncodeCounts(w, o.counts);
+    w.I64(o.min_us);
+    w.I64(o.max_us);
+  }
+}
+
+HigherMoments NormalShaped(const Moments& m) {
+  return HigherMoments::Normal(m.count(), m.count() > 0 ? m.mean() : 0, m.m2());
+}
+
+/// Versions 1 and 2: no winsorizing, no higher moments, Page-Hinkley instead of the CUSUM. The
+/// baseline is read as unwinsorized and normal-shaped; an open incident has no summary yet, so
+/// every family must show it is back.
+Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::SeriesState& s,
+                          size_t bins_limit, const std::function<Status(std::string_view)>& corrupt) {
   s.frozen = r.U8() != 0;
   s.seen = r.I64();
   s.first_event_us = r.I64();
@@ -1010,15 +1582,17 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     if (!ReadMoments(r, t.moments) || !DecodeCounts(r, t.counts)) {
       return corrupt("bad trailing window");
     }
+    t.clipped = NormalShaped(t.moments);
   }
-  if (!ReadMoments(r, s.window)) return corrupt("bad window moments");
+  Moments window;
+  if (!ReadMoments(r, window)) return corrupt("bad window moments");
   if (!DecodeCounts(r, s.window_counts)) return corrupt("bad window counts");
+  s.window_raw = PowerSums::FromMoments(NormalShaped(window));
+  s.window_sums = s.window_raw;
   s.window_start = r.I64();
   s.window_min_us = r.I64();
   s.window_max_us = r.I64();
-  auto ph = PageHinkley::Decode(r.Str());
-  if (!ph) return tl::unexpected(ph.error());
-  s.ph = *ph;
+  (void)r.Str();  // Page-Hinkley's state: the CUSUM starts afresh
   std::string buf;
   if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
   auto alert = AlertStateMachine::Decode(buf);
@@ -1038,7 +1612,136 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     for (OpenWindow& o : s.open) {
       o.start_us = r.I64();
       o.first_index = r.I64();
-      if (!ReadMoments(r, o.moments) || !DecodeCounts(r, o.counts)) {
+      Moments moments;
+      if (!ReadMoments(r, moments) || !DecodeCounts(r, o.counts)) {
+        return corrupt("bad open window");
+      }
+      o.raw = PowerSums::FromMoments(NormalShaped(moments));
+      o.sums = o.raw;
+      o.min_us = r.I64();
+      o.max_us = r.I64();
+      if (r.failed() || o.start_us <= previous_start ||
+          (!o.counts.empty() && o.counts.size() != s.edges.bins())) {
+        return corrupt("bad open window");
+      }
+      previous_start = o.start_us;
+    }
+  }
+  // Frozen baselines of old state had no fences: nothing is clipped.
+  s.edges_ready = s.frozen;
+  s.baseline_c = NormalShaped(s.baseline);
+  // An open incident keeps no summary of its change (families 0): it clears when a window reads
+  // below WARN on every detector (Decide).
+  return Ok();
+}
+
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit) {
+  drift::ByteReader r(bytes);
+  std::function<Status(std::string_view)> corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  const uint8_t version = r.U8();
+  if (version == 1 || version == 2) {
+    DRIFTD_TRY(DecodeLegacySeries(r, version, s, bins_limit, corrupt));
+  } else if (version == kSeriesEncodingVersion) {
+    const uint8_t flags = r.U8();
+    s.frozen = (flags & 1) != 0;
+    s.edges_ready = (flags & 2) != 0;
+    s.seen = r.I64();
+    s.first_event_us = r.I64();
+    const uint32_t warmup = r.U32();
+    if (warmup > r.remaining() / 8) return corrupt("truncated warmup values");
+    s.warmup.clear();
+    s.warmup.reserve(warmup);
+    for (uint32_t i = 0; i < warmup; ++i) s.warmup.push_back(r.F64());
+    if (!ReadMoments(r, s.baseline) || !s.baseline_c.Decode(r)) {
+      return corrupt("bad baseline moments");
+    }
+    s.clip_lo = r.F64();
+    s.clip_hi = r.F64();
+    if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
+      return corrupt("bad fences");
+    }
+    const uint32_t edges = r.U32();
+    if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
+    std::vector<double> inner(edges);
+    for (auto& e : inner) e = r.F64();
+    s.edges = BinEdges(std::move(inner));
+    if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+    if (!DecodeCounts(r, s.ref_counts)) return corrupt("bad reference counts");
+    const uint32_t trailing = r.U32();
+    s.trailing_next = r.U32();
+    if (trailing > 10'000 || r.failed()) return corrupt("bad trailing windows");
+    s.trailing.assign(trailing, {});
+    for (WindowSummary& t : s.trailing) {
+      if (!DecodeSummary(r, t)) return corrupt("bad trailing window");
+    }
+    const uint32_t phases = r.U32();
+    s.season_end_us = r.I64();
+    if (phases > 100'000 || r.failed()) return corrupt("bad seasonal phases");
+    s.phases.assign(phases, {});
+    for (WindowSummary& p : s.phases) {
+      if (!DecodeSummary(r, p)) return corrupt("bad seasonal phase");
+    }
+    if (!s.window_raw.Decode(r) || !s.window_sums.Decode(r)) {
+      return corrupt("bad window moments");
+    }
+    if (!DecodeCounts(r, s.window_counts)) return corrupt("bad window counts");
+    s.window_start = r.I64();
+    s.window_min_us = r.I64();
+    s.window_max_us = r.I64();
+    const uint32_t recent = r.U32();
+    s.recent_next = r.U32();
+    if (recent > DriftMonitor::kLookbackWindows || s.recent_next > recent ||
+        recent > r.remaining() / 24) {
+      return corrupt("bad look-back windows");
+    }
+    s.recent.resize(recent);
+    for (RecentWindow& w : s.recent) {
+      w.n = r.I64();
+      w.sum = r.F64();
+      w.m2 = r.F64();
+    }
+    s.cusum_up = r.F64();
+    s.cusum_down = r.F64();
+    s.cusum_sd = r.F64();
+    if (!(s.cusum_up >= 0) || !(s.cusum_down >= 0) || !(s.cusum_sd >= 0)) {
+      return corrupt("bad cusum");
+    }
+    std::string buf;
+    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
+    auto alert = AlertStateMachine::Decode(buf);
+    if (!alert) return tl::unexpected(alert.error());
+    s.alert = *alert;
+    s.incident = r.U64();
+    Incident& inc = s.inc;
+    inc.families = r.U8();
+    inc.lead = static_cast<int32_t>(r.U32());
+    for (double& e : inc.evidence) e = r.F64();
+    inc.loc_n = r.I64();
+    inc.loc_sum = r.F64();
+    inc.spread_dof = r.I64();
+    inc.spread_sum = r.F64();
+    inc.shape_n = r.I64();
+    const uint32_t delta = r.U32();
+    if (delta > r.remaining() / 8 || delta + 1 > bins_limit + 1) return corrupt("bad incident");
+    inc.shape_delta.resize(delta);
+    for (double& d : inc.shape_delta) d = r.F64();
+    inc.error_n = r.I64();
+    inc.error_errors = r.I64();
+    s.err_baseline.errors = r.I64();
+    if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
+    s.err_window.errors = r.I64();
+    if (!ReadMoments(r, s.err_window.abs_error)) return corrupt("bad error window");
+    const uint32_t open = r.U32();
+    if (open > 100'000 || open > r.remaining() / 16) return corrupt("bad open windows");
+    s.open.resize(open);
+    int64_t previous_start = INT64_MIN;
+    for (OpenWindow& o : s.open) {
+      o.start_us = r.I64();
+      o.first_index = r.I64();
+      if (!o.raw.Decode(r) || !o.sums.Decode(r) || !DecodeCounts(r, o.counts)) {
         return corrupt("bad open window");
       }
       o.min_us = r.I64();
@@ -1049,6 +1752,12 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
       }
       previous_start = o.start_us;
     }
+    if (inc.lead < -1 || inc.loc_n < 0 || inc.spread_dof < 0 || inc.shape_n < 0 ||
+        inc.error_n < 0) {
+      return corrupt("bad incident");
+    }
+  } else {
+    return corrupt("unknown version");
   }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   const size_t bins = s.edges.bins();
@@ -1059,6 +1768,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   if (s.trailing_next >= std::max<size_t>(1, s.trailing.size() + 1)) {
     return corrupt("bad trailing position");
   }
+  s.prepared = false;
   return Ok();
 }
 
@@ -1144,8 +1854,7 @@ void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_nam
   // Reference values are not part of the stream: they take no value index, so the stream's
   // windows are numbered from 0.
   MarkDirty(m, series);
-  s.baseline.Add(value);
-  if (has_histogram_ && s.warmup.size() < kMaxWarmupValues) s.warmup.push_back(value);
+  AddBaselineValue(s, value);
 }
 
 void DriftMonitor::ObserveReferenceLabel(uint32_t model, const std::string& model_name,
@@ -1165,7 +1874,8 @@ void DriftMonitor::ObserveReferenceLabel(uint32_t model, const std::string& mode
 
 Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name, size_t series,
                                   const Moments& moments, std::vector<double> inner_edges,
-                                  std::vector<int64_t> counts) {
+                                  std::vector<int64_t> counts,
+                                  const Winsorized* winsorized) {
   if (series >= series_names_.size()) {
     return MakeError(ErrorCode::kInvalidArgument, "drift: no series {}", series);
   }
@@ -1197,15 +1907,43 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
         "the psi, js and ks detectors need 'edges' and 'counts' (or remove them from "
         "drift.detectors)");
   }
+  if (winsorized != nullptr) {
+    const HigherMoments& w = winsorized->moments;
+    if (w.count() != moments.count()) {
+      return bad(fmt::format("the winsorized values' n ({}) must be n ({})", w.count(),
+                             moments.count()));
+    }
+    if (std::isnan(winsorized->low) || std::isnan(winsorized->high) ||
+        !(winsorized->low <= winsorized->high)) {
+      return bad("winsorized 'low' must not be above 'high'");
+    }
+    if (!std::isfinite(w.mean()) || !std::isfinite(w.m2()) || !std::isfinite(w.Skewness()) ||
+        !std::isfinite(w.Kurtosis()) || w.m2() < 0 || w.Kurtosis() < 0) {
+      return bad("winsorized moments must be finite (stddev and kurtosis not negative)");
+    }
+  }
   ModelState& m = ModelFor(model, model_name);
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
   s.baseline = moments;
+  if (winsorized != nullptr) {
+    s.baseline_c = winsorized->moments;
+    s.clip_lo = winsorized->low;
+    s.clip_hi = winsorized->high;
+  } else {
+    // Statistics without their winsorized values: nothing is clipped, the shape is taken as
+    // normal.
+    s.baseline_c = NormalShaped(moments);
+    s.clip_lo = -kInf;
+    s.clip_hi = kInf;
+  }
   s.edges = std::move(edges);
   s.ref_counts = std::move(counts);
   s.window_counts.assign(s.edges.bins(), 0);
   std::vector<double>().swap(s.warmup);
+  s.edges_ready = true;
   s.frozen = true;
+  s.prepared = false;
   return Ok();
 }
 
@@ -1295,6 +2033,9 @@ std::vector<DriftMonitor::BaselineExport> DriftMonitor::ExportBaselines() const 
         e.moments = s.baseline;
         e.inner_edges = s.edges.inner();
         e.counts = s.ref_counts;
+        e.winsorized.low = s.clip_lo;
+        e.winsorized.high = s.clip_hi;
+        e.winsorized.moments = s.baseline_c;
       }
       out.push_back(std::move(e));
     }
@@ -1367,6 +2108,7 @@ std::string AlertEvent::ToJson() const {
   obj.String("detector", detector);
   obj.Number("statistic", statistic);
   obj.Number("threshold", threshold);
+  if (series != kRollupSeries) obj.Number("score", score);
   {
     std::string w;
     JsonObject win(w);
@@ -1400,9 +2142,16 @@ std::string AlertEvent::ToJson() const {
       JsonObject d(arr);
       d.String("detector", r.detector);
       d.Number("statistic", r.statistic);
+      d.Number("score", r.score);
       d.Number("warn", r.warn);
       d.Number("alert", r.alert);
+      d.Number("warn_threshold", r.warn_threshold);
+      d.Number("alert_threshold", r.alert_threshold);
+      d.Number("effect", r.effect);
+      d.Number("min_effect", r.min_effect);
       d.String("level", ToString(r.level));
+      // The effect floor is stated when it held a significant reading down.
+      if (r.held_from != AlertLevel::kOk) d.String("held_by_min_effect", ToString(r.held_from));
       for (const auto& [name, value] : r.extras) d.Number(name, value);
       d.Close();
     }
@@ -1435,6 +2184,7 @@ std::string AlertEvent::ToJson() const {
     arr.push_back(']');
     obj.Raw("alerting_series", arr);
   }
+  if (!trigger_series.empty()) obj.String("trigger_series", trigger_series);
   obj.Int("batch_id", batch_id);
   obj.Close();
   return out;

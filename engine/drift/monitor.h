@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,24 +16,13 @@
 
 #include "engine/drift/alert_state.h"
 #include "engine/drift/detectors.h"
+#include "engine/drift/higher_moments.h"
 #include "engine/drift/histogram.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 #include "engine/stats.h"
 
 namespace driftd {
-
-/// One detector's reading at the evaluation that produced an event.
-struct DetectorReading {
-  std::string_view detector;  // "mean_shift", "psi", ... (static storage)
-  double statistic = 0;
-  double warn = 0;
-  double alert = 0;
-  /// Level this reading alone indicates (before hysteresis).
-  AlertLevel level = AlertLevel::kOk;
-  /// Detector-specific extras, e.g. mean_shift: effect, welch_t; error_rate: rates and MAE.
-  std::vector<std::pair<std::string_view, double>> extras;
-};
 
 /// A histogram bin whose share changed most (by PSI term).
 struct BinChange {
@@ -56,12 +46,18 @@ struct AlertEvent {
   AlertLevel previous_level = AlertLevel::kOk;
   std::string model;
   std::string series;    // "*" for a model-level roll-up
-  std::string detector;  // the detector that decided the level; "rollup" for a roll-up
+  /// The detector that raised the incident ("rollup" for a roll-up): for WARN and ALERT the one
+  /// furthest past its level, for RESOLVED and OK the one that raised what now clears.
+  std::string detector;
+  /// That detector's statistic at this evaluation, and the statistic its level needs at this
+  /// evaluation's sample sizes (alert level for ALERT, warn level otherwise).
   double statistic = 0;
-  /// The threshold the statistic was compared with for `level` (alert for ALERT, warn else).
   double threshold = 0;
-  /// Window: series value index range [start_record, end_record) and its event-time span
-  /// (INT64_MIN when unknown).
+  /// Its calibrated score (the z-equivalent of the false-alarm probability).
+  double score = 0;
+  /// Window: series value index range [start_record, end_record) and the event-time span
+  /// [start, end) of its values (INT64_MIN when unknown). For event-time windows these are the
+  /// window's bounds; for record windows the end is 1 ms after the last value's millisecond.
   int64_t window_start_record = 0;
   int64_t window_end_record = 0;
   int64_t window_start_us = INT64_MIN;
@@ -76,16 +72,19 @@ struct AlertEvent {
   std::vector<DetectorReading> detectors;
   /// Up to three bins with the largest |PSI term| (series with histogram detectors).
   std::vector<BinChange> top_bins;
-  /// Roll-up events: the model's series in ALERT.
+  /// Roll-up events: the model's series in ALERT, and the series whose change of state raised
+  /// or cleared the roll-up (the window fields are that series' window).
   std::vector<std::string> alerting_series;
+  std::string trigger_series;
   int64_t batch_id = -1;
 
   /// One JSON object, no trailing newline.
   std::string ToJson() const;
 };
 
-/// One closed window of a (model, series), whether or not it changed the alert level: the
-/// window and baseline statistics and every detector's reading. The evaluations stream and
+/// One closed window of a (model, series), whether or not it changed the alert level, or the
+/// CUSUM crossing a level between window ends: the window and baseline statistics and every
+/// detector's reading (statistic, score, levels, thresholds, effect). The evaluations stream and
 /// the per-series drift gauges are made of these. See engine/drift/README.md.
 struct Evaluation {
   std::string model;
@@ -137,16 +136,21 @@ struct DriftMonitorStats {
 /// 1000), numbered by the series' value index, so results do not depend on how records are cut
 /// into batches. The error series ("error", fed by ObserveLabel) has its own windows of labeled
 /// records. A file baseline is given before the first Observe, through ObserveReference() /
-/// SetReference() and FreezeReferences(); series it leaves out warm up as with `warmup`.
+/// SetReference() and FreezeReferences(); series it leaves out warm up as with `warmup`. The
+/// CUSUM runs per value with record windows (it may raise a level between window ends) and per
+/// window with event-time windows, trailing and seasonal baselines.
 class DriftMonitor {
  public:
   /// Prefix of every key CollectDirty() produces; the executor routes such keys to Restore().
   static constexpr std::string_view kStateKeyPrefix = "drift/";
   /// Name of the error-rate series in events and state keys.
   static constexpr std::string_view kErrorSeries = "error";
-  /// Warmup values kept per series to fix histogram edges (a duration warmup may see more
-  /// values; those count in the baseline moments but not in its histogram).
-  static constexpr size_t kMaxWarmupValues = 10'000;
+  /// Warmup values kept per series to fix the histogram edges and the winsorizing fences: the
+  /// first min(baseline.records, kMaxWarmupValues) values. Later warmup values join the
+  /// baseline's moments and bin counts directly.
+  static constexpr size_t kMaxWarmupValues = 2'000;
+  /// Windows of a series the look-back tests (mean_shift, stddev_ratio, error_rate) remember.
+  static constexpr size_t kLookbackWindows = 16;
 
   /// `series_names` already expanded: "feature_vector[0]".."feature_vector[7]", "prediction".
   /// An empty spec.detectors means DefaultDetectorSpecs(); detectors with warn == alert == 0
@@ -192,11 +196,12 @@ class DriftMonitor {
   /// `batch_id` and `now_ms` (processing time, also the cooldown clock of windows without
   /// event times).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out);
-  /// As above, and appends to `evaluations` every window closed since the last call (only
-  /// while CollectEvaluations(true); otherwise none are kept).
+  /// As above, and appends to `evaluations` every evaluation since the last call (only while
+  /// CollectEvaluations(true); otherwise none are kept).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
                 std::vector<Evaluation>* evaluations);
-  /// Keep an Evaluation per closed window for Evaluate(). Default: off (no cost).
+  /// Keep an Evaluation per closed window (and per CUSUM crossing) for Evaluate(). Default: off
+  /// (no cost).
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
 
   /// Appends (key, value) for every (model, series) and model roll-up changed since the last
@@ -209,6 +214,14 @@ class DriftMonitor {
   Status Restore(std::string_view key, std::string_view value);
 
   // ---- File baseline (before the first Observe) ------------------------------------------
+  /// A baseline's winsorized values: the fences values are clipped to (infinite when the
+  /// baseline's IQR is 0) and the moments of the clipped values, which the mean, spread and
+  /// CUSUM tests compare with.
+  struct Winsorized {
+    double low = -std::numeric_limits<double>::infinity();
+    double high = std::numeric_limits<double>::infinity();
+    HigherMoments moments;
+  };
   /// One value of a reference record for (model, series): joins the series' baseline, which
   /// freezes at FreezeReferences(). Histogram edges come from the first kMaxWarmupValues
   /// values, as for a warmup.
@@ -221,9 +234,11 @@ class DriftMonitor {
   /// (counts.size() == inner_edges.size() + 1) give the reference histogram; both may be
   /// empty only when no histogram detector is configured. Fails (kConfig) on inconsistent
   /// input or fewer than minSamples values; the message names model and series.
+  /// `winsorized`: the fences and the moments of the winsorized values, as ExportBaselines()
+  /// gives them; without it nothing is clipped and the shape is taken as normal.
   Status SetReference(uint32_t model, const std::string& model_name, size_t series,
                       const Moments& moments, std::vector<double> inner_edges,
-                      std::vector<int64_t> counts);
+                      std::vector<int64_t> counts, const Winsorized* winsorized = nullptr);
   /// Reference statistics of the error series of `model`.
   Status SetErrorReference(uint32_t model, const std::string& model_name,
                            const ErrorSummary& summary);
@@ -239,14 +254,17 @@ class DriftMonitor {
     std::vector<double> inner_edges;
     std::vector<int64_t> counts;
     int64_t errors = 0;  // error series: labeled records whose error exceeded the threshold
+    Winsorized winsorized;  // not for the error series
   };
   /// Every frozen baseline (warmup, reference records or statistics), by model then series.
   std::vector<BaselineExport> ExportBaselines() const;
 
   /// Starts `model`'s baselines over (after a retrain): every series warms up again on its
-  /// next values, as a new model would; windows in progress and trailing windows are dropped,
-  /// while value indexes and alert states continue (an ALERT resolves once the new baseline's
-  /// windows say so). Returns false for a model the monitor does not know.
+  /// next values, as a new model would; windows in progress, trailing windows, look-backs and the
+  /// CUSUM are dropped, while value indexes and alert states continue. An open incident loses
+  /// its summary of the change with the old baseline, so it clears when a window of the new
+  /// baseline reads below WARN on every detector. Returns false for a model the monitor does
+  /// not know.
   bool ResetBaselines(const std::string& model);
 
   /// Per-model drift state for metrics: series in ALERT / WARN, windows evaluated, and the
@@ -264,21 +282,32 @@ class DriftMonitor {
   DriftMonitorStats stats() const;
   const std::vector<std::string>& series_names() const { return series_names_; }
 
+
   struct SeriesState;
   struct ModelState;
-  struct DetectorConfig;
 
  private:
+  struct Verdict;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
   void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us);
+  void AddBaselineValue(SeriesState& s, double value);
+  size_t EdgeValues() const;
+  void FixEdges(SeriesState& s);
   void FreezeBaseline(SeriesState& s);
+  void Prepare(ModelState& m, size_t series);
+  void SetupCusum(SeriesState& s, const HigherMoments& ref, double warn, double alert,
+                  double allowance);
+  size_t PhaseOf(int64_t window_start_us) const;
   void CloseWindow(ModelState& m, size_t series);
   void CloseErrorWindow(ModelState& m);
+  void SequentialCheck(ModelState& m, size_t series, int64_t event_time_us);
+  void Decide(ModelState& m, size_t series, Verdict& verdict);
   void Transition(ModelState& m, size_t series, AlertLevel previous, AlertLevel level,
                   AlertEvent event);
-  void UpdateRollup(ModelState& m, int64_t now_ms, int64_t window_start_record);
+  void UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent& trigger);
   void MarkDirty(ModelState& m, size_t series);
   int64_t WindowClockMs(int64_t window_end_us) const;
+  bool PerValueCusum() const;
 
   DriftSpec spec_;
   std::vector<std::string> series_names_;
@@ -287,15 +316,18 @@ class DriftMonitor {
   int histogram_bins_ = 10;
   bool has_histogram_ = false;
   bool has_error_rate_ = false;
+  bool has_cusum_ = false;
+  int cusum_detector_ = -1;
+  bool collect_evaluations_ = false;
   double error_threshold_ = 0.5;
+  double resolve_log_evidence_ = 0;
+  std::vector<Evaluation> evaluations_;
+  void RecordEvaluation(const ModelState& m, size_t series, bool evaluated, AlertLevel previous,
+                        const Verdict* verdict);
   std::vector<std::unique_ptr<ModelState>> models_;
   /// Restored state of models not seen yet, by model name.
   std::map<std::string, std::unique_ptr<ModelState>, std::less<>> pending_;
   std::vector<AlertEvent> events_;
-  bool collect_evaluations_ = false;
-  std::vector<Evaluation> evaluations_;
-  void RecordEvaluation(const ModelState& m, size_t series, const Moments* ref, bool evaluated,
-                        AlertLevel previous, std::vector<DetectorReading> readings);
   int64_t last_now_ms_ = 0;
   int64_t windows_evaluated_ = 0;
   // Event-time windows (0: record-count windows).
@@ -314,6 +346,7 @@ class DriftMonitor {
   std::vector<double> ref_shares_;
   std::vector<double> cur_shares_;
   std::vector<double> terms_;
+  std::vector<DetectorReading> readings_;
 };
 
 }  // namespace driftd

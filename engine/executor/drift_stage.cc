@@ -6,11 +6,13 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -335,13 +337,60 @@ class DriftStage::Impl {
             counts.push_back(c);
           }
         }
+        // The winsorized values (optional; `driftd baseline build` writes them): what the
+        // mean, spread and CUSUM tests compare with, so that the file gives the warm-up's
+        // readings.
+        std::optional<DriftMonitor::Winsorized> winsorized;
+        simdjson::dom::element w_element;
+        if (stats["winsorized"].get(w_element) == simdjson::SUCCESS) {
+          simdjson::dom::object w_object;
+          if (w_element.get_object().get(w_object) != simdjson::SUCCESS) {
+            return where("\"winsorized\" must be an object");
+          }
+          auto w_number = [&](const char* key, double fallback,
+                              bool required) -> Result<double> {
+            simdjson::dom::element value;
+            if (w_object[key].get(value) != simdjson::SUCCESS) {
+              if (required) return where(fmt::format("winsorized needs \"{}\" (a number)", key));
+              return fallback;
+            }
+            double x = 0;
+            if (value.get_double().get(x) != simdjson::SUCCESS || !std::isfinite(x)) {
+              return where(fmt::format("winsorized \"{}\" must be a finite number", key));
+            }
+            return x;
+          };
+          DriftMonitor::Winsorized w;
+          auto low = w_number("low", w.low, false);
+          if (!low) return tl::unexpected(low.error());
+          auto high = w_number("high", w.high, false);
+          if (!high) return tl::unexpected(high.error());
+          auto w_mean = w_number("mean", 0, true);
+          if (!w_mean) return tl::unexpected(w_mean.error());
+          auto w_stddev = w_number("stddev", 0, true);
+          if (!w_stddev) return tl::unexpected(w_stddev.error());
+          auto skewness = w_number("skewness", 0, false);
+          if (!skewness) return tl::unexpected(skewness.error());
+          auto kurtosis = w_number("kurtosis", 3, false);
+          if (!kurtosis) return tl::unexpected(kurtosis.error());
+          if (*w_stddev < 0) return where("winsorized \"stddev\" must not be negative");
+          const double nd = static_cast<double>(n);
+          const double w_m2 = *w_stddev * *w_stddev * (nd - 1);
+          w.low = *low;
+          w.high = *high;
+          w.moments = HigherMoments::FromCentral(n, *w_mean, w_m2,
+                                                 *skewness * std::pow(w_m2, 1.5) / std::sqrt(nd),
+                                                 *kurtosis * w_m2 * w_m2 / nd);
+          winsorized = w;
+        }
         const auto it = std::find(names.begin(), names.end(), series);
         if (it == names.end()) return where("not a series of this pipeline");
         const double m2 = *stddev * *stddev * static_cast<double>(n - 1);
         const Moments moments = Moments::FromParts(n, *mean, m2, std::min(*min, *mean),
                                                    std::max(*max, *mean), *mean * n);
         DRIFTD_TRY(monitor_->SetReference(id, model, static_cast<size_t>(it - names.begin()),
-                                          moments, std::move(edges), std::move(counts)));
+                                          moments, std::move(edges), std::move(counts),
+                                          winsorized ? &*winsorized : nullptr));
       }
     }
     return Ok();
@@ -515,6 +564,19 @@ class DriftStage::Impl {
             }
             counts.push_back(']');
             o.Raw("counts", counts);
+          }
+          const DriftMonitor::Winsorized& w = b->winsorized;
+          if (w.moments.count() == n) {
+            std::string winsorized;
+            JsonObject wo(winsorized);
+            if (std::isfinite(w.low)) wo.Number("low", w.low);
+            if (std::isfinite(w.high)) wo.Number("high", w.high);
+            wo.Number("mean", w.moments.mean());
+            wo.Number("stddev", w.moments.Stddev());
+            wo.Number("skewness", w.moments.Skewness());
+            wo.Number("kurtosis", w.moments.Kurtosis());
+            wo.Close();
+            o.Raw("winsorized", winsorized);
           }
         }
         o.Close();

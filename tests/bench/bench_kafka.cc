@@ -341,8 +341,8 @@ drift:
   series: [feature_vector, prediction]
   baseline: {{type: warmup, records: 5000}}
   detectors:
-    - {{type: mean_shift, warn: 3, alert: 5, minEffect: 0.2}}
-    - {{type: psi, warn: 0.1, alert: 0.25, bins: 10}}
+    - {{type: mean_shift, warn: 5, alert: 5.5, minEffect: 0.1}}
+    - {{type: psi, warn: 5, alert: 5.5, bins: 10}}
   minSamples: 500
 sinks:
   - name: stats

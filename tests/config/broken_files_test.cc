@@ -82,7 +82,12 @@ const std::vector<BrokenCase> kCases = {
     {"drift_sliding_window", "drift", 16, "query.window (line 12) slides"},
     {"drift_baseline_below_min_samples", "drift.baseline.records", 18, "below minSamples (200)"},
     {"drift_label_string", "drift.labelColumn", 18, "expected a numeric or boolean column"},
-    {"detector_zero_alert", "drift.detectors[0].alert", 18, "must be above 0 and at most 1"},
+    {"detector_zero_alert", "drift.detectors[0].alert", 18, "levels are calibrated scores"},
+    {"detector_statistic_threshold", "drift.detectors[0].alert", 18,
+     "a floor on psi's own statistic is minEffect"},
+    {"detector_page_hinkley", "drift.detectors[0].type", 18, "replaced by cusum"},
+    {"baseline_seasonal_without_window", "drift.baseline.type", 17, "add query.window"},
+    {"baseline_seasonal_period", "drift.baseline.period", 18, "a whole number of query windows"},
     {"undefined_env_variable", "source.options.path", 9, "'DRIFTD_TEST_UNDEFINED_DIR' is not set"},
 };
 

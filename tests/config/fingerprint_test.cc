@@ -26,7 +26,7 @@ query:
 drift:
   series: [features]
   baseline: {type: warmup, records: 1000}
-  detectors: [{type: psi, warn: 0.1, alert: 0.25, bins: 10}]
+  detectors: [{type: psi, warn: 5, alert: 5.5, bins: 10}]
   minSamples: 200
 sinks:
   - {format: console}
@@ -61,7 +61,9 @@ TEST_CASE("the fingerprint ignores what state does not depend on", "[config][fin
   const std::string base = Fingerprint(kBase);
   for (const auto& [find, replace] : std::vector<std::pair<std::string, std::string>>{
            {"processingTime: 10 seconds", "once: true"},
-           {"warn: 0.1, alert: 0.25", "warn: 0.2, alert: 0.5"},
+           {"warn: 5, alert: 5.5", "warn: 6, alert: 7"},
+           {"bins: 10}", "bins: 10, minEffect: 0.2}"},
+           {"  baseline:", "  resolveEvidence: 100\n  baseline:"},
            {"minSamples: 200", "minSamples: 50"},
            {"delay: 1 minute", "delay: 1 hour"},
            {"b1:9092", "b2:9092"},
@@ -96,7 +98,9 @@ TEST_CASE("the fingerprint changes with every state-relevant field", "[config][f
            {"records: 1000", "records: 5000"},
            {"{type: warmup, records: 1000}", "{type: trailing}"},
            {"bins: 10", "bins: 20"},
-           {"{type: psi, warn: 0.1, alert: 0.25, bins: 10}", "{type: ks}"},
+           {"{type: psi, warn: 5, alert: 5.5, bins: 10}", "{type: ks}"},
+           {"{type: psi, warn: 5, alert: 5.5, bins: 10}", "{type: cusum}"},
+           {"{type: warmup, records: 1000}", "{type: seasonal, period: 1 hour}"},
        }) {
     INFO(find << " -> " << replace);
     std::string yaml(kBase);

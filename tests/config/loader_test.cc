@@ -47,14 +47,14 @@ drift:
   baseline: {type: trailing, windows: 6}
   detectors:
     - {type: mean_shift, minEffect: 0.3}
-    - {type: psi, bins: 20, alert: 0.3}
-    - {type: page_hinkley}
-    - {type: error_rate, warn: 0.02}
+    - {type: psi, bins: 20, alert: 7}
+    - {type: cusum, allowance: 0.25}
+    - {type: error_rate, warn: 4.5}
   minSamples: 500
   hysteresis: 3
   cooldown: 15 minutes
   overrides:
-    - {model: model-3, series: "features[2]", detector: psi, alert: 0.4}
+    - {model: model-3, series: "features[2]", detector: psi, alert: 8}
 sinks:
   - name: stats
     format: kafka
@@ -133,27 +133,28 @@ TEST_CASE("a full pipeline file parses into the expected spec", "[config][loader
   CHECK(drift.cooldown_ms == 15 * 60'000);
   REQUIRE(drift.detectors.size() == 4);
   CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
-  CHECK(drift.detectors[0].warn == 3);
-  CHECK(drift.detectors[0].alert == 5);
+  CHECK(drift.detectors[0].warn == 5);
+  CHECK(drift.detectors[0].alert == 5.5);
   CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.3));
   CHECK(drift.detectors[1].kind == DetectorKind::kPsi);
-  CHECK(drift.detectors[1].warn == Approx(0.1));
-  CHECK(drift.detectors[1].alert == Approx(0.3));
+  CHECK(drift.detectors[1].warn == Approx(5));
+  CHECK(drift.detectors[1].alert == Approx(7));
   CHECK(drift.detectors[1].params.at("bins") == 20);
-  CHECK(drift.detectors[2].name == "page_hinkley");
-  CHECK(drift.detectors[2].warn == 25);
-  CHECK(drift.detectors[2].alert == 50);
-  CHECK(drift.detectors[2].params.at("delta") == Approx(0.5));  // the engine's default
+  CHECK(drift.detectors[1].params.at("minEffect") == Approx(0.05));  // the engine's default
+  CHECK(drift.detectors[2].name == "cusum");
+  CHECK(drift.detectors[2].warn == 5);
+  CHECK(drift.detectors[2].alert == 5.5);
+  CHECK(drift.detectors[2].params.at("allowance") == Approx(0.25));
   CHECK(drift.detectors[3].kind == DetectorKind::kErrorRate);
-  CHECK(drift.detectors[3].warn == Approx(0.02));
-  CHECK(drift.detectors[3].alert == Approx(0.1));
+  CHECK(drift.detectors[3].warn == Approx(4.5));
+  CHECK(drift.detectors[3].alert == Approx(5.5));
   CHECK(drift.detectors[3].params.at("threshold") == Approx(0.5));
   REQUIRE(drift.overrides.size() == 1);
   CHECK(drift.overrides[0].model == "model-3");
   CHECK(drift.overrides[0].series == "features[2]");
   CHECK(drift.overrides[0].detector == "psi");
   CHECK_FALSE(drift.overrides[0].warn);
-  CHECK(drift.overrides[0].alert == Approx(0.4));
+  CHECK(drift.overrides[0].alert == Approx(8));
 
   REQUIRE(spec.sinks.size() == 4);
   CHECK(spec.sinks[0].name == "stats");
@@ -197,7 +198,7 @@ TEST_CASE("omitted keys take their documented defaults", "[config][loader]") {
   CHECK(without_state_dir->checkpoint_location == "/var/lib/driftd/minimal");
 }
 
-TEST_CASE("a drift section without detectors gets every detector with default thresholds",
+TEST_CASE("a drift section without detectors gets every detector with default levels",
           "[config][loader][drift]") {
   std::string yaml = std::string(kMinimalPipeline) +
                      "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n";
@@ -207,7 +208,8 @@ TEST_CASE("a drift section without detectors gets every detector with default th
   const DriftSpec& drift = result->drift;
   CHECK(drift.model_column == "model_id");
   CHECK(drift.baseline.kind == BaselineKind::kWarmup);
-  CHECK(drift.baseline.records == 1000);
+  CHECK(drift.baseline.records == 5000);
+  CHECK(drift.resolve_evidence == 1e4);
   CHECK(drift.min_samples == 200);
   CHECK(drift.window_records == 1000);
   CHECK(drift.model_alert_series == 3);
@@ -216,11 +218,12 @@ TEST_CASE("a drift section without detectors gets every detector with default th
   // error_rate needs prediction and label columns, which this pipeline does not name.
   REQUIRE(drift.detectors.size() == 6);
   CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
-  CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.2));
+  CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.1));
   CHECK(drift.detectors[2].kind == DetectorKind::kPsi);
-  CHECK(drift.detectors[2].warn == Approx(0.1));
-  CHECK(drift.detectors[2].alert == Approx(0.25));
+  CHECK(drift.detectors[2].warn == Approx(5));
+  CHECK(drift.detectors[2].alert == Approx(5.5));
   CHECK(drift.detectors[2].params.at("bins") == 10);
+  CHECK(drift.detectors[5].kind == DetectorKind::kCusum);
   for (const DetectorSpec& detector : drift.detectors) {
     CHECK(detector.kind != DetectorKind::kErrorRate);
   }
@@ -246,15 +249,16 @@ TEST_CASE("drift window and roll-up settings are read", "[config][loader][drift]
   CHECK(result->drift.baseline.records == 50);
 }
 
-TEST_CASE("each detector type has its documented default thresholds", "[config][loader][drift]") {
+TEST_CASE("each detector type has its documented default levels", "[config][loader][drift]") {
   struct Expected {
     const char* type;
     double warn, alert;
   };
+  // Calibrated levels: the same false-alarm rates for every detector.
   for (const Expected& e :
-       {Expected{"mean_shift", 3, 5}, Expected{"stddev_ratio", 1.3, 1.5},
-        Expected{"psi", 0.1, 0.25}, Expected{"js", 0.1, 0.2}, Expected{"ks", 0.1, 0.2},
-        Expected{"page_hinkley", 25, 50}, Expected{"error_rate", 0.05, 0.1}}) {
+       {Expected{"mean_shift", 5, 5.5}, Expected{"stddev_ratio", 5, 5.5},
+        Expected{"psi", 5, 5.5}, Expected{"js", 5, 5.5}, Expected{"ks", 5, 5.5},
+        Expected{"cusum", 5, 5.5}, Expected{"error_rate", 5, 5.5}}) {
     INFO(e.type);
     std::string yaml = std::string(kMinimalPipeline) +
                        "  - {format: console, stream: alerts}\n"
@@ -269,6 +273,73 @@ TEST_CASE("each detector type has its documented default thresholds", "[config][
     CHECK(result->drift.detectors[0].warn == Approx(e.warn));
     CHECK(result->drift.detectors[0].alert == Approx(e.alert));
   }
+}
+
+/// Warnings of a pipeline that loads.
+std::vector<ConfigProblem> Warnings(const std::string& yaml, PipelineSpec* spec = nullptr) {
+  std::vector<ConfigProblem> warnings;
+  LoadOptions options = testing::TestOptions();
+  options.warnings = &warnings;
+  auto result = ParsePipeline(yaml, "p.yaml", options);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  if (spec != nullptr) *spec = *result;
+  return warnings;
+}
+
+TEST_CASE("the error rate is watched by default when the schema names prediction and label",
+          "[config][loader][drift]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.insert(yaml.find("source:"), "  - {name: ground_truth, type: double}\n");
+  yaml += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n";
+  PipelineSpec spec;
+  CHECK(Warnings(yaml, &spec).empty());
+  CHECK(spec.drift.prediction_column == "prediction");
+  CHECK(spec.drift.label_column == "ground_truth");
+  REQUIRE(spec.drift.detectors.size() == 7);
+  CHECK(spec.drift.detectors.back().kind == DetectorKind::kErrorRate);
+
+  // Named detectors without error_rate: loads, and says how to watch it.
+  auto warnings = Warnings(yaml + "  detectors: [{type: mean_shift}]\n");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "drift.detectors");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("add {type: error_rate}"));
+
+  // Only one of the two keys: nothing to compare, and a warning says what is missing.
+  std::string half(kMinimalPipeline);
+  half += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n"
+          "  predictionColumn: prediction\n";
+  warnings = Warnings(half, &spec);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "drift.predictionColumn");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("set drift.labelColumn too"));
+  CHECK(spec.drift.label_column.empty());
+
+  // A label-like column without a prediction by a usual name: a warning says how.
+  std::string unnamed(kMinimalPipeline);
+  unnamed.insert(unnamed.find("source:"), "  - {name: label, type: double}\n");
+  const std::string prediction = "{name: prediction";
+  unnamed.replace(unnamed.find(prediction), prediction.size(), "{name: p_fraud");
+  unnamed.replace(unnamed.find("mean(prediction)"), 16, "mean(p_fraud)");
+  unnamed += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n";
+  warnings = Warnings(unnamed, &spec);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "drift");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("set drift.predictionColumn"));
+  CHECK(spec.drift.label_column.empty());
+}
+
+TEST_CASE("a seasonal baseline is read with its period and cycles", "[config][loader][drift]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.insert(yaml.find("sinks:"), "  window: {column: event_time, size: 5 minutes}\n");
+  yaml += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n"
+          "  baseline: {type: seasonal, period: 1 hour, cycles: 3}\n  resolveEvidence: 1e6\n";
+  PipelineSpec spec;
+  Warnings(yaml, &spec);
+  CHECK(spec.drift.baseline.kind == BaselineKind::kSeasonal);
+  CHECK(spec.drift.baseline.period_ms == 3'600'000);
+  CHECK(spec.drift.baseline.cycles == 3);
+  CHECK(spec.drift.resolve_evidence == 1e6);
 }
 
 TEST_CASE("a file with several problems reports all of them, in line order", "[config][loader]") {

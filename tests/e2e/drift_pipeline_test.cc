@@ -198,18 +198,19 @@ TEST_CASE(
   REQUIRE(raised.size() == 1);
   REQUIRE(resolved.size() == 1);
 
-  // The stated bound (engine/drift/README.md): with windows of 1000 values and hysteresis 2,
-  // the ALERT comes with the second full window after the change, so at most 3000 values of
-  // the series after it (the window the change falls into may not count).
+  // The stated bounds (engine/drift/README.md): the CUSUM ALERTs a 0.5 sigma shift within 500
+  // values of the series, and the change resolves within 2000 values of its end.
   InferenceGenerator generator = Generator(8, 42);
   const int64_t change = ValuesBefore(generator, 3, 100'000);
   const int64_t revert = ValuesBefore(generator, 3, 200'000);
   CHECK(raised[0].window_end_record > change);
-  CHECK(raised[0].window_end_record <= change + 3000);
+  CHECK(raised[0].window_end_record <= change + 500);
   CHECK(resolved[0].window_end_record > revert);
-  CHECK(resolved[0].window_end_record <= revert + 3000);
-  // The mean-shift reading of the ALERT is itself at ALERT level.
-  CHECK(ReadingLevel(raised[0], "mean_shift") == "ALERT");
+  CHECK(resolved[0].window_end_record <= revert + 2000);
+  // A location detector raised it, its own reading at ALERT level, and the RESOLVED names it.
+  CHECK((raised[0].detector == "cusum" || raised[0].detector == "mean_shift"));
+  CHECK(ReadingLevel(raised[0], raised[0].detector) == "ALERT");
+  CHECK(resolved[0].detector == raised[0].detector);
 }
 
 TEST_CASE("a variance-only change is found by the spread detectors, not by mean shift",
@@ -227,7 +228,10 @@ TEST_CASE("a variance-only change is found by the spread detectors, not by mean 
   for (const Alert& a : alerts) {
     if (a.level != "ALERT") continue;
     ++raised;
-    CHECK(a.detector != "mean_shift");
+    // A spread or shape detector: the CUSUM standardizes by the wider spread, so a change of
+    // spread alone does not read as a shift.
+    CHECK((a.detector == "stddev_ratio" || a.detector == "psi" || a.detector == "js" ||
+           a.detector == "ks"));
     CHECK(ReadingLevel(a, "stddev_ratio") == "ALERT");
     CHECK(ReadingLevel(a, "mean_shift") == "OK");
   }
@@ -242,10 +246,17 @@ TEST_CASE("a shift of the prediction score alerts on the prediction series only"
   std::vector<Alert> alerts = RunAndReadAlerts(dir, p);
   INFO(Describe(alerts));
 
-  CHECK(SeriesWithEvents(alerts) ==
-        std::set<std::pair<std::string, std::string>>{{"model-2", "prediction"}});
-  CHECK(std::count_if(alerts.begin(), alerts.end(),
-                      [](const Alert& a) { return a.level == "ALERT"; }) == 1);
+  // The generator draws labels from the (shifted) score, so the error rate moves too: with
+  // ground_truth in the schema the error series is watched without being configured.
+  const auto with_events = SeriesWithEvents(alerts);
+  CHECK(with_events.count({"model-2", "prediction"}) == 1);
+  for (const auto& [model, series] : with_events) {
+    CHECK(model == "model-2");
+    CHECK((series == "prediction" || series == "error"));
+  }
+  CHECK(std::count_if(alerts.begin(), alerts.end(), [](const Alert& a) {
+          return a.level == "ALERT" && a.series == "prediction";
+        }) == 1);
 }
 
 // Concept drift: inputs and predictions stay as they were, the labels stop agreeing.
@@ -316,6 +327,8 @@ TEST_CASE("a drift pipeline killed with SIGKILL 20+ times writes the alerts of a
   DriftPipeline p;
   p.rows = 8 * 12'000;
   p.rows_per_batch = 1500;  // 64 batches
+  // Short warmups, so that the changes (from 30 s, 3750 records of a model) are watched.
+  p.drift_extra = "  baseline: {type: warmup, records: 1000}";
   p.scenarios =
       "model-1 feature 4 shifts by 1 sigma after 30 s; "
       "model-1 feature 4 shifts by -1 sigma after 60 s; "
@@ -372,11 +385,12 @@ TEST_CASE(
     if (a.level == "RESOLVED") resolved.push_back(a);
   }
   REQUIRE(raised.size() == 1);
-  // The shift starts with window [60 s, 70 s); hysteresis 2 raises the ALERT with the next.
+  // The shift starts with window [60 s, 70 s); the CUSUM, fed per window, needs no hysteresis,
+  // so that window raises the ALERT.
   simdjson::dom::parser parser;
   simdjson::dom::element window = parser.parse(raised[0].json)["window"];
-  CHECK(std::string(window["start_time"].get_string().value()) == "2026-11-18T11:07:50.000Z");
-  CHECK(std::string(window["end_time"].get_string().value()) == "2026-11-18T11:08:00.000Z");
+  CHECK(std::string(window["start_time"].get_string().value()) == "2026-11-18T11:07:40.000Z");
+  CHECK(std::string(window["end_time"].get_string().value()) == "2026-11-18T11:07:50.000Z");
   CHECK(JsonField(raised[0].json, "baseline").find("\"type\":\"trailing\"") != std::string::npos);
   // Once the new level fills the K previous windows it is the norm again.
   REQUIRE(resolved.size() == 1);
@@ -424,8 +438,8 @@ TEST_CASE("a file baseline of reference records catches a model that drifted bef
     if (a.level == "ALERT") raised.push_back(a);
   }
   REQUIRE(raised.size() == 1);
-  // From the first record: two windows of 1000 values (hysteresis 2).
-  CHECK(raised[0].window_end_record == 2000);
+  // From the first record: the CUSUM finds 0.5 sigma within 500 values.
+  CHECK(raised[0].window_end_record <= 500);
   CHECK(JsonField(raised[0].json, "baseline").find("\"type\":\"file\"") != std::string::npos);
 }
 
@@ -500,6 +514,13 @@ TEST_CASE("a missing or malformed baseline file stops start and validate with it
   RunResult validate_unknown = RunDriftd({"validate", pipeline});
   CHECK(validate_unknown.exit_code == 78);
   CHECK(validate_unknown.output.find("'speed' is not a drift series") != std::string::npos);
+  WriteFile(path, R"({"driftd_reference": 1, "models": {"model-0": {"prediction":
+      {"n": 1000, "mean": 0.5, "stddev": 0.1, "winsorized": {"stddev": 0.1}}}}})");
+  RunResult winsorized = RunDriftd({"validate", pipeline});
+  INFO(winsorized.output);
+  CHECK(winsorized.exit_code == 78);
+  CHECK(winsorized.output.find("model 'model-0' series 'prediction': winsorized needs \"mean\"") !=
+        std::string::npos);
   WriteFile(path, ReferenceRecords(2, 2 * 1000));
   RunResult validate_good = RunDriftd({"validate", pipeline});
   INFO(validate_good.output);

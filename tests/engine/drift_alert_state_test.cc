@@ -12,12 +12,13 @@ constexpr AlertLevel kWarn = AlertLevel::kWarn;
 constexpr AlertLevel kAlert = AlertLevel::kAlert;
 constexpr AlertLevel kResolved = AlertLevel::kResolved;
 
-/// Feeds observations one per minute from `start_ms`; returns the transitions.
+/// Feeds observations one per minute from `now_ms`; `back` is the monitor's verdict that the
+/// series has returned (the same for every observation of the call). Returns the transitions.
 std::vector<AlertLevel> Feed(AlertStateMachine& m, const std::vector<AlertLevel>& observed,
-                             int64_t& now_ms, const AlertPolicy& policy) {
+                             int64_t& now_ms, const AlertPolicy& policy, bool back = false) {
   std::vector<AlertLevel> out;
   for (AlertLevel o : observed) {
-    if (auto t = m.Step(o, false, now_ms, policy)) out.push_back(*t);
+    if (auto t = m.Step(o, false, back, now_ms, policy)) out.push_back(*t);
     now_ms += 60'000;
   }
   return out;
@@ -33,16 +34,21 @@ TEST_CASE("a single spike does not alert; a sustained one alerts once", "[drift]
   CHECK(m.state() == kAlert);
 }
 
-TEST_CASE("an alert resolves only after consecutive clean evaluations", "[drift][alert]") {
+TEST_CASE("an alert resolves on evidence that the series is back, not on low readings",
+          "[drift][alert]") {
   AlertPolicy policy;
   AlertStateMachine m;
   int64_t now = 0;
   Feed(m, {kAlert, kAlert}, now, policy);
   REQUIRE(m.state() == kAlert);
-  // WARN-level readings keep it open (no fall back to WARN), one clean reading is not enough.
-  CHECK(Feed(m, {kWarn, kOk, kWarn}, now, policy).empty());
-  CHECK(Feed(m, {kOk}, now, policy).empty());
-  CHECK(Feed(m, {kOk}, now, policy) == std::vector<AlertLevel>{kResolved});
+  // Readings below WARN, however many, do not resolve it while the evidence says the change is
+  // still there (a persistent shift whose single windows dip under a level).
+  CHECK(Feed(m, {kWarn, kOk, kOk, kOk, kOk, kOk}, now, policy).empty());
+  CHECK(m.state() == kAlert);
+  // ALERT never falls back to WARN either.
+  CHECK(Feed(m, {kWarn, kWarn, kWarn}, now, policy).empty());
+  // The evidence that it is back resolves it at once, and the cooldown starts.
+  CHECK(Feed(m, {kOk}, now, policy, /*back=*/true) == std::vector<AlertLevel>{kResolved});
   CHECK(m.cooldown_until_ms() == now - 60'000 + policy.cooldown_ms);
 }
 
@@ -51,7 +57,8 @@ TEST_CASE("no new alert within the cooldown after RESOLVED", "[drift][alert]") {
   policy.cooldown_ms = 10 * 60'000;
   AlertStateMachine m;
   int64_t now = 0;
-  Feed(m, {kAlert, kAlert, kOk, kOk}, now, policy);
+  Feed(m, {kAlert, kAlert}, now, policy);
+  Feed(m, {kOk}, now, policy, /*back=*/true);
   REQUIRE(m.state() == kResolved);
   // Drifting again at once: only WARN while cooling down ...
   const auto during = Feed(m, {kAlert, kAlert, kAlert, kAlert, kAlert}, now, policy);
@@ -61,15 +68,16 @@ TEST_CASE("no new alert within the cooldown after RESOLVED", "[drift][alert]") {
   CHECK(after == std::vector<AlertLevel>{kAlert});
 }
 
-TEST_CASE("warnings rise and clear with hysteresis", "[drift][alert]") {
+TEST_CASE("warnings rise with hysteresis and clear only when the series is back",
+          "[drift][alert]") {
   AlertPolicy policy;
   policy.hysteresis = 3;
   AlertStateMachine m;
   int64_t now = 0;
   CHECK(Feed(m, {kWarn, kWarn, kOk, kWarn, kWarn}, now, policy).empty());
   CHECK(Feed(m, {kWarn}, now, policy) == std::vector<AlertLevel>{kWarn});
-  CHECK(Feed(m, {kOk, kOk, kWarn, kOk, kOk}, now, policy).empty());
-  CHECK(Feed(m, {kOk}, now, policy) == std::vector<AlertLevel>{kOk});
+  CHECK(Feed(m, {kOk, kOk, kOk, kOk}, now, policy).empty());
+  CHECK(Feed(m, {kOk}, now, policy, /*back=*/true) == std::vector<AlertLevel>{kOk});
   // WARN then ALERT: WARN readings count towards the warning, ALERT readings towards both.
   CHECK(Feed(m, {kWarn, kAlert, kAlert, kAlert}, now, policy) ==
         std::vector<AlertLevel>{kWarn, kAlert});
@@ -78,15 +86,17 @@ TEST_CASE("warnings rise and clear with hysteresis", "[drift][alert]") {
 TEST_CASE("an immediate observation skips hysteresis", "[drift][alert]") {
   AlertPolicy policy;
   AlertStateMachine m;
-  CHECK(m.Step(kAlert, true, 0, policy) == kAlert);
-  CHECK(m.Step(kOk, true, 1, policy) == kResolved);
+  CHECK(m.Step(kAlert, true, false, 0, policy) == kAlert);
+  CHECK(m.Step(kOk, true, true, 1, policy) == kResolved);
 }
 
 TEST_CASE("alert state round-trips through its encoding", "[drift][alert]") {
   AlertPolicy policy;
   AlertStateMachine m;
   int64_t now = 5;
-  Feed(m, {kAlert, kAlert, kOk, kOk, kWarn}, now, policy);
+  Feed(m, {kAlert, kAlert}, now, policy);
+  Feed(m, {kOk}, now, policy, true);
+  Feed(m, {kWarn}, now, policy);
   std::string bytes;
   m.Encode(bytes);
   CHECK(bytes.size() == AlertStateMachine::kEncodedSize);

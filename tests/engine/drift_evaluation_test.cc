@@ -66,7 +66,8 @@ TEST_CASE("every closed window is an evaluation with each detector's reading, dr
     CHECK(e.baseline_n == 1000);
     REQUIRE(e.detectors.size() == 2);
     CHECK(e.detectors[0].detector == "psi");
-    CHECK(e.detectors[0].alert == 0.25);
+    CHECK(e.detectors[0].alert == 5.5);  // a calibrated level, the default
+    CHECK(e.detectors[0].alert_threshold > 0);
     CHECK(e.detectors[1].detector == "mean_shift");
   }
   // Windows before the shift read OK; the shift reads ALERT; the level follows hysteresis.
@@ -96,7 +97,7 @@ TEST_CASE("an evaluation round-trips through its persisted form and its JSON row
   auto decoded = DecodeEvaluation(EncodeEvaluation(e));
   REQUIRE(decoded);
   CHECK(EvaluationToJson(*decoded) == EvaluationToJson(e));
-  CHECK(decoded->detectors[1].extras.size() == 3);
+  CHECK(decoded->detectors[1].extras.size() == 4);  // z, welch_t, effect, lookback_windows
 
   std::string bytes = EncodeEvaluation(e);
   bytes.pop_back();

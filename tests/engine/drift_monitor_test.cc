@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <simdjson.h>
+#include "engine/drift/codec.h"
 #include <catch2/catch.hpp>
 
 namespace driftd {
@@ -156,7 +157,7 @@ TEST_CASE("stationary streams of 8 models x 8 features x 1M records raise no ale
   CHECK(h.events.empty());
   const DriftMonitorStats st = monitor.stats();
   CHECK(st.models == 8);
-  CHECK(st.windows_evaluated == 8 * 8 * 999);  // 1000 warmup values, then 999 windows
+  CHECK(st.windows_evaluated == 8 * 8 * 995);  // 5000 warmup values, then 995 windows
   CHECK(st.series_in_alert == 0);
 }
 
@@ -175,21 +176,32 @@ TEST_CASE("a 0.5 sigma mean shift on one feature alerts once for that series and
   const AlertEvent& a = alerts[0];
   CHECK(a.model == "model-5");
   CHECK(a.series == "feature_vector[3]");
-  CHECK(a.detector == "mean_shift");
-  // Stated bound: windows of 1000 records and hysteresis 2 detect a 0.5 sigma shift within
-  // three windows of the change.
+  // The CUSUM runs per value: it raises the ALERT between window ends.
+  CHECK(a.detector == "cusum");
+  // Stated bound (engine/drift/README.md): a 0.5 sigma shift is ALERTed within 500 values.
   CHECK(a.window_end_record > 50'000);
-  CHECK(a.window_end_record <= 53'000);
-  CHECK(a.statistic >= 5.0);
-  CHECK(a.threshold == 5.0);
+  CHECK(a.window_end_record <= 50'500);
+  CHECK(a.statistic >= a.threshold);
+  CHECK(a.score >= 5.5);
+  REQUIRE(a.detectors.size() == 1);
+  CHECK(a.threshold == a.detectors[0].alert_threshold);
 
+  // One incident: a WARN may open it just before the ALERT; the RESOLVED closes it.
   const auto resolved = h.Filter(AlertLevel::kResolved);
   REQUIRE(resolved.size() == 1);
   CHECK(resolved[0].model == "model-5");
   CHECK(resolved[0].series == "feature_vector[3]");
-  CHECK(resolved[0].incident_id == a.alert_id);
+  CHECK(resolved[0].incident_id == a.incident_id);
+  // It names the detector that raised the incident, with its statistic now.
+  CHECK(resolved[0].detector == "cusum");
+  // Stated bound: a 0.5 sigma change that reverts resolves with the first window after it.
   CHECK(resolved[0].window_end_record > 120'000);
-  CHECK(resolved[0].window_end_record <= 123'000);
+  CHECK(resolved[0].window_end_record <= 122'000);
+  for (const AlertEvent& e : h.events) {
+    CHECK(e.incident_id == a.incident_id);
+    CHECK((e.level == AlertLevel::kWarn || e.level == AlertLevel::kAlert ||
+           e.level == AlertLevel::kResolved));
+  }
 
   // Nothing anywhere else, not even a warning.
   for (const AlertEvent& e : h.events) {
@@ -244,9 +256,10 @@ TEST_CASE("prediction drift alerts on the prediction series", "[drift][monitor]"
   REQUIRE(alerts.size() == 1);
   CHECK(alerts[0].model == "model-2");
   CHECK(alerts[0].series == "prediction");
-  CHECK(alerts[0].window_end_record <= 23'000);
+  CHECK(alerts[0].window_end_record <= 20'500);
   CHECK(alerts[0].baseline_mean == Approx(0.3).margin(0.02));
-  CHECK(alerts[0].window_mean == Approx(0.4).margin(0.02));
+  // The window so far (the CUSUM alarms between window ends).
+  CHECK(alerts[0].window_mean == Approx(0.4).margin(0.04));
 }
 
 TEST_CASE("a rise in the error rate alerts on the error series when labels arrive",
@@ -285,8 +298,8 @@ TEST_CASE("without labels the error series is never evaluated", "[drift][monitor
   h.EndBatch();
   CHECK(h.events.empty());
   CHECK(h.store.count("drift/model-0/error") == 0);
-  // Each of 9 series per model: 1000 warmup values, then 19 windows; the error series none.
-  CHECK(monitor.stats().windows_evaluated == 2 * 9 * 19);
+  // Each of 9 series per model: 5000 warmup values, then 15 windows; the error series none.
+  CHECK(monitor.stats().windows_evaluated == 2 * 9 * 15);
   // A label for a model never observed is counted, not guessed at.
   monitor.ObserveLabel(77, 1.0, 0.0);
   CHECK(monitor.stats().skipped_labels == 1);
@@ -318,6 +331,14 @@ TEST_CASE("many drifting series of one model raise one model-level alert", "[dri
   CHECK(rollups[0].alerting_series.size() == 3);
   CHECK(rollups[1].level == AlertLevel::kResolved);
   CHECK(rollups[1].incident_id == rollups[0].alert_id);
+  // Each carries the window and times of the series whose change raised or cleared it.
+  for (const AlertEvent& r : rollups) {
+    CHECK_FALSE(r.trigger_series.empty());
+    CHECK(r.window_end_record > r.window_start_record);
+    CHECK(r.window_n == r.window_end_record - r.window_start_record);
+    CHECK(r.window_start_us != INT64_MIN);
+    CHECK(r.window_end_us > r.window_start_us);
+  }
 }
 
 TEST_CASE("per-model and per-series overrides change the thresholds that apply",
@@ -350,21 +371,30 @@ TEST_CASE("a series that drifts again soon after RESOLVED re-alerts only after t
   spec.cooldown_ms = 20'000;  // 20'000 records at one record per millisecond
   DriftMonitor monitor(spec, SeriesNames());
   Harness h(monitor, 1, 77);
-  h.changes.push_back({.model = 0, .series = 6, .from = 5'000, .to = 10'000, .shift_sd = 1});
-  h.changes.push_back({.model = 0, .series = 6, .from = 15'000, .to = 1'000'000, .shift_sd = 1});
+  h.changes.push_back({.model = 0, .series = 6, .from = 10'000, .to = 15'000, .shift_sd = 1});
+  h.changes.push_back({.model = 0, .series = 6, .from = 20'000, .to = 1'000'000, .shift_sd = 1});
   h.Run(45'000);
   h.EndBatch();
   INFO(Describe(h.events));
   std::vector<std::string> levels;
-  for (const AlertEvent& e : h.events) levels.emplace_back(ToString(e.level));
-  // ALERT, RESOLVED (~12'000, cooldown until ~32'000), the second drift shows as WARN while
+  for (const AlertEvent& e : h.events) {
+    // The CUSUM crosses its WARN level a few values before its ALERT level: that WARN opens the
+    // same incident.
+    if (levels.empty() && e.level == AlertLevel::kWarn) continue;
+    levels.emplace_back(ToString(e.level));
+  }
+  // ALERT, RESOLVED (16'000, cooldown until 36'000), the second drift shows as WARN while
   // cooling down, and its ALERT follows once the cooldown is over.
   CHECK(levels == std::vector<std::string>{"ALERT", "RESOLVED", "WARN", "ALERT"});
-  REQUIRE(h.events.size() == 4);
-  const int64_t resolved_at = h.events[1].window_end_record;
-  CHECK(h.events[2].window_end_record <= 18'000);
-  CHECK(h.events[3].window_end_record >= resolved_at + 20'000);
-  CHECK(h.events[3].window_end_record <= resolved_at + 21'000);
+  REQUIRE(h.events.size() >= 4);
+  const AlertEvent& second_alert = h.events.back();
+  const AlertEvent& resolved = h.events[h.events.size() - 3];
+  const AlertEvent& cooling = h.events[h.events.size() - 2];
+  CHECK(resolved.window_end_record <= 16'000);
+  CHECK(cooling.window_end_record <= 20'500);
+  CHECK(second_alert.window_end_record >= resolved.window_end_record + 20'000);
+  CHECK(second_alert.window_end_record <= resolved.window_end_record + 21'000);
+  CHECK(second_alert.incident_id == cooling.alert_id);
 }
 
 TEST_CASE("a trailing baseline absorbs a persistent step and resolves its alert",
@@ -482,6 +512,82 @@ TEST_CASE("state restored from CollectDirty gives identical subsequent alerts",
   }
 }
 
+/// A series' state as the previous layout (version 2, before calibration) wrote it: a frozen
+/// warmup of N(0, 1) values, an empty window, Page-Hinkley's state, and `level`.
+std::string LegacySeriesState(AlertLevel level) {
+  std::string out;
+  drift::ByteWriter w(out);
+  w.U8(2);
+  w.U8(1);         // frozen
+  w.I64(1000);     // values seen
+  w.I64(INT64_MIN);
+  w.U32(0);        // no warmup values left
+  Moments::FromParts(1000, 0.0, 999.0, -3, 3, 0).Encode(out);
+  const std::vector<double> deciles = {-1.2816, -0.8416, -0.5244, -0.2533, 0,
+                                       0.2533,  0.5244,  0.8416,  1.2816};
+  w.U32(static_cast<uint32_t>(deciles.size()));
+  for (double e : deciles) w.F64(e);
+  w.U32(10);
+  for (int i = 0; i < 10; ++i) w.I64(100);  // reference counts
+  w.U32(0);                                 // no trailing windows
+  w.U32(0);
+  Moments().Encode(out);  // the window
+  w.U32(10);
+  for (int i = 0; i < 10; ++i) w.I64(0);
+  w.I64(1000);  // window start
+  w.I64(INT64_MIN);
+  w.I64(INT64_MIN);
+  std::string ph(1, '\x01');  // Page-Hinkley, version 1: n and six doubles
+  ph.append(8 * 7, '\0');
+  w.Str(ph);
+  AlertStateMachine alert;
+  if (level == AlertLevel::kAlert) {
+    AlertPolicy policy;
+    alert.Step(AlertLevel::kAlert, true, false, 0, policy);
+  }
+  alert.Encode(out);
+  w.U64(level == AlertLevel::kAlert ? 0x1234 : 0);  // incident
+  w.I64(0);
+  Moments().Encode(out);  // error baseline
+  w.I64(0);
+  Moments().Encode(out);  // error window
+  w.U32(0);               // no open event-time windows
+  return out;
+}
+
+TEST_CASE("state written before calibration (version 2) is still read and watched",
+          "[drift][monitor][state]") {
+  DriftSpec spec = DefaultSpec();
+  DriftMonitor monitor(spec, {"x"});
+  REQUIRE(monitor.Restore("drift/m/x", LegacySeriesState(AlertLevel::kOk)));
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<AlertEvent> events;
+  for (int i = 0; i < 20'000; ++i) monitor.Observe(0, "m", 0, normal(rng), 1'000'000 + i * 1000);
+  monitor.Evaluate(0, 0, events);
+  INFO(Describe(events));
+  CHECK(events.empty());  // the old baseline (unwinsorized, normal-shaped) keeps quiet ...
+  for (int i = 0; i < 3'000; ++i) {
+    monitor.Observe(0, "m", 0, normal(rng) + 0.5, 30'000'000 + i * 1000);
+  }
+  monitor.Evaluate(1, 0, events);
+  INFO(Describe(events));
+  // ... and a shift after the upgrade is found (by the CUSUM, which starts afresh).
+  CHECK(std::count_if(events.begin(), events.end(),
+                      [](const AlertEvent& e) { return e.level == AlertLevel::kAlert; }) == 1);
+
+  // An incident open in old state resolves on evidence once the series is back.
+  DriftMonitor open(spec, {"x"});
+  REQUIRE(open.Restore("drift/m/x", LegacySeriesState(AlertLevel::kAlert)));
+  events.clear();
+  for (int i = 0; i < 5'000; ++i) open.Observe(0, "m", 0, normal(rng), 1'000'000 + i * 1000);
+  open.Evaluate(0, 0, events);
+  INFO(Describe(events));
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].level == AlertLevel::kResolved);
+  CHECK(events[0].incident_id == "0000000000001234");
+}
+
 TEST_CASE("restore rejects corrupt state with an error instead of guessing",
           "[drift][monitor][state]") {
   DriftMonitor monitor(DefaultSpec(), SeriesNames());
@@ -537,8 +643,9 @@ TEST_CASE("NaN and infinite values are skipped and counted", "[drift][monitor]")
 TEST_CASE("the alert JSON payload carries what an on-call engineer needs", "[drift][monitor]") {
   DriftMonitor monitor(DefaultSpec(), SeriesNames());
   Harness h(monitor, 1, 31);
-  h.changes.push_back({.model = 0, .series = 4, .from = 5'000, .to = 1'000'000, .shift_sd = 2});
-  h.Run(10'000);
+  // A spread change: the window detectors decide, so every reading and the bins come along.
+  h.changes.push_back({.model = 0, .series = 4, .from = 10'000, .to = 1'000'000, .sd_scale = 2});
+  h.Run(16'000);
   h.EndBatch();
   const auto alerts = h.Filter(AlertLevel::kAlert);
   REQUIRE(alerts.size() == 1);
@@ -551,28 +658,93 @@ TEST_CASE("the alert JSON payload carries what an on-call engineer needs", "[dri
   CHECK(std::string_view(doc["level"]) == "ALERT");
   CHECK(std::string_view(doc["model"]) == "model-0");
   CHECK(std::string_view(doc["series"]) == "feature_vector[4]");
-  // Several detectors fire on a 2 sigma shift; the event names the one furthest past its
-  // threshold, and the others' readings come along.
+  // Several detectors fire on a doubled spread; the event names the one furthest past its level,
+  // and the others' readings come along.
   const std::string_view lead = doc["detector"];
-  CHECK((lead == "mean_shift" || lead == "psi" || lead == "js" || lead == "ks"));
+  CHECK((lead == "stddev_ratio" || lead == "psi" || lead == "js" || lead == "ks"));
   CHECK(double(doc["statistic"]) >= double(doc["threshold"]));
+  CHECK(double(doc["score"]) >= 5.5);
   CHECK(int64_t(doc["window"]["end_record"]) - int64_t(doc["window"]["start_record"]) == 1000);
   CHECK(int64_t(doc["window"]["n"]) == 1000);
   CHECK(std::string_view(doc["window"]["start_time"]).starts_with("2023-11-14T"));
+  // end_time is exclusive, as end_record: 1 ms after the last value's millisecond.
+  CHECK(alerts[0].window_end_us - alerts[0].window_start_us == 1000 * kUsPerRecord);
   CHECK(std::string_view(doc["baseline"]["type"]) == "warmup");
-  CHECK(int64_t(doc["baseline"]["n"]) == 1000);
+  CHECK(int64_t(doc["baseline"]["n"]) == 5000);
   CHECK(double(doc["baseline"]["mean"]) == Approx(2.0).margin(0.1));
   CHECK(double(doc["baseline"]["stddev"]) == Approx(1.4).margin(0.1));
-  CHECK(simdjson::dom::array(doc["detectors"]).size() == 6);
+  simdjson::dom::array readings = doc["detectors"];
+  CHECK(readings.size() == 6);
+  for (simdjson::dom::element r : readings) {
+    // Every reading states its calibrated score, its levels and the statistic they need now.
+    CHECK(r["score"].is_double());
+    CHECK(double(r["warn"]) == 5);
+    CHECK(double(r["alert"]) == 5.5);
+    CHECK(double(r["alert_threshold"]) >= double(r["warn_threshold"]));
+    CHECK(r["min_effect"].is_double());
+  }
   simdjson::dom::array bins = doc["top_bins"];
   CHECK(bins.size() == 3);
-  // A +2 sigma shift empties the low bins and crowds the open top bin.
-  bool top_bin_seen = false;
+  // A doubled spread crowds the open outer bins.
+  bool outer_bin_seen = false;
   for (simdjson::dom::element b : bins) {
-    if (b["upper"].is_null()) top_bin_seen = true;
+    if (b["upper"].is_null() || b["lower"].is_null()) outer_bin_seen = true;
   }
-  CHECK(top_bin_seen);
+  CHECK(outer_bin_seen);
   CHECK(int64_t(doc["batch_id"]) == alerts[0].batch_id);
+}
+
+TEST_CASE("an ALERT the CUSUM raises between window ends names it and the window so far",
+          "[drift][monitor]") {
+  DriftMonitor monitor(DefaultSpec(), SeriesNames());
+  Harness h(monitor, 1, 32);
+  h.changes.push_back({.model = 0, .series = 4, .from = 10'000, .to = 1'000'000, .shift_sd = 2});
+  h.Run(12'000);
+  h.EndBatch();
+  const auto alerts = h.Filter(AlertLevel::kAlert);
+  REQUIRE(alerts.size() == 1);
+  const AlertEvent& a = alerts[0];
+  INFO(a.ToJson());
+  CHECK(a.detector == "cusum");
+  CHECK(a.window_start_record == 10'000);
+  CHECK(a.window_end_record < 10'100);  // a 2 sigma shift: within a hundred values
+  CHECK(a.window_n == a.window_end_record - a.window_start_record);
+  REQUIRE(a.detectors.size() == 1);
+  CHECK(a.detectors[0].level == AlertLevel::kAlert);
+  CHECK(a.statistic == a.detectors[0].statistic);
+  CHECK(a.threshold == a.detectors[0].alert_threshold);
+}
+
+TEST_CASE("a significant change below the effect floor is held down and says so",
+          "[drift][monitor]") {
+  DriftSpec spec = DefaultSpec();
+  spec.detectors = {DefaultDetectorSpec(DetectorKind::kMeanShift)};
+  spec.detectors[0].params["minEffect"] = 0.5;
+  spec.hysteresis = 1;
+  DriftMonitor monitor(spec, SeriesNames());
+  monitor.CollectEvaluations(true);
+  Harness h(monitor, 1, 33);
+  // 0.3 sigma over windows of 1000: z ~ 8, far past the level, but under the floor of 0.5.
+  h.changes.push_back({.model = 0, .series = 0, .from = 5'000, .to = 1'000'000, .shift_sd = 0.3});
+  h.Run(10'000);
+  std::vector<AlertEvent> events;
+  std::vector<Evaluation> evaluations;
+  monitor.Evaluate(h.batch(), 0, events, &evaluations);
+  CHECK(events.empty());
+  CHECK(h.events.empty());
+  int held = 0;
+  for (const Evaluation& e : evaluations) {
+    if (e.series != "feature_vector[0]" || !e.evaluated) continue;
+    REQUIRE(e.detectors.size() == 1);
+    const DetectorReading& r = e.detectors[0];
+    if (r.held_from == AlertLevel::kAlert) {
+      ++held;
+      CHECK(r.level == AlertLevel::kOk);
+      CHECK(r.effect < 0.5);
+      CHECK(r.score >= r.alert);
+    }
+  }
+  CHECK(held >= 4);
 }
 
 }  // namespace

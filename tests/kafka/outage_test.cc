@@ -269,7 +269,7 @@ drift:
   windowRecords: 500
   minSamples: 200
   detectors:
-    - {{type: mean_shift, warn: 3, alert: 5, minEffect: 0.2}}
+    - {{type: mean_shift, warn: 5, alert: 5.5, minEffect: 0.1}}
 sinks:
   - name: stats
     format: kafka

@@ -373,7 +373,7 @@ drift:
   series: [prediction]
   baseline: {type: warmup, records: 500}
   detectors:
-    - {type: psi, warn: 0.1, alert: 0.25, bins: 10}
+    - {type: psi, warn: 5, alert: 5.5, bins: 10}
 sinks:
   - {name: stats, format: file, stream: stats, outputMode: update, options: {path: )" +
          dir + "/out-" + name + R"(}}
