@@ -394,6 +394,23 @@ std::vector<Scenario> Scenarios(bool quick, int runs) {
     s.right = any_value;
     out.push_back(s);
   }
+  // The same steps under 5-minute event-time windows at 1,000 records of the model per window:
+  // a persistent shift must hold its incident here too. Event-time windows are judged when the
+  // watermark closes them, so a change is seen at the end of the first window it fills: within
+  // two windows (2,000 records) of its start.
+  auto windowed = [](Scenario s) {
+    s.name += ", 5-min windows";
+    s.us_per_record = 300'000;
+    s.window_ms = 5 * 60 * 1000;
+    return s;
+  };
+  out.push_back(windowed(step("step +0.2 sigma", 0.2, INT64_MAX, 5'000)));
+  out.push_back(windowed(step("step +0.5 sigma", 0.5, INT64_MAX, 2'000)));
+  {
+    Scenario s = windowed(step("step 0.5 sigma reverting", 0.5, 60'000, 2'000));
+    s.resolve_bound = 2'000;
+    out.push_back(s);
+  }
   for (double base : {0.1, 0.4}) {
     Scenario s;
     char name[64];
