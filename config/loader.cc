@@ -524,7 +524,7 @@ class PipelineParser {
 
     if (const MapReader::Entry* wm_entry = query.Find("watermark")) {
       MapReader watermark(reader_, wm_entry->value, "query.watermark", wm_entry->key_mark,
-                          std::vector<std::string_view>{"column", "delay"},
+                          std::vector<std::string_view>{"column", "delay", "idleTimeout"},
                           ", e.g. {column: event_time, delay: 10 minutes}");
       if (watermark.valid() && !wm_entry->value.IsNull()) {
         WatermarkSpec w;
@@ -534,6 +534,9 @@ class PipelineParser {
           w.column = column->value;
         }
         if (auto delay = watermark.DurationMs("delay", 0, true)) w.delay_ms = *delay;
+        if (watermark.Has("idleTimeout")) {
+          if (auto idle = watermark.DurationMs("idleTimeout", 0, false)) w.idle_timeout_ms = *idle;
+        }
         spec.watermark = w;
       } else if (wm_entry->value.IsNull()) {
         problems_.Error("query.watermark", wm_entry->key_mark,

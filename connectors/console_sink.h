@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "connectors/sink.h"
+#include "engine/sink.h"
 
 namespace driftd {
 

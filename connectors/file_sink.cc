@@ -42,7 +42,7 @@ class FileSink final : public Sink {
 
   const std::string& name() const override { return name_; }
 
-  void SetCheckpointId(const std::string& checkpoint_id) override {
+  void SetCheckpointId(const std::string& checkpoint_id, int64_t) override {
     checkpoint_id_ = checkpoint_id;
   }
 
@@ -51,6 +51,8 @@ class FileSink final : public Sink {
   Result<bool> IsDelivered(int64_t batch_id) override {
     return AsDeliveryError(ManifestHas(batch_id));
   }
+
+  Result<std::optional<int64_t>> LastDelivered() override { return last_delivered_; }
 
   Status Deliver(const BatchOutput& output) override { return AsDeliveryError(Write(output)); }
 
@@ -115,6 +117,7 @@ class FileSink final : public Sink {
     if (!batches) return tl::unexpected(batches.error());
     if (batches->empty()) return Ok();
     const std::string entry_path = JoinPath(ManifestDir(path_), std::to_string(batches->back()));
+    last_delivered_ = batches->back();
     auto text = ReadWholeFile(entry_path);
     if (!text) return tl::unexpected(text.error());
     simdjson::dom::parser parser;
@@ -125,6 +128,7 @@ class FileSink final : public Sink {
     }
     if (entry["checkpoint"].get(owner) != simdjson::SUCCESS) return Ok();  // older version
     if (owner == checkpoint_id_) return Ok();
+    last_delivered_.reset();
     return MakeError(
         ErrorCode::kIncompatible,
         "file sink '{}': {} holds output up to batch {} of another checkpoint ({}), not of "
@@ -134,6 +138,8 @@ class FileSink final : public Sink {
   }
 
   std::string checkpoint_id_;
+  /// The newest manifest entry at Open, when it is this checkpoint's.
+  std::optional<int64_t> last_delivered_;
   std::string name_;
   std::string path_;
   StreamKind stream_;

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "connectors/sink.h"
-#include "connectors/source.h"
+#include "engine/sink.h"
+#include "engine/source.h"
 #include "engine/options.h"
 #include "engine/pipeline_spec.h"
 

@@ -304,6 +304,8 @@ class WebhookSink final : public Sink {
     return last_delivered_.has_value() && *last_delivered_ >= batch_id;
   }
 
+  Result<std::optional<int64_t>> LastDelivered() override { return last_delivered_; }
+
   Status Deliver(const BatchOutput& output) override {
     if (last_delivered_ && *last_delivered_ >= output.batch_id) return Ok();
     const OutputRows& rows = output.For(stream_, mode_);

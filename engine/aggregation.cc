@@ -195,26 +195,24 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
   }
 }
 
-void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
+void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
   std::string& key = key_buffer_;
   uint32_t last_slot = UINT32_MAX;
   std::string& last_key = last_key_buffer_;
   last_key.clear();
-  const bool has_watermark = watermark_us != INT64_MIN;
   // With a window on the watermark's column, lateness is judged per window (Spark's rule: a
   // window closes when the watermark reaches its end); otherwise per row on the watermark column.
   const bool row_lateness =
       watermark_column_ >= 0 && (window_column_ < 0 || watermark_column_ != window_column_);
   for (size_t row = 0; row < batch.num_rows; ++row) {
-    if (watermark_column_ >= 0) {
+    // Without a declared watermark nothing is late (Spark's rule).
+    const int64_t watermark_us = watermark_column_ >= 0 ? times.late_before[row] : INT64_MIN;
+    const bool has_watermark = watermark_us != INT64_MIN;
+    if (row_lateness) {
       const Column& column = batch.columns[watermark_column_];
-      if (!column.IsNull(row)) {
-        int64_t event_time = column.i64[row];
-        if (row_lateness && has_watermark && event_time <= watermark_us) {
-          ++dropped_by_watermark_;
-          continue;
-        }
-        max_event_time_us_ = std::max(max_event_time_us_, event_time);
+      if (!column.IsNull(row) && has_watermark && column.i64[row] <= watermark_us) {
+        ++dropped_by_watermark_;
+        continue;
       }
     }
     int64_t t = 0;
@@ -279,12 +277,6 @@ void Aggregator::Add(const RecordBatch& batch, int64_t watermark_us) {
       touch(FindOrAddGroup(key, start));
     }
   }
-}
-
-int64_t Aggregator::TakeMaxEventTimeUs() {
-  int64_t value = max_event_time_us_;
-  max_event_time_us_ = INT64_MIN;
-  return value;
 }
 
 int64_t Aggregator::TakeRowsDroppedByWatermark() {

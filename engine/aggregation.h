@@ -41,12 +41,9 @@ class Aggregator {
   /// The query must be an aggregation query that passed validation against `schema`.
   static Result<std::unique_ptr<Aggregator>> Create(const QuerySpec& query, const Schema& schema);
 
-  /// Folds a batch into the groups. With a watermark, rows that are late (see the header
-  /// comment) are dropped and counted instead; INT64_MIN means no watermark yet.
-  void Add(const RecordBatch& batch, int64_t watermark_us);
-
-  /// Largest event time (watermark column) seen since the last call, or INT64_MIN.
-  int64_t TakeMaxEventTimeUs();
+  /// Folds a batch into the groups. With a watermark, rows that are late by `times` (see the
+  /// header comment; RowTimes::late_before) are dropped and counted instead.
+  void Add(const RecordBatch& batch, const RowTimes& times);
   /// Rows dropped by the watermark since the last call.
   int64_t TakeRowsDroppedByWatermark();
   /// Rows of a windowed query whose window column was null since the last call: they cannot be
@@ -132,7 +129,6 @@ class Aggregator {
   // that close, not every group.
   std::map<int64_t, std::vector<uint32_t>> open_by_end_;
   size_t open_windows_ = 0;
-  int64_t max_event_time_us_ = INT64_MIN;
   int64_t dropped_by_watermark_ = 0;
   int64_t without_event_time_ = 0;
 };

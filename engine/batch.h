@@ -107,4 +107,14 @@ struct RecordBatch {
   void Reset(const Schema& schema);
 };
 
+/// Event time of each row of a RecordBatch as the query's clock judges it: one clock for every
+/// stage (engine/executor/event_clock.h).
+struct RowTimes {
+  /// The row's event time (the clock's column), or INT64_MIN when null or without a clock.
+  std::vector<int64_t> event_us;
+  /// The row is late for an event-time window [start, end) when end <= late_before[row], and
+  /// late without a window when its event time <= late_before[row]. INT64_MIN: never late.
+  std::vector<int64_t> late_before;
+};
+
 }  // namespace driftd

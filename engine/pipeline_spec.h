@@ -71,6 +71,9 @@ struct WindowSpec {
 struct WatermarkSpec {
   std::string column;
   int64_t delay_ms = 0;
+  /// Processing time after which an input partition with nothing to read stops holding the
+  /// watermark back (engine/executor/event_clock.h); 0: never. Default: 1 minute.
+  int64_t idle_timeout_ms = 60'000;
   SourceMark mark;
 };
 

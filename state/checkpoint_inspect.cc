@@ -66,7 +66,7 @@ Status VerifyChecksums(const std::string& directory) {
 Result<Facts> Gather(const std::string& directory) {
   CheckpointOptions options;
   options.read_only = true;
-  auto store = CheckpointStore::Open(directory, options);
+  auto store = OpenCheckpointStore(directory, options);
   if (!store) return tl::unexpected(store.error());
   DRIFTD_TRY(VerifyChecksums(directory));
   Facts facts;

@@ -19,8 +19,10 @@
 //
 // Big-endian ids make RocksDB's bytewise order the numeric order (batch ids are >= 0).
 //
-// CommitRecord value: u8 version (1) | i64 batch_id | i64 watermark_us | i64 committed_at_ms |
-//   u32 length + start offsets JSON | u32 length + end offsets JSON. Integers are big-endian.
+// CommitRecord value: u8 version (2) | i64 batch_id | i64 watermark_us | i64 committed_at_ms |
+//   u32 length + start offsets JSON | u32 length + end offsets JSON | u32 length + largest
+//   event time per clock partition, JSON ({"topic-0": us, ...}). Integers are big-endian.
+//   Version 1 (no event times) is still read.
 // Outbox value: u8 version (1) | u32 sink count | per sink: u32 length + name | payload (rest).
 //
 // Commit() writes the state puts (then deletes), the commit record, the outbox entry and the
@@ -70,7 +72,7 @@ constexpr std::string_view kFormatVersionKey = "format_version";
 constexpr std::string_view kCreatedAtKey = "created_at_ms";
 constexpr std::string_view kCheckpointIdKey = "checkpoint_id";
 
-constexpr uint8_t kCommitEncodingVersion = 1;
+constexpr uint8_t kCommitEncodingVersion = 2;
 constexpr uint8_t kOutboxEncodingVersion = 1;
 
 std::shared_ptr<spdlog::logger> Log() { return GetLogger("state"); }
@@ -158,8 +160,9 @@ Result<int64_t> DecodeBatchId(std::string_view key) {
 std::string EncodeCommit(const CommitRecord& commit) {
   const std::string start = OffsetsToJson(commit.start);
   const std::string end = OffsetsToJson(commit.end);
+  const std::string times = OffsetsToJson(commit.max_event_us);
   std::string out;
-  out.reserve(1 + 3 * 8 + 8 + start.size() + end.size());
+  out.reserve(1 + 3 * 8 + 12 + start.size() + end.size() + times.size());
   out.push_back(static_cast<char>(kCommitEncodingVersion));
   PutU64(out, static_cast<uint64_t>(commit.batch_id));
   PutU64(out, static_cast<uint64_t>(commit.watermark_us));
@@ -168,6 +171,8 @@ std::string EncodeCommit(const CommitRecord& commit) {
   out += start;
   PutU32(out, static_cast<uint32_t>(end.size()));
   out += end;
+  PutU32(out, static_cast<uint32_t>(times.size()));
+  out += times;
   return out;
 }
 
@@ -175,18 +180,18 @@ Result<CommitRecord> DecodeCommit(std::string_view value) {
   Reader reader(value);
   uint8_t version = 0;
   CommitRecord commit;
-  std::string_view start, end;
+  std::string_view start, end, times;
   if (!reader.U8(version)) {
     return MakeError(ErrorCode::kCorruption, "empty commit record");
   }
-  if (version != kCommitEncodingVersion) {
+  if (version != kCommitEncodingVersion && version != 1) {
     return MakeError(ErrorCode::kIncompatible,
                      "commit record encoding {} is not supported (this driftd reads {})", version,
                      kCommitEncodingVersion);
   }
   if (!reader.I64(commit.batch_id) || !reader.I64(commit.watermark_us) ||
       !reader.I64(commit.committed_at_ms) || !reader.Bytes(start) || !reader.Bytes(end) ||
-      !reader.Done()) {
+      (version >= 2 && !reader.Bytes(times)) || !reader.Done()) {
     return MakeError(ErrorCode::kCorruption, "truncated commit record ({} bytes)", value.size());
   }
   auto start_offsets = OffsetsFromJson(start);
@@ -195,6 +200,11 @@ Result<CommitRecord> DecodeCommit(std::string_view value) {
   if (!end_offsets) return tl::unexpected(end_offsets.error().Wrap("commit end offsets"));
   commit.start = std::move(*start_offsets);
   commit.end = std::move(*end_offsets);
+  if (version >= 2) {
+    auto event_times = OffsetsFromJson(times);
+    if (!event_times) return tl::unexpected(event_times.error().Wrap("commit event times"));
+    commit.max_event_us = std::move(*event_times);
+  }
   return commit;
 }
 
@@ -323,6 +333,9 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<std::optional<CheckpointMetadata>> ReadMetadata() override;
   Status WriteMetadata(const CheckpointMetadata& metadata) override;
+  Status RewriteState(const std::vector<std::pair<std::string, std::string>>& puts,
+                      const std::vector<std::string>& deletes,
+                      const CheckpointMetadata& metadata) override;
   Result<std::optional<CommitRecord>> LastCommit() override;
   Result<std::vector<CommitRecord>> RecentCommits(int limit) override;
   Status ScanState(
@@ -654,12 +667,26 @@ Result<std::optional<CheckpointMetadata>> RocksCheckpointStore::ReadMetadata() {
 }
 
 Status RocksCheckpointStore::WriteMetadata(const CheckpointMetadata& metadata) {
+  return RewriteState({}, {}, metadata);
+}
+
+Status RocksCheckpointStore::RewriteState(
+    const std::vector<std::pair<std::string, std::string>>& puts,
+    const std::vector<std::string>& deletes, const CheckpointMetadata& metadata) {
   DRIFTD_TRY(RefuseIfReadOnly("writing metadata"));
   rocksdb::WriteBatch batch;
   rocksdb::ColumnFamilyHandle* meta = cf(kMetaCf);
+  rocksdb::Status status;
+  // Deletes before puts: a migration may rewrite a key into itself.
+  for (const std::string& key : deletes) {
+    if (status.ok()) status = batch.Delete(cf(kStateCf), key);
+  }
+  for (const auto& [key, value] : puts) {
+    if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+  }
   const std::string version = std::to_string(metadata.format_version);
   const std::string created = std::to_string(metadata.created_at_ms);
-  rocksdb::Status status = batch.Put(meta, ToSlice(kPipelineNameKey), metadata.pipeline_name);
+  if (status.ok()) status = batch.Put(meta, ToSlice(kPipelineNameKey), metadata.pipeline_name);
   if (status.ok()) status = batch.Put(meta, ToSlice(kFingerprintKey), metadata.fingerprint_json);
   if (status.ok()) status = batch.Put(meta, ToSlice(kFormatVersionKey), version);
   if (status.ok()) status = batch.Put(meta, ToSlice(kCreatedAtKey), created);
@@ -672,6 +699,13 @@ Status RocksCheckpointStore::WriteMetadata(const CheckpointMetadata& metadata) {
     status = db_->Write(write_options, &batch);
   }
   if (!status.ok()) return tl::unexpected(Fail(status, "writing metadata"));
+  if (!puts.empty() || !deletes.empty()) {
+    // Sizes are rebuilt from the database: rewrites are rare (format migrations).
+    value_sizes_.clear();
+    commit_ids_.clear();
+    stats_ = StateStats{};
+    DRIFTD_TRY(LoadIndexes());
+  }
   return Ok();
 }
 
@@ -825,7 +859,7 @@ Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view si
 
 }  // namespace
 
-Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::string& directory,
+Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(const std::string& directory,
                                                                const CheckpointOptions& options) {
   if (directory.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "checkpoint directory is empty");

@@ -19,6 +19,7 @@
 #include "engine/executor/metrics_query.h"
 #include "engine/log.h"
 #include "engine/redact.h"
+#include "state/checkpoint_store.h"
 
 namespace driftd {
 
@@ -43,6 +44,17 @@ int ExitCodeFor(const Error& error) {
 }
 
 namespace {
+
+// The connectors and the RocksDB checkpoint every query runs with.
+QueryIo DefaultQueryIo() {
+  QueryIo io;
+  io.create_source = [](const PipelineSpec& spec) { return CreateSource(spec); };
+  io.create_sinks = [](const PipelineSpec& spec) { return CreateSinks(spec); };
+  io.open_checkpoint = [](const std::string& directory, const CheckpointOptions& options) {
+    return OpenCheckpointStore(directory, options);
+  };
+  return io;
+}
 
 namespace fs = std::filesystem;
 
@@ -197,7 +209,7 @@ struct Supervisor::Query {
         metrics.RecordProgress(json);
       };
       Status status = Ok();
-      auto created = QueryExecutor::Create(spec, std::move(options));
+      auto created = QueryExecutor::Create(spec, std::move(options), DefaultQueryIo());
       QueryExecutor* running = nullptr;
       if (!created) {
         status = tl::unexpected(created.error());

@@ -117,8 +117,9 @@ class KafkaSink final : public Sink {
 
   const std::string& name() const override { return name_; }
 
-  void SetCheckpointId(const std::string& checkpoint_id) override {
+  void SetCheckpointId(const std::string& checkpoint_id, int64_t last_committed_batch) override {
     checkpoint_id_ = checkpoint_id;
+    last_committed_batch_ = last_committed_batch;
   }
 
   // A stop while Open waits for the brokers ends the wait within a slice (kConnectSliceMs);
@@ -142,6 +143,29 @@ class KafkaSink final : public Sink {
     auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka sink"));
     producer_ = std::move(*client);
+
+    // A checkpoint behind what was already committed is a copy or an old backup of one that is
+    // still running, or ran on: refuse it before fencing the instance that may be running
+    // (committed records are final whatever the transactions still open).
+    auto progress_listed = TopicListed(options_.progress_topic);
+    if (!progress_listed) return Fail(tl::unexpected(progress_listed.error().Wrap("kafka sink")));
+    if (*progress_listed && !checkpoint_id_.empty()) {
+      auto committed = ReadLatestProgress(/*settle=*/false);
+      if (!committed) return Fail(tl::unexpected(committed.error().Wrap("kafka sink")));
+      if (*committed > last_committed_batch_) {
+        const Error stale(
+            ErrorCode::kIncompatible,
+            fmt::format("kafka sink: transactional.id {} has committed batch {} of this "
+                        "checkpoint, whose last committed batch is {}: the checkpoint is a copy "
+                        "or an older backup of one that kept running, and starting from it "
+                        "would deliver batches {} to {} again. Run from the current checkpoint, "
+                        "or start over with a new checkpointLocation",
+                        options_.transactional_id, *committed, last_committed_batch_,
+                        last_committed_batch_ + 1, *committed));
+        producer_.reset();
+        return tl::unexpected(stale);
+      }
+    }
 
     // Fences an older producer with our transactional.id and aborts its open transaction, so
     // what the progress topic says afterwards is final.
@@ -179,6 +203,11 @@ class KafkaSink final : public Sink {
   Result<bool> IsDelivered(int64_t batch_id) override {
     if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
     return delivered_ >= batch_id;
+  }
+
+  Result<std::optional<int64_t>> LastDelivered() override {
+    if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
+    return delivered_ >= 0 ? std::optional<int64_t>(delivered_) : std::nullopt;
   }
 
   Status Deliver(const BatchOutput& output) override {
@@ -523,7 +552,10 @@ class KafkaSink final : public Sink {
 
   // The batch id of this pipeline's newest committed progress record, or -1 if there is none or
   // it belongs to another checkpoint.
-  Result<int64_t> ReadLatestProgress() {
+  // `settle`: first wait for the transactions open on the progress topic to end, so that the
+  // answer is final (after init_transactions fenced our own); without, the newest committed
+  // record as of now.
+  Result<int64_t> ReadLatestProgress(bool settle = true) {
     std::map<std::string, std::string> settings = {
         {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
         {"group.id", options_.transactional_id + "-progress-reader"},
@@ -581,7 +613,8 @@ class KafkaSink final : public Sink {
     int64_t latest = -1;
     const rd_kafka_metadata_topic_t& topic = metadata->topics[0];
     for (int p = 0; p < topic.partition_cnt; ++p) {
-      auto found = LatestInPartition(consumer.get(), uncommitted->get(), topic.partitions[p].id);
+      auto found =
+          LatestInPartition(consumer.get(), uncommitted->get(), topic.partitions[p].id, settle);
       if (!found) {
         rd_kafka_consumer_close(consumer.get());
         return tl::unexpected(found.error());
@@ -614,7 +647,7 @@ class KafkaSink final : public Sink {
   // Scans one progress partition backwards in windows from its last stable offset: the
   // pipeline's newest record is normally near the end.
   Result<int64_t> LatestInPartition(rd_kafka_t* consumer, rd_kafka_t* uncommitted,
-                                    int32_t partition) {
+                                    int32_t partition, bool settle) {
     // Our own earlier transaction is settled (init_transactions waited for it), but another
     // pipeline's open transaction on this partition holds the last stable offset back, and our
     // committed record may lie beyond it. Wait until every transaction open now has ended, so
@@ -628,7 +661,7 @@ class KafkaSink final : public Sink {
     for (;;) {
       // Under read_committed the high mark is the last stable offset.
       DRIFTD_TRY(QueryWatermarks(consumer, partition, low, high));
-      if (high >= log_end) break;
+      if (high >= log_end || !settle) break;
       if (std::chrono::steady_clock::now() > settle_deadline) {
         return MakeError(ErrorCode::kExternal,
                          "{} partition {}: a transaction stayed open past the transaction "
@@ -703,6 +736,8 @@ class KafkaSink final : public Sink {
   std::string checkpoint_id_;
   /// Highest batch id of this checkpoint known committed. Only the executor's thread touches it.
   int64_t delivered_ = -1;
+  /// The checkpoint's last committed batch (SetCheckpointId); -1: none.
+  int64_t last_committed_batch_ = -1;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;
   /// The producer was dropped after a non-fencing fatal error and has no successor yet.

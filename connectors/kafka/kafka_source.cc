@@ -601,6 +601,12 @@ class KafkaSource final : public Source {
     return lags;
   }
 
+  bool HasIndependentPartitions() const override { return true; }
+
+  std::string PartitionKeyOf(uint32_t partition_index) const override {
+    return partition_index < partitions_.size() ? partitions_[partition_index].key : "";
+  }
+
   std::string DescribePosition(const RecordPosition& position) const override {
     if (position.partition >= partitions_.size()) {
       return fmt::format("partition #{} offset {}", position.partition, position.offset);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace driftd {
@@ -30,6 +31,11 @@ class BinEdges {
   /// about equally. Repeated values collapse edges: a feature with few distinct values gets
   /// fewer bins, one per distinct value range. Sorts `values` in place. Empty input: one bin.
   static BinEdges FromQuantiles(std::vector<double>& values, int bins);
+
+  /// The same from (value, count) pairs in increasing value order (a ValueSample's), weighting
+  /// each value by its count.
+  static BinEdges FromWeightedQuantiles(const std::vector<std::pair<double, int64_t>>& sorted,
+                                        int bins);
 
   size_t bins() const { return inner_.size() + 1; }
   const std::vector<double>& inner() const { return inner_; }

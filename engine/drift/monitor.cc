@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/drift/codec.h"
+#include "engine/drift/value_sample.h"
 #include "engine/json_writer.h"
 
 namespace driftd {
@@ -16,9 +17,10 @@ namespace driftd {
 namespace {
 
 // Version 3: winsorized moments, fences, the CUSUM, look-back windows, incident evidence and
-// seasonal phases. Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are
-// still read: their baselines are taken as unwinsorized and normal-shaped.
-constexpr uint8_t kSeriesEncodingVersion = 3;
+// seasonal phases; version 4 the value sample of each open event-time window of a warmup.
+// Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are still read: their
+// baselines are taken as unwinsorized and normal-shaped.
+constexpr uint8_t kSeriesEncodingVersion = 4;
 constexpr uint8_t kRollupEncodingVersion = 1;
 constexpr int kTopBins = 3;
 constexpr std::string_view kRollupSeries = "*";
@@ -133,10 +135,13 @@ struct WindowSummary {
 /// An event-time window of a series still waiting for the watermark.
 struct OpenWindow {
   int64_t start_us = 0;
-  int64_t first_index = 0;  // value index of its first value
+  int64_t first_index = 0;  // set when it closes: values of the series' earlier windows
   PowerSums raw;
   PowerSums sums;  // winsorized values
   std::vector<int64_t> counts;
+  /// While the series' baseline is not frozen: the window's values (raw, sums and counts stay
+  /// empty), for the warmup or, once it freezes, for those three.
+  ValueSample sample;
   int64_t min_us = INT64_MIN;
   int64_t max_us = INT64_MIN;
 };
@@ -438,7 +443,7 @@ bool DriftMonitor::PerValueCusum() const {
 }
 
 void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t series,
-                           double value, int64_t event_time_us) {
+                           double value, int64_t event_time_us, int64_t late_before_us) {
   if (!std::isfinite(value)) {
     ++skipped_values_;
     return;
@@ -446,7 +451,7 @@ void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t
   if (series >= series_names_.size()) return;  // caller bug; nothing sensible to record
   ModelState& m = ModelFor(model, model_name);
   if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
-  AddValue(m, series, value, event_time_us);
+  AddValue(m, series, value, event_time_us, late_before_us);
 }
 
 void DriftMonitor::UseEventTimeWindows(int64_t size_ms, int64_t delay_ms) {
@@ -456,11 +461,29 @@ void DriftMonitor::UseEventTimeWindows(int64_t size_ms, int64_t delay_ms) {
 
 void DriftMonitor::RestoreClock(int64_t max_event_time_us, int64_t watermark_us) {
   max_event_us_ = max_event_time_us;
-  watermark_us_ = watermark_us;
+  AdvanceWatermark(watermark_us);
+}
+
+void DriftMonitor::AdvanceWatermark(int64_t watermark_us) {
+  if (ValidTime(watermark_us) && (!ValidTime(watermark_us_) || watermark_us > watermark_us_)) {
+    watermark_us_ = watermark_us;
+  }
+}
+
+bool DriftMonitor::HasClosableWindows(int64_t watermark_us) const {
+  if (et_size_us_ == 0 || !ValidTime(watermark_us)) return false;
+  for (const auto& mp : models_) {
+    if (!mp) continue;
+    for (size_t series = 0; series < series_names_.size(); ++series) {
+      const SeriesState& s = mp->series[series];
+      if (!s.open.empty() && s.open.front().start_us + et_size_us_ <= watermark_us) return true;
+    }
+  }
+  return false;
 }
 
 void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
-                                    int64_t event_time_us) {
+                                    int64_t event_time_us, int64_t late_before_us) {
   SeriesState& s = m.series[series];
   if (!ValidTime(event_time_us)) {
     ++values_without_time_;
@@ -469,7 +492,8 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
   // Floor division: windows before the epoch start at multiples of the size too.
   int64_t start = event_time_us / et_size_us_ * et_size_us_;
   if (start > event_time_us) start -= et_size_us_;
-  if (ValidTime(watermark_us_) && start + et_size_us_ <= watermark_us_) {
+  const int64_t closed_before = std::max(late_before_us, watermark_us_);
+  if (ValidTime(closed_before) && start + et_size_us_ <= closed_before) {
     ++late_values_;
     return;
   }
@@ -480,51 +504,111 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
   if (window == nullptr) {
     OpenWindow w;
     w.start_us = start;
-    w.first_index = s.seen;
-    w.raw.Reset(s.baseline_c.mean());
-    w.sums.Reset(s.baseline_c.mean());
-    if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
+    if (s.frozen) {
+      w.raw.Reset(s.baseline_c.mean());
+      w.sums.Reset(s.baseline_c.mean());
+      if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
+    }
     // Kept in start order, so closing walks from the front.
     auto at = std::find_if(s.open.begin(), s.open.end(),
                            [&](const OpenWindow& o) { return o.start_us > start; });
     window = &*s.open.insert(at, std::move(w));
   }
-  ++s.seen;
-  window->raw.Add(value);
-  window->sums.Add(s.Clip(value));
-  if (has_histogram_ && !window->counts.empty()) ++window->counts[s.edges.BinOf(value)];
+  if (!s.frozen) {
+    window->sample.Add(value);
+  } else {
+    window->raw.Add(value);
+    window->sums.Add(s.Clip(value));
+    if (has_histogram_ && !window->counts.empty()) ++window->counts[s.edges.BinOf(value)];
+  }
   if (!ValidTime(window->min_us) || event_time_us < window->min_us) window->min_us = event_time_us;
   if (!ValidTime(window->max_us) || event_time_us > window->max_us) window->max_us = event_time_us;
 }
 
 void DriftMonitor::CloseEventWindows() {
-  if (!ValidTime(max_event_us_)) return;
-  const int64_t watermark = max_event_us_ - et_delay_us_;
-  if (ValidTime(watermark_us_) && watermark <= watermark_us_) return;
-  watermark_us_ = watermark;
+  if (!ValidTime(watermark_us_)) return;
+  // Models in name order and each model's windows in start order (all its series' window k
+  // before any window k+1), so the events, and the roll-up's view of its series, are the same
+  // however many windows one batch closes.
+  std::vector<ModelState*> order;
+  order.reserve(models_.size());
   for (auto& mp : models_) {
-    if (!mp) continue;
+    if (mp) order.push_back(mp.get());
+  }
+  std::sort(order.begin(), order.end(),
+            [](const ModelState* a, const ModelState* b) { return a->name < b->name; });
+  for (ModelState* mp : order) {
     ModelState& m = *mp;
-    for (size_t series = 0; series < series_names_.size(); ++series) {
-      SeriesState& s = m.series[series];
-      size_t closed = 0;
-      while (closed < s.open.size() && s.open[closed].start_us + et_size_us_ <= watermark_us_) {
-        OpenWindow& w = s.open[closed];
-        // The closing window becomes the series' current window for CloseWindow(); it reports
-        // the window's bounds [start, end) as its times.
-        s.window_raw = w.raw;
-        s.window_sums = w.sums;
-        if (has_histogram_) s.window_counts = w.counts;
-        s.window_start = w.first_index;
-        s.window_min_us = w.start_us;
-        s.window_max_us = w.start_us + et_size_us_;
-        MarkDirty(m, series);
-        CloseWindow(m, series);
-        ++closed;
+    for (;;) {
+      int64_t next = INT64_MAX;
+      for (size_t series = 0; series < series_names_.size(); ++series) {
+        const SeriesState& s = m.series[series];
+        if (!s.open.empty() && s.open.front().start_us + et_size_us_ <= watermark_us_) {
+          next = std::min(next, s.open.front().start_us);
+        }
       }
-      if (closed > 0) s.open.erase(s.open.begin(), s.open.begin() + static_cast<long>(closed));
+      if (next == INT64_MAX) break;
+      for (size_t series = 0; series < series_names_.size(); ++series) {
+        SeriesState& s = m.series[series];
+        if (s.open.empty() || s.open.front().start_us != next) continue;
+        CloseEventWindow(m, series);
+        s.open.erase(s.open.begin());
+      }
     }
   }
+}
+
+void DriftMonitor::CloseEventWindow(ModelState& m, size_t series) {
+  SeriesState& s = m.series[series];
+  OpenWindow& w = s.open.front();
+  MarkDirty(m, series);
+  // Value indexes count the values of closed windows, in window order: they depend on event
+  // times only (the ids of the window's events hash its first index).
+  w.first_index = s.seen;
+  if (!s.frozen) {
+    // A warmup window: its values join the baseline in their hash order (fixed by the values
+    // alone), and the baseline freezes after the window that makes it large (or long) enough.
+    if (!ValidTime(s.first_event_us)) s.first_event_us = w.start_us;
+    for (const auto& [value, count] : w.sample.InHashOrder()) {
+      for (int64_t i = 0; i < count; ++i) AddBaselineValue(s, value);
+      s.seen += count;
+    }
+    const bool by_duration =
+        spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+    const bool enough =
+        by_duration ? w.start_us + et_size_us_ - s.first_event_us >=
+                              spec_.baseline.duration_ms * 1000 &&
+                          s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples)
+                    : s.baseline.count() >= spec_.baseline.records;
+    if (!enough) return;
+    FreezeBaseline(s);
+    // Windows still open were sampled: their sums and counts, now that the baseline is known.
+    for (size_t i = 1; i < s.open.size(); ++i) {
+      OpenWindow& later = s.open[i];
+      later.raw.Reset(s.baseline_c.mean());
+      later.sums.Reset(s.baseline_c.mean());
+      if (has_histogram_) later.counts.assign(s.edges.bins(), 0);
+      for (const auto& [value, count] : later.sample.Sorted()) {
+        for (int64_t k = 0; k < count; ++k) {
+          later.raw.Add(value);
+          later.sums.Add(s.Clip(value));
+          if (has_histogram_) ++later.counts[s.edges.BinOf(value)];
+        }
+      }
+      later.sample.Clear();
+    }
+    return;
+  }
+  s.seen += w.raw.count();
+  // The closing window becomes the series' current window for CloseWindow(); it reports the
+  // window's bounds [start, end) as its times.
+  s.window_raw = w.raw;
+  s.window_sums = w.sums;
+  if (has_histogram_) s.window_counts = w.counts;
+  s.window_start = w.first_index;
+  s.window_min_us = w.start_us;
+  s.window_max_us = w.start_us + et_size_us_;
+  CloseWindow(m, series);
 }
 
 size_t DriftMonitor::EdgeValues() const {
@@ -547,9 +631,15 @@ void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
   if (has_histogram_ && !s.ref_counts.empty()) ++s.ref_counts[s.edges.BinOf(value)];
 }
 
-void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t event_time_us) {
+void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
+                            int64_t late_before_us) {
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
+  if (et_size_us_ > 0) {
+    // Warmup and evaluation windows alike are event-time windows (see UseEventTimeWindows).
+    AddToEventWindow(m, series, value, event_time_us, late_before_us);
+    return;
+  }
   if (!s.frozen) {
     bool freeze_now = false;
     const bool by_duration =
@@ -574,10 +664,6 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       if (!by_duration && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
       return;
     }
-  }
-  if (et_size_us_ > 0) {
-    AddToEventWindow(m, series, value, event_time_us);
-    return;
   }
   if (s.window_raw.count() == 0) {
     s.window_start = s.seen;
@@ -1547,6 +1633,12 @@ void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
     w.I64(o.min_us);
     w.I64(o.max_us);
   }
+  std::string sample;
+  for (const OpenWindow& o : s.open) {
+    sample.clear();
+    o.sample.Encode(sample);
+    w.Str(sample);
+  }
 }
 
 HigherMoments NormalShaped(const Moments& m) {
@@ -1644,7 +1736,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   const uint8_t version = r.U8();
   if (version == 1 || version == 2) {
     DRIFTD_TRY(DecodeLegacySeries(r, version, s, bins_limit, corrupt));
-  } else if (version == kSeriesEncodingVersion) {
+  } else if (version == 3 || version == kSeriesEncodingVersion) {
     const uint8_t flags = r.U8();
     s.frozen = (flags & 1) != 0;
     s.edges_ready = (flags & 2) != 0;
@@ -1751,6 +1843,13 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
         return corrupt("bad open window");
       }
       previous_start = o.start_us;
+    }
+    if (version >= 4) {
+      for (OpenWindow& o : s.open) {
+        auto sample = ValueSample::Decode(r.Str());
+        if (!sample) return corrupt("bad open window sample");
+        o.sample = std::move(*sample);
+      }
     }
     if (inc.lead < -1 || inc.loc_n < 0 || inc.spread_dof < 0 || inc.shape_n < 0 ||
         inc.error_n < 0) {

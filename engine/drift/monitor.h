@@ -160,17 +160,29 @@ class DriftMonitor {
   DriftMonitor(const DriftMonitor&) = delete;
   DriftMonitor& operator=(const DriftMonitor&) = delete;
 
-  /// Event-time windows instead of record-count windows (the query's tumbling `window`):
-  /// after its baseline, each (model, series) is evaluated per window [k*size, (k+1)*size) of
-  /// event time, closed at the first Evaluate() after the watermark (the largest event time
-  /// seen minus `delay_ms`) reaches its end. Values of an already closed window are late:
-  /// dropped and counted, as are values without an event time. A trailing baseline is then the
-  /// previous K event-time windows. The error series keeps record-count windows. Call before
-  /// the first Observe.
+  /// Event-time windows instead of record-count windows (the query's tumbling `window`): each
+  /// (model, series) is evaluated per window [k*size, (k+1)*size) of event time, closed at the
+  /// first Evaluate() after the query's watermark (AdvanceWatermark) reaches its end. A value is
+  /// late, dropped and counted, when its window is at or behind the watermark it is judged by
+  /// (Observe's late_before_us, or the query's watermark); values without an event time are
+  /// counted too. The baseline (warmup) is made of whole windows: the first windows of the
+  /// series, in event-time order, until they hold baseline.records values (or span
+  /// baseline.duration); a warmup window keeps an order-independent sample of its values
+  /// (ValueSample) and gives them to the warmup in a fixed pseudo-random order when it closes.
+  /// So every window's contents, and what is compared with what, depend only on event times,
+  /// never on arrival order. Windows close in start order, and within a batch the models in
+  /// name order. A trailing baseline is then the previous K event-time windows. The error
+  /// series keeps record-count windows. `delay_ms` is unused (the query clock applies it).
+  /// Call before the first Observe.
   void UseEventTimeWindows(int64_t size_ms, int64_t delay_ms);
   bool event_time_windows() const { return et_size_us_ > 0; }
-  /// Largest event time observed and the watermark (INT64_MIN before any), persisted by the
-  /// caller with the batch (they are not part of CollectDirty) and given back by RestoreClock.
+  /// The query clock's watermark (engine/executor/event_clock.h); it never moves back. Windows
+  /// whose end is at or behind it close at the next Evaluate().
+  void AdvanceWatermark(int64_t watermark_us);
+  /// Whether some open event-time window ends at or before `watermark_us`.
+  bool HasClosableWindows(int64_t watermark_us) const;
+  /// Largest event time observed and the watermark (INT64_MIN before any). Checkpoints written
+  /// before the query had one clock persisted them for the drift stage; RestoreClock takes them.
   int64_t max_event_time_us() const { return max_event_us_; }
   int64_t watermark_us() const { return watermark_us_; }
   void RestoreClock(int64_t max_event_time_us, int64_t watermark_us);
@@ -182,10 +194,13 @@ class DriftMonitor {
   /// One value of series `series` (index into series_names) for `model`, a dense id the
   /// executor interns; `model_name` is read only the first time a model id is seen.
   /// `event_time_us` is the record's event time (pass the batch's processing time if the
-  /// record has none): it timestamps windows and drives the cooldown. Values that are NaN or
-  /// infinite are skipped and counted. No allocation once the model's baseline is frozen.
+  /// record has none): it timestamps windows and drives the cooldown. With event-time windows,
+  /// `late_before_us` is the watermark of the value's own input partition just before it
+  /// (RowTimes::late_before): its window is closed for it when it ends at or before that.
+  /// Values that are NaN or infinite are skipped and counted. No allocation once the model's
+  /// baseline is frozen.
   void Observe(uint32_t model, const std::string& model_name, size_t series, double value,
-               int64_t event_time_us);
+               int64_t event_time_us, int64_t late_before_us = INT64_MIN);
 
   /// A labeled outcome for the error series of `model` (call after Observe saw the model).
   /// `event_time_us` as for Observe.
@@ -289,7 +304,8 @@ class DriftMonitor {
  private:
   struct Verdict;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
-  void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us);
+  void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
+                int64_t late_before_us);
   void AddBaselineValue(SeriesState& s, double value);
   size_t EdgeValues() const;
   void FixEdges(SeriesState& s);
@@ -299,6 +315,7 @@ class DriftMonitor {
                   double allowance);
   size_t PhaseOf(int64_t window_start_us) const;
   void CloseWindow(ModelState& m, size_t series);
+  void CloseEventWindow(ModelState& m, size_t series);
   void CloseErrorWindow(ModelState& m);
   void SequentialCheck(ModelState& m, size_t series, int64_t event_time_us);
   void Decide(ModelState& m, size_t series, Verdict& verdict);
@@ -337,7 +354,8 @@ class DriftMonitor {
   int64_t watermark_us_ = INT64_MIN;
   int64_t late_values_ = 0;
   int64_t values_without_time_ = 0;
-  void AddToEventWindow(ModelState& m, size_t series, double value, int64_t event_time_us);
+  void AddToEventWindow(ModelState& m, size_t series, double value, int64_t event_time_us,
+                        int64_t late_before_us);
   void CloseEventWindows();
   int64_t skipped_values_ = 0;
   int64_t skipped_labels_ = 0;

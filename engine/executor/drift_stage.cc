@@ -20,6 +20,7 @@
 #include "engine/drift/monitor.h"
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
+#include "engine/log.h"
 
 namespace driftd {
 
@@ -28,8 +29,9 @@ namespace {
 // Series layout (names after array expansion), persisted so a restart restores the monitor
 // with the same series indices. Sorts before DriftMonitor's "drift/" keys in a state scan.
 constexpr std::string_view kLayoutKey = "drift-layout";
-// Event-time windows: the largest event time seen and the watermark, "<max>,<watermark>" in
-// microseconds. Sorts after the layout and before "drift/".
+// Written by versions whose drift stage kept a watermark of its own (event-time windows): the
+// largest event time seen and the watermark, "<max>,<watermark>" in microseconds. Read for
+// such checkpoints only; the query's clock is in the commit record now.
 constexpr std::string_view kClockKey = "drift-watermark";
 // The last evaluation of each (model, series), "drift-eval/<model>/<series>" (names escaped
 // as in DriftMonitor's keys), so the drift gauges show every series again after a restart.
@@ -97,6 +99,8 @@ class DriftStage::Impl {
     for (size_t i = 0; time_column_ < 0 && i < schema_.fields.size(); ++i) {
       if (schema_.fields[i].type == FieldType::kTimestamp) time_column_ = static_cast<int>(i);
     }
+    // Only a Kafka source has partitions that are read in an order of their own.
+    track_partitions_ = spec.source.format == "kafka" && !spec.query.window;
     if (!spec_.prediction_column.empty() && !spec_.label_column.empty()) {
       prediction_column_ = schema_.IndexOf(spec_.prediction_column);
       label_column_ = schema_.IndexOf(spec_.label_column);
@@ -111,7 +115,6 @@ class DriftStage::Impl {
                          spec.query.window->size_ms, spec.query.window->slide_ms);
       }
       window_ms_ = spec.query.window->size_ms;
-      delay_ms_ = spec.query.watermark ? spec.query.watermark->delay_ms : 0;
     }
     // The monitor is built when the first records show the array lengths; check now that it
     // can be built at all, so an unsupported drift setup fails at start, not silently later.
@@ -202,7 +205,7 @@ class DriftStage::Impl {
       DRIFTD_TRY(CreateMonitor(WidthsOf(batch)));
       layout_dirty_ = true;
     }
-    Feed</*kReference=*/true>(batch, INT64_MIN);
+    Feed</*kReference=*/true>(batch, nullptr, INT64_MIN);
     return monitor_->FreezeReferences();
   }
 
@@ -461,8 +464,6 @@ class DriftStage::Impl {
           !parse(value.substr(comma + 1), restored_watermark_us_)) {
         return MakeError(ErrorCode::kCorruption, "drift: bad watermark entry '{}'", value);
       }
-      saved_max_us_ = restored_max_us_;
-      saved_watermark_us_ = restored_watermark_us_;
       if (monitor_) monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
       return Ok();
     }
@@ -472,7 +473,7 @@ class DriftStage::Impl {
     return monitor_->Restore(key, value);
   }
 
-  void Observe(const RecordBatch& batch) {
+  void Observe(const RecordBatch& batch, const RowTimes& times) {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
       // Cannot fail: Init built a monitor from the same spec.
@@ -480,19 +481,29 @@ class DriftStage::Impl {
       layout_dirty_ = true;
       if (!monitor_) return;
     }
-    Feed</*kReference=*/false>(batch, NowUs());
+    Feed</*kReference=*/false>(batch, &times, NowUs());
   }
+
+  bool HasClosableWindows(int64_t watermark_us) const {
+    return monitor_ && monitor_->HasClosableWindows(watermark_us);
+  }
+
+  int64_t ModelsAcrossPartitions() const { return models_across_partitions_; }
 
   std::vector<DriftMonitor::ModelStats> ModelStats() const {
     return monitor_ ? monitor_->model_stats() : std::vector<DriftMonitor::ModelStats>{};
   }
   DriftMonitorStats Stats() const { return monitor_ ? monitor_->stats() : DriftMonitorStats{}; }
 
-  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts, OutputRows* rows) {
+  void Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
     events_.clear();
     evaluations_.clear();
     if (!monitor_) return;
-    monitor_->Evaluate(batch_id, now_ms, events_, &evaluations_);
+    // Windows close by the watermark this batch's rows move the clock to: every row of a
+    // window closed now was read (rows still to come for it are late by their own partition's
+    // watermark), so closing now rather than one batch later changes nothing but latency.
+    monitor_->AdvanceWatermark(context.next_watermark_us);
+    monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations_);
     if (alerts.columns.empty()) {
       alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
                         "threshold"};
@@ -617,14 +628,6 @@ class DriftStage::Impl {
       layout_dirty_ = false;
     }
     monitor_->CollectDirty(puts);
-    if (monitor_->event_time_windows() &&
-        (monitor_->max_event_time_us() != saved_max_us_ ||
-         monitor_->watermark_us() != saved_watermark_us_)) {
-      saved_max_us_ = monitor_->max_event_time_us();
-      saved_watermark_us_ = monitor_->watermark_us();
-      puts.emplace_back(std::string(kClockKey),
-                        fmt::format("{},{}", saved_max_us_, saved_watermark_us_));
-    }
   }
 
  private:
@@ -648,7 +651,7 @@ class DriftStage::Impl {
   // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
   // values of a file baseline.
   template <bool kReference>
-  void Feed(const RecordBatch& batch, int64_t now_us) {
+  void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us) {
     const Column& models = batch.columns[model_column_];
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (models.IsNull(row)) continue;
@@ -659,6 +662,8 @@ class DriftStage::Impl {
         name_ = std::to_string(models.i64[row]);
       }
       uint32_t model = Intern(name_);
+      if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
+      const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
       // Event-time windows need the record's own time; record-count windows date a record
       // without one by the batch's processing time.
       int64_t event_time = window_ms_ > 0 ? INT64_MIN : now_us;
@@ -669,7 +674,7 @@ class DriftStage::Impl {
         if constexpr (kReference) {
           monitor_->ObserveReference(model, name_, series, value);
         } else {
-          monitor_->Observe(model, name_, series, value, event_time);
+          monitor_->Observe(model, name_, series, value, event_time, late_before);
         }
       };
       for (const SeriesColumn& series : columns_) {
@@ -720,10 +725,27 @@ class DriftStage::Impl {
     monitor_ = std::move(*monitor);
     monitor_->CollectEvaluations(true);
     if (window_ms_ > 0) {
-      monitor_->UseEventTimeWindows(window_ms_, delay_ms_);
+      monitor_->UseEventTimeWindows(window_ms_, 0);
       monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
     }
     return Ok();
+  }
+
+  // Record-count windows of a model read from two partitions depend on how reads interleave.
+  void NotePartition(uint32_t model, uint32_t partition) {
+    if (model >= model_partition_.size()) model_partition_.resize(model + 1, UINT32_MAX);
+    uint32_t& first = model_partition_[model];
+    if (first == UINT32_MAX) {
+      first = partition;
+    } else if (first != partition && first != kSpansPartitions) {
+      first = kSpansPartitions;
+      ++models_across_partitions_;
+      GetLogger("engine")->warn(
+          "drift: model '{}' has records in more than one Kafka partition: its record-count "
+          "windows (drift.windowRecords) then depend on batching and read order. Key the input "
+          "records by model, or use event-time windows (query.window) for results that do not",
+          name_);
+    }
   }
 
   uint32_t Intern(const std::string& name) {
@@ -743,11 +765,13 @@ class DriftStage::Impl {
   int label_column_ = -1;
   // Event-time windows (the query's tumbling window); 0: record-count windows.
   int64_t window_ms_ = 0;
-  int64_t delay_ms_ = 0;
   int64_t restored_max_us_ = INT64_MIN;
   int64_t restored_watermark_us_ = INT64_MIN;
-  int64_t saved_max_us_ = INT64_MIN;
-  int64_t saved_watermark_us_ = INT64_MIN;
+  bool track_partitions_ = false;
+  static constexpr uint32_t kSpansPartitions = UINT32_MAX - 1;
+  /// Record position partition of each model's first record, kSpansPartitions once it had two.
+  std::vector<uint32_t> model_partition_;
+  int64_t models_across_partitions_ = 0;
   std::vector<SeriesColumn> columns_;
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
@@ -771,24 +795,20 @@ Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec)
 DriftStage::DriftStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DriftStage::~DriftStage() = default;
 
-bool DriftStage::OwnsKey(std::string_view key) {
-  return key.substr(0, kLayoutKey.size()) == kLayoutKey || key == kClockKey ||
-         key.starts_with(kEvaluationPrefix) ||
-         key.substr(0, DriftMonitor::kStateKeyPrefix.size()) == DriftMonitor::kStateKeyPrefix;
-}
-
 Status DriftStage::Restore(std::string_view key, std::string_view value) {
   return impl_->Restore(key, value);
 }
-void DriftStage::Observe(const RecordBatch& batch) { impl_->Observe(batch); }
+void DriftStage::Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) {
+  impl_->Observe(batch, times);
+}
+bool DriftStage::HasClosableWindows(int64_t watermark_us) const {
+  return impl_->HasClosableWindows(watermark_us);
+}
+int64_t DriftStage::ModelsAcrossPartitions() const { return impl_->ModelsAcrossPartitions(); }
 std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
   return impl_->ModelStats();
 }
 DriftMonitorStats DriftStage::Stats() const { return impl_->Stats(); }
-void DriftStage::Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts,
-                          OutputRows* evaluations) {
-  impl_->Evaluate(batch_id, now_ms, alerts, evaluations);
-}
 const std::vector<AlertEvent>& DriftStage::LastEvents() const { return impl_->LastEvents(); }
 bool DriftStage::ResetBaselines(const std::string& model) { return impl_->ResetBaselines(model); }
 
@@ -813,8 +833,10 @@ const std::vector<Evaluation>& DriftStage::LastEvaluations() const {
 std::vector<Evaluation> DriftStage::LatestEvaluations() const {
   return impl_->LatestEvaluations();
 }
-void DriftStage::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
-  impl_->CollectDirty(puts);
+void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
+                        StageProgress&) {
+  impl_->Evaluate(context, output.alerts, &output.evaluations);
+  impl_->CollectDirty(changes.puts);
 }
 
 }  // namespace driftd

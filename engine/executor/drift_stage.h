@@ -1,8 +1,13 @@
 // The drift stage of a query: feeds decoded rows to the DriftMonitor per model and series,
-// evaluates at the end of each batch, renders alert rows, and persists its state through the
-// checkpoint. Owned and called by the executor's thread. A file baseline
-// (drift.baseline {type: file, path}) is loaded in Create, so a missing or malformed reference
-// fails the start with its path named.
+// evaluates at the end of each batch (event-time windows close by the query clock's watermark),
+// renders alert rows, and persists its state through the checkpoint. Owned and called by the
+// executor's thread. A file baseline (drift.baseline {type: file, path}) is loaded in Create, so
+// a missing or malformed reference fails the start with its path named.
+//
+// Record-count windows number a model's values in the order they arrive, which is a fixed order
+// only within one input partition: the stage reports models whose records come through more
+// than one Kafka partition (a warning once per model, and ModelsAcrossPartitions()), since
+// their windows then depend on batching and read order.
 #pragma once
 
 #include <memory>
@@ -11,35 +16,35 @@
 #include <utility>
 #include <vector>
 
-#include "connectors/sink.h"
 #include "engine/batch.h"
 #include "engine/drift/monitor.h"
+#include "engine/executor/stage.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/sink.h"
 
 namespace driftd {
 
-class DriftStage {
+class DriftStage final : public Stage {
  public:
   static Result<std::unique_ptr<DriftStage>> Create(const PipelineSpec& spec);
-  ~DriftStage();
+  ~DriftStage() override;
 
-  static bool OwnsKey(std::string_view key);
-  Status Restore(std::string_view key, std::string_view value);
-
-  void Observe(const RecordBatch& batch);
-  /// End of a batch: alert rows into `alerts`, and, when some sink takes the evaluations
-  /// stream, one row per closed window into `evaluations` (may be null).
-  void Evaluate(int64_t batch_id, int64_t now_ms, OutputRows& alerts,
-                OutputRows* evaluations = nullptr);
-  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
+  std::string_view state_namespace() const override { return "drift"; }
+  Status Restore(std::string_view key, std::string_view value) override;
+  void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) override;
+  bool HasClosableWindows(int64_t watermark_us) const override;
+  void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
+              StageProgress& progress) override;
 
   /// Per-model drift state (series in WARN / ALERT, values seen, roll-up) for the metrics
-  /// endpoint; call on the executor's thread, e.g. after Evaluate. Empty before the first
+  /// endpoint; call on the executor's thread, e.g. after Finish. Empty before the first
   /// records.
   std::vector<DriftMonitor::ModelStats> ModelStats() const;
   /// Totals: models, series in ALERT, windows evaluated, skipped values.
   DriftMonitorStats Stats() const;
+  /// Record-count windows: models seen in more than one input partition so far.
+  int64_t ModelsAcrossPartitions() const;
 
   /// Starts the model's baselines over (DriftMonitor::ResetBaselines); persisted with the
   /// next CollectDirty. False for an unknown model.

@@ -7,16 +7,15 @@
 
 #include <simdjson.h>
 
-#include "connectors/registry.h"
-#include "engine/aggregation.h"
 #include "engine/executor/drift_stage.h"
+#include "engine/executor/event_clock.h"
 #include "engine/executor/metrics_query.h"
 #include "engine/executor/outbox_codec.h"
 #include "engine/executor/progress.h"
+#include "engine/executor/stage.h"
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
-#include "state/checkpoint_store.h"
 
 namespace driftd {
 
@@ -27,6 +26,13 @@ using Clock = std::chrono::steady_clock;
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The steady clock in milliseconds (idleness of partitions).
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             Clock::now().time_since_epoch())
       .count();
 }
 
@@ -97,83 +103,56 @@ std::string DeadLetterRow(const DeadLetter& dead, const std::string& position) {
   return row;
 }
 
-// Renders row `row` of a decoded batch as a JSON object of the selected columns.
-void RenderRecord(const Schema& schema, const std::vector<int>& columns, const RecordBatch& batch,
-                  size_t row, std::string& out) {
-  JsonObject object(out);
-  for (int index : columns) {
-    const Field& field = schema.fields[index];
-    const Column& column = batch.columns[index];
-    if (column.IsNull(row)) {
-      object.Null(field.name);
-      continue;
-    }
-    switch (field.type) {
-      case FieldType::kString: object.String(field.name, column.String(row)); break;
-      case FieldType::kDouble: object.Number(field.name, column.f64[row]); break;
-      case FieldType::kLong:
-      case FieldType::kInt: object.Int(field.name, column.i64[row]); break;
-      case FieldType::kBoolean: object.Bool(field.name, column.i64[row] != 0); break;
-      case FieldType::kTimestamp: object.Timestamp(field.name, column.i64[row]); break;
-      case FieldType::kDoubleArray: {
-        object.Key(field.name);
-        out.push_back('[');
-        for (size_t e = 0; e < column.ArraySize(row); ++e) {
-          if (e > 0) out.push_back(',');
-          AppendJsonNumber(out, column.ArrayData(row)[e]);
-        }
-        out.push_back(']');
-        break;
-      }
-    }
+// The scope of a query's state when one process runs all of it (one task).
+constexpr uint32_t kQueryScope = 0;
+
+// Checkpoint format 1 kept each stage's keys unscoped, told apart by their first bytes.
+std::string_view LegacyNamespaceOf(std::string_view key) {
+  if (key.starts_with("drift")) return "drift";
+  if (!key.empty() && key[0] == 'a') return "agg";
+  return "";
+}
+
+EventClockOptions ClockOptions(const PipelineSpec& spec) {
+  EventClockOptions options;
+  const QuerySpec& query = spec.query;
+  std::string column;
+  if (query.watermark) {
+    column = query.watermark->column;
+    options.delay_us = query.watermark->delay_ms * 1000;
+    options.idle_timeout_ms = query.watermark->idle_timeout_ms;
+  } else if (query.window) {
+    column = query.window->column;  // drift's windows close by it (delay 0)
   }
-  object.Close();
+  options.column = column.empty() ? -1 : spec.schema.IndexOf(column);
+  return options;
 }
 
 }  // namespace
 
 class QueryExecutor::Impl {
  public:
-  Impl(const PipelineSpec& spec, ExecutorOptions options, QueryCounters& counters)
+  Impl(const PipelineSpec& spec, ExecutorOptions options, QueryIo io, QueryCounters& counters)
       : spec_(spec),
         options_(std::move(options)),
+        io_(std::move(io)),
         counters_(counters),
         decoder_(spec.schema, spec.source.malformed),
+        clock_(ClockOptions(spec)),
         log_(GetLogger("engine")) {}
 
   Status Init() {
-    auto source = CreateSource(spec_);
+    auto source = io_.create_source(spec_);
     if (!source) return tl::unexpected(source.error());
     source_ = std::move(*source);
-    auto sinks = CreateSinks(spec_);
+    auto sinks = io_.create_sinks(spec_);
     if (!sinks) return tl::unexpected(sinks.error());
     sinks_ = std::move(*sinks);
-    for (const SinkSpec& sink : spec_.sinks) {
-      if (sink.stream != StreamKind::kStats) continue;
-      switch (sink.output_mode) {
-        case OutputMode::kAppend: want_append_ = true; break;
-        case OutputMode::kUpdate: want_update_ = true; break;
-        case OutputMode::kComplete: want_complete_ = true; break;
-      }
-    }
-    if (spec_.query.IsAggregation()) {
-      auto aggregator = Aggregator::Create(spec_.query, spec_.schema);
-      if (!aggregator) return tl::unexpected(aggregator.error());
-      aggregator_ = std::move(*aggregator);
-    } else {
-      for (const std::string& name : spec_.query.select) {
-        select_columns_.push_back(spec_.schema.IndexOf(name));
-      }
-      if (select_columns_.empty()) {
-        for (size_t i = 0; i < spec_.schema.fields.size(); ++i) {
-          select_columns_.push_back(static_cast<int>(i));
-        }
-      }
-    }
-    if (spec_.drift.enabled) {
-      auto drift = DriftStage::Create(spec_);
-      if (!drift) return tl::unexpected(drift.error());
-      drift_ = std::move(*drift);
+    auto stages = CreateStages(spec_);
+    if (!stages) return tl::unexpected(stages.error());
+    stages_ = std::move(*stages);
+    for (auto& stage : stages_) {
+      if (auto* drift = dynamic_cast<DriftStage*>(stage.get())) drift_ = drift;
     }
     return Ok();
   }
@@ -181,7 +160,7 @@ class QueryExecutor::Impl {
   Status Start() {
     CheckpointOptions checkpoint_options;
     checkpoint_options.sync = options_.sync_commits;
-    auto store = CheckpointStore::Open(spec_.checkpoint_location, checkpoint_options);
+    auto store = io_.open_checkpoint(spec_.checkpoint_location, checkpoint_options);
     if (!store) return tl::unexpected(store.error().Wrap("opening the checkpoint"));
     store_ = std::move(*store);
     DRIFTD_TRY(CheckMetadata());
@@ -190,17 +169,7 @@ class QueryExecutor::Impl {
     if (!last) return tl::unexpected(last.error());
     Clock::time_point restore_start = Clock::now();
     int64_t restored = 0;
-    Status restore_status = Ok();
-    DRIFTD_TRY(store_->ScanState([&](std::string_view key, std::string_view value) {
-      if (!restore_status) return;
-      ++restored;
-      if (aggregator_ && Aggregator::OwnsKey(key)) {
-        restore_status = aggregator_->Restore(key, value);
-      } else if (drift_ && DriftStage::OwnsKey(key)) {
-        restore_status = drift_->Restore(key, value);
-      }
-    }));
-    DRIFTD_TRY(restore_status);
+    DRIFTD_TRY(RestoreStages(restored));
     if (options_.metrics && drift_) {
       options_.metrics->RecordDriftModels(drift_->ModelStats());
       options_.metrics->RecordRestoredEvaluations(drift_->LatestEvaluations());
@@ -211,7 +180,7 @@ class QueryExecutor::Impl {
     if (*last) {
       next_batch_id_ = (*last)->batch_id + 1;
       committed = (*last)->end;
-      watermark_us_ = (*last)->watermark_us;
+      clock_.Restore((*last)->max_event_us, (*last)->watermark_us);
       log_->info("pipeline {}: resuming after batch {} ({} state entries restored in {} ms)",
                  spec_.name, (*last)->batch_id, restored, MillisSince(restore_start));
     } else {
@@ -220,10 +189,11 @@ class QueryExecutor::Impl {
     }
 
     for (auto& sink : sinks_) {
-      sink->SetCheckpointId(checkpoint_id_);
+      sink->SetCheckpointId(checkpoint_id_, *last ? (*last)->batch_id : -1);
       DRIFTD_TRY(sink->Open().map_error(
           [&](const Error& e) { return e.Wrap(fmt::format("opening sink '{}'", sink->name())); }));
     }
+    DRIFTD_TRY(RefuseStaleCheckpoint(*last ? (*last)->batch_id : -1));
     DRIFTD_TRY(FinishOutbox());
     DRIFTD_TRY(source_->Start(committed));
     if (committed.empty()) {
@@ -312,7 +282,52 @@ class QueryExecutor::Impl {
   bool IsReady() const { return started_ && source_ && source_->IsReady(); }
 
  private:
+  // Hands every state entry of the query's scope to the stage whose namespace it is in.
+  Status RestoreStages(int64_t& restored) {
+    Status status = Ok();
+    DRIFTD_TRY(store_->ScanState([&](std::string_view encoded, std::string_view value) {
+      if (!status) return;
+      StateKeyView key;
+      if (!DecodeStateKey(encoded, key)) {
+        status = MakeError(ErrorCode::kCorruption,
+                           "checkpoint {}: a state key of {} bytes is unreadable",
+                           spec_.checkpoint_location, encoded.size());
+        return;
+      }
+      if (key.scope != kQueryScope) return;
+      ++restored;
+      for (auto& stage : stages_) {
+        if (stage->state_namespace() == key.ns) {
+          status = stage->Restore(key.key, value);
+          return;
+        }
+      }
+      // A stage the pipeline no longer has (drift removed, say): its state is left alone.
+    }));
+    DRIFTD_TRY(status);
+    for (auto& stage : stages_) DRIFTD_TRY(stage->FinishRestore());
+    return Ok();
+  }
+
+  // Format 1 checkpoints kept state keys unscoped: give each its scope and namespace, in one
+  // atomic write with the new format version.
+  Status MigrateFormat1(CheckpointMetadata metadata) {
+    std::vector<std::pair<std::string, std::string>> puts;
+    std::vector<std::string> deletes;
+    DRIFTD_TRY(store_->ScanState([&](std::string_view key, std::string_view value) {
+      deletes.emplace_back(key);
+      const std::string_view ns = LegacyNamespaceOf(key);
+      if (!ns.empty()) puts.emplace_back(EncodeStateKey(kQueryScope, ns, key), value);
+    }));
+    metadata.format_version = 2;
+    DRIFTD_TRY(store_->RewriteState(puts, deletes, metadata));
+    log_->info("pipeline {}: checkpoint {} upgraded to format 2 ({} state entries)", spec_.name,
+               spec_.checkpoint_location, puts.size());
+    return Ok();
+  }
+
   Status CheckMetadata() {
+
     auto metadata = store_->ReadMetadata();
     if (!metadata) return tl::unexpected(metadata.error());
     if (!*metadata) {
@@ -343,12 +358,43 @@ class QueryExecutor::Impl {
           spec_.name, spec_.checkpoint_location, fmt::join(changed, ", "));
     }
     checkpoint_id_ = stored.checkpoint_id;
+    if (stored.format_version < 2) {
+      CheckpointMetadata upgraded = stored;
+      if (upgraded.checkpoint_id.empty()) upgraded.checkpoint_id = NewCheckpointId();
+      checkpoint_id_ = upgraded.checkpoint_id;
+      return MigrateFormat1(upgraded);
+    }
+    if (stored.format_version > 2) {
+      return MakeError(ErrorCode::kIncompatible,
+                       "checkpoint {} has format {}, newer than this driftd reads (2): run the "
+                       "driftd that wrote it, or start over with a new checkpointLocation",
+                       spec_.checkpoint_location, stored.format_version);
+    }
     if (checkpoint_id_.empty()) {
       // A checkpoint from before ids existed gets one now, kept from then on.
       CheckpointMetadata upgraded = stored;
       upgraded.checkpoint_id = NewCheckpointId();
       DRIFTD_TRY(store_->WriteMetadata(upgraded));
       checkpoint_id_ = upgraded.checkpoint_id;
+    }
+    return Ok();
+  }
+
+  // A checkpoint behind what its sinks delivered is a copy, or an old backup, of one that went
+  // on running: starting from it would compute and deliver those batches a second time.
+  Status RefuseStaleCheckpoint(int64_t last_batch) {
+    for (auto& sink : sinks_) {
+      auto delivered = sink->LastDelivered();
+      if (!delivered) return tl::unexpected(delivered.error());
+      if (!*delivered || **delivered <= last_batch) continue;
+      return MakeError(
+          ErrorCode::kIncompatible,
+          "checkpoint {} is behind its output: sink '{}' has delivered batch {} of this "
+          "checkpoint, whose last committed batch is {}. It is a copy or an older backup of a "
+          "checkpoint that kept running; starting from it would deliver batches {} to {} "
+          "again. Run from the current checkpoint, or start over with a new checkpointLocation",
+          spec_.checkpoint_location, sink->name(), **delivered, last_batch, last_batch + 1,
+          **delivered);
     }
     return Ok();
   }
@@ -410,6 +456,41 @@ class QueryExecutor::Impl {
     }
   }
 
+  // What the plan says of each clock partition: records left beyond the batch, records read.
+  std::vector<PartitionActivity> Activity(const SourceOffsets& end,
+                                          const std::vector<PartitionLag>& lag) const {
+    std::map<std::string, int64_t> latest;
+    for (const PartitionLag& partition : lag) latest[partition.partition] = partition.latest;
+    std::vector<PartitionActivity> activity;
+    const bool independent = source_->HasIndependentPartitions();
+    PartitionActivity whole;  // a source that is one stream
+    for (const auto& [key, offset] : end) {
+      auto start = position_.find(key);
+      const bool read = start == position_.end() || start->second != offset;
+      auto it = latest.find(key);
+      const bool more = it != latest.end() && it->second > offset;
+      if (independent) {
+        activity.push_back({key, more, read});
+      } else {
+        whole.more_available = whole.more_available || more;
+        whole.read_in_batch = whole.read_in_batch || read;
+      }
+    }
+    if (!independent) activity.push_back(whole);
+    return activity;
+  }
+
+  std::string ClockPartitionName(uint32_t index) const {
+    return source_->HasIndependentPartitions() ? source_->PartitionKeyOf(index) : std::string();
+  }
+
+  bool HasClosableWindows(int64_t watermark_us) const {
+    for (const auto& stage : stages_) {
+      if (stage->HasClosableWindows(watermark_us)) return true;
+    }
+    return false;
+  }
+
   // Runs one batch. Returns false when there was nothing to do.
   Result<bool> RunBatch() {
     Clock::time_point batch_start = Clock::now();
@@ -423,8 +504,13 @@ class QueryExecutor::Impl {
     if (!planned) return tl::unexpected(planned.error());
     const SourceOffsets& end = *planned;
     progress.latest_offset_ms = MillisSince(batch_start);
-    bool has_data = end != position_;
-    bool closable = aggregator_ && aggregator_->HasClosableWindows(watermark_us_);
+    std::vector<PartitionLag> lag = source_->Lag(end);
+    clock_.BeginBatch(Activity(end, lag), SteadyMs());
+    const bool has_data = end != position_;
+    // A batch without input is due when the watermark closes a window: the one in force (the
+    // aggregation emits by it) or the one idle partitions let it move to.
+    const bool closable =
+        HasClosableWindows(clock_.watermark_us()) || HasClosableWindows(clock_.NextWatermark());
     std::vector<std::string> resets;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -468,45 +554,40 @@ class QueryExecutor::Impl {
         for (const DeadLetter& dead : dead_letters_) {
           output.dead_letters.Add("", DeadLetterRow(dead, source_->DescribePosition(dead.position)));
         }
-        Process(records_, output);
+        clock_.Stamp(
+            records_, [&](uint32_t index) { return ClockPartitionName(index); }, times_);
+        for (auto& stage : stages_) stage->Process(records_, times_, output);
       }
       progress.lost_records = (*reader)->lost_records();
     }
     progress.add_batch_ms = MillisSince(read_start);
 
     // Results, state changes and the watermark for the next batch.
+    BatchContext context;
+    context.batch_id = next_batch_id_;
+    context.now_ms = NowMs();
+    context.watermark_us = clock_.watermark_us();
+    context.next_watermark_us = clock_.NextWatermark();
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> deletes;
-    int64_t next_watermark = watermark_us_;
-    if (aggregator_) {
-      EmittedRows rows;
-      if (want_update_) {
-        aggregator_->EmitUpdated(rows);
-        Move(rows, output.stats_update);
+    StageProgress stage_progress;
+    for (auto& stage : stages_) {
+      StateChanges changes;
+      stage->Finish(context, output, changes, stage_progress);
+      const std::string_view ns = stage->state_namespace();
+      for (auto& [key, value] : changes.puts) {
+        puts.emplace_back(EncodeStateKey(kQueryScope, ns, key), std::move(value));
       }
-      if (want_complete_) {
-        aggregator_->EmitAll(rows);
-        Move(rows, output.stats_complete);
+      for (const std::string& key : changes.deletes) {
+        deletes.push_back(EncodeStateKey(kQueryScope, ns, key));
       }
-      if (want_append_) {
-        aggregator_->EmitClosed(watermark_us_, rows);
-        Move(rows, output.stats_append);
-      }
-      progress.rows_updated = aggregator_->rows_updated_last_batch();
-      progress.dropped_by_watermark = aggregator_->TakeRowsDroppedByWatermark();
-      progress.without_event_time = aggregator_->TakeRowsWithoutEventTime();
-      int64_t max_event_time = aggregator_->TakeMaxEventTimeUs();
-      progress.max_event_time_us = max_event_time;
-      if (spec_.query.watermark && max_event_time != INT64_MIN) {
-        next_watermark = std::max(next_watermark,
-                                  max_event_time - spec_.query.watermark->delay_ms * 1000);
-      }
-      aggregator_->EndBatch(watermark_us_, !want_complete_, puts, deletes);
     }
-    if (drift_) {
-      drift_->Evaluate(next_batch_id_, NowMs(), output.alerts, &output.evaluations);
-      drift_->CollectDirty(puts);
-    }
+    progress.rows_updated = stage_progress.rows_updated;
+    progress.dropped_by_watermark = stage_progress.dropped_by_watermark;
+    progress.without_event_time = stage_progress.without_event_time;
+    progress.num_groups = stage_progress.num_groups;
+    progress.num_open_windows = stage_progress.num_open_windows;
+    progress.max_event_time_us = clock_.MaxEventTime();
 
     // Commit: state, offsets, watermark, commit record and outbox in one write.
     Clock::time_point commit_start = Clock::now();
@@ -514,7 +595,8 @@ class QueryExecutor::Impl {
     write.commit.batch_id = next_batch_id_;
     write.commit.start = position_;
     write.commit.end = end;
-    write.commit.watermark_us = next_watermark;
+    write.commit.watermark_us = context.next_watermark_us;
+    write.commit.max_event_us = clock_.MaxEventTimes();
     write.commit.committed_at_ms = NowMs();
     write.state_puts = std::move(puts);
     write.state_deletes = std::move(deletes);
@@ -540,6 +622,7 @@ class QueryExecutor::Impl {
       log_->warn("batch {}: source could not record the commit: {}", next_batch_id_,
                  committed.error().message());
     }
+    clock_.CommitBatch();
 
     // Progress.
     progress.start_offsets = position_;
@@ -549,7 +632,7 @@ class QueryExecutor::Impl {
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
     progress.malformed = decoder_.counts();
     progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
-    progress.watermark_us = next_watermark;
+    progress.watermark_us = clock_.watermark_us();
     progress.trigger_execution_ms = MillisSince(batch_start);
     progress.processed_rows_per_second =
         input_rows / std::max(SecondsSince(batch_start), 1e-6);
@@ -559,10 +642,8 @@ class QueryExecutor::Impl {
     progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
     progress.state = store_->Stats();
     progress.source_description = source_->Describe();
-    progress.lag = source_->Lag(end);
-    progress.num_groups = aggregator_ ? static_cast<int64_t>(aggregator_->num_groups()) : 0;
-    progress.num_open_windows =
-        aggregator_ ? static_cast<int64_t>(aggregator_->num_open_windows()) : 0;
+    progress.lag = std::move(lag);
+    if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
     last_batch_end_ = Clock::now();
 
     counters_.batches.fetch_add(1);
@@ -600,36 +681,16 @@ class QueryExecutor::Impl {
     if (report && options_.on_progress) options_.on_progress(json);
 
     position_ = end;
-    watermark_us_ = next_watermark;
     ++next_batch_id_;
     return true;
   }
 
-  void Process(const RecordBatch& batch, BatchOutput& output) {
-    if (aggregator_) {
-      aggregator_->Add(batch, watermark_us_);
-    } else if (want_append_ || want_update_) {
-      for (size_t row = 0; row < batch.num_rows; ++row) {
-        std::string json;
-        RenderRecord(spec_.schema, select_columns_, batch, row, json);
-        if (want_append_) output.stats_append.Add("", json);
-        if (want_update_) output.stats_update.Add("", std::move(json));
-      }
-    }
-    if (drift_) drift_->Observe(batch);
-  }
-
-  static void Move(EmittedRows& from, OutputRows& to) {
-    to.columns = std::move(from.columns);
-    to.rows = std::move(from.rows);
-    to.keys = std::move(from.keys);
-    from = EmittedRows{};
-  }
-
   PipelineSpec spec_;
   ExecutorOptions options_;
+  QueryIo io_;
   QueryCounters& counters_;
   JsonDecoder decoder_;
+  EventClock clock_;
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<Source> source_;
   std::vector<std::unique_ptr<Sink>> sinks_;
@@ -638,19 +699,15 @@ class QueryExecutor::Impl {
   std::string checkpoint_id_;
   /// A new random id per start (Spark's runId).
   std::string run_id_;
-  std::unique_ptr<Aggregator> aggregator_;
-  std::unique_ptr<DriftStage> drift_;
-  std::vector<int> select_columns_;
-  bool want_append_ = false;
-  bool want_update_ = false;
-  bool want_complete_ = false;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  DriftStage* drift_ = nullptr;  // one of stages_, if drift is on
 
   InputChunk chunk_;
   RecordBatch records_;
+  RowTimes times_;
   std::vector<DeadLetter> dead_letters_;
   SourceOffsets position_;
   int64_t next_batch_id_ = 0;
-  int64_t watermark_us_ = INT64_MIN;
   Clock::time_point last_batch_end_{};
   Clock::time_point last_report_{};
 
@@ -663,9 +720,11 @@ class QueryExecutor::Impl {
 };
 
 Result<std::unique_ptr<QueryExecutor>> QueryExecutor::Create(const PipelineSpec& spec,
-                                                             ExecutorOptions options) {
+                                                             ExecutorOptions options,
+                                                             QueryIo io) {
   std::unique_ptr<QueryExecutor> executor(new QueryExecutor(nullptr));
-  executor->impl_ = std::make_unique<Impl>(spec, std::move(options), executor->counters_);
+  executor->impl_ =
+      std::make_unique<Impl>(spec, std::move(options), std::move(io), executor->counters_);
   DRIFTD_TRY(executor->impl_->Init());
   return executor;
 }

@@ -4,6 +4,9 @@
 //   RocksDB write -> deliver the outbox to each sink -> mark delivered -> progress record.
 // Recovery restores state, finishes an undelivered outbox, and resumes from the last end offsets.
 //
+// The executor names no connector and no storage engine: it is handed factories for the
+// source, the sinks and the checkpoint (QueryIo), which cmd/ wires to connectors/ and state/.
+//
 // Lifecycle: Create, Start (restore; after it the query is "ready"), Run (until the trigger
 // ends or Stop), destruction. Run and Start on one thread; Stop from any thread.
 #pragma once
@@ -17,12 +20,23 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/sink.h"
+#include "engine/source.h"
 
 namespace driftd {
 
 class QueryMetrics;  // engine/executor/metrics_query.h
+
+/// How the executor reaches the world: the pipeline's source and sinks, and its checkpoint.
+struct QueryIo {
+  std::function<Result<std::unique_ptr<Source>>(const PipelineSpec&)> create_source;
+  /// Every SinkSpec of the pipeline is served by exactly one returned Sink.
+  std::function<Result<std::vector<std::unique_ptr<Sink>>>(const PipelineSpec&)> create_sinks;
+  CheckpointOpener open_checkpoint;
+};
 
 struct ExecutorOptions {
   /// Bytes of input read and decoded at a time; bounds memory. Default: 4 MiB.
@@ -59,7 +73,7 @@ struct QueryCounters {
 class QueryExecutor {
  public:
   static Result<std::unique_ptr<QueryExecutor>> Create(const PipelineSpec& spec,
-                                                       ExecutorOptions options);
+                                                       ExecutorOptions options, QueryIo io);
   ~QueryExecutor();
   QueryExecutor(const QueryExecutor&) = delete;
   QueryExecutor& operator=(const QueryExecutor&) = delete;

@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "connectors/sink.h"
+#include "engine/sink.h"
 #include "engine/drift/monitor.h"
 #include "engine/executor/progress.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "connectors/sink.h"
+#include "engine/sink.h"
 #include "engine/result.h"
 
 namespace driftd {

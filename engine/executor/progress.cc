@@ -94,7 +94,7 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   duration.Close();
   root.Raw("durationMs", durations);
 
-  if (spec.query.watermark) {
+  if (spec.query.watermark || spec.query.window) {
     std::string event_time;
     JsonObject times(event_time);
     if (p.max_event_time_us != INT64_MIN) times.Timestamp("max", p.max_event_time_us);
@@ -139,6 +139,11 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   if (!lag_bytes.empty()) src.Raw("lagBytes", PositionsJson(lag_bytes, false));
   src.Close();
   root.Raw("sources", "[" + source + "]");
+
+  if (p.models_across_partitions > 0) {
+    // Record-count drift windows of these models depend on read order (drift_stage.h).
+    root.Int("driftModelsAcrossPartitions", p.models_across_partitions);
+  }
 
   std::string malformed;
   JsonObject bad(malformed);

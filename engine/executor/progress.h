@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "connectors/source.h"
+#include "engine/source.h"
 #include "engine/json_decoder.h"
 #include "engine/pipeline_spec.h"
-#include "state/checkpoint_store.h"
+#include "engine/checkpoint.h"
 
 namespace driftd {
 
@@ -42,6 +42,8 @@ struct ProgressRecord {
   int64_t num_open_windows = 0;    // windows the watermark has not closed yet
   int64_t lost_records = 0;
   int64_t max_event_time_us = INT64_MIN;
+  /// Record-count drift windows: models whose records came through more than one partition.
+  int64_t models_across_partitions = 0;
   int64_t watermark_us = INT64_MIN;
   MalformedCounts malformed;  // cumulative since start
   int64_t malformed_in_batch = 0;

@@ -61,7 +61,7 @@ checkpointLocation: {checkpoint}
 std::map<std::string, std::string> StateOf(const std::string& checkpoint) {
   CheckpointOptions options;
   options.read_only = true;
-  auto store = CheckpointStore::Open(checkpoint, options);
+  auto store = OpenCheckpointStore(checkpoint, options);
   REQUIRE(store);
   std::map<std::string, std::string> state;
   REQUIRE((*store)->ScanState([&](std::string_view key, std::string_view value) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "engine/aggregation.h"
+#include "engine/executor/event_clock.h"
 #include "engine/json_decoder.h"
 #include "engine/time_iso8601.h"
 
@@ -102,8 +103,21 @@ struct BatchResult {
 /// max(old, max event time - delay).
 class Driver {
  public:
+  static EventClockOptions ClockOptionsFor(const QuerySpec& query, const Schema& schema) {
+    EventClockOptions options;
+    if (query.watermark) {
+      options.column = schema.IndexOf(query.watermark->column);
+      options.delay_us = query.watermark->delay_ms * 1000;
+    }
+    return options;
+  }
+
   Driver(const QuerySpec& query, OutputMode mode)
-      : query_(query), schema_(TestSchema()), mode_(mode), decoder_(schema_, MalformedSpec{}) {
+      : query_(query),
+        schema_(TestSchema()),
+        mode_(mode),
+        decoder_(schema_, MalformedSpec{}),
+        clock_(ClockOptionsFor(query_, schema_)) {
     auto created = Aggregator::Create(query_, schema_);
     REQUIRE(created);
     aggregator_ = std::move(*created);
@@ -120,7 +134,10 @@ class Driver {
     batch.Reset(schema_);
     REQUIRE(decoder_.Decode(chunk, batch, nullptr));
     REQUIRE(batch.num_rows == lines.size());
-    aggregator_->Add(batch, watermark_us_);
+    clock_.BeginBatch({PartitionActivity{"", false, !lines.empty()}}, 0);
+    RowTimes times;
+    clock_.Stamp(batch, [](uint32_t) { return std::string(); }, times);
+    aggregator_->Add(batch, times);
 
     EmittedRows rows;
     switch (mode_) {
@@ -138,16 +155,14 @@ class Driver {
     for (const std::string& row : rows.rows) result.rows.push_back(Compact(row));
     result.dropped = aggregator_->TakeRowsDroppedByWatermark();
     result.without_event_time = aggregator_->TakeRowsWithoutEventTime();
-    int64_t max_event = aggregator_->TakeMaxEventTimeUs();
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> deletes;
     aggregator_->EndBatch(watermark_us_, mode_ != OutputMode::kComplete, puts, deletes);
     result.deletes = static_cast<int64_t>(deletes.size());
     for (auto& [key, value] : puts) state_[key] = value;
     for (const std::string& key : deletes) state_.erase(key);
-    if (query_.watermark && max_event != INT64_MIN) {
-      watermark_us_ = std::max(watermark_us_, max_event - query_.watermark->delay_ms * 1000);
-    }
+    clock_.CommitBatch();
+    if (query_.watermark) watermark_us_ = clock_.watermark_us();
     result.watermark_after_us = watermark_us_;
     return result;
   }
@@ -164,6 +179,10 @@ class Driver {
     }
     state_ = state;
     watermark_us_ = watermark_us;
+    // The commit record keeps the clock's per-partition maximum with the watermark.
+    const auto max_event = clock_.MaxEventTimes();
+    clock_ = EventClock(ClockOptionsFor(query_, schema_));
+    clock_.Restore(max_event, watermark_us);
   }
 
   Aggregator& aggregator() { return *aggregator_; }
@@ -176,6 +195,7 @@ class Driver {
   Schema schema_;
   OutputMode mode_;
   JsonDecoder decoder_;
+  EventClock clock_;
   std::unique_ptr<Aggregator> aggregator_;
   int64_t watermark_us_ = INT64_MIN;
   std::map<std::string, std::string> state_;

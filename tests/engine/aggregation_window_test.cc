@@ -11,10 +11,11 @@ namespace driftd::testing {
 namespace {
 
 // Tumbling windows of 10 s, watermark delay 5 s. The batches, with the watermark each one runs
-// under (computed from the batches before it):
+// under (computed from the batches before it). All rows are of one partition, so a row is also
+// judged by the rows before it in its batch (the partition's watermark just before it):
 //   b0 wm none: m1@3 v1, m1@12 v2, m2@7 v4, m1@1 v8                       max 12 -> wm 7
-//   b1 wm 7:    m1@7 v16 (exactly at the watermark; its window [0,10) is open),
-//               m2@15 v32, m1@9.5 v64                                      max 15 -> wm 10
+//   b1 wm 7:    m1@7 v16 (exactly at the watermark; its window [0,10) is open), m1@9.5 v64,
+//               m2@15 v32 (after it, a row of [0,10) would be late)        max 15 -> wm 10
 //   b2 wm 10:   m1@9.999999 v128 (1 us behind the watermark; [0,10) closed: dropped),
 //               m2@10 v256 (exactly at the watermark; [10,20) open), m1@25 v512,
 //               m1 with a null event time v1024 (counted, not aggregated) max 25 -> wm 20
@@ -23,7 +24,7 @@ namespace {
 std::vector<std::vector<std::string>> TumblingBatches() {
   return {
       {Row("m1", 3, 1), Row("m1", 12, 2), Row("m2", 7, 4), Row("m1", 1, 8)},
-      {Row("m1", 7, 16), Row("m2", 15, 32), Row("m1", 9.5, 64)},
+      {Row("m1", 7, 16), Row("m1", 9.5, 64), Row("m2", 15, 32)},
       {Row("m1", 9.999999, 128), Row("m2", 10, 256), Row("m1", 25, 512),
        RowWithoutTime("m1", 1024)},
       {},
@@ -242,6 +243,11 @@ TEST_CASE("state of a long windowed run stays bounded by the open windows",
   const int64_t batch_rows = 100'000;
   const int64_t step_us = 10'000;  // 100 rows per second of event time
   RecordBatch batch;
+  EventClockOptions clock_options;
+  clock_options.column = 1;
+  clock_options.delay_us = 30'000'000;
+  EventClock clock(clock_options);
+  RowTimes times;
   int64_t watermark = INT64_MIN;
   std::set<std::string> emitted;
   std::set<std::string> state;
@@ -266,7 +272,9 @@ TEST_CASE("state of a long windowed run stays bounded by the open windows",
       batch.positions.push_back({0, n});
     }
     batch.num_rows = static_cast<size_t>(batch_rows);
-    aggregator.Add(batch, watermark);
+    clock.BeginBatch({PartitionActivity{"", false, true}}, 0);
+    clock.Stamp(batch, [](uint32_t) { return std::string(); }, times);
+    aggregator.Add(batch, times);
     EmittedRows out;
     aggregator.EmitClosed(watermark, out);
     for (const std::string& row : out.rows) {
@@ -277,14 +285,14 @@ TEST_CASE("state of a long windowed run stays bounded by the open windows",
       if (!fresh) FAIL("window emitted twice: " << *it);
     }
     dropped += aggregator.TakeRowsDroppedByWatermark();
-    int64_t max_event = aggregator.TakeMaxEventTimeUs();
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> deletes;
     aggregator.EndBatch(watermark, true, puts, deletes);
     for (const auto& entry : puts) state.insert(entry.first);
     for (const std::string& key : deletes) state.erase(key);
     max_groups = std::max(max_groups, aggregator.num_groups());
-    watermark = std::max(watermark, max_event - 30'000'000);
+    clock.CommitBatch();
+    watermark = clock.watermark_us();
   }
   // A batch covers 1000 s of event time, 17 windows per model, plus a window of late rows and
   // the one the watermark is in: state is bounded by that, whatever the length of the run.

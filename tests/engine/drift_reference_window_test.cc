@@ -115,10 +115,12 @@ TEST_CASE("inconsistent reference statistics are refused with model and series n
 }
 
 /// Feeds `per_minute` values per minute of event time for `minutes` minutes from minute
-/// `first`, N(mean(minute), 1), evaluating after every minute (one batch per minute).
+/// `first`, N(mean(minute), 1), evaluating after every minute (one batch per minute) with the
+/// watermark the query's clock would give: the largest event time minus `delay_us`.
 struct EventTimeDriver {
-  explicit EventTimeDriver(DriftMonitor& m) : monitor(m) {}
+  EventTimeDriver(DriftMonitor& m, int64_t delay) : monitor(m), delay_us(delay) {}
   DriftMonitor& monitor;
+  int64_t delay_us = 0;
   std::mt19937_64 rng{3};
   int64_t batch = 0;
   std::vector<AlertEvent> events;
@@ -130,6 +132,7 @@ struct EventTimeDriver {
         const int64_t t = kT0 + minute * kMinuteUs + i * (kMinuteUs / per_minute);
         monitor.Observe(0, "m", 0, mean(minute) + normal(rng), t);
       }
+      monitor.AdvanceWatermark(monitor.max_event_time_us() - delay_us);
       monitor.Evaluate(batch++, 0, events);
     }
   }
@@ -141,9 +144,9 @@ TEST_CASE("event-time windows are evaluated when the watermark passes their end"
   auto monitor = DriftMonitor::Create(spec, {"x"});
   REQUIRE(monitor);
   (*monitor)->UseEventTimeWindows(60'000, 0);
-  EventTimeDriver driver{**monitor};
-  // The 1000-value warmup takes minute 0 and 400 values of minute 1; the other 200 open
-  // window 1. The mean shifts by 1 sigma at minute 5.
+  EventTimeDriver driver{**monitor, 0};
+  // The 1000-value warmup is made of whole windows: minutes 0 and 1 (1200 values). The mean
+  // shifts by 1 sigma at minute 5.
   driver.Minutes(0, 10, 600, [](int minute) { return minute >= 5 ? 1.0 : 0.0; });
   REQUIRE(CountLevel(driver.events, AlertLevel::kAlert) == 1);
   const AlertEvent& alert = *std::find_if(
@@ -158,14 +161,14 @@ TEST_CASE("event-time windows are evaluated when the watermark passes their end"
   CHECK(alert.window_n == 600);
   // Minute 9 is still open: the watermark (the last event time) is inside it.
   CHECK((*monitor)->watermark_us() < kT0 + 10 * kMinuteUs);
-  CHECK((*monitor)->stats().windows_evaluated == 8);  // windows 1 (partial) .. 8
+  CHECK((*monitor)->stats().windows_evaluated == 7);  // windows 2 .. 8
 }
 
 TEST_CASE("a value behind the watermark is late: counted, not added", "[drift][monitor][window]") {
   auto monitor = DriftMonitor::Create(Spec(BaselineKind::kWarmup), {"x"});
   REQUIRE(monitor);
-  (*monitor)->UseEventTimeWindows(60'000, 10'000);  // 10 s of allowed lateness
-  EventTimeDriver driver{**monitor};
+  (*monitor)->UseEventTimeWindows(60'000, 0);
+  EventTimeDriver driver{**monitor, 10'000'000};  // 10 s of allowed lateness
   driver.Minutes(0, 3, 600, [](int) { return 0.0; });
   const int64_t watermark = (*monitor)->watermark_us();
   // Max event time ~ minute 3 - 0.1 s; watermark 10 s behind it: minute 1 has closed,
@@ -184,22 +187,23 @@ TEST_CASE("open event-time windows survive a restore and give the same alerts",
   auto make = [] {
     auto monitor = DriftMonitor::Create(Spec(BaselineKind::kTrailing), {"x"});
     REQUIRE(monitor);
-    (*monitor)->UseEventTimeWindows(60'000, 30'000);
+    (*monitor)->UseEventTimeWindows(60'000, 0);
     return std::move(*monitor);
   };
+  constexpr int64_t kDelay = 30'000'000;
   auto straight = make();
-  EventTimeDriver a{*straight};
+  EventTimeDriver a{*straight, kDelay};
   a.Minutes(0, 12, 500, mean);
 
   auto first = make();
-  EventTimeDriver b{*first};
+  EventTimeDriver b{*first, kDelay};
   b.Minutes(0, 5, 500, mean);
   std::vector<std::pair<std::string, std::string>> puts;
   first->CollectDirty(puts);
   auto second = make();
   for (const auto& [key, value] : puts) REQUIRE(second->Restore(key, value));
   second->RestoreClock(first->max_event_time_us(), first->watermark_us());
-  EventTimeDriver c{*second};
+  EventTimeDriver c{*second, kDelay};
   c.batch = b.batch;
   c.rng = b.rng;
   c.Minutes(5, 7, 500, mean);

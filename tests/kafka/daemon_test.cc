@@ -358,7 +358,7 @@ void RequireEachBatchOnce(const Deployment& deployment, const InferenceInput& in
 std::map<std::string, std::string> StateOf(const std::string& checkpoint) {
   CheckpointOptions options;
   options.read_only = true;
-  auto store = CheckpointStore::Open(checkpoint, options);
+  auto store = OpenCheckpointStore(checkpoint, options);
   INFO((store ? "" : store.error().message()));
   REQUIRE(store);
   std::map<std::string, std::string> state;
@@ -645,7 +645,7 @@ TEST_CASE(
   {
     CheckpointOptions options;
     options.read_only = true;
-    auto store = CheckpointStore::Open(deployment.checkpoint(), options);
+    auto store = OpenCheckpointStore(deployment.checkpoint(), options);
     REQUIRE(store);
     auto metadata = (*store)->ReadMetadata();
     REQUIRE(metadata);

@@ -61,7 +61,7 @@ CheckpointOptions ChildOptions() {
 /// The child's life: recover like the executor does (finish the outbox), then commit batch after
 /// batch, each followed by two delivery confirmations, until SIGKILL.
 [[noreturn]] void RunChild(const std::string& dir, int ready_fd) {
-  auto store = CheckpointStore::Open(dir, ChildOptions());
+  auto store = OpenCheckpointStore(dir, ChildOptions());
   if (!store) ChildFail(store.error().message());
   auto pending = (*store)->PendingOutbox();
   if (!pending) ChildFail(pending.error().message());
@@ -168,7 +168,7 @@ struct Observed {
 
 /// Reopens the checkpoint and checks that offsets, state and outbox all belong to one batch.
 Observed CheckConsistent(const std::string& dir, int64_t previous) {
-  auto opened = CheckpointStore::Open(dir, ChildOptions());
+  auto opened = OpenCheckpointStore(dir, ChildOptions());
   if (!opened) FAIL("reopening after kill: " << opened.error().message());
   CheckpointStore& store = **opened;
 

@@ -26,7 +26,7 @@ constexpr int64_t kWatermarkUs = 1'764'408'000'000'000;  // 2025-11-29T09:20:00.
 void WritePipelineCheckpoint(const std::string& dir) {
   CheckpointOptions options;
   options.sync = false;
-  auto store = CheckpointStore::Open(dir, options);
+  auto store = OpenCheckpointStore(dir, options);
   if (!store) FAIL(store.error().message());
   CheckpointMetadata metadata;
   metadata.pipeline_name = "fraud-model-drift";
@@ -114,7 +114,7 @@ TEST_CASE("the JSON inspect report is one object with the same facts", "[state][
 TEST_CASE("inspecting a fresh checkpoint reports that nothing was committed", "[state][inspect]") {
   testing::TempDir tmp;
   {
-    auto store = CheckpointStore::Open(tmp.path(), CheckpointOptions());
+    auto store = OpenCheckpointStore(tmp.path(), CheckpointOptions());
     REQUIRE(store);
   }
   auto text = InspectCheckpoint(tmp.path(), false);

@@ -24,7 +24,7 @@ CheckpointOptions FastOptions() {
 
 std::unique_ptr<CheckpointStore> OpenOrFail(const std::string& dir,
                                             const CheckpointOptions& options = FastOptions()) {
-  auto store = CheckpointStore::Open(dir, options);
+  auto store = OpenCheckpointStore(dir, options);
   if (!store) FAIL("opening checkpoint failed: " << store.error().message());
   return std::move(*store);
 }
@@ -322,7 +322,7 @@ TEST_CASE("a read-only open of a missing directory fails and names the directory
   const std::string missing = tmp.Sub("no-such-checkpoint");
   CheckpointOptions options;
   options.read_only = true;
-  auto store = CheckpointStore::Open(missing, options);
+  auto store = OpenCheckpointStore(missing, options);
   REQUIRE_FALSE(store);
   CHECK_THAT(store.error().message(),
              Catch::Contains(missing) && Catch::Contains("does not exist"));
@@ -333,7 +333,7 @@ TEST_CASE("a read-only open of an empty directory fails without creating a check
   TempDir tmp;
   CheckpointOptions options;
   options.read_only = true;
-  auto store = CheckpointStore::Open(tmp.path(), options);
+  auto store = OpenCheckpointStore(tmp.path(), options);
   REQUIRE_FALSE(store);
   CHECK_THAT(store.error().message(), Catch::Contains(tmp.path()));
   CHECK(std::filesystem::is_empty(tmp.path()));
@@ -351,7 +351,7 @@ TEST_CASE("a non-empty directory that is not a checkpoint is refused and left al
   TempDir tmp;
   const std::string notes = tmp.Sub("notes.txt");
   std::ofstream(notes) << "important\n";
-  auto store = CheckpointStore::Open(tmp.path(), FastOptions());
+  auto store = OpenCheckpointStore(tmp.path(), FastOptions());
   REQUIRE_FALSE(store);
   CHECK(store.error().code() == ErrorCode::kIncompatible);
   CHECK_THAT(store.error().message(),
@@ -368,7 +368,7 @@ TEST_CASE("a file given as checkpoint directory is refused", "[state]") {
   TempDir tmp;
   const std::string file = tmp.Sub("file");
   std::ofstream(file) << "x";
-  auto store = CheckpointStore::Open(file, FastOptions());
+  auto store = OpenCheckpointStore(file, FastOptions());
   REQUIRE_FALSE(store);
   CHECK_THAT(store.error().message(), Catch::Contains("not a directory"));
 }
@@ -384,7 +384,7 @@ TEST_CASE("a RocksDB database of another program is refused", "[state]") {
     REQUIRE(db->Put(rocksdb::WriteOptions(), "user-key", "user-value").ok());
     REQUIRE(db->Close().ok());
   }
-  auto store = CheckpointStore::Open(tmp.path(), FastOptions());
+  auto store = OpenCheckpointStore(tmp.path(), FastOptions());
   REQUIRE_FALSE(store);
   CHECK(store.error().code() == ErrorCode::kIncompatible);
   CHECK_THAT(store.error().message(),
@@ -448,7 +448,7 @@ TEST_CASE("a database with driftd's column families but data and no marker is re
 
   SECTION("with state it is refused") {
     make_db(true);
-    auto store = CheckpointStore::Open(tmp.path(), FastOptions());
+    auto store = OpenCheckpointStore(tmp.path(), FastOptions());
     REQUIRE_FALSE(store);
     CHECK_THAT(store.error().message(), Catch::Contains("no driftd layout marker"));
   }
@@ -462,7 +462,7 @@ TEST_CASE("a database with driftd's column families but data and no marker is re
 TEST_CASE("a second writer on the same checkpoint is refused with a hint", "[state]") {
   TempDir tmp;
   auto first = OpenOrFail(tmp.path());
-  auto second = CheckpointStore::Open(tmp.path(), FastOptions());
+  auto second = OpenCheckpointStore(tmp.path(), FastOptions());
   REQUIRE_FALSE(second);
   CHECK(second.error().code() == ErrorCode::kIo);
   CHECK_THAT(second.error().message(),
@@ -482,7 +482,7 @@ TEST_CASE("a read-only open sees the commits of a writer that is still running",
 
   CheckpointOptions options;
   options.read_only = true;
-  auto reader = CheckpointStore::Open(tmp.path(), options);
+  auto reader = OpenCheckpointStore(tmp.path(), options);
   if (!reader) FAIL(reader.error().message());
   auto last = (*reader)->LastCommit();
   REQUIRE(last);

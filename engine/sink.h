@@ -1,15 +1,17 @@
-// The Sink interface (Spark's DataStreamWriter side). The executor persists a batch's output in
-// the checkpoint's outbox before delivering it; a sink makes delivery idempotent per batch id so
-// that recovery can finish an interrupted delivery without repeating it.
+// The Sink interface (Spark's DataStreamWriter side); connectors/ implements it. The executor
+// persists a batch's output in the checkpoint's outbox before delivering it; a sink makes
+// delivery idempotent per batch id so that recovery can finish an interrupted delivery without
+// repeating it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/pipeline_spec.h"
-#include "connectors/source.h"
+#include "engine/source.h"
 #include "engine/result.h"
 
 namespace driftd {
@@ -70,11 +72,16 @@ class Sink {
   virtual const std::string& name() const = 0;
 
   /// Called by the executor before Open with the checkpoint's identity
-  /// (CheckpointMetadata::checkpoint_id). Batch ids restart at 0 when a pipeline starts over
-  /// with a new checkpoint, so a sink that records delivered batch ids outside the checkpoint
-  /// (the Kafka sink's progress topic) must not take another checkpoint's ids for its own.
+  /// (CheckpointMetadata::checkpoint_id) and its last committed batch (-1: none). Batch ids
+  /// restart at 0 when a pipeline starts over with a new checkpoint, so a sink that records
+  /// delivered batch ids outside the checkpoint (the Kafka sink's progress topic) must not take
+  /// another checkpoint's ids for its own; and a sink whose record is ahead of the last commit
+  /// may refuse to Open (kIncompatible) before it disturbs anything (see LastDelivered).
   /// Default: ignored.
-  virtual void SetCheckpointId(const std::string& checkpoint_id) { (void)checkpoint_id; }
+  virtual void SetCheckpointId(const std::string& checkpoint_id, int64_t last_committed_batch) {
+    (void)checkpoint_id;
+    (void)last_committed_batch;
+  }
 
   /// Connects; fences zombies and aborts open transactions where the sink has them.
   virtual Status Open() = 0;
@@ -82,6 +89,13 @@ class Sink {
   /// Whether batch `batch_id` was fully delivered before (file manifest, committed Kafka
   /// transaction). Used only on recovery for batches still in the outbox.
   virtual Result<bool> IsDelivered(int64_t batch_id) = 0;
+
+  /// After Open: the newest batch of this checkpoint (SetCheckpointId) that the sink's own
+  /// record says was delivered, or nullopt when it keeps no such record (console) or has
+  /// delivered nothing yet. A checkpoint whose last committed batch is older is a copy or an
+  /// old backup of one that kept running, and the executor refuses to start from it rather
+  /// than deliver those batches again.
+  virtual Result<std::optional<int64_t>> LastDelivered() { return std::optional<int64_t>(); }
 
   /// Delivers the batch's rows atomically: afterwards IsDelivered(batch_id) is true, and a
   /// crash before that leaves nothing visible to readers of committed output.

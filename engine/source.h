@@ -1,5 +1,5 @@
 // The Source interface (Spark's DataStreamReader side): what the executor asks of every input
-// connector. A source plans a batch as an offset range, reads exactly that range again on
+// connector; connectors/ implements it. A source plans a batch as an offset range, reads exactly that range again on
 // replay, and learns when a batch is durably committed.
 #pragma once
 
@@ -72,6 +72,19 @@ class Source {
   virtual std::vector<PartitionLag> Lag(const SourceOffsets& position) {
     (void)position;
     return {};
+  }
+
+  /// Whether each partition of the source is an ordered stream of its own, read in an order
+  /// that does not depend on the others (Kafka partitions): each then has its own event-time
+  /// clock. False: the source's records form one stream (files read one after the other, the
+  /// rate and socket sources). Default: false.
+  virtual bool HasIndependentPartitions() const { return false; }
+
+  /// The offsets key ("topic-3") of the partition a RecordPosition::partition index names.
+  /// Only called when HasIndependentPartitions().
+  virtual std::string PartitionKeyOf(uint32_t partition_index) const {
+    (void)partition_index;
+    return "";
   }
 
   /// "topic inference-logs partition 3 offset 1742", "file /data/a.jsonl byte 4096".

@@ -1,0 +1,127 @@
+#include "engine/drift/value_sample.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "engine/drift/codec.h"
+
+namespace driftd {
+
+namespace {
+
+constexpr uint8_t kEncodingVersion = 1;
+
+uint64_t BitsOf(double value) {
+  if (value == 0) value = 0;  // -0.0 and 0.0 are one value
+  return std::bit_cast<uint64_t>(value);
+}
+
+// splitmix64's finalizer: a fixed, well-mixed hash of the value's bits.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool Kept(uint64_t bits, uint64_t threshold) {
+  return threshold == UINT64_MAX || Mix(bits) < threshold;
+}
+
+}  // namespace
+
+void ValueSample::AddCount(double value, int64_t count) {
+  const uint64_t bits = BitsOf(value);
+  if (!Kept(bits, threshold_)) return;
+  counts_[bits] += count;
+  if (counts_.size() > capacity_) Shrink();
+}
+
+void ValueSample::Shrink() {
+  while (counts_.size() > capacity_) {
+    threshold_ = threshold_ == UINT64_MAX ? (uint64_t{1} << 63) : threshold_ >> 1;
+    for (auto it = counts_.begin(); it != counts_.end();) {
+      it = Kept(it->first, threshold_) ? std::next(it) : counts_.erase(it);
+    }
+  }
+}
+
+void ValueSample::Merge(const ValueSample& other) {
+  if (other.threshold_ < threshold_) {
+    threshold_ = other.threshold_;
+    for (auto it = counts_.begin(); it != counts_.end();) {
+      it = Kept(it->first, threshold_) ? std::next(it) : counts_.erase(it);
+    }
+  }
+  for (const auto& [bits, count] : other.counts_) {
+    if (!Kept(bits, threshold_)) continue;
+    counts_[bits] += count;
+  }
+  if (counts_.size() > capacity_) Shrink();
+}
+
+void ValueSample::Clear() {
+  threshold_ = UINT64_MAX;
+  counts_.clear();
+}
+
+int64_t ValueSample::kept_total() const {
+  int64_t total = 0;
+  for (const auto& [bits, count] : counts_) total += count;
+  return total;
+}
+
+std::vector<std::pair<double, int64_t>> ValueSample::Sorted() const {
+  std::vector<std::pair<double, int64_t>> out;
+  out.reserve(counts_.size());
+  for (const auto& [bits, count] : counts_) out.emplace_back(std::bit_cast<double>(bits), count);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::pair<double, int64_t>> ValueSample::InHashOrder() const {
+  std::vector<std::pair<uint64_t, uint64_t>> order;  // (hash, bits): distinct values, distinct bits
+  order.reserve(counts_.size());
+  for (const auto& [bits, count] : counts_) order.emplace_back(Mix(bits), bits);
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<double, int64_t>> out;
+  out.reserve(order.size());
+  for (const auto& [hash, bits] : order) out.emplace_back(std::bit_cast<double>(bits), counts_.at(bits));
+  return out;
+}
+
+void ValueSample::Encode(std::string& out) const {
+  drift::ByteWriter w(out);
+  w.U8(kEncodingVersion);
+  w.U64(threshold_);
+  // In value order, so equal samples encode to equal bytes.
+  const auto sorted = Sorted();
+  w.U32(static_cast<uint32_t>(sorted.size()));
+  for (const auto& [value, count] : sorted) {
+    w.F64(value);
+    w.I64(count);
+  }
+}
+
+Result<ValueSample> ValueSample::Decode(std::string_view bytes) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&] {
+    return MakeError(ErrorCode::kCorruption, "value sample of {} bytes is unreadable",
+                     bytes.size());
+  };
+  if (r.U8() != kEncodingVersion) return corrupt();
+  ValueSample sample;
+  sample.threshold_ = r.U64();
+  const uint32_t n = r.U32();
+  if (r.failed() || n > r.remaining() / 16 || n > sample.capacity_) return corrupt();
+  for (uint32_t i = 0; i < n; ++i) {
+    const double value = r.F64();
+    const int64_t count = r.I64();
+    if (count <= 0 || value != value) return corrupt();
+    sample.counts_[BitsOf(value)] += count;
+  }
+  if (r.failed() || !r.at_end()) return corrupt();
+  return sample;
+}
+
+}  // namespace driftd

@@ -1,0 +1,79 @@
+#include "engine/executor/event_clock.h"
+
+#include <algorithm>
+
+namespace driftd {
+
+EventClock::EventClock(EventClockOptions options) : options_(options) {}
+
+EventClock::Partition& EventClock::Slot(std::string_view name) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return partitions_[it->second];
+  by_name_.emplace(std::string(name), partitions_.size());
+  partitions_.push_back(Partition{std::string(name)});
+  return partitions_.back();
+}
+
+int64_t EventClock::SlotIndexFor(uint32_t /*partition_index*/, std::string_view name) {
+  Slot(name);
+  return static_cast<int64_t>(by_name_.find(name)->second);
+}
+
+void EventClock::Restore(const std::map<std::string, int64_t>& max_event_us,
+                         int64_t watermark_us) {
+  for (const auto& [name, max_us] : max_event_us) Slot(name).max_us = max_us;
+  watermark_us_ = watermark_us;
+}
+
+void EventClock::BeginBatch(const std::vector<PartitionActivity>& activity, int64_t now_ms) {
+  for (const PartitionActivity& seen : activity) {
+    Partition& partition = Slot(seen.name);
+    const bool active = seen.more_available || seen.read_in_batch;
+    if (active || partition.last_active_ms == INT64_MIN) partition.last_active_ms = now_ms;
+    partition.more_available = seen.more_available;
+    partition.idle = !active && options_.idle_timeout_ms > 0 &&
+                     now_ms - partition.last_active_ms >= options_.idle_timeout_ms;
+  }
+  // Slot indexes stay valid: slots are only ever added.
+}
+
+int64_t EventClock::NextWatermark() const {
+  if (!enabled()) return watermark_us_;
+  bool any = false;
+  int64_t low = INT64_MAX;
+  int64_t high = INT64_MIN;
+  bool all_idle = true;
+  for (const Partition& partition : partitions_) {
+    if (partition.max_us == INT64_MIN) {
+      // Never read: it holds the watermark only while it has records waiting.
+      if (partition.more_available && !partition.idle) return watermark_us_;
+      continue;
+    }
+    high = std::max(high, partition.max_us);
+    if (partition.idle) continue;
+    all_idle = false;
+    any = true;
+    low = std::min(low, partition.max_us);
+  }
+  if (high == INT64_MIN) return watermark_us_;
+  // Every partition idle: nothing holds the watermark back any more.
+  const int64_t bound = any && !all_idle ? low : high;
+  const int64_t candidate = bound - options_.delay_us;
+  return std::max(candidate, watermark_us_);
+}
+
+std::map<std::string, int64_t> EventClock::MaxEventTimes() const {
+  std::map<std::string, int64_t> out;
+  for (const Partition& partition : partitions_) {
+    if (partition.max_us != INT64_MIN) out[partition.name] = partition.max_us;
+  }
+  return out;
+}
+
+int64_t EventClock::MaxEventTime() const {
+  int64_t high = INT64_MIN;
+  for (const Partition& partition : partitions_) high = std::max(high, partition.max_us);
+  return high;
+}
+
+}  // namespace driftd

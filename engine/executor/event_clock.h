@@ -1,0 +1,137 @@
+// The query's event-time clock: one watermark for aggregation and drift alike, kept per input
+// partition so that results do not depend on batching, read order or how many processes read.
+//
+// Each clock partition (a Kafka partition; a source whose records form one ordered stream, such
+// as a directory of files, is one partition) keeps the largest event time read from it. The
+// query's watermark is the minimum, over the partitions that have data, of that maximum minus
+// the delay (Flink's rule), and it moves only at batch boundaries:
+//   - a partition with records not read yet holds the watermark where it is until it is read;
+//   - a partition that never had a record does not count;
+//   - a partition with nothing left to read for idle_timeout of processing time is idle and does
+//     not count until it has records again (so one silent partition does not stop every window
+//     from closing; records it brings later may fall into closed windows and are dropped as
+//     late: the one case where processing time affects results, as with Flink's idleness).
+//
+// A row is late when its window (or, without a window, its event time) is at or behind the
+// watermark of its own partition just before the row: the partition's largest earlier event time
+// minus the delay. That depends only on the partition's own order, which the source fixes, so the
+// same rows are late whatever the batching; the query watermark is never ahead of a partition's
+// own, so a window closed by the query watermark never receives a row that is not late (idleness
+// aside, where the query watermark decides).
+//
+// Without a declared watermark (delay 0, the window column as the clock) the clock still closes
+// drift's event-time windows; the aggregation then drops nothing, as Spark does.
+//
+// Not thread-safe; the executor's thread uses it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/executor/stage.h"
+#include "engine/offsets.h"
+
+namespace driftd {
+
+struct EventClockOptions {
+  /// Schema index of the event-time column; -1: the query has no event time (no clock).
+  int column = -1;
+  /// Watermark delay in microseconds. Default: 0.
+  int64_t delay_us = 0;
+  /// Processing time after which a partition with nothing to read stops holding the watermark,
+  /// in milliseconds; 0: never. Default: 0.
+  int64_t idle_timeout_ms = 0;
+};
+
+/// What the executor knows of one source partition after planning a batch.
+struct PartitionActivity {
+  std::string name;  // the clock partition's name ("" for a source that is one stream)
+  /// Records exist beyond the batch's end offset (more to read after this batch).
+  bool more_available = false;
+  /// The batch reads records from it.
+  bool read_in_batch = false;
+};
+
+class EventClock {
+ public:
+  explicit EventClock(EventClockOptions options);
+
+  bool enabled() const { return options_.column >= 0; }
+  /// The watermark in force for the current batch; INT64_MIN before there is one.
+  int64_t watermark_us() const { return watermark_us_; }
+
+  /// Restores the state of the last committed batch: each partition's largest event time and
+  /// the watermark.
+  void Restore(const std::map<std::string, int64_t>& max_event_us, int64_t watermark_us);
+
+  /// Starts a batch: `activity` lists every partition of the source with what the plan says of
+  /// it; `now_ms` is the steady clock in milliseconds (idleness).
+  void BeginBatch(const std::vector<PartitionActivity>& activity, int64_t now_ms);
+
+  /// Fills `times` for the rows of `batch`, in row order (which is each partition's order), and
+  /// advances each partition's largest event time. `partition_name` maps a record position's
+  /// partition index to its clock partition's name.
+  template <typename NameOf>
+  void Stamp(const RecordBatch& batch, NameOf&& partition_name, RowTimes& times);
+
+  /// The watermark for the next batch (call after the batch's rows were stamped); it never
+  /// moves back. Does not change watermark_us() until CommitBatch.
+  int64_t NextWatermark() const;
+
+  /// The batch committed: the next batch runs with NextWatermark().
+  void CommitBatch() { watermark_us_ = NextWatermark(); }
+
+  /// Each partition's largest event time, for the commit record.
+  std::map<std::string, int64_t> MaxEventTimes() const;
+  /// Largest event time over every partition (progress), INT64_MIN if none.
+  int64_t MaxEventTime() const;
+
+ private:
+  struct Partition {
+    std::string name;
+    int64_t max_us = INT64_MIN;
+    bool more_available = false;
+    int64_t last_active_ms = INT64_MIN;  // steady clock; INT64_MIN until first seen
+    bool idle = false;
+  };
+  Partition& Slot(std::string_view name);
+  int64_t SlotIndexFor(uint32_t partition_index, std::string_view name);
+
+  EventClockOptions options_;
+  std::vector<Partition> partitions_;
+  std::map<std::string, size_t, std::less<>> by_name_;
+  /// Record position partition index -> slot (cache), -1 unknown.
+  std::vector<int64_t> slot_of_index_;
+  int64_t watermark_us_ = INT64_MIN;
+};
+
+template <typename NameOf>
+void EventClock::Stamp(const RecordBatch& batch, NameOf&& partition_name, RowTimes& times) {
+  times.event_us.assign(batch.num_rows, INT64_MIN);
+  times.late_before.assign(batch.num_rows, INT64_MIN);
+  if (!enabled()) return;
+  const Column& column = batch.columns[options_.column];
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    const uint32_t index = batch.positions[row].partition;
+    if (index >= slot_of_index_.size()) slot_of_index_.resize(index + 1, -1);
+    int64_t slot = slot_of_index_[index];
+    if (slot < 0) {
+      slot = SlotIndexFor(index, partition_name(index));
+      slot_of_index_[index] = slot;
+    }
+    Partition& partition = partitions_[static_cast<size_t>(slot)];
+    const int64_t own =
+        partition.max_us == INT64_MIN ? INT64_MIN : partition.max_us - options_.delay_us;
+    times.late_before[row] = std::max(own, watermark_us_);
+    if (column.IsNull(row)) continue;
+    const int64_t t = column.i64[row];
+    times.event_us[row] = t;
+    if (t > partition.max_us) partition.max_us = t;
+  }
+}
+
+}  // namespace driftd

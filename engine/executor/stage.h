@@ -1,0 +1,89 @@
+// The query's stages (aggregation, drift detection, a plain select) behind one interface, so
+// that the executor drives every stage the same way: restore its state, fold each decoded chunk
+// into it, and at the end of a batch collect its output rows and its state changes for the
+// batch's atomic commit. A stage owns its state in memory; the executor persists what it reports
+// and hands it back on restore, under the stage's own namespace and the task (scope) it serves.
+//
+// Lifecycle: created by CreateStages; Restore() for every persisted key of its namespace before
+// the first Process(); then per batch any number of Process() calls and one Finish(). All calls
+// on the executor's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+#include "engine/sink.h"
+
+namespace driftd {
+
+/// What a stage is told at the end of a batch.
+struct BatchContext {
+  int64_t batch_id = 0;
+  /// Processing time of the batch (Unix epoch milliseconds).
+  int64_t now_ms = 0;
+  /// The watermark in force during this batch (INT64_MIN: none yet). Windows whose end is at or
+  /// behind it are closed.
+  int64_t watermark_us = INT64_MIN;
+  /// The watermark the next batch will use; never behind watermark_us.
+  int64_t next_watermark_us = INT64_MIN;
+};
+
+/// State changes of a batch, keys in the stage's own encoding (the executor adds scope and
+/// namespace).
+struct StateChanges {
+  std::vector<std::pair<std::string, std::string>> puts;
+  std::vector<std::string> deletes;
+};
+
+/// Counters a stage reports into the batch's progress record.
+struct StageProgress {
+  int64_t num_groups = 0;
+  int64_t rows_updated = 0;
+  int64_t num_open_windows = 0;
+  int64_t dropped_by_watermark = 0;
+  int64_t without_event_time = 0;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  /// Namespace of the stage's state keys in the checkpoint ("agg", "drift"); persisted, so it
+  /// never changes. Empty: the stage keeps no state.
+  virtual std::string_view state_namespace() const = 0;
+
+  /// Loads one persisted entry (a key and value this stage reported in Finish).
+  virtual Status Restore(std::string_view key, std::string_view value) = 0;
+
+  /// Called once after every persisted entry was restored (the whole checkpoint was scanned).
+  virtual Status FinishRestore() { return Ok(); }
+
+  /// Folds decoded rows into the stage. `times` has one entry per row.
+  virtual void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) = 0;
+
+  /// Whether a batch without input is due: a window not yet closed ends at or before
+  /// `watermark_us`, so a batch must run to emit or evict it.
+  virtual bool HasClosableWindows(int64_t watermark_us) const {
+    (void)watermark_us;
+    return false;
+  }
+
+  /// Ends the batch: appends its rows to `output`, its state changes to `changes`, and adds its
+  /// counters to `progress`.
+  virtual void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
+                      StageProgress& progress) = 0;
+};
+
+/// The stages a pipeline needs, in the order the executor runs them: the aggregation (or a
+/// select of the input rows), then drift detection when configured. The spec must have passed
+/// validation.
+Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec);
+
+}  // namespace driftd

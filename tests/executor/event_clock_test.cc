@@ -1,0 +1,119 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "engine/executor/event_clock.h"
+
+namespace driftd {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000;
+
+// A batch of rows of schema {event_time: timestamp}, each from a given partition index.
+struct Rows {
+  RecordBatch batch;
+  explicit Rows(const std::vector<std::pair<uint32_t, int64_t>>& rows) {
+    Schema schema;
+    schema.fields.push_back({"event_time", FieldType::kTimestamp, true});
+    batch.Reset(schema);
+    for (const auto& [partition, seconds] : rows) {
+      batch.columns[0].valid.push_back(1);
+      batch.columns[0].i64.push_back(seconds * kSecond);
+      batch.positions.push_back({partition, 0});
+    }
+    batch.num_rows = rows.size();
+  }
+};
+
+std::string Name(uint32_t index) { return "p" + std::to_string(index); }
+
+EventClock ClockWithDelay(int64_t delay_seconds, int64_t idle_ms = 0) {
+  EventClockOptions options;
+  options.column = 0;
+  options.delay_us = delay_seconds * kSecond;
+  options.idle_timeout_ms = idle_ms;
+  return EventClock(options);
+}
+
+TEST_CASE("the watermark is the slowest partition's event time minus the delay",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(5);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
+  Rows rows({{0, 100}, {1, 40}, {0, 120}});
+  RowTimes times;
+  clock.Stamp(rows.batch, Name, times);
+  CHECK(clock.NextWatermark() == 35 * kSecond);
+  CHECK(clock.watermark_us() == INT64_MIN);  // moves only when the batch commits
+  clock.CommitBatch();
+  CHECK(clock.watermark_us() == 35 * kSecond);
+}
+
+TEST_CASE("a partition with records not read yet holds the watermark back", "[clock]") {
+  EventClock clock = ClockWithDelay(0);
+  // p1 has records waiting but none was read in this batch.
+  clock.BeginBatch({{"p0", false, true}, {"p1", true, false}}, 0);
+  Rows rows({{0, 100}});
+  RowTimes times;
+  clock.Stamp(rows.batch, Name, times);
+  CHECK(clock.NextWatermark() == INT64_MIN);
+  // An empty partition (no records, none waiting) does not count.
+  clock.BeginBatch({{"p0", false, false}, {"p1", false, false}}, 0);
+  CHECK(clock.NextWatermark() == 100 * kSecond);
+}
+
+TEST_CASE("a row is late by its own partition's watermark, whatever else was read",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(10);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
+  // p0 runs ahead to 100 s; p1's rows are judged only by p1's own earlier rows.
+  Rows rows({{0, 100}, {1, 50}, {1, 60}, {1, 45}, {0, 85}});
+  RowTimes times;
+  clock.Stamp(rows.batch, Name, times);
+  CHECK(times.late_before[0] == INT64_MIN);      // first row of p0
+  CHECK(times.late_before[1] == INT64_MIN);      // first row of p1
+  CHECK(times.late_before[2] == 40 * kSecond);   // p1 so far: 50 - 10
+  CHECK(times.late_before[3] == 50 * kSecond);   // p1 so far: 60 - 10
+  CHECK(times.late_before[4] == 90 * kSecond);   // p0 so far: 100 - 10
+  CHECK(times.event_us[3] == 45 * kSecond);
+}
+
+TEST_CASE("an idle partition stops holding the watermark back, and never moves it back",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
+  Rows first({{0, 100}, {1, 10}});
+  RowTimes times;
+  clock.Stamp(first.batch, Name, times);
+  clock.CommitBatch();
+  CHECK(clock.watermark_us() == 10 * kSecond);
+  // p1 has nothing to read; until the timeout it still holds the watermark.
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, false}}, 500);
+  Rows second({{0, 200}});
+  clock.Stamp(second.batch, Name, times);
+  CHECK(clock.NextWatermark() == 10 * kSecond);
+  clock.BeginBatch({{"p0", false, false}, {"p1", false, false}}, 1500);
+  CHECK(clock.NextWatermark() == 200 * kSecond);
+  clock.CommitBatch();
+  // p1 comes back with old records: they are late by the query's watermark.
+  clock.BeginBatch({{"p0", false, false}, {"p1", false, true}}, 1600);
+  Rows third({{1, 20}});
+  clock.Stamp(third.batch, Name, times);
+  CHECK(times.late_before[0] == 200 * kSecond);
+  CHECK(clock.NextWatermark() == 200 * kSecond);
+}
+
+TEST_CASE("the clock restores each partition's maximum from the commit", "[clock]") {
+  EventClock clock = ClockWithDelay(5);
+  clock.Restore({{"p0", 100 * kSecond}, {"p1", 70 * kSecond}}, 65 * kSecond);
+  CHECK(clock.watermark_us() == 65 * kSecond);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, false}}, 0);
+  Rows rows({{0, 90}});
+  RowTimes times;
+  clock.Stamp(rows.batch, Name, times);
+  CHECK(times.late_before[0] == 95 * kSecond);
+  CHECK(clock.MaxEventTimes().at("p1") == 70 * kSecond);
+}
+
+}  // namespace
+}  // namespace driftd
