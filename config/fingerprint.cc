@@ -195,7 +195,11 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
                            baseline.period_ms, baseline.cycles);
         break;
     }
-    out += "},\"detectors\":[";
+    out += "}";
+    // Drift's own event-time windows lay its state out by window (absent: unchanged from
+    // fingerprints written before they existed).
+    if (drift.window_ms > 0) out += fmt::format(",\"windowMs\":{}", drift.window_ms);
+    out += ",\"detectors\":[";
     for (size_t i = 0; i < drift.detectors.size(); ++i) {
       const DetectorSpec& detector = drift.detectors[i];
       if (i > 0) out += ',';
@@ -208,6 +212,9 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     }
     out += "]}";
   }
+  // Scaled-out state is kept by task, and only changed fingerprints say so (a checkpoint
+  // written before scaleOut existed keeps its fingerprint).
+  if (spec.scale_out.enabled) out += ",\"scaleOut\":true";
   out += '}';
   return out;
 }

@@ -1,5 +1,7 @@
 #include "config/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -230,9 +232,10 @@ class PipelineParser {
     spec_.file = std::string(file_name);
     MapReader top(reader_, root, "", {1, 1},
                   std::vector<std::string_view>{"name", "schema", "source", "query", "drift",
-                                                "sinks", "trigger", "checkpointLocation"},
+                                                "sinks", "trigger", "checkpointLocation",
+                                                "scaleOut"},
                   " (a pipeline: name, schema, source, query, drift, sinks, trigger, "
-                  "checkpointLocation)");
+                  "checkpointLocation, scaleOut)");
     if (!top.valid()) return spec_;
     ParseName(top);
     ParseSchema(top);
@@ -242,7 +245,9 @@ class PipelineParser {
     ParseSinks(top);
     ParseTrigger(top);
     ParseCheckpoint(top);
+    ParseScaleOut(top);
     CheckOutputModes();
+    CheckOrderDependence();
     CheckDeadLetter();
     CheckStreams();
     CheckPaths();
@@ -635,7 +640,8 @@ class PipelineParser {
     if (entry == nullptr || entry->value.IsNull()) return;
     MapReader drift(reader_, entry->value, "drift", entry->key_mark,
                     std::vector<std::string_view>{"series", "baseline", "detectors", "minSamples",
-                                                  "windowRecords", "hysteresis", "cooldown",
+                                                  "windowRecords", "window", "hysteresis",
+                                                  "cooldown",
                                                   "modelAlertSeries", "modelColumn",
                                                   "predictionColumn", "labelColumn", "overrides",
                                                   "resolveEvidence"},
@@ -717,6 +723,14 @@ class PipelineParser {
     }
     if (auto value = drift.DurationMs("cooldown", 0)) spec.cooldown_ms = *value;
     if (auto value = drift.Int("windowRecords", 1, kMaxInt)) spec.window_records = *value;
+    if (drift.Has("window")) {
+      if (auto value = drift.DurationMs("window", 1)) spec.window_ms = *value;
+      if (!spec_.query.watermark && !spec_.query.window) {
+        problems_.Error(drift.PathOf("window"), drift.MarkOf("window"),
+                        "drift.window evaluates event-time windows, which close by the query's "
+                        "watermark: add query.watermark (the event-time column and its delay)");
+      }
+    }
     if (auto value = drift.Int("modelAlertSeries", 0, 1'000'000)) {
       spec.model_alert_series = static_cast<int>(*value);
     }
@@ -741,11 +755,14 @@ class PipelineParser {
                                   "drift.windowRecords values",
                                   window->mark.line, window->size_ms, window->slide_ms));
     }
-    if (spec_.query.window && drift.Has("windowRecords")) {
+    if ((spec_.query.window || spec.window_ms > 0) && drift.Has("windowRecords")) {
       problems_.Warn(drift.PathOf("windowRecords"), drift.MarkOf("windowRecords"),
-                     fmt::format("windowRecords is ignored: with query.window (line {}) drift "
-                                 "evaluates each event-time window",
-                                 spec_.query.window->mark.line));
+                     fmt::format("windowRecords is ignored: with {} drift evaluates each "
+                                 "event-time window",
+                                 spec.window_ms > 0
+                                     ? std::string("drift.window")
+                                     : fmt::format("query.window (line {})",
+                                                   spec_.query.window->mark.line)));
     }
 
     ParseBaseline(drift);
@@ -1297,6 +1314,80 @@ class PipelineParser {
     }
   }
 
+  // scaleOut: {enabled: true, instance: NAME}. Several processes running the pipeline share
+  // its Kafka source through a consumer group (engine/group.h); each keeps its local
+  // checkpoint in <checkpointLocation>/<instance>.
+  void ParseScaleOut(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("scaleOut");
+    if (entry == nullptr) return;
+    MapReader map(reader_, entry->value, "scaleOut", entry->key_mark,
+                  std::vector<std::string_view>{"enabled", "instance"},
+                  ", e.g. {enabled: true, instance: ${HOSTNAME}}");
+    if (!map.valid()) return;
+    ScaleOutSpec& scale = spec_.scale_out;
+    scale.mark = entry->key_mark;
+    if (auto enabled = map.Bool("enabled")) scale.enabled = *enabled;
+    if (!scale.enabled) return;
+    if (auto instance = map.String("instance")) {
+      if (!IsValidName(instance->value)) {
+        problems_.Error(instance->path, instance->mark,
+                        fmt::format("scaleOut.instance {} may contain only letters, digits, "
+                                    "'.', '_' and '-' (it names the process's transactional.id "
+                                    "and its checkpoint directory)",
+                                    Show(*instance)));
+        return;
+      }
+      scale.instance = instance->value;
+    } else {
+      scale.instance = DefaultInstanceName(options_.env);
+    }
+    if (spec_.source.format != "kafka") {
+      problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
+                      fmt::format("scaleOut shares a Kafka source among processes through a "
+                                  "consumer group; this pipeline's source is '{}'",
+                                  spec_.source.format));
+    } else if (spec_.source.options.Has("assign")) {
+      problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
+                      "scaleOut needs source.options subscribe or subscribePattern: with "
+                      "assign the partitions are fixed and cannot be shared");
+    }
+    for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+      const SinkSpec& sink = spec_.sinks[i];
+      if (sink.format == "kafka" || sink.format == "console") continue;
+      problems_.Error(fmt::format("sinks[{}].format", i), sink.mark,
+                      fmt::format("sink '{}' ({}) cannot be shared by the processes of a "
+                                  "scaled-out pipeline: each would write its own part of the "
+                                  "output with batch ids of its own. Write to Kafka (exactly "
+                                  "once), or console",
+                                  sink.name, sink.format));
+    }
+    if (spec_.trigger.kind == TriggerKind::kOnce ||
+        spec_.trigger.kind == TriggerKind::kAvailableNow) {
+      problems_.Warn("trigger", spec_.trigger.mark,
+                     "a scaled-out process with trigger once or availableNow stops after what "
+                     "it owns at the start; the group moves the rest to the others as it "
+                     "leaves");
+    }
+    if (!spec_.checkpoint_location.empty()) {
+      spec_.checkpoint_location += "/" + scale.instance;
+    }
+  }
+
+  // Results must not depend on batching: say where a Kafka pipeline's would.
+  void CheckOrderDependence() {
+    if (spec_.source.format != "kafka" || !spec_.drift.enabled || spec_.query.window ||
+        spec_.drift.window_ms > 0) {
+      return;
+    }
+    problems_.Warn(
+        "drift.windowRecords", spec_.drift.mark,
+        "drift evaluates windows of drift.windowRecords values in the order records arrive: with "
+        "a Kafka source that order is fixed only within a partition, so the alerts are the same "
+        "whatever the batching only if producers key records by model (each model in one "
+        "partition). Use event-time windows (drift.window, or query.window, with a watermark) "
+        "when models span partitions");
+  }
+
   // ---- rules across sections (Spark's) -----------------------------------------------------
 
   void CheckOutputModes() {
@@ -1611,6 +1702,21 @@ std::string FormatProblems(std::string_view file, const std::vector<ConfigProble
     out += '\n';
   }
   return out;
+}
+
+std::string DefaultInstanceName(const EnvLookup& env) {
+  std::optional<std::string> host = env ? env("HOSTNAME") : std::nullopt;
+  std::string name = host.value_or("");
+  if (name.empty()) {
+    char buffer[256] = {};
+    if (gethostname(buffer, sizeof buffer - 1) == 0) name = buffer;
+  }
+  for (char& c : name) {
+    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    if (!legal) c = '_';
+  }
+  return name.empty() ? std::string("driftd") : name;
 }
 
 std::string DefaultCheckpointLocation(std::string_view pipeline_name, const EnvLookup& env) {

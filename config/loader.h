@@ -72,6 +72,10 @@ std::string FormatProblems(std::string_view file, const std::vector<ConfigProble
 /// thresholds, hysteresis, cooldown, overrides, sinks, malformed-record policy, other options.
 std::string PipelineFingerprintJson(const PipelineSpec& spec);
 
+/// scaleOut.instance when it is not given: $HOSTNAME (a Kubernetes pod's name), else the host
+/// name, with characters a name may not hold replaced by '_'.
+std::string DefaultInstanceName(const EnvLookup& env);
+
 /// The default checkpoint location of a pipeline without checkpointLocation:
 /// "$STATE_DIRECTORY/<name>" (the first entry of systemd's StateDirectory= list) or
 /// "/var/lib/driftd/<name>" when STATE_DIRECTORY is unset.

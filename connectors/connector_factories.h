@@ -31,8 +31,11 @@ Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec& pipeline,
                                                 const SinkSpec& spec);
 Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
                                                 const SinkSpec& spec);
-/// One Sink for all Kafka sinks of the pipeline (one transactional producer).
+/// One Sink for all Kafka sinks of the pipeline (one transactional producer). Scaled out, it
+/// also writes the query's internal topics in each transaction, with the group metadata of
+/// `source` (the pipeline's Kafka source; required then); `specs` may then be empty.
 Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
-                                              const std::vector<const SinkSpec*>& specs);
+                                              const std::vector<const SinkSpec*>& specs,
+                                              Source* source);
 
 }  // namespace driftd

@@ -23,7 +23,8 @@ Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline) {
   return MakeError(ErrorCode::kConfig, "unknown source format '{}'", format);
 }
 
-Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline) {
+Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
+                                                       Source* source) {
   std::vector<std::unique_ptr<Sink>> sinks;
   std::vector<const SinkSpec*> kafka_specs;
   for (const SinkSpec& spec : pipeline.sinks) {
@@ -39,8 +40,8 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
     if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("sink '{}'", spec.name)));
     sinks.push_back(std::move(*sink));
   }
-  if (!kafka_specs.empty()) {
-    auto sink = CreateKafkaSink(pipeline, kafka_specs);
+  if (!kafka_specs.empty() || pipeline.scale_out.enabled) {
+    auto sink = CreateKafkaSink(pipeline, kafka_specs, source);
     if (!sink) return tl::unexpected(sink.error().Wrap("kafka sink"));
     sinks.push_back(std::move(*sink));
   }

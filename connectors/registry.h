@@ -19,8 +19,11 @@ const ConnectorCatalog& ConnectorDeclarations();
 Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline);
 
 /// Creates the pipeline's sinks. Sinks of one format may share one Sink object (all Kafka sinks
-/// share a transactional producer); each SinkSpec is served by exactly one returned Sink.
-Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline);
+/// share a transactional producer); each SinkSpec is served by exactly one returned Sink. A
+/// scaled-out pipeline's Kafka sink shares the group of `source`, its Kafka source (and exists
+/// even when no Kafka sink is configured: it writes the internal topics).
+Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
+                                                       Source* source = nullptr);
 
 /// Markdown reference of every connector's options, generated from the declarations.
 std::string ConnectorReferenceMarkdown();

@@ -121,6 +121,16 @@ class CheckpointStore {
   /// Applies a batch atomically (one WriteBatch; synced if options.sync).
   virtual Status Commit(const BatchWrite& write) = 0;
 
+  /// Applies state entries alone (deletes first, then puts) atomically, without a commit
+  /// record: a scaled-out task's state restored from its changelog. Synced if options.sync.
+  virtual Status ApplyState(const std::vector<std::pair<std::string, std::string>>& puts,
+                            const std::vector<std::string>& deletes) = 0;
+
+  /// Calls `visit` for every state entry whose key starts with `prefix`, in key order.
+  virtual Status ScanStatePrefix(
+      std::string_view prefix,
+      const std::function<void(std::string_view key, std::string_view value)>& visit) = 0;
+
   /// Outbox entries, oldest batch first.
   virtual Result<std::vector<OutboxEntry>> PendingOutbox() = 0;
   /// `sink` has delivered `batch_id`; the entry goes when no sink is pending.

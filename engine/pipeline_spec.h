@@ -71,10 +71,10 @@ struct WindowSpec {
 struct WatermarkSpec {
   std::string column;
   int64_t delay_ms = 0;
+  SourceMark mark;
   /// Processing time after which an input partition with nothing to read stops holding the
   /// watermark back (engine/executor/event_clock.h); 0: never. Default: 1 minute.
   int64_t idle_timeout_ms = 60'000;
-  SourceMark mark;
 };
 
 struct QuerySpec {
@@ -166,9 +166,12 @@ struct DriftSpec {
   /// Likelihood ratio of "back at the baseline" over "still changed" that a series in WARN or
   /// ALERT needs before it clears (YAML: resolveEvidence). Default: 10'000.
   double resolve_evidence = 1e4;
-  /// Records per tumbling evaluation window of each (model, series) when the query has no
-  /// event-time window (YAML: windowRecords). Default: 1000.
+  /// Records per tumbling evaluation window of each (model, series) when drift has no
+  /// event-time windows (YAML: windowRecords). Default: 1000.
   int64_t window_records = 1000;
+  /// Event-time windows of this size for drift (YAML: window), closed by the query's watermark;
+  /// 0: the query's window if it has one, else record-count windows. Default: 0.
+  int64_t window_ms = 0;
   /// A model with at least this many series in ALERT also gets one model-level alert
   /// (YAML: modelAlertSeries; 0 disables the roll-up). Default: 3.
   int model_alert_series = 3;
@@ -212,6 +215,16 @@ struct TriggerSpec {
   SourceMark mark;
 };
 
+/// scaleOut: several driftd processes share the pipeline's Kafka source through its consumer
+/// group (engine/group.h).
+struct ScaleOutSpec {
+  bool enabled = false;
+  /// This process's name in the group: its transactional.id and local checkpoint
+  /// (<checkpointLocation>/<instance>). Default: the host name.
+  std::string instance;
+  SourceMark mark;
+};
+
 struct PipelineSpec {
   std::string name;
   std::string file;  // where it was loaded from, for messages
@@ -225,6 +238,7 @@ struct PipelineSpec {
   /// Values that must never be printed (engine/redact.h): the values of options whose names look
   /// secret, the texts secret environment variables put into any value, and URL passwords.
   std::vector<std::string> secrets;
+  ScaleOutSpec scale_out;
 };
 
 std::string_view ToString(MalformedPolicy policy);

@@ -23,6 +23,8 @@ enum class ErrorCode {
   kUnrecoverable,    // a broker or receiver said this instance must not go on (a fenced Kafka
                      // producer, a webhook's 4xx): retrying cannot help, the query stops
   kCancelled,        // shutdown was requested
+  kAborted,          // a scaled-out batch's transaction was aborted (the group rebalanced, say):
+                     // the batch is computed again from the committed offsets
   kInternal,         // a bug
 };
 

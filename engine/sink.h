@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,15 @@ struct OutputRows {
   }
 };
 
+/// A record of a scaled-out query's internal topics (engine/group.h).
+struct InternalRecord {
+  uint32_t partition = 0;
+  std::string key;
+  std::string value;
+  /// A deletion (a changelog tombstone): no value.
+  bool tombstone = false;
+};
+
 /// Everything a batch produced, by stream and output mode. Only the combinations some sink asked
 /// for are filled in.
 struct BatchOutput {
@@ -43,6 +53,13 @@ struct BatchOutput {
   OutputRows evaluations;
   /// Source end offsets of the batch (for Kafka's send_offsets_to_transaction).
   SourceOffsets source_end;
+  /// Scaled out (engine/group.h): rows and clock marks for the tasks that own their models
+  /// (repartition topic), the batch's state changes by task (changelog topic), and the metadata
+  /// committed with each source partition's offset (its clock). The Kafka sink delivers them in
+  /// the batch's transaction; the outbox never holds them.
+  std::vector<InternalRecord> repartition;
+  std::vector<InternalRecord> changelog;
+  std::map<std::string, std::string> offset_metadata;
 
   const OutputRows& For(StreamKind stream, OutputMode mode) const {
     switch (stream) {
@@ -105,6 +122,10 @@ class Sink {
   /// thread when the query is asked to stop. A delivery under way is not cut short. Default:
   /// nothing (Open ends soon by itself).
   virtual void Cancel() {}
+
+  /// Whether Deliver commits a scaled-out query's batch: the Kafka sink, whose transaction
+  /// holds the batch's internal records and offsets (engine/group.h). Default: false.
+  virtual bool CommitsScaledOutBatches() const { return false; }
 
   /// Flushes and releases resources; best effort.
   virtual Status Close() { return Ok(); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/group.h"
 #include "engine/offsets.h"
 #include "engine/result.h"
 
@@ -92,6 +93,9 @@ class Source {
 
   /// Spark-like description for progress records, e.g. "FileSource[/data/in]".
   virtual std::string Describe() const = 0;
+
+  /// The consumer group that shares this source among processes (scaleOut), or null.
+  virtual GroupMember* group() { return nullptr; }
 
   /// False for sources that cannot replay a range (socket): exactly-once does not hold.
   virtual bool IsReplayable() const { return true; }

@@ -34,7 +34,7 @@ Status VerifyChecksums(const std::string& directory) {
   std::vector<std::string> families;
   rocksdb::Status status =
       rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), directory, &families);
-  if (!status.ok()) return Ok();  // not a checkpoint: CheckpointStore::Open says so
+  if (!status.ok()) return Ok();  // not a checkpoint: OpenCheckpointStore says so
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   for (const std::string& family : families) {
     descriptors.emplace_back(family, rocksdb::ColumnFamilyOptions());

@@ -341,6 +341,11 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status ScanState(
       const std::function<void(std::string_view key, std::string_view value)>& visit) override;
   Status Commit(const BatchWrite& write) override;
+  Status ApplyState(const std::vector<std::pair<std::string, std::string>>& puts,
+                    const std::vector<std::string>& deletes) override;
+  Status ScanStatePrefix(
+      std::string_view prefix,
+      const std::function<void(std::string_view key, std::string_view value)>& visit) override;
   Result<std::vector<OutboxEntry>> PendingOutbox() override;
   Status MarkDelivered(int64_t batch_id, std::string_view sink) override;
   StateStats Stats() override { return stats_; }
@@ -364,6 +369,9 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDatabase(const std::vector<std::string>& existing_cfs);
+  // Mirrors applied state puts and deletes in the live key count and sizes.
+  void CountState(const std::vector<std::pair<std::string, std::string>>& puts,
+                  const std::vector<std::string>& deletes);
   Status CheckOrWriteMarker(bool created_now);
   Result<bool> CfIsEmpty(CfIndex index);
   Result<bool> DatabaseIsEmpty(const std::vector<std::string>& cf_names) const;
@@ -792,7 +800,13 @@ Status RocksCheckpointStore::Commit(const BatchWrite& write) {
   // Durable: now mirror it in memory, in the same order the WriteBatch applied it.
   commit_ids_.erase(commit_ids_.begin(), commit_ids_.begin() + static_cast<ptrdiff_t>(trim));
   commit_ids_.push_back(batch_id);
-  for (const auto& [key, value] : write.state_puts) {
+  CountState(write.state_puts, write.state_deletes);
+  return Ok();
+}
+
+void RocksCheckpointStore::CountState(const std::vector<std::pair<std::string, std::string>>& puts,
+                                      const std::vector<std::string>& deletes) {
+  for (const auto& [key, value] : puts) {
     auto [it, inserted] = value_sizes_.try_emplace(key, 0);
     if (inserted) {
       stats_.keys += 1;
@@ -801,13 +815,46 @@ Status RocksCheckpointStore::Commit(const BatchWrite& write) {
     stats_.bytes += static_cast<int64_t>(value.size()) - static_cast<int64_t>(it->second);
     it->second = static_cast<uint32_t>(value.size());
   }
-  for (const std::string& key : write.state_deletes) {
+  for (const std::string& key : deletes) {
     auto it = value_sizes_.find(key);
     if (it == value_sizes_.end()) continue;
     stats_.keys -= 1;
     stats_.bytes -= static_cast<int64_t>(key.size() + it->second);
     value_sizes_.erase(it);
   }
+}
+
+Status RocksCheckpointStore::ApplyState(
+    const std::vector<std::pair<std::string, std::string>>& puts,
+    const std::vector<std::string>& deletes) {
+  DRIFTD_TRY(RefuseIfReadOnly("writing state"));
+  rocksdb::WriteBatch batch;
+  rocksdb::Status status;
+  for (const std::string& key : deletes) {
+    if (status.ok()) status = batch.Delete(cf(kStateCf), key);
+  }
+  for (const auto& [key, value] : puts) {
+    if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+  }
+  if (status.ok()) status = db_->Write(SyncedWrite(), &batch);
+  if (!status.ok()) return tl::unexpected(Fail(status, "writing state"));
+  // The deletes applied first, so count them first.
+  CountState({}, deletes);
+  CountState(puts, {});
+  return Ok();
+}
+
+Status RocksCheckpointStore::ScanStatePrefix(
+    std::string_view prefix,
+    const std::function<void(std::string_view key, std::string_view value)>& visit) {
+  rocksdb::ReadOptions read_options;
+  read_options.readahead_size = 1 << 20;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(read_options, cf(kStateCf))};
+  for (it->Seek(ToSlice(prefix)); it->Valid() && ToView(it->key()).starts_with(prefix);
+       it->Next()) {
+    visit(ToView(it->key()), ToView(it->value()));
+  }
+  if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "scanning state"));
   return Ok();
 }
 

@@ -78,11 +78,14 @@ size_t SinkOfError(const PipelineSpec& spec, const std::string& message) {
 
 std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
   std::vector<ConfigProblem> problems;
-  if (auto source = CreateSource(spec); !source) {
+  auto source = CreateSource(spec);
+  if (!source) {
     problems.push_back(OptionProblem("source", spec.source.mark, spec.source.option_marks,
                                      source.error().message()));
   }
-  if (auto sinks = CreateSinks(spec); !sinks && !spec.sinks.empty()) {
+  // The sinks see the source, as at start (a scaled-out Kafka sink shares its group).
+  if (auto sinks = CreateSinks(spec, source ? source->get() : nullptr);
+      !sinks && !spec.sinks.empty()) {
     const std::string& message = sinks.error().message();
     const size_t i = SinkOfError(spec, message);
     problems.push_back(OptionProblem(fmt::format("sinks[{}]", i), spec.sinks[i].mark,

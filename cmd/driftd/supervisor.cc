@@ -49,7 +49,9 @@ namespace {
 QueryIo DefaultQueryIo() {
   QueryIo io;
   io.create_source = [](const PipelineSpec& spec) { return CreateSource(spec); };
-  io.create_sinks = [](const PipelineSpec& spec) { return CreateSinks(spec); };
+  io.create_sinks = [](const PipelineSpec& spec, Source& source) {
+    return CreateSinks(spec, &source);
+  };
   io.open_checkpoint = [](const std::string& directory, const CheckpointOptions& options) {
     return OpenCheckpointStore(directory, options);
   };
@@ -83,6 +85,7 @@ bool MayPass(ErrorCode code) {
     case ErrorCode::kExternal:
     case ErrorCode::kIo:
     case ErrorCode::kInternal:
+    case ErrorCode::kAborted:
       return true;
     default:
       return false;

@@ -49,6 +49,7 @@
 
 #include "connectors/connector_factories.h"
 #include "connectors/kafka/kafka_common.h"
+#include "connectors/kafka/kafka_group.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
 
@@ -104,6 +105,9 @@ struct KafkaSinkOptions {
   std::string fault;
   /// The fault applies to batches with at least this id. Default: 0.
   int64_t fault_from_batch = 0;
+  /// scaleOut: the group whose metadata goes into each transaction, with the internal topics'
+  /// records; no progress topic (the group's committed offsets say what was delivered).
+  std::shared_ptr<kafka::KafkaGroup> group;
 };
 
 // How a failed transactional call is to be handled (librdkafka's classification).
@@ -140,6 +144,7 @@ class KafkaSink final : public Sink {
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka sink"));
     rd_kafka_conf_set_opaque(conf->get(), this);
     rd_kafka_conf_set_error_cb(conf->get(), &KafkaSink::ErrorCallback);
+    if (options_.group) rd_kafka_conf_set_dr_msg_cb(conf->get(), &KafkaSink::DeliveryCallback);
     auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka sink"));
     producer_ = std::move(*client);
@@ -147,6 +152,7 @@ class KafkaSink final : public Sink {
     // A checkpoint behind what was already committed is a copy or an old backup of one that is
     // still running, or ran on: refuse it before fencing the instance that may be running
     // (committed records are final whatever the transactions still open).
+    if (options_.group) return OpenScaledOut();
     auto progress_listed = TopicListed(options_.progress_topic);
     if (!progress_listed) return Fail(tl::unexpected(progress_listed.error().Wrap("kafka sink")));
     if (*progress_listed && !checkpoint_id_.empty()) {
@@ -202,6 +208,8 @@ class KafkaSink final : public Sink {
 
   Result<bool> IsDelivered(int64_t batch_id) override {
     if (!producer_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
+    // Scaled out there is no outbox: a batch that did not commit is computed again.
+    if (options_.group) return false;
     return delivered_ >= batch_id;
   }
 
@@ -224,6 +232,7 @@ class KafkaSink final : public Sink {
     // The producer's event queue holds its error events; serving it here (and not only in
     // Close) logs them while they are news.
     rd_kafka_poll(producer_.get(), 0);
+    if (options_.group) return DeliverScaledOut(output);
     int replacements = 0;
     for (int attempt = 1;; ++attempt) {
       auto [outcome, status] = DeliverOnce(output);
@@ -257,6 +266,8 @@ class KafkaSink final : public Sink {
     }
   }
 
+  bool CommitsScaledOutBatches() const override { return options_.group != nullptr; }
+
   Status Close() override {
     if (!producer_) return Ok();
     if (fatal_) {
@@ -279,7 +290,145 @@ class KafkaSink final : public Sink {
     settings["transactional.id"] = options_.transactional_id;
     settings["enable.idempotence"] = "true";
     settings["acks"] = "all";
+    if (options_.group && !options_.client.count("transaction.timeout.ms")) {
+      // A process that dies mid-transaction holds back every reader of the topics it wrote
+      // until the transaction times out (or its successor under the same instance aborts it).
+      settings["transaction.timeout.ms"] = "10000";
+    }
     return settings;
+  }
+
+  // ---- scaleOut ------------------------------------------------------------------------
+
+  Status OpenScaledOut() {
+    Status init = Call("init_transactions", [&] {
+                    return rd_kafka_init_transactions(producer_.get(), options_.timeout_ms);
+                  }).second;
+    if (!init) return Fail(init);
+    for (const Target& target : options_.targets) {
+      auto listed = TopicListed(target.topic);
+      if (!listed) return Fail(tl::unexpected(listed.error().Wrap("kafka sink")));
+      if (!*listed) {
+        return Fail(MakeError(ErrorCode::kConfig, "kafka sink '{}': topic {} does not exist",
+                              target.sink_name, target.topic));
+      }
+    }
+    Log()->info("kafka sink: transactional.id={} (scaled out, group {})",
+                options_.transactional_id, options_.source_group_id);
+    return Ok();
+  }
+
+  // One transaction: the sinks' rows, the rows and clock marks for other tasks, the state
+  // changes, and the consumed offsets with the group's metadata. Any failure aborts it: the
+  // group may have moved on (a rebalance), so the executor computes the batch again from the
+  // committed offsets instead of sending this one again.
+  Status DeliverScaledOut(const BatchOutput& output) {
+    options_.group->ClearChangelogOffsets();
+    auto [outcome, status] = DeliverScaledOutOnce(output);
+    rd_kafka_poll(producer_.get(), 0);
+    if (outcome == Outcome::kOk) return Ok();
+    if (outcome == Outcome::kFailed && !status &&
+        status.error().code() == ErrorCode::kUnrecoverable) {
+      fatal_ = status.error();
+      return status;
+    }
+    if (outcome == Outcome::kOk || status) return Ok();
+    return MakeError(ErrorCode::kAborted, "kafka sink: batch {} aborted: {}", output.batch_id,
+                     status.error().message());
+  }
+
+  std::pair<Outcome, Status> DeliverScaledOutOnce(const BatchOutput& output) {
+    auto begun =
+        Call("begin_transaction", [&] { return rd_kafka_begin_transaction(producer_.get()); });
+    if (begun.first != Outcome::kOk) return begun;
+    for (const Target& target : options_.targets) {
+      const OutputRows& rows = output.For(target.stream, target.mode);
+      for (size_t i = 0; i < rows.rows.size(); ++i) {
+        std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
+        auto produced = Produce(target.topic, key, rows.rows[i]);
+        if (produced.first != Outcome::kOk) return produced;
+      }
+    }
+    for (const InternalRecord& record : output.repartition) {
+      auto produced = ProduceTo(options_.group->repartition_topic(), record);
+      if (produced.first != Outcome::kOk) return produced;
+    }
+    for (const InternalRecord& record : output.changelog) {
+      auto produced = ProduceTo(options_.group->changelog_topic(), record);
+      if (produced.first != Outcome::kOk) return produced;
+    }
+    if (!output.source_end.empty()) {
+      PartitionList offsets{
+          rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
+      for (const auto& [key, offset] : output.source_end) {
+        auto parsed = kafka::ParsePartitionKey(key);
+        if (!parsed) continue;
+        rd_kafka_topic_partition_t* entry = rd_kafka_topic_partition_list_add(
+            offsets.get(), parsed->first.c_str(), parsed->second);
+        entry->offset = offset;
+        if (auto it = output.offset_metadata.find(key); it != output.offset_metadata.end()) {
+          // The list owns (and frees) its entries' metadata.
+          entry->metadata = std::malloc(it->second.size());
+          std::memcpy(entry->metadata, it->second.data(), it->second.size());
+          entry->metadata_size = it->second.size();
+        }
+      }
+      // The live member's metadata: a process of an older generation is refused here.
+      GroupMetadataPtr group{rd_kafka_consumer_group_metadata(options_.group->consumer())};
+      auto sent = Call("send_offsets_to_transaction", [&] {
+        return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group.get(),
+                                                    options_.timeout_ms);
+      });
+      if (sent.first != Outcome::kOk) return sent;
+    }
+    const bool fault = !options_.fault.empty() && output.batch_id >= options_.fault_from_batch;
+    if (fault && options_.fault == "before_commit") {
+      rd_kafka_flush(producer_.get(), options_.timeout_ms);
+      raise(SIGKILL);
+    }
+    auto committed = Call("commit_transaction", [&] {
+      return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
+    });
+    if (committed.first == Outcome::kOk && fault && options_.fault == "after_commit") {
+      raise(SIGKILL);
+    }
+    return committed;
+  }
+
+  std::pair<Outcome, Status> ProduceTo(const std::string& topic, const InternalRecord& record) {
+    for (;;) {
+      rd_kafka_resp_err_t err = rd_kafka_producev(
+          producer_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+          RD_KAFKA_V_PARTITION(static_cast<int32_t>(record.partition)),
+          RD_KAFKA_V_KEY(const_cast<char*>(record.key.data()), record.key.size()),
+          RD_KAFKA_V_VALUE(record.tombstone ? nullptr : const_cast<char*>(record.value.data()),
+                           record.tombstone ? 0 : record.value.size()),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return {Outcome::kOk, Ok()};
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(producer_.get(), 100);
+        continue;
+      }
+      if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        auto fatal = ProducerFatalError(fmt::format("producing to {}", topic));
+        if (fatal) return {Outcome::kFailed, tl::unexpected(*fatal)};
+      }
+      Status aborted = Abort();
+      if (!aborted) return {Outcome::kFailed, aborted};
+      return {Outcome::kAbortable, MakeError(ErrorCode::kExternal, "kafka sink: producing to {}: {}",
+                                             topic, rd_kafka_err2str(err))};
+    }
+  }
+
+  // Delivery reports (rd_kafka_poll / flush on the executor's thread): the changelog offsets
+  // the local checkpoint records as each task's restore position.
+  static void DeliveryCallback(rd_kafka_t* /*rk*/, const rd_kafka_message_t* message,
+                               void* opaque) {
+    auto* sink = static_cast<KafkaSink*>(opaque);
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR || !message->rkt) return;
+    if (sink->options_.group->changelog_topic() != rd_kafka_topic_name(message->rkt)) return;
+    sink->options_.group->NoteChangelogOffset(static_cast<uint32_t>(message->partition),
+                                              message->offset);
   }
 
   // Called from rd_kafka_poll (Deliver, Close) on the executor's thread. librdkafka repeats an
@@ -807,8 +956,11 @@ ConnectorDecl KafkaSinkDecl() {
 }
 
 Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
-                                              const std::vector<const SinkSpec*>& specs) {
-  if (specs.empty()) return MakeError(ErrorCode::kInternal, "kafka sink without sinks");
+                                              const std::vector<const SinkSpec*>& specs,
+                                              Source* source) {
+  if (specs.empty() && !pipeline.scale_out.enabled) {
+    return MakeError(ErrorCode::kInternal, "kafka sink without sinks");
+  }
   KafkaSinkOptions options;
   options.pipeline_name = pipeline.name;
   for (const SinkSpec* spec : specs) {
@@ -842,6 +994,12 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
       }
     }
   }
+  if (specs.empty()) {
+    // Scaled out without Kafka sinks: the producer writes the internal topics only, on the
+    // source's cluster.
+    options.client = pipeline.source.options.WithPrefix("kafka.");
+    options.progress_topic = DefaultKafkaProgressTopic(pipeline.name);
+  }
   for (const SinkSpec* spec : specs) {
     // A sink that does not set an option the others set would still share their producer.
     if (spec->options.GetString("kafka.bootstrap.servers") != options.client["bootstrap.servers"]) {
@@ -865,6 +1023,18 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     options.timeout_ms = std::max(1000, std::atoi(timeout->second.c_str()));
   }
   if (pipeline.source.format == "kafka") options.source_group_id = kafka::GroupId(pipeline);
+  if (pipeline.scale_out.enabled) {
+    if (source) options.group = kafka::GroupOf(*source);
+    if (!options.group) {
+      return MakeError(ErrorCode::kConfig, "scaleOut needs a kafka source");
+    }
+    // One producer per process (EOS v2), named by the instance so that a restarted process
+    // aborts what its predecessor left open.
+    if (transactional_id == options.client.end()) {
+      options.transactional_id =
+          fmt::format("driftd-{}-{}", pipeline.name, pipeline.scale_out.instance);
+    }
+  }
   if (const char* fault = std::getenv("DRIFTD_KAFKA_SINK_FAULT")) {
     std::string_view text(fault);
     if (size_t at = text.find('@'); at != std::string_view::npos) {

@@ -31,6 +31,8 @@
 
 #include "connectors/connector_factories.h"
 #include "connectors/kafka/kafka_common.h"
+#include "connectors/kafka/kafka_group.h"
+#include "engine/group.h"
 #include "engine/log.h"
 
 namespace driftd {
@@ -90,6 +92,9 @@ struct KafkaSourceOptions {
   /// its transaction (send_offsets_to_transaction).
   bool commit_offsets = true;
   std::string pipeline_name;
+  /// scaleOut.enabled: the group divides partitions among processes (engine/group.h).
+  bool scale_out = false;
+  std::string instance;
 };
 
 std::vector<std::string> SplitTopics(const std::string& text) {
@@ -231,6 +236,17 @@ Result<KafkaSourceOptions> ParseOptions(const PipelineSpec& pipeline) {
   parsed.group_id = kafka::GroupId(pipeline);
   parsed.commit_offsets = std::none_of(pipeline.sinks.begin(), pipeline.sinks.end(),
                                        [](const SinkSpec& sink) { return sink.format == "kafka"; });
+  parsed.scale_out = pipeline.scale_out.enabled;
+  parsed.instance = pipeline.scale_out.instance;
+  if (parsed.scale_out) {
+    if (parsed.mode == Mode::kAssign) {
+      return MakeError(ErrorCode::kConfig,
+                       "scaleOut needs subscribe or subscribePattern: with assign the partitions "
+                       "are fixed, and the group cannot share them");
+    }
+    // Offsets go into each batch's transaction; nothing else may commit for the group.
+    parsed.commit_offsets = false;
+  }
   return parsed;
 }
 
@@ -304,13 +320,16 @@ class KafkaReader final : public SourceReader {
   std::chrono::steady_clock::time_point last_progress_;
 };
 
-class KafkaSource final : public Source {
+class KafkaSource final : public Source, public GroupMember {
  public:
   explicit KafkaSource(KafkaSourceOptions options)
       : options_(std::move(options)),
         request_timeout_ms_(
             static_cast<int>(std::min<int64_t>(kMaxRequestTimeoutMs, options_.poll_timeout_ms))) {
     if (options_.mode == Mode::kSubscribePattern) pattern_ = std::regex(options_.pattern);
+    // The group exists from the start, so that the Kafka sink (created before the source
+    // starts) shares it; it joins in Start.
+    if (options_.scale_out) group_ = std::make_shared<kafka::KafkaGroup>(GroupSettings());
   }
 
   ~KafkaSource() override {
@@ -358,8 +377,104 @@ class KafkaSource final : public Source {
     auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
     SetReachable(metadata.has_value(), metadata ? "" : metadata.error().message());
     health_thread_ = std::thread([this] { HealthLoop(); });
+    if (options_.scale_out) DRIFTD_TRY(StartGroup());
     return Ok();
   }
+
+  GroupMember* group() override { return group_ ? this : nullptr; }
+
+  // The group this source is a member of (scaleOut), shared with the Kafka sink.
+  const std::shared_ptr<kafka::KafkaGroup>& kafka_group() const { return group_; }
+
+  // ---- GroupMember ----------------------------------------------------------------------
+
+  Result<GroupAssignment> PollAssignment() override {
+    DRIFTD_TRY(group_->Poll());
+    GroupAssignment assignment;
+    assignment.generation = group_->generation();
+    for (const std::string& key : group_->assigned()) {
+      if (auto task = TaskOfInputKey(key)) {
+        assignment.tasks.push_back(*task);
+      } else {
+        assignment.source.push_back(key);
+      }
+    }
+    return assignment;
+  }
+
+  uint32_t task_count() const override { return group_->task_count(); }
+
+  // As the last metadata request (each batch's planning makes one) found them.
+  std::vector<std::string> SourcePartitions() override {
+    if (present_.empty() && !RefreshPartitions()) return source_partitions_seen_;
+    std::vector<std::string> keys;
+    for (uint32_t i : present_) {
+      if (partitions_[i].topic != group_->repartition_topic()) keys.push_back(partitions_[i].key);
+    }
+    std::sort(keys.begin(), keys.end());
+    source_partitions_seen_ = keys;
+    return keys;
+  }
+
+  std::string TaskInputKey(uint32_t task) const override {
+    return kafka::PartitionKey(group_->repartition_topic(), static_cast<int32_t>(task));
+  }
+
+  std::optional<uint32_t> TaskOfInputKey(std::string_view key) const override {
+    auto parsed = kafka::ParsePartitionKey(key);
+    if (!parsed || parsed->first != group_->repartition_topic()) return std::nullopt;
+    return static_cast<uint32_t>(parsed->second);
+  }
+
+  Result<std::map<std::string, GroupPosition>> Committed(
+      const std::vector<std::string>& keys) override {
+    std::map<std::string, GroupPosition> positions;
+    if (keys.empty()) return positions;
+    PartitionList list{rd_kafka_topic_partition_list_new(static_cast<int>(keys.size()))};
+    for (const std::string& key : keys) {
+      auto parsed = kafka::ParsePartitionKey(key);
+      if (!parsed) return MakeError(ErrorCode::kInternal, "kafka source: bad partition {}", key);
+      rd_kafka_topic_partition_list_add(list.get(), parsed->first.c_str(), parsed->second);
+    }
+    // Waits (librdkafka retries UNSTABLE_OFFSET_COMMIT) while a transaction that holds offsets
+    // of these partitions is still deciding: the previous owner's last batch is final first.
+    rd_kafka_resp_err_t err =
+        rd_kafka_committed(group_->consumer(), list.get(), std::max(request_timeout_ms_, 30'000));
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "kafka source: committed offsets of group {}: {}",
+                       options_.group_id, rd_kafka_err2str(err));
+    }
+    DRIFTD_TRY(RefreshPartitions());
+    for (int i = 0; i < list->cnt; ++i) {
+      const rd_kafka_topic_partition_t& entry = list->elems[i];
+      const std::string key = kafka::PartitionKey(entry.topic, entry.partition);
+      if (entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return MakeError(ErrorCode::kExternal, "kafka source: committed offset of {}: {}", key,
+                         rd_kafka_err2str(entry.err));
+      }
+      GroupPosition position;
+      if (entry.metadata && entry.metadata_size > 0) {
+        position.metadata.assign(static_cast<const char*>(entry.metadata), entry.metadata_size);
+      }
+      position.offset = entry.offset;
+      if (position.offset < 0) {
+        // Nobody committed it yet: a source partition starts as startingOffsets says, a task's
+        // input from its beginning.
+        auto start = StartingOffsetOf(key, TaskOfInputKey(key).has_value());
+        if (!start) return tl::unexpected(start.error());
+        position.offset = *start;
+      }
+      positions[key] = std::move(position);
+    }
+    return positions;
+  }
+
+  Result<int64_t> ReadChangelog(
+      uint32_t task, int64_t from,
+      const std::function<void(std::string_view, std::optional<std::string_view>)>& visit)
+      override;
+
+  std::map<uint32_t, int64_t> LastChangelogEnds() override { return group_->ChangelogEnds(); }
 
   Result<SourceOffsets> InitialOffsets() override {
     DRIFTD_TRY(RefreshPartitions());
@@ -446,6 +561,8 @@ class KafkaSource final : public Source {
     int64_t total = 0;
     for (uint32_t i : present_) {
       PartitionState& state = partitions_[i];
+      // Scaled out: the partitions the group gave this process, and only those.
+      if (group_ && !group_->assigned().count(state.key)) continue;
       auto marks = QueryWatermarks(state);
       if (!marks) return tl::unexpected(marks.error());
       if (marks->gone) {
@@ -639,6 +756,44 @@ class KafkaSource final : public Source {
  private:
   friend class KafkaReader;
 
+  kafka::GroupOptions GroupSettings() const {
+    kafka::GroupOptions group;
+    group.pipeline = options_.pipeline_name;
+    group.instance = options_.instance;
+    group.group_id = options_.group_id;
+    group.client = options_.client;
+    group.request_timeout_ms = request_timeout_ms_;
+    if (options_.mode == Mode::kSubscribe) {
+      group.topics = options_.topics;
+    } else {
+      group.pattern = options_.pattern;
+    }
+    return group;
+  }
+
+  Status StartGroup() {
+    // Count the source's partitions first: they size the internal topics the first time.
+    DRIFTD_TRY(RefreshPartitions());
+    DRIFTD_TRY(group_->Start(static_cast<int>(present_.size())));
+    return Ok();
+  }
+
+  // Where a partition nobody has committed starts.
+  Result<int64_t> StartingOffsetOf(const std::string& key, bool task_input) {
+    auto index = IndexOf(key);
+    if (!index) return tl::unexpected(index.error());
+    PartitionState& state = partitions_[*index];
+    auto marks = QueryWatermarksWaiting(state);
+    if (!marks) return tl::unexpected(marks.error());
+    if (task_input || options_.starting_offsets == "earliest") return marks->low;
+    if (options_.starting_offsets == "latest") return marks->high;
+    auto parsed = ParseStartingOffsetsJson(options_.starting_offsets);
+    if (!parsed) return tl::unexpected(parsed.error());
+    auto it = parsed->find(key);
+    if (it == parsed->end() || it->second == kEarliest) return marks->low;
+    return it->second == kLatest ? marks->high : it->second;
+  }
+
   // Called on the health thread (rd_kafka_poll).
   static void ErrorCallback(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
     auto* source = static_cast<KafkaSource*>(opaque);
@@ -782,11 +937,14 @@ class KafkaSource final : public Source {
       const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
       std::string name = topic.topic;
       bool wanted = false;
-      if (options_.mode == Mode::kSubscribe) {
+      if (group_ && name == group_->repartition_topic()) {
+        wanted = true;  // the tasks' input
+      } else if (options_.mode == Mode::kSubscribe) {
         wanted = std::find(options_.topics.begin(), options_.topics.end(), name) !=
                  options_.topics.end();
       } else {
         wanted = name.rfind("__", 0) != 0 && std::regex_match(name, pattern_);
+        if (name.rfind("driftd-", 0) == 0 && name.ends_with("-changelog")) wanted = false;
       }
       if (!wanted) continue;
       DRIFTD_TRY(CheckTopic(topic));
@@ -880,7 +1038,105 @@ class KafkaSource final : public Source {
   std::condition_variable health_wake_;
   bool stopping_ = false;  // guarded by health_mutex_
   std::thread health_thread_;
+
+  /// scaleOut: the group membership, shared with the Kafka sink; null otherwise.
+  std::shared_ptr<kafka::KafkaGroup> group_;
+  /// The source partitions at the last successful metadata request (scaleOut).
+  std::vector<std::string> source_partitions_seen_;
+  /// Reads the changelog (scaleOut; created on first use).
+  Handle changelog_reader_;
 };
+
+Result<int64_t> KafkaSource::ReadChangelog(
+    uint32_t task, int64_t from,
+    const std::function<void(std::string_view, std::optional<std::string_view>)>& visit) {
+  const std::string& topic = group_->changelog_topic();
+  const int32_t partition = static_cast<int32_t>(task);
+  if (!changelog_reader_) {
+    std::map<std::string, std::string> settings = {
+        {"client.id", fmt::format("driftd-{}-{}-restore", options_.pipeline_name,
+                                  options_.instance)},
+        {"group.id", options_.group_id + "-restore"},
+        {"fetch.wait.max.ms", "10"},
+    };
+    for (const auto& [name, value] : options_.client) {
+      if (name == "bootstrap.servers" || name.rfind("security.", 0) == 0 ||
+          name.rfind("sasl.", 0) == 0 || name.rfind("ssl.", 0) == 0) {
+        settings[name] = value;
+      }
+    }
+    settings["isolation.level"] = "read_committed";
+    settings["enable.auto.commit"] = "false";
+    settings["enable.partition.eof"] = "true";
+    settings["auto.offset.reset"] = "earliest";
+    auto conf = kafka::MakeConf(settings);
+    if (!conf) return tl::unexpected(conf.error().Wrap("kafka source: changelog reader"));
+    auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
+    if (!client) return tl::unexpected(client.error().Wrap("kafka source: changelog reader"));
+    changelog_reader_ = std::move(*client);
+  }
+  rd_kafka_t* reader = changelog_reader_.get();
+  // Under read_committed the high mark is the last stable offset: everything committed so far
+  // (the previous owner's last transaction was decided before Committed() returned).
+  int64_t low = 0;
+  int64_t high = 0;
+  rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(reader, topic.c_str(), partition,
+                                                             &low, &high, request_timeout_ms_);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return MakeError(ErrorCode::kExternal, "kafka source: offsets of {} partition {}: {}", topic,
+                     partition, rd_kafka_err2str(err));
+  }
+  if (from < low) from = low;  // compaction (or retention) removed what came before
+  if (from >= high) return std::max(from, high);
+  PartitionList list{rd_kafka_topic_partition_list_new(1)};
+  rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), partition)->offset = from;
+  err = rd_kafka_assign(reader, list.get());
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return MakeError(ErrorCode::kExternal, "kafka source: reading {}: {}", topic,
+                     rd_kafka_err2str(err));
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.poll_timeout_ms);
+  int64_t next = from;
+  Status status = Ok();
+  while (next < high && status) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      status = MakeError(ErrorCode::kExternal,
+                         "kafka source: restoring task {} from {} stopped at offset {} of {}",
+                         task, topic, next, high);
+      break;
+    }
+    MessagePtr message{rd_kafka_consumer_poll(reader, 100)};
+    if (!message) continue;
+    if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      if (message->offset >= high) next = high;
+      continue;
+    }
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (message->err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+          message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        continue;
+      }
+      status = MakeError(ErrorCode::kExternal, "kafka source: reading {}: {}", topic,
+                         rd_kafka_message_errstr(message.get()));
+      break;
+    }
+    if (message->offset >= high) {
+      next = high;
+      break;
+    }
+    std::string_view key(static_cast<const char*>(message->key), message->key_len);
+    if (message->payload == nullptr) {
+      visit(key, std::nullopt);
+    } else {
+      visit(key, std::string_view(static_cast<const char*>(message->payload), message->len));
+    }
+    next = message->offset + 1;
+  }
+  rd_kafka_assign(reader, nullptr);
+  if (!status) return tl::unexpected(status.error());
+  return high;
+}
 
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
     : source_(source), ranges_(std::move(ranges)), remaining_(ranges_.size()), lost_(lost) {
@@ -1057,6 +1313,11 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
 }
 
 }  // namespace
+
+std::shared_ptr<kafka::KafkaGroup> kafka::GroupOf(Source& source) {
+  auto* kafka_source = dynamic_cast<KafkaSource*>(&source);
+  return kafka_source ? kafka_source->kafka_group() : nullptr;
+}
 
 ConnectorDecl KafkaSourceDecl() {
   ConnectorDecl decl;

@@ -100,7 +100,7 @@ class DriftStage::Impl {
       if (schema_.fields[i].type == FieldType::kTimestamp) time_column_ = static_cast<int>(i);
     }
     // Only a Kafka source has partitions that are read in an order of their own.
-    track_partitions_ = spec.source.format == "kafka" && !spec.query.window;
+    track_partitions_ = spec.source.format == "kafka" && !spec.query.window && spec_.window_ms == 0;
     if (!spec_.prediction_column.empty() && !spec_.label_column.empty()) {
       prediction_column_ = schema_.IndexOf(spec_.prediction_column);
       label_column_ = schema_.IndexOf(spec_.label_column);
@@ -116,6 +116,7 @@ class DriftStage::Impl {
       }
       window_ms_ = spec.query.window->size_ms;
     }
+    if (spec_.window_ms > 0) window_ms_ = spec_.window_ms;
     // The monitor is built when the first records show the array lengths; check now that it
     // can be built at all, so an unsupported drift setup fails at start, not silently later.
     auto probe = DriftMonitor::Create(spec_, {"probe"});

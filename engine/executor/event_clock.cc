@@ -37,6 +37,27 @@ void EventClock::BeginBatch(const std::vector<PartitionActivity>& activity, int6
   // Slot indexes stay valid: slots are only ever added.
 }
 
+void EventClock::Expect(std::string_view name) {
+  const bool known = by_name_.count(name) > 0;
+  Partition& partition = Slot(name);
+  if (!known) partition.more_available = true;
+}
+
+void EventClock::Report(std::string_view name, int64_t max_us, bool more_available, bool idle) {
+  Partition& partition = Slot(name);
+  partition.max_us = std::max(partition.max_us, max_us);
+  partition.more_available = more_available;
+  partition.idle = idle;
+}
+
+std::vector<EventClock::PartitionState> EventClock::Partitions() const {
+  std::vector<PartitionState> out;
+  for (const Partition& partition : partitions_) {
+    out.push_back({partition.name, partition.max_us, partition.more_available, partition.idle});
+  }
+  return out;
+}
+
 int64_t EventClock::NextWatermark() const {
   if (!enabled()) return watermark_us_;
   bool any = false;

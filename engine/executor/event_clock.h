@@ -72,6 +72,21 @@ class EventClock {
   /// it; `now_ms` is the steady clock in milliseconds (idleness).
   void BeginBatch(const std::vector<PartitionActivity>& activity, int64_t now_ms);
 
+  /// Scaled out, a task's clock hears of source partitions that other processes read: a
+  /// partition the watermark waits for until it reports (it may have records)...
+  void Expect(std::string_view name);
+  /// ...and a partition's state as its reader reported it (a row block's clock mark).
+  void Report(std::string_view name, int64_t max_us, bool more_available, bool idle);
+
+  struct PartitionState {
+    std::string name;
+    int64_t max_us = INT64_MIN;
+    bool more_available = false;
+    bool idle = false;
+  };
+  /// Every partition's state (a scaled-out task persists it with its state).
+  std::vector<PartitionState> Partitions() const;
+
   /// Fills `times` for the rows of `batch`, in row order (which is each partition's order), and
   /// advances each partition's largest event time. `partition_name` maps a record position's
   /// partition index to its clock partition's name.

@@ -12,6 +12,7 @@
 #include "engine/executor/metrics_query.h"
 #include "engine/executor/outbox_codec.h"
 #include "engine/executor/progress.h"
+#include "engine/executor/scale_out.h"
 #include "engine/executor/stage.h"
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
@@ -145,7 +146,7 @@ class QueryExecutor::Impl {
     auto source = io_.create_source(spec_);
     if (!source) return tl::unexpected(source.error());
     source_ = std::move(*source);
-    auto sinks = io_.create_sinks(spec_);
+    auto sinks = io_.create_sinks(spec_, *source_);
     if (!sinks) return tl::unexpected(sinks.error());
     sinks_ = std::move(*sinks);
     auto stages = CreateStages(spec_);
@@ -169,7 +170,8 @@ class QueryExecutor::Impl {
     if (!last) return tl::unexpected(last.error());
     Clock::time_point restore_start = Clock::now();
     int64_t restored = 0;
-    DRIFTD_TRY(RestoreStages(restored));
+    // Scaled out, each task restores its own state once the group assigns it.
+    if (!spec_.scale_out.enabled) DRIFTD_TRY(RestoreStages(restored));
     if (options_.metrics && drift_) {
       options_.metrics->RecordDriftModels(drift_->ModelStats());
       options_.metrics->RecordRestoredEvaluations(drift_->LatestEvaluations());
@@ -204,6 +206,22 @@ class QueryExecutor::Impl {
       position_ = committed;
     }
     if (spec_.trigger.kind == TriggerKind::kAvailableNow) DRIFTD_TRY(source_->FreezeAvailable());
+    if (spec_.scale_out.enabled) {
+      GroupMember* group = source_->group();
+      if (group == nullptr) {
+        return MakeError(ErrorCode::kConfig, "scaleOut: the source is not a consumer group member");
+      }
+      ScaleOutRunner::Parts parts;
+      parts.spec = &spec_;
+      parts.source = source_.get();
+      parts.group = group;
+      for (auto& sink : sinks_) parts.sinks.push_back(sink.get());
+      parts.store = store_.get();
+      parts.decoder = &decoder_;
+      parts.chunk_bytes = options_.chunk_bytes;
+      parts.stop_requested = [this] { return stop_requested_.load(); };
+      scale_out_ = std::make_unique<ScaleOutRunner>(std::move(parts));
+    }
     started_ = true;
     return Ok();
   }
@@ -493,6 +511,7 @@ class QueryExecutor::Impl {
 
   // Runs one batch. Returns false when there was nothing to do.
   Result<bool> RunBatch() {
+    if (scale_out_) return RunScaledOutBatch();
     Clock::time_point batch_start = Clock::now();
     ProgressRecord progress;
     progress.batch_id = next_batch_id_;
@@ -627,12 +646,59 @@ class QueryExecutor::Impl {
     // Progress.
     progress.start_offsets = position_;
     progress.end_offsets = end;
+    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.watermark_us = clock_.watermark_us();
+    progress.lag = std::move(lag);
+    if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
+    ReportBatch(progress, output, input_rows, output_rows, batch_start);
+    position_ = end;
+    ++next_batch_id_;
+    return true;
+  }
+
+  // A scaled-out batch (engine/executor/scale_out.h).
+  Result<bool> RunScaledOutBatch() {
+    Clock::time_point batch_start = Clock::now();
+    ProgressRecord progress;
+    progress.batch_id = next_batch_id_;
+    progress.timestamp_ms = NowMs();
+    progress.id = checkpoint_id_;
+    progress.run_id = run_id_;
+    const int64_t malformed_before = decoder_.counts().total();
+    BatchOutput output;
+    ScaleOutRunner::BatchReport report;
+    auto ran = scale_out_->RunBatch(next_batch_id_, output, report);
+    if (!ran) return tl::unexpected(ran.error());
+    tasks_owned_.store(report.tasks);
+    if (!*ran) return false;
+    progress.start_offsets = report.start;
+    progress.end_offsets = report.end;
+    progress.lag = std::move(report.lag);
+    progress.lost_records = report.lost_records;
+    progress.rows_updated = report.stages.rows_updated;
+    progress.dropped_by_watermark = report.stages.dropped_by_watermark;
+    progress.without_event_time = report.stages.without_event_time;
+    progress.num_groups = report.stages.num_groups;
+    progress.num_open_windows = report.stages.num_open_windows;
+    progress.max_event_time_us = report.max_event_us;
+    progress.watermark_us = report.watermark_us;
+    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.scale_out_tasks = report.tasks;
+    progress.restored_tasks = report.restored_tasks;
+    progress.restore_ms = report.restore_ms;
+    progress.aborted_batches = report.aborted;
+    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start);
+    ++next_batch_id_;
+    return true;
+  }
+
+  // Counters, metrics and the progress record of a batch that committed.
+  void ReportBatch(ProgressRecord& progress, const BatchOutput& output, int64_t input_rows,
+                   int64_t output_rows, Clock::time_point batch_start) {
     progress.num_input_rows = input_rows;
     progress.num_output_rows = output_rows;
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
     progress.malformed = decoder_.counts();
-    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
-    progress.watermark_us = clock_.watermark_us();
     progress.trigger_execution_ms = MillisSince(batch_start);
     progress.processed_rows_per_second =
         input_rows / std::max(SecondsSince(batch_start), 1e-6);
@@ -642,8 +708,6 @@ class QueryExecutor::Impl {
     progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
     progress.state = store_->Stats();
     progress.source_description = source_->Describe();
-    progress.lag = std::move(lag);
-    if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
     last_batch_end_ = Clock::now();
 
     counters_.batches.fetch_add(1);
@@ -653,7 +717,7 @@ class QueryExecutor::Impl {
     counters_.dropped_by_watermark.fetch_add(progress.dropped_by_watermark);
     counters_.without_event_time.fetch_add(progress.without_event_time);
     counters_.alerts.fetch_add(progress.num_alerts);
-    counters_.last_batch_id.store(next_batch_id_);
+    counters_.last_batch_id.store(progress.batch_id);
 
     // Continuous epochs can run hundreds of times a second: report once per interval.
     bool report = true;
@@ -679,10 +743,6 @@ class QueryExecutor::Impl {
       last_progress_ = json;
     }
     if (report && options_.on_progress) options_.on_progress(json);
-
-    position_ = end;
-    ++next_batch_id_;
-    return true;
   }
 
   PipelineSpec spec_;
@@ -701,6 +761,9 @@ class QueryExecutor::Impl {
   std::string run_id_;
   std::vector<std::unique_ptr<Stage>> stages_;
   DriftStage* drift_ = nullptr;  // one of stages_, if drift is on
+  /// scaleOut: the batch loop of a query shared by several processes.
+  std::unique_ptr<ScaleOutRunner> scale_out_;
+  std::atomic<int64_t> tasks_owned_{0};
 
   InputChunk chunk_;
   RecordBatch records_;

@@ -33,8 +33,10 @@ class QueryMetrics;  // engine/executor/metrics_query.h
 /// How the executor reaches the world: the pipeline's source and sinks, and its checkpoint.
 struct QueryIo {
   std::function<Result<std::unique_ptr<Source>>(const PipelineSpec&)> create_source;
-  /// Every SinkSpec of the pipeline is served by exactly one returned Sink.
-  std::function<Result<std::vector<std::unique_ptr<Sink>>>(const PipelineSpec&)> create_sinks;
+  /// Every SinkSpec of the pipeline is served by exactly one returned Sink; `source` is the
+  /// pipeline's (a scaled-out Kafka sink shares its group).
+  std::function<Result<std::vector<std::unique_ptr<Sink>>>(const PipelineSpec&, Source& source)>
+      create_sinks;
   CheckpointOpener open_checkpoint;
 };
 

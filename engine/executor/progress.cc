@@ -140,7 +140,18 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   src.Close();
   root.Raw("sources", "[" + source + "]");
 
-  if (p.models_across_partitions > 0) {
+  if (spec.scale_out.enabled) {
+    std::string scale;
+    JsonObject group(scale);
+    group.String("instance", spec.scale_out.instance);
+    group.Int("tasks", p.scale_out_tasks);
+    group.Int("restoredTasks", p.restored_tasks);
+    group.Int("restoreMs", p.restore_ms);
+    group.Int("abortedBatches", p.aborted_batches);
+    group.Close();
+    root.Raw("scaleOut", scale);
+  }
+    if (p.models_across_partitions > 0) {
     // Record-count drift windows of these models depend on read order (drift_stage.h).
     root.Int("driftModelsAcrossPartitions", p.models_across_partitions);
   }

@@ -44,6 +44,12 @@ struct ProgressRecord {
   int64_t max_event_time_us = INT64_MIN;
   /// Record-count drift windows: models whose records came through more than one partition.
   int64_t models_across_partitions = 0;
+  /// scaleOut: tasks this process owns, tasks restored before this batch and how long that
+  /// took, and batches whose transaction was aborted (a rebalance) and computed again.
+  int64_t scale_out_tasks = 0;
+  int64_t restored_tasks = 0;
+  int64_t restore_ms = 0;
+  int64_t aborted_batches = 0;
   int64_t watermark_us = INT64_MIN;
   MalformedCounts malformed;  // cumulative since start
   int64_t malformed_in_batch = 0;

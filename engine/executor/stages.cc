@@ -1,4 +1,5 @@
 // The aggregation and select stages, and CreateStages. The drift stage is drift_stage.cc.
+#include <iterator>
 #include <memory>
 
 #include "engine/aggregation.h"
@@ -10,10 +11,18 @@ namespace driftd {
 
 namespace {
 
+// Appends: a scaled-out process runs one aggregation per task, all into one batch output.
 void MoveRows(EmittedRows& from, OutputRows& to) {
-  to.columns = std::move(from.columns);
-  to.rows = std::move(from.rows);
-  to.keys = std::move(from.keys);
+  if (to.columns.empty() || to.columns.size() < from.columns.size()) {
+    to.columns = std::move(from.columns);
+  }
+  if (to.rows.empty()) {
+    to.rows = std::move(from.rows);
+    to.keys = std::move(from.keys);
+  } else {
+    std::move(from.rows.begin(), from.rows.end(), std::back_inserter(to.rows));
+    std::move(from.keys.begin(), from.keys.end(), std::back_inserter(to.keys));
+  }
   from = EmittedRows{};
 }
 

@@ -77,6 +77,7 @@ http_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 
 "${podman[@]}" run -d --name "$container" --network host --ulimit host \
   -e KAFKA_BROKERS="$bootstrap" -e INPUT_TOPIC="$input" -e ALERTS_TOPIC="$alerts" \
   -e STATS_TOPIC="$stats" -e TRIGGER_INTERVAL="2 seconds" -e DRIFTD_HTTP_PORT="$http_port" \
+  -e DRIFT_WINDOW="1 second" -e WATERMARK_DELAY="1 second" \
   "$image" run --http "127.0.0.1:$http_port" --shutdown-timeout 8 /etc/driftd/pipelines >/dev/null
 
 # The image's HEALTHCHECK, run once the endpoint listens.

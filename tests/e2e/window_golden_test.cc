@@ -46,9 +46,10 @@ checkpointLocation: {checkpoint}
   return path;
 }
 
-// One file per batch (times in seconds after kWindowT0Us; the watermark each batch runs under):
+// One file per batch (times in seconds after kWindowT0Us; the watermark each batch runs under;
+// the files are one stream, so a row is also judged by the rows before it in its file):
 //   b0 wm none: m1@3 v1, m1@12 v2, m2@7 v4, m1@1 v8                         -> wm 7
-//   b1 wm 7:    m1@7 v16 (at the watermark, window open), m2@15 v32, m1@9.5 v64 -> wm 10
+//   b1 wm 7:    m1@7 v16 (at the watermark, window open), m1@9.5 v64, m2@15 v32 -> wm 10
 //   b2 wm 10:   m1@9.999999 v128 (late: [0,10) closed), m2@10 v256, m1@25 v512,
 //               m1 with a null event time                                 -> wm 20
 //   b3 wm 20:   m2@19 v2048 (late), m2@21 v4096, m1@36 v8192              -> wm 31
@@ -58,7 +59,7 @@ void WriteBatches(const TempDir& dir) {
   WriteFile(dir / "input/f0.jsonl", Lines({EventRow("m1", 3, 1), EventRow("m1", 12, 2),
                                            EventRow("m2", 7, 4), EventRow("m1", 1, 8)}));
   WriteFile(dir / "input/f1.jsonl",
-            Lines({EventRow("m1", 7, 16), EventRow("m2", 15, 32), EventRow("m1", 9.5, 64)}));
+            Lines({EventRow("m1", 7, 16), EventRow("m1", 9.5, 64), EventRow("m2", 15, 32)}));
   WriteFile(dir / "input/f2.jsonl",
             Lines({EventRow("m1", 9.999999, 128), EventRow("m2", 10, 256), EventRow("m1", 25, 512),
                    R"({"model_id":"m1","event_time":null,"value":1024})"}));

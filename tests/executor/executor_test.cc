@@ -229,7 +229,8 @@ RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder
   io.create_source = [&](const PipelineSpec&) -> Result<std::unique_ptr<Source>> {
     return std::unique_ptr<Source>(std::make_unique<FakeSource>(data, max_per_batch, order));
   };
-  io.create_sinks = [&](const PipelineSpec&) -> Result<std::vector<std::unique_ptr<Sink>>> {
+  io.create_sinks = [&](const PipelineSpec&,
+                        Source&) -> Result<std::vector<std::unique_ptr<Sink>>> {
     std::vector<std::unique_ptr<Sink>> sinks;
     sinks.push_back(std::make_unique<CollectingSink>("all", result.delivered));
     return sinks;

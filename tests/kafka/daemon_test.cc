@@ -140,6 +140,9 @@ struct Deployment {
         {"PROGRESS_TOPIC", progress},
         {"TRIGGER_INTERVAL", "0"},
         {"MAX_OFFSETS_PER_TRIGGER", std::to_string(max_offsets_per_trigger)},
+        // Windows and watermark to the test input's scale (seconds of event time).
+        {"DRIFT_WINDOW", "2 seconds"},
+        {"WATERMARK_DELAY", "1 second"},
         {"DRIFTD_CHECKPOINT_DIR", checkpoint_root.path().string()},
     };
   }

@@ -164,7 +164,7 @@ TEST_CASE("inspect reads every table file and reports a damaged checkpoint as co
     WritePipelineCheckpoint(tmp.path());
     {
       // Opening again moves what the log holds into a table file.
-      auto store = CheckpointStore::Open(tmp.path(), CheckpointOptions{});
+      auto store = OpenCheckpointStore(tmp.path(), CheckpointOptions{});
       REQUIRE(store);
     }
     const auto tables = TableFiles(tmp.path());

@@ -1,0 +1,225 @@
+#include "connectors/kafka/kafka_group.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/log.h"
+
+namespace driftd::kafka {
+
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
+  return logger;
+}
+
+std::string TopicSafe(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    out.push_back(legal ? c : '_');
+  }
+  return out;
+}
+
+// Settings the membership consumer's correctness depends on, whatever kafka.* says.
+void ApplyMembershipSettings(std::map<std::string, std::string>& settings) {
+  settings["enable.auto.commit"] = "false";
+  settings["enable.auto.offset.store"] = "false";
+  settings["partition.assignment.strategy"] = "cooperative-sticky";
+  // Committed offsets are read with require_stable: an open transaction that holds offsets of
+  // a partition is waited for, never read around.
+  settings["isolation.level"] = "read_committed";
+}
+
+}  // namespace
+
+std::string RepartitionTopic(std::string_view pipeline) {
+  return "driftd-" + TopicSafe(pipeline) + "-repartition";
+}
+
+std::string ChangelogTopic(std::string_view pipeline) {
+  return "driftd-" + TopicSafe(pipeline) + "-changelog";
+}
+
+KafkaGroup::KafkaGroup(GroupOptions options)
+    : options_(std::move(options)),
+      repartition_topic_(RepartitionTopic(options_.pipeline)),
+      changelog_topic_(ChangelogTopic(options_.pipeline)) {}
+
+KafkaGroup::~KafkaGroup() {
+  if (consumer_) {
+    // Leaves the group at once, so the others take over this process's partitions now rather
+    // than after the session timeout.
+    rd_kafka_resp_err_t err = rd_kafka_consumer_close(consumer_.get());
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      Log()->warn("kafka group {}: leaving: {}", options_.group_id, rd_kafka_err2str(err));
+    }
+  }
+}
+
+Status KafkaGroup::Start(int source_partitions) {
+  std::map<std::string, std::string> settings = {
+      {"client.id", fmt::format("driftd-{}-{}", options_.pipeline, options_.instance)},
+      // A process that dies is replaced after this long; Kafka's floor is 6 s.
+      {"session.timeout.ms", "6000"},
+      {"heartbeat.interval.ms", "1500"},
+  };
+  for (const auto& [name, value] : options_.client) settings[name] = value;
+  settings["group.id"] = options_.group_id;
+  ApplyMembershipSettings(settings);
+  auto conf = MakeConf(settings);
+  if (!conf) return tl::unexpected(conf.error().Wrap("kafka group"));
+  rd_kafka_conf_set_opaque(conf->get(), this);
+  rd_kafka_conf_set_rebalance_cb(conf->get(), &KafkaGroup::RebalanceCallback);
+  auto client = MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
+  if (!client) return tl::unexpected(client.error().Wrap("kafka group"));
+  consumer_ = std::move(*client);
+
+  // The internal topics: created once, with as many partitions (tasks) as the source has, so
+  // that up to that many processes share the work.
+  auto metadata = FetchMetadata(consumer_.get(), nullptr, options_.request_timeout_ms);
+  if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka group"));
+  auto partitions_of = [&](const std::string& topic) -> int {
+    for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
+      if (topic == (*metadata)->topics[t].topic) return (*metadata)->topics[t].partition_cnt;
+    }
+    return 0;
+  };
+  const int tasks = std::max(1, source_partitions);
+  if (partitions_of(repartition_topic_) == 0) {
+    DRIFTD_TRY(CreateTopic(consumer_.get(), repartition_topic_, tasks,
+                           {{"cleanup.policy", "delete"}, {"retention.ms", "604800000"}},
+                           options_.request_timeout_ms));
+  }
+  if (partitions_of(changelog_topic_) == 0) {
+    DRIFTD_TRY(CreateTopic(consumer_.get(), changelog_topic_, tasks,
+                           {{"cleanup.policy", "compact"}}, options_.request_timeout_ms));
+  }
+  // Wait until both are known with their leaders (a topic created a moment ago may not be).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    auto fresh = FetchMetadata(consumer_.get(), nullptr, options_.request_timeout_ms);
+    if (!fresh) return tl::unexpected(fresh.error().Wrap("kafka group"));
+    int repartition = 0;
+    int changelog = 0;
+    bool leaders = true;
+    for (int t = 0; t < (*fresh)->topic_cnt; ++t) {
+      const rd_kafka_metadata_topic_t& topic = (*fresh)->topics[t];
+      const bool internal = repartition_topic_ == topic.topic || changelog_topic_ == topic.topic;
+      if (!internal) continue;
+      for (int p = 0; p < topic.partition_cnt; ++p) leaders = leaders && topic.partitions[p].leader >= 0;
+      (repartition_topic_ == topic.topic ? repartition : changelog) = topic.partition_cnt;
+    }
+    if (repartition > 0 && changelog > 0 && leaders) {
+      if (repartition != changelog) {
+        return MakeError(ErrorCode::kConfig,
+                         "kafka group: {} has {} partitions and {} has {}: the internal topics "
+                         "of a pipeline must have as many partitions as each other (delete "
+                         "both to have them created again)",
+                         repartition_topic_, repartition, changelog_topic_, changelog);
+      }
+      task_count_ = static_cast<uint32_t>(repartition);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return MakeError(ErrorCode::kExternal, "kafka group: the internal topics {} and {} have no "
+                       "leaders", repartition_topic_, changelog_topic_);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+
+  PartitionList subscription{rd_kafka_topic_partition_list_new(
+      static_cast<int>(options_.topics.size()) + 2)};
+  for (const std::string& topic : options_.topics) {
+    rd_kafka_topic_partition_list_add(subscription.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+  }
+  if (!options_.pattern.empty()) {
+    // librdkafka reads a subscription starting with '^' as a (POSIX) regular expression; the
+    // source matches whole topic names.
+    const std::string regex = "^(" + options_.pattern + ")$";
+    rd_kafka_topic_partition_list_add(subscription.get(), regex.c_str(), RD_KAFKA_PARTITION_UA);
+  }
+  rd_kafka_topic_partition_list_add(subscription.get(), repartition_topic_.c_str(),
+                                    RD_KAFKA_PARTITION_UA);
+  rd_kafka_resp_err_t err = rd_kafka_subscribe(consumer_.get(), subscription.get());
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return MakeError(ErrorCode::kExternal, "kafka group {}: subscribing: {}", options_.group_id,
+                     rd_kafka_err2str(err));
+  }
+  Log()->info("kafka group {}: instance {} joining ({} tasks; internal topics {}, {})",
+              options_.group_id, options_.instance, task_count_, repartition_topic_,
+              changelog_topic_);
+  return Ok();
+}
+
+Status KafkaGroup::Poll() {
+  // The assigned partitions are paused, so nothing but events should come; a message that was
+  // fetched before its partition was paused is dropped (the source reads it itself).
+  for (int i = 0; i < 1000; ++i) {
+    MessagePtr message{rd_kafka_consumer_poll(consumer_.get(), 0)};
+    if (!message) break;
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+        message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      if (rd_kafka_fatal_error(consumer_.get(), nullptr, 0) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return MakeError(ErrorCode::kUnrecoverable, "kafka group {}: {}", options_.group_id,
+                         rd_kafka_message_errstr(message.get()));
+      }
+      Log()->debug("kafka group {}: {}", options_.group_id,
+                   rd_kafka_message_errstr(message.get()));
+    }
+  }
+  return Ok();
+}
+
+void KafkaGroup::RebalanceCallback(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
+                                   rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+  static_cast<KafkaGroup*>(opaque)->OnRebalance(err, partitions);
+}
+
+void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
+                             rd_kafka_topic_partition_list_t* partitions) {
+  rd_kafka_t* rk = consumer_.get();
+  const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  std::vector<std::string> keys;
+  for (int i = 0; i < partitions->cnt; ++i) {
+    keys.push_back(PartitionKey(partitions->elems[i].topic, partitions->elems[i].partition));
+  }
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (cooperative) {
+      ErrorPtr error{rd_kafka_incremental_assign(rk, partitions)};
+      if (error) Log()->warn("kafka group: assigning: {}", Describe(error.get()));
+    } else {
+      rd_kafka_assign(rk, partitions);
+    }
+    // Membership only: the source reads the partitions with its own consumer.
+    rd_kafka_pause_partitions(rk, partitions);
+    for (const std::string& key : keys) assigned_.insert(key);
+    Log()->info("kafka group {}: instance {} assigned {} partitions: {}", options_.group_id,
+                options_.instance, keys.size(), fmt::join(keys, ", "));
+  } else {
+    const bool lost = rd_kafka_assignment_lost(rk) != 0;
+    if (cooperative) {
+      ErrorPtr error{rd_kafka_incremental_unassign(rk, partitions)};
+      if (error) Log()->warn("kafka group: unassigning: {}", Describe(error.get()));
+    } else {
+      rd_kafka_assign(rk, nullptr);
+    }
+    for (const std::string& key : keys) assigned_.erase(key);
+    Log()->info("kafka group {}: instance {} {} {} partitions: {}", options_.group_id,
+                options_.instance, lost ? "lost" : "gave up", keys.size(), fmt::join(keys, ", "));
+  }
+  ++generation_;
+}
+
+void KafkaGroup::NoteChangelogOffset(uint32_t task, int64_t offset) {
+  int64_t& end = changelog_ends_[task];
+  end = std::max(end, offset + 1);
+}
+
+}  // namespace driftd::kafka

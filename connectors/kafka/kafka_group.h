@@ -1,0 +1,95 @@
+// Membership of a scaled-out query's consumer group (engine/group.h): a consumer that
+// subscribes to the source topics and the query's repartition topic with the cooperative-sticky
+// assignor, so that the group divides source partitions and tasks among the processes running
+// the pipeline. It never fetches: the partitions it is assigned are paused, and the Kafka source
+// reads planned offset ranges with a consumer of its own, as in a query run by one process. Its
+// group metadata goes into every batch's transaction (send_offsets_to_transaction), which is
+// what fences a process that kept running after the group moved on (EOS v2).
+//
+// Also: the internal topics' names and creation, and the changelog offsets the sink's delivery
+// reports saw in the last transaction.
+//
+// Thread-safety: the executor's thread only (the rebalance callback runs inside Poll).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "connectors/kafka/kafka_common.h"
+#include "engine/result.h"
+#include "engine/source.h"
+
+namespace driftd::kafka {
+
+struct GroupOptions {
+  std::string pipeline;
+  /// This process's name in the group (scaleOut.instance).
+  std::string instance;
+  std::string group_id;
+  /// The source's subscription: topics, or a pattern.
+  std::vector<std::string> topics;
+  std::string pattern;
+  /// librdkafka settings of the source (kafka.* without the prefix).
+  std::map<std::string, std::string> client;
+  int request_timeout_ms = 10'000;
+};
+
+/// "driftd-<pipeline>-repartition" and "driftd-<pipeline>-changelog", with characters Kafka
+/// refuses in topic names replaced.
+std::string RepartitionTopic(std::string_view pipeline);
+std::string ChangelogTopic(std::string_view pipeline);
+
+class KafkaGroup {
+ public:
+  explicit KafkaGroup(GroupOptions options);
+  ~KafkaGroup();
+  KafkaGroup(const KafkaGroup&) = delete;
+  KafkaGroup& operator=(const KafkaGroup&) = delete;
+
+  /// Creates the internal topics if missing (as many partitions as the source topics have in
+  /// all, the first time), then joins the group.
+  Status Start(int source_partitions);
+
+  /// Serves the group protocol; afterwards assigned() is what this process owns.
+  Status Poll();
+  /// Partition keys ("topic-3") this process owns, source and repartition alike.
+  const std::set<std::string>& assigned() const { return assigned_; }
+  /// Counts rebalances seen (a new value means a new assignment).
+  int32_t generation() const { return generation_; }
+
+  /// The membership consumer (its group metadata goes into transactions, and it reads the
+  /// committed offsets).
+  rd_kafka_t* consumer() const { return consumer_.get(); }
+  uint32_t task_count() const { return task_count_; }
+  const std::string& repartition_topic() const { return repartition_topic_; }
+  const std::string& changelog_topic() const { return changelog_topic_; }
+
+  /// The sink's delivery reports of the current transaction's changelog records.
+  void NoteChangelogOffset(uint32_t task, int64_t offset);
+  void ClearChangelogOffsets() { changelog_ends_.clear(); }
+  std::map<uint32_t, int64_t> ChangelogEnds() const { return changelog_ends_; }
+
+ private:
+  static void RebalanceCallback(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                rd_kafka_topic_partition_list_t* partitions, void* opaque);
+  void OnRebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions);
+
+  GroupOptions options_;
+  std::string repartition_topic_;
+  std::string changelog_topic_;
+  uint32_t task_count_ = 0;
+  Handle consumer_;
+  std::set<std::string> assigned_;
+  int32_t generation_ = 0;
+  std::map<uint32_t, int64_t> changelog_ends_;
+};
+
+/// The group a Kafka source configured with scaleOut is a member of; null for any other
+/// source.
+std::shared_ptr<KafkaGroup> GroupOf(Source& source);
+
+}  // namespace driftd::kafka

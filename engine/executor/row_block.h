@@ -1,0 +1,69 @@
+// Row blocks: how a scaled-out query sends decoded rows from the task that read them (a source
+// partition's) to the task that owns their model, through the repartition topic
+// (engine/group.h). One block per batch, source partition and target task: the rows, each with
+// its event time and the watermark it is judged by (RowTimes), and the source partition's
+// clock after them, so that the owning task's watermark can wait for every source partition.
+//
+// Encoding (little-endian, drift/codec.h): u8 version (1) | clock mark | u32 rows | rows, a row
+// being i64 late_before | i64 event_us | per schema field: u8 valid, then the value (string:
+// u32 length + bytes; double: f64; long, int, boolean, timestamp: i64; array<double>: u32
+// count + f64 each). Readers refuse other versions and truncated blocks (kCorruption).
+//
+// A value type; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/result.h"
+#include "engine/schema.h"
+
+namespace driftd {
+
+/// A source partition's clock as the rows before it leave it.
+struct ClockMark {
+  std::string partition;          // offsets key of the source partition ("topic-3")
+  int64_t max_event_us = INT64_MIN;  // largest event time read from it
+  bool more_available = false;    // it has records not read yet
+  bool idle = false;              // nothing to read for the idle timeout
+};
+
+/// Collects the rows of one source partition for one task in a batch, as blocks of at most
+/// kMaxBlockBytes (a Kafka record's size is limited). A block that more rows follow carries the
+/// partition's clock as of its last row (more_available set), so a task's watermark never
+/// passes rows still on their way to it.
+class RowBlockWriter {
+ public:
+  /// Block size at which a new block starts. Default: 512 KiB.
+  static constexpr size_t kMaxBlockBytes = 512 << 10;
+
+  /// Rows of source partition `partition` (its offsets key).
+  explicit RowBlockWriter(std::string partition) : partition_(std::move(partition)) {}
+
+  /// `max_event_after_us`: the partition's largest event time once this row is read.
+  void AddRow(const RecordBatch& batch, size_t row, int64_t late_before_us, int64_t event_us,
+              int64_t max_event_after_us);
+  bool empty() const { return rows_ == 0 && ready_.empty(); }
+  /// The blocks, the last with `mark` (of this writer's partition) as its clock; the writer is
+  /// empty again afterwards.
+  std::vector<std::string> Finish(const ClockMark& mark);
+
+ private:
+  std::string Seal(const ClockMark& mark);
+
+  std::string body_;
+  uint32_t rows_ = 0;
+  int64_t max_event_us_ = INT64_MIN;
+  std::string partition_;
+  std::vector<std::string> ready_;
+};
+
+/// Appends a block's rows to `batch` (reset for `schema` by the caller) and `times`, each row
+/// at position {partition_index, 0}; `mark` receives the block's clock.
+Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t partition_index,
+                    RecordBatch& batch, RowTimes& times, ClockMark& mark);
+
+}  // namespace driftd

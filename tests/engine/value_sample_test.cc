@@ -1,0 +1,77 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "engine/drift/histogram.h"
+#include "engine/drift/value_sample.h"
+
+namespace driftd {
+namespace {
+
+std::vector<double> Values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(n);
+  for (double& v : values) v = normal(rng);
+  return values;
+}
+
+TEST_CASE("a value sample is the same whatever the order the values came in and however they "
+          "were split and merged",
+          "[drift][sample]") {
+  const std::vector<double> values = Values(50'000, 1);
+  ValueSample in_order(1000);
+  for (double v : values) in_order.Add(v);
+  CHECK_FALSE(in_order.exact());
+  CHECK(in_order.Sorted().size() <= 1000);
+  CHECK(in_order.Sorted().size() >= 250);
+
+  std::vector<double> shuffled = values;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(7));
+  // Three "partitions" sampled apart, then merged.
+  ValueSample a(1000), b(1000), c(1000);
+  for (size_t i = 0; i < shuffled.size(); ++i) (i % 3 == 0 ? a : i % 3 == 1 ? b : c).Add(shuffled[i]);
+  ValueSample merged(1000);
+  merged.Merge(c);
+  merged.Merge(a);
+  merged.Merge(b);
+  CHECK(merged == in_order);
+
+  // Histogram edges from it are therefore the same too.
+  CHECK(BinEdges::FromWeightedQuantiles(merged.Sorted(), 10) ==
+        BinEdges::FromWeightedQuantiles(in_order.Sorted(), 10));
+}
+
+TEST_CASE("a value sample keeps every value, with counts, below its capacity", "[drift][sample]") {
+  ValueSample sample(100);
+  for (int round = 0; round < 3; ++round) {
+    for (int v = 0; v < 50; ++v) sample.Add(v * 0.5);
+  }
+  sample.Add(-0.0);  // the same value as 0.0
+  CHECK(sample.exact());
+  CHECK(sample.kept_total() == 151);
+  const auto sorted = sample.Sorted();
+  REQUIRE(sorted.size() == 50);
+  CHECK(sorted.front() == std::pair<double, int64_t>{0.0, 4});
+  CHECK(sorted.back() == std::pair<double, int64_t>{24.5, 3});
+  // Weighted quantiles of an exact sample are those of the values: deciles of 0..24.5.
+  std::vector<double> expanded;
+  for (const auto& [value, count] : sorted) expanded.insert(expanded.end(), count, value);
+  CHECK(BinEdges::FromWeightedQuantiles(sorted, 10) == BinEdges::FromQuantiles(expanded, 10));
+}
+
+TEST_CASE("a value sample survives its encoding, and a damaged one is refused", "[drift][sample]") {
+  ValueSample sample(500);
+  for (double v : Values(5000, 3)) sample.Add(v);
+  std::string bytes;
+  sample.Encode(bytes);
+  auto decoded = ValueSample::Decode(bytes);
+  REQUIRE(decoded);
+  CHECK(*decoded == sample);
+  CHECK_FALSE(ValueSample::Decode(std::string_view(bytes).substr(0, bytes.size() - 3)));
+}
+
+}  // namespace
+}  // namespace driftd

@@ -1,0 +1,457 @@
+// One answer however the topic is split: partition-aware execution and scale-out, through the
+// daemon against the real broker. Every model's records are in every partition (or, for
+// record-count windows, each model in one partition); the tests read the outputs as a user
+// would (read_committed) and compare what a user would compare: the alerts (ids, levels,
+// windows) and the final statistics of every window.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <simdjson.h>
+
+#include "connectors/inference_generator.h"
+#include "tests/kafka/kafka_test_util.h"
+#include "tests/support/test_support.h"
+
+namespace driftd {
+namespace {
+
+using namespace kafka_test;
+using testing::ChildProcess;
+using testing::DriftdBinary;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kStartTimeMs = 1'796'000'000'000;
+
+// The pipeline every test runs: per-model statistics of 10 s event-time windows (append: each
+// window once, final) and drift on them, or on record-count windows (RECORD_WINDOWS=1).
+std::string PipelineYaml(bool event_time) {
+  return fmt::format(R"(name: ${{PIPELINE_NAME}}
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: event_time, type: timestamp}}
+  - {{name: feature_vector, type: array<double>}}
+  - {{name: prediction, type: double}}
+source:
+  format: kafka
+  options:
+    kafka.bootstrap.servers: ${{KAFKA_BROKERS}}
+    subscribe: ${{INPUT_TOPIC}}
+    startingOffsets: earliest
+    maxOffsetsPerTrigger: ${{MAX_OFFSETS}}
+query:
+  groupBy: [model_id]
+{query}
+drift:
+  series: [feature_vector, prediction]
+  baseline: {{type: warmup, records: 2000}}
+  detectors: [{{type: mean_shift}}, {{type: psi}}]
+  minSamples: 200
+{drift_window}sinks:
+  - {{name: stats, format: kafka, stream: stats, outputMode: {mode},
+      options: {{kafka.bootstrap.servers: "${{KAFKA_BROKERS}}", topic: "${{STATS_TOPIC}}"}}}}
+  - {{name: alerts, format: kafka, stream: alerts,
+      options: {{kafka.bootstrap.servers: "${{KAFKA_BROKERS}}", topic: "${{ALERTS_TOPIC}}"}}}}
+trigger: {{processingTime: 100ms}}
+checkpointLocation: ${{CHECKPOINT}}
+scaleOut:
+  enabled: ${{SCALE_OUT}}
+  instance: ${{INSTANCE:-solo}}
+)",
+                     fmt::arg("query",
+                              event_time
+                                  ? "  window: {column: event_time, size: 10 seconds}\n"
+                                    "  watermark: {column: event_time, delay: 2 seconds, "
+                                    "idleTimeout: 0}\n"
+                                    "  aggregates: [count, mean(prediction), "
+                                    "mean(feature_vector)]"
+                                  : "  aggregates: [count, mean(prediction), "
+                                    "mean(feature_vector)]"),
+                     fmt::arg("mode", event_time ? "append" : "update"),
+                     fmt::arg("drift_window", event_time ? "" : "  windowRecords: 2000\n"));
+}
+
+struct Input {
+  std::string topic = UniqueName("scale-logs");
+  int partitions = 8;
+  int64_t rows = 0;
+  /// Rows of the real models (the flush rows come on top).
+  int64_t model_rows = 0;
+  /// Each partition's records, the flush row last; produced[p] of them are on the topic.
+  std::vector<std::vector<std::string>> records;
+  std::vector<size_t> produced;
+
+  /// Produces the next share of every partition's records: up to `fraction` of all of them.
+  void ProduceUpTo(double fraction) {
+    for (int p = 0; p < partitions; ++p) {
+      const auto& all = records[static_cast<size_t>(p)];
+      const size_t to = std::min(all.size(), static_cast<size_t>(std::ceil(
+                                                 fraction * static_cast<double>(all.size()))));
+      size_t& from = produced[static_cast<size_t>(p)];
+      if (to <= from) continue;
+      Produce(topic, p, std::vector<std::string>(all.begin() + static_cast<long>(from),
+                                                 all.begin() + static_cast<long>(to)));
+      from = to;
+    }
+  }
+};
+
+// Generated inference logs of 4 models, 1000 rows per second of event time, model-2's feature 3
+// shifting by 1.5 sigma halfway. `keyed`: each model in one partition (model m in m % P);
+// otherwise each model in every partition, each partition in event-time order. After them, a
+// row per partition an hour later (model "flush") moves every partition's clock past the last
+// real window, so every window closes.
+Input ProduceInput(Admin& admin, int partitions, int64_t rows, bool keyed, int models = 4,
+                   double produce_now = 1.0) {
+  Input input;
+  input.partitions = partitions;
+  input.rows = rows;
+  input.model_rows = rows;
+  admin.CreateTopic(input.topic, partitions);
+  InferenceGeneratorOptions options;
+  options.models = models;
+  options.features = 4;
+  options.labels = 0;
+  options.rows_per_second = 1000;
+  options.start_time_ms = kStartTimeMs;
+  auto scenario = ParseDriftScenario(
+      fmt::format("model-2 feature 3 shifts by 1.5 sigma after {} s", rows / 2000));
+  REQUIRE(scenario);
+  options.drift.push_back(*scenario);
+  auto generator = InferenceGenerator::Create(options);
+  REQUIRE(generator);
+  std::vector<std::vector<std::string>> by_partition(partitions);
+  for (int64_t row = 0; row < rows; ++row) {
+    std::string record;
+    generator->AppendRecord(static_cast<uint64_t>(row), record);
+    const int model = generator->ModelOf(static_cast<uint64_t>(row));
+    const size_t p = keyed ? static_cast<size_t>(model % partitions)
+                           : static_cast<size_t>((row * 7 + row / 5) % partitions);
+    by_partition[p].push_back(std::move(record));
+  }
+  for (int p = 0; p < partitions; ++p) {
+    by_partition[p].push_back(fmt::format(
+        R"({{"model_id":"flush","event_time":"{}","feature_vector":[0,0,0,0],"prediction":0.5}})",
+        "2099-01-01T00:00:00.000Z"));
+  }
+  input.records = std::move(by_partition);
+  input.produced.assign(static_cast<size_t>(partitions), 0);
+  input.ProduceUpTo(produce_now);
+  return input;
+}
+
+// One deployment: its name (consumer group and internal topics), output topics, checkpoint.
+struct Deployment {
+  std::string name = UniqueName("scale");
+  std::string stats = UniqueName("scale-stats");
+  std::string alerts = UniqueName("scale-alerts");
+  TempDir dir{"driftd-scale"};
+  std::string pipeline;
+  std::map<std::string, std::string> env;
+
+  Deployment(Admin& admin, const Input& input, bool event_time, bool scale_out,
+             int64_t max_offsets) {
+    admin.CreateTopic(stats, 3);
+    admin.CreateTopic(alerts, 1);
+    pipeline = dir / "pipeline.yaml";
+    WriteFile(pipeline, PipelineYaml(event_time));
+    env = {{"PIPELINE_NAME", name},          {"KAFKA_BROKERS", Bootstrap()},
+           {"INPUT_TOPIC", input.topic},     {"MAX_OFFSETS", std::to_string(max_offsets)},
+           {"STATS_TOPIC", stats},           {"ALERTS_TOPIC", alerts},
+           {"CHECKPOINT", dir / "checkpoint"}, {"SCALE_OUT", scale_out ? "true" : "false"}};
+  }
+
+  ChildProcess Start(const std::string& instance) const {
+    std::map<std::string, std::string> all = env;
+    all["INSTANCE"] = instance;
+    return ChildProcess::Start({DriftdBinary(), "run", pipeline, "--http", "off"},
+                               dir / ("log-" + instance), all);
+  }
+  std::string Log(const std::string& instance) const { return dir / ("log-" + instance); }
+};
+
+// What a user compares between two runs.
+struct Outcome {
+  /// "model window-start" -> (count, mean(prediction)); windows of real models only.
+  std::map<std::string, std::pair<int64_t, double>> windows;
+  /// alert id, level, model, series, detector, window start: one line per alert.
+  std::multiset<std::string> alerts;
+  /// Records of the stats topic that repeat an earlier one's window (must be none).
+  int64_t duplicate_windows = 0;
+};
+
+Outcome Read(const Deployment& deployment, bool event_time) {
+  Outcome outcome;
+  simdjson::dom::parser parser;
+  for (const Consumed& record : ReadAll(deployment.stats)) {
+    simdjson::dom::element row = parser.parse(record.value);
+    const std::string model{std::string_view(row["model_id"])};
+    if (model == "flush") continue;
+    std::string key = model;
+    if (event_time) key += " " + std::string(std::string_view(row["window"]["start"]));
+    const std::pair<int64_t, double> value{int64_t(row["count"]), double(row["mean(prediction)"])};
+    if (!event_time) {
+      outcome.windows[key] = value;  // update mode: the last row of a model is its total
+      continue;
+    }
+    if (outcome.windows.count(key)) ++outcome.duplicate_windows;
+    outcome.windows[key] = value;
+  }
+  for (const Consumed& record : ReadAll(deployment.alerts)) {
+    simdjson::dom::element alert = parser.parse(record.value);
+    std::string_view start_time;
+    if (alert["window"]["start_time"].get(start_time)) start_time = "-";
+    outcome.alerts.insert(fmt::format(
+        "{} {} {} {} {} {} {}", std::string_view(alert["alert_id"]),
+        std::string_view(alert["level"]), std::string_view(alert["model"]),
+        std::string_view(alert["series"]), std::string_view(alert["detector"]),
+        int64_t(alert["window"]["start_record"]), start_time));
+  }
+  return outcome;
+}
+
+// Every row of the real models is in exactly one window, and every window has been emitted.
+bool Complete(const Outcome& outcome, const Input& input) {
+  int64_t rows = 0;
+  for (const auto& [key, value] : outcome.windows) rows += value.first;
+  return rows >= input.model_rows;
+}
+
+void RequireSame(const Outcome& actual, const Outcome& expected) {
+  CHECK(actual.duplicate_windows == 0);
+  CHECK(actual.alerts == expected.alerts);
+  REQUIRE(actual.windows.size() == expected.windows.size());
+  for (const auto& [key, value] : expected.windows) {
+    INFO(key);
+    REQUIRE(actual.windows.count(key) == 1);
+    CHECK(actual.windows.at(key).first == value.first);
+    CHECK(std::abs(actual.windows.at(key).second - value.second) <= 1e-9);
+  }
+}
+
+int Terminate(ChildProcess& daemon) {
+  daemon.Signal(SIGTERM);
+  auto status = daemon.Wait(std::chrono::seconds(60));
+  if (!status) return -1;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+}
+
+// Runs the deployment with `instances` processes until its output is complete; stops them.
+Outcome RunUntilComplete(const Deployment& deployment, const Input& input, bool event_time,
+                         int instances, std::chrono::seconds timeout = std::chrono::seconds(240)) {
+  std::vector<ChildProcess> processes;
+  for (int i = 0; i < instances; ++i) processes.push_back(deployment.Start(fmt::format("p{}", i)));
+  Outcome outcome;
+  const bool complete = testing::WaitFor(
+      [&] {
+        for (ChildProcess& process : processes) {
+          if (process.Exited()) return true;
+        }
+        outcome = Read(deployment, event_time);
+        return Complete(outcome, input);
+      },
+      timeout);
+  for (int i = 0; i < instances; ++i) {
+    INFO(ReadFile(deployment.Log(fmt::format("p{}", i))).substr(0, 20'000));
+    CHECK(Terminate(processes[static_cast<size_t>(i)]) == 0);
+  }
+  REQUIRE(complete);
+  return Read(deployment, event_time);  // everything, after the last process stopped
+}
+
+TEST_CASE("scale-out: batch sizes and one process against three give the same alerts and "
+          "window statistics on a topic whose models span its 8 partitions",
+          "[kafka][scale-out][determinism]") {
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 120'000, /*keyed=*/false);
+  Deployment reference(admin, input, true, false, 1000);
+  const Outcome expected = RunUntilComplete(reference, input, true, 1);
+  // The shift is found, in model-2 only; every model's 12 windows are there.
+  REQUIRE(!expected.alerts.empty());
+  for (const std::string& alert : expected.alerts) CHECK(alert.find(" model-2 ") != std::string::npos);
+  CHECK(expected.windows.size() == 4 * 12);
+
+  SECTION("maxOffsetsPerTrigger 7777") {
+    Deployment run(admin, input, true, false, 7777);
+    RequireSame(RunUntilComplete(run, input, true, 1), expected);
+  }
+  SECTION("maxOffsetsPerTrigger 200000") {
+    Deployment run(admin, input, true, false, 200'000);
+    RequireSame(RunUntilComplete(run, input, true, 1), expected);
+  }
+  SECTION("one scaled-out process") {
+    Deployment run(admin, input, true, true, 7777);
+    RequireSame(RunUntilComplete(run, input, true, 1), expected);
+  }
+  SECTION("three scaled-out processes") {
+    Deployment run(admin, input, true, true, 7777);
+    RequireSame(RunUntilComplete(run, input, true, 3), expected);
+  }
+}
+
+TEST_CASE("scale-out: record-count windows on input keyed by model give the same alerts and "
+          "statistics for any batch size and three processes",
+          "[kafka][scale-out][determinism]") {
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 80'000, /*keyed=*/true);
+  Deployment reference(admin, input, false, false, 1000);
+  const Outcome expected = RunUntilComplete(reference, input, false, 1);
+  REQUIRE(!expected.alerts.empty());
+  CHECK(expected.windows.size() == 4);
+  SECTION("maxOffsetsPerTrigger 200000") {
+    Deployment run(admin, input, false, false, 200'000);
+    RequireSame(RunUntilComplete(run, input, false, 1), expected);
+  }
+  SECTION("three scaled-out processes") {
+    Deployment run(admin, input, false, true, 7777);
+    RequireSame(RunUntilComplete(run, input, false, 3), expected);
+  }
+}
+
+// Committed batches a process's log shows (one progress record per batch).
+int64_t BatchesLogged(const std::string& log) {
+  const std::string text = ReadFile(log);
+  int64_t batches = 0;
+  for (size_t at = text.find("progress {"); at != std::string::npos;
+       at = text.find("progress {", at + 1)) {
+    ++batches;
+  }
+  return batches;
+}
+
+// "task 3 restored in 45 ms" lines of a log: how long each takeover's restore took.
+std::vector<int64_t> RestoreTimes(const std::string& log) {
+  std::vector<int64_t> times;
+  const std::string text = ReadFile(log);
+  static const std::regex pattern("task [0-9]+ restored in ([0-9]+) ms");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), pattern);
+       it != std::sregex_iterator(); ++it) {
+    times.push_back(std::stoll((*it)[1].str()));
+  }
+  return times;
+}
+
+TEST_CASE("scale-out takeover: three processes on 12 partitions, one killed 10 times, one paused "
+          "past its session, one added and one removed, give one crash-free process's output",
+          "[kafka][scale-out][rebalance][takeover]") {
+  Admin admin;
+  // The input arrives while the processes run, a share per kill, so there is work through all
+  // the kills and rebalances.
+  Input input = ProduceInput(admin, 12, 1'000'000, /*keyed=*/false, /*models=*/16,
+                             /*produce_now=*/0.1);
+  Deployment run(admin, input, true, true, 20'000);
+  std::map<std::string, ChildProcess> processes;
+  for (const char* name : {"a", "b", "c"}) processes.emplace(name, run.Start(name));
+  std::mt19937 random(20261201);
+  int kills = 0;
+  int lives = 0;
+  auto complete = [&] { return Complete(Read(run, true), input); };
+  while (kills < 10) {
+    // "c" makes some progress in each life (it has joined and committed), then dies.
+    const std::string log = run.Log("c");
+    const int64_t before = BatchesLogged(log);
+    testing::WaitFor([&] { return BatchesLogged(log) > before; }, std::chrono::seconds(60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 1500));
+    processes.at("c").Signal(SIGKILL);
+    REQUIRE(processes.at("c").Wait(std::chrono::seconds(10)));
+    ++kills;
+    input.ProduceUpTo(0.1 + 0.08 * kills);
+    processes.erase("c");
+    processes.emplace("c", run.Start("c"));
+    ++lives;
+    if (kills == 3) processes.emplace("d", run.Start("d"));  // one more process joins
+    if (kills == 6) {
+      // One leaves for good: its partitions move to the others.
+      CHECK(Terminate(processes.at("b")) == 0);
+      processes.erase("b");
+    }
+    if (kills == 8) {
+      // A zombie: "a" stops past its session timeout while the group moves its partitions on;
+      // when it resumes, its batch in flight must be refused, not committed twice.
+      processes.at("a").Signal(SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      processes.at("a").Signal(SIGCONT);
+    }
+  }
+  CHECK(kills >= 10);
+  input.ProduceUpTo(1.0);
+  const bool done = testing::WaitFor(complete, std::chrono::seconds(600));
+  std::vector<int64_t> restores;
+  for (auto& [name, process] : processes) {
+    INFO(name << ": " << ReadFile(run.Log(name)).substr(0, 20'000));
+    CHECK(Terminate(process) == 0);
+  }
+  for (const char* name : {"a", "b", "c", "d"}) {
+    for (int64_t ms : RestoreTimes(run.Log(name))) restores.push_back(ms);
+  }
+  REQUIRE(done);
+  // The same topic, read by one process that is never disturbed.
+  Deployment reference(admin, input, true, false, 50'000);
+  const Outcome expected = RunUntilComplete(reference, input, true, 1, std::chrono::seconds(600));
+  REQUIRE(!expected.alerts.empty());
+  CHECK(expected.windows.size() == 16 * 100);
+  RequireSame(Read(run, true), expected);
+  REQUIRE(!restores.empty());
+  std::sort(restores.begin(), restores.end());
+  std::printf("scale-out takeover: %d kills, %zu task restores, restore time median %lld ms, "
+              "max %lld ms\n",
+              kills, restores.size(), static_cast<long long>(restores[restores.size() / 2]),
+              static_cast<long long>(restores.back()));
+}
+
+TEST_CASE("a daemon on a copy of a running pipeline's checkpoint, or on an older backup, "
+          "refuses to start and nothing reaches a reader twice",
+          "[kafka][checkpoint][stale]") {
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 60'000, /*keyed=*/false);
+  Deployment run(admin, input, true, false, 1000);
+  ChildProcess original = run.Start("solo");
+  const std::string log = run.Log("solo");
+  REQUIRE(testing::WaitFor([&] { return BatchesLogged(log) >= 5; }, std::chrono::seconds(120)));
+  // A copy taken while the pipeline runs (paused for the copy, so its files are whole).
+  const std::string copy = run.dir / "copy";
+  original.Signal(SIGSTOP);
+  std::filesystem::copy(run.dir / "checkpoint", copy, std::filesystem::copy_options::recursive);
+  original.Signal(SIGCONT);
+  const int64_t at_copy = BatchesLogged(log);
+  REQUIRE(testing::WaitFor([&] { return BatchesLogged(log) >= at_copy + 5; },
+                           std::chrono::seconds(120)));
+
+  std::map<std::string, std::string> env = run.env;
+  env["CHECKPOINT"] = copy;
+  env["INSTANCE"] = "solo";
+  auto started_on_copy = testing::RunDriftd({"run", run.pipeline, "--http", "off"},
+                                            std::chrono::seconds(120), env);
+  INFO(started_on_copy.output);
+  CHECK(started_on_copy.exit_code == 78);
+  CHECK_THAT(started_on_copy.output, Catch::Contains("copy or an older backup"));
+  // The running pipeline was not disturbed (a refusal comes before fencing it).
+  CHECK_FALSE(original.Exited());
+
+  REQUIRE(testing::WaitFor([&] { return Complete(Read(run, true), input); },
+                           std::chrono::seconds(240)));
+  CHECK(Terminate(original) == 0);
+  // The copy is now an old backup of a pipeline that finished.
+  auto started_on_backup = testing::RunDriftd({"run", run.pipeline, "--http", "off"},
+                                              std::chrono::seconds(120), env);
+  INFO(started_on_backup.output);
+  CHECK(started_on_backup.exit_code == 78);
+  const Outcome outcome = Read(run, true);
+  CHECK(outcome.duplicate_windows == 0);
+  std::set<std::string> distinct(outcome.alerts.begin(), outcome.alerts.end());
+  CHECK(distinct.size() == outcome.alerts.size());
+}
+
+}  // namespace
+}  // namespace driftd
