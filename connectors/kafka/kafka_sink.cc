@@ -148,6 +148,7 @@ class KafkaSink final : public Sink {
     auto client = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(*conf));
     if (!client) return tl::unexpected(client.error().Wrap("kafka sink"));
     producer_ = std::move(*client);
+    if (Status reached = AwaitCluster(); !reached) return Fail(reached);
 
     // A checkpoint behind what was already committed is a copy or an old backup of one that is
     // still running, or ran on: refuse it before fencing the instance that may be running
@@ -155,7 +156,9 @@ class KafkaSink final : public Sink {
     if (options_.group) return OpenScaledOut();
     auto progress_listed = TopicListed(options_.progress_topic);
     if (!progress_listed) return Fail(tl::unexpected(progress_listed.error().Wrap("kafka sink")));
-    if (*progress_listed && !checkpoint_id_.empty()) {
+    // Only when the query opens: a producer replaced mid-run follows batches this process
+    // committed itself.
+    if (!stale_checked_ && *progress_listed && !checkpoint_id_.empty()) {
       auto committed = ReadLatestProgress(/*settle=*/false);
       if (!committed) return Fail(tl::unexpected(committed.error().Wrap("kafka sink")));
       if (*committed > last_committed_batch_) {
@@ -172,6 +175,7 @@ class KafkaSink final : public Sink {
         return tl::unexpected(stale);
       }
     }
+    stale_checked_ = true;
 
     // Fences an older producer with our transactional.id and aborts its open transaction, so
     // what the progress topic says afterwards is final.
@@ -522,6 +526,26 @@ class KafkaSink final : public Sink {
     rd_kafka_resp_err_t code = rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
     if (code == RD_KAFKA_RESP_ERR_NO_ERROR) return std::nullopt;
     return FatalError(what, code, reason);
+  }
+
+  // Waits, in slices so that a stop (Cancel) is noticed, for the cluster to answer a metadata
+  // request: the checks before init_transactions need it.
+  Status AwaitCluster() {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      const int slice = static_cast<int>(std::clamp<int64_t>(left, 1, kConnectSliceMs));
+      auto metadata = kafka::FetchMetadata(producer_.get(), nullptr, slice);
+      if (metadata) return Ok();
+      if (cancelled_.load()) {
+        return MakeError(ErrorCode::kCancelled,
+                         "kafka sink: stopped while connecting (waiting for the brokers)");
+      }
+      if (left <= kConnectSliceMs) return tl::unexpected(metadata.error().Wrap("kafka sink"));
+    }
   }
 
   // init_transactions within the transactional timeout, in slices, so that a stop (Cancel)
@@ -887,6 +911,8 @@ class KafkaSink final : public Sink {
   int64_t delivered_ = -1;
   /// The checkpoint's last committed batch (SetCheckpointId); -1: none.
   int64_t last_committed_batch_ = -1;
+  /// Whether the checkpoint was checked against the progress topic (at the first Open).
+  bool stale_checked_ = false;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;
   /// The producer was dropped after a non-fencing fatal error and has no successor yet.
