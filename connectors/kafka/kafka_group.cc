@@ -53,13 +53,24 @@ KafkaGroup::KafkaGroup(GroupOptions options)
       changelog_topic_(ChangelogTopic(options_.pipeline)) {}
 
 KafkaGroup::~KafkaGroup() {
-  if (consumer_) {
-    // Leaves the group at once, so the others take over this process's partitions now rather
-    // than after the session timeout.
-    rd_kafka_resp_err_t err = rd_kafka_consumer_close(consumer_.get());
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      Log()->warn("kafka group {}: leaving: {}", options_.group_id, rd_kafka_err2str(err));
-    }
+  if (!consumer_) return;
+  // Leaves the group at once, so the others take over this process's partitions now rather
+  // than after the session timeout; but never waits longer than that for it: a stop must end.
+  rd_kafka_t* rk = consumer_.get();
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
+  ErrorPtr error{rd_kafka_consumer_close_queue(rk, queue)};
+  if (error) Log()->warn("kafka group {}: leaving: {}", options_.group_id, Describe(error.get()));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  while (!error && !rd_kafka_consumer_closed(rk) && std::chrono::steady_clock::now() < deadline) {
+    rd_kafka_queue_poll_callback(queue, 100);  // serves the revocation (OnRebalance)
+  }
+  const bool closed = rd_kafka_consumer_closed(rk) != 0;
+  rd_kafka_queue_destroy(queue);
+  if (!closed) {
+    Log()->warn("kafka group {}: instance {} did not leave the group within 6 s; the group "
+                "moves its partitions after the session timeout",
+                options_.group_id, options_.instance);
+    rd_kafka_destroy_flags(consumer_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   }
 }
 

@@ -1080,8 +1080,22 @@ Result<int64_t> KafkaSource::ReadChangelog(
   // (the previous owner's last transaction was decided before Committed() returned).
   int64_t low = 0;
   int64_t high = 0;
-  rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(reader, topic.c_str(), partition,
-                                                             &low, &high, request_timeout_ms_);
+  // A changelog created a moment ago (or one whose leader moves) answers "not leader" for a
+  // while: wait for it as for the source's own partitions.
+  const auto marks_deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.poll_timeout_ms);
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  for (;;) {
+    err = rd_kafka_query_watermark_offsets(reader, topic.c_str(), partition, &low, &high,
+                                           request_timeout_ms_);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR ||
+        std::chrono::steady_clock::now() + kRetryPause >= marks_deadline) {
+      break;
+    }
+    Log()->debug("kafka source: offsets of {} partition {}: {}; retrying", topic, partition,
+                 rd_kafka_err2str(err));
+    std::this_thread::sleep_for(kRetryPause);
+  }
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return MakeError(ErrorCode::kExternal, "kafka source: offsets of {} partition {}: {}", topic,
                      partition, rd_kafka_err2str(err));

@@ -240,11 +240,19 @@ void RequireSame(const Outcome& actual, const Outcome& expected) {
   }
 }
 
+// The exit code after SIGTERM; -1000 when the process did not stop within a minute, -N when
+// signal N ended it.
 int Terminate(ChildProcess& daemon) {
   daemon.Signal(SIGTERM);
   auto status = daemon.Wait(std::chrono::seconds(60));
-  if (!status) return -1;
-  return WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  if (!status) return -1000;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : -WTERMSIG(*status);
+}
+
+// The end of a log, where a failure shows.
+std::string LogTail(const std::string& path) {
+  const std::string text = ReadFile(path);
+  return text.size() > 20'000 ? text.substr(text.size() - 20'000) : text;
 }
 
 // Runs the deployment with `instances` processes until its output is complete; stops them.
@@ -263,7 +271,7 @@ Outcome RunUntilComplete(const Deployment& deployment, const Input& input, bool 
       },
       timeout);
   for (int i = 0; i < instances; ++i) {
-    INFO(ReadFile(deployment.Log(fmt::format("p{}", i))).substr(0, 20'000));
+    INFO(LogTail(deployment.Log(fmt::format("p{}", i))));
     CHECK(Terminate(processes[static_cast<size_t>(i)]) == 0);
   }
   REQUIRE(complete);
@@ -389,7 +397,7 @@ TEST_CASE("scale-out takeover: three processes on 12 partitions, one killed 10 t
   const bool done = testing::WaitFor(complete, std::chrono::seconds(600));
   std::vector<int64_t> restores;
   for (auto& [name, process] : processes) {
-    INFO(name << ": " << ReadFile(run.Log(name)).substr(0, 20'000));
+    INFO(name << ": " << LogTail(run.Log(name)));
     CHECK(Terminate(process) == 0);
   }
   for (const char* name : {"a", "b", "c", "d"}) {
