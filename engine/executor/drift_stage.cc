@@ -278,8 +278,10 @@ class DriftStage::Impl {
       const uint32_t id = Intern(model);
       simdjson::dom::object series_object;
       if (series_map.get_object().get(series_object) != simdjson::SUCCESS) continue;  // checked
-      for (auto [name_key, stats] : series_object) {
-        const std::string_view series(name_key);
+      // Not a structured binding: the lambdas below capture the value (clang before 16 cannot).
+      for (simdjson::dom::key_value_pair field : series_object) {
+        const std::string_view series(field.key);
+        const simdjson::dom::element stats = field.value;
         auto where = [&](std::string_view what) {
           return bad(fmt::format("model '{}' series '{}': {}", model, series, what));
         };
