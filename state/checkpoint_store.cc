@@ -34,6 +34,7 @@
 // without taking the LOCK and without touching the primary's files. Its own bookkeeping goes to
 // a private temporary directory that is removed on close.
 #include "state/checkpoint_store.h"
+#include "state/checkpoint_codec.h"
 
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
@@ -917,3 +918,18 @@ Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(const std::string& 
 }
 
 }  // namespace driftd
+
+namespace driftd::checkpoint_codec {
+
+std::string EncodeBatchIdKey(int64_t batch_id) { return EncodeBatchId(batch_id); }
+std::string EncodeCommitValue(const CommitRecord& commit) { return EncodeCommit(commit); }
+std::string EncodeOutboxValue(const std::vector<std::string>& sinks, std::string_view payload) {
+  return EncodeOutbox(sinks, payload);
+}
+Result<int64_t> DecodeBatchIdKey(std::string_view key) { return DecodeBatchId(key); }
+Result<CommitRecord> DecodeCommitValue(std::string_view value) { return DecodeCommit(value); }
+Result<OutboxEntry> DecodeOutboxValue(int64_t batch_id, std::string_view value) {
+  return DecodeOutbox(batch_id, value);
+}
+
+}  // namespace driftd::checkpoint_codec
