@@ -9,6 +9,7 @@ packages=(
   libssl-dev
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
   libboost-dev
+  clang-14 libclang-rt-14-dev
   openjdk-17-jre-headless maven python3 python3-venv curl systemd
   podman runc debootstrap
   # The status page's browser test (headless), promtool and a real Prometheus for the metrics

@@ -5,6 +5,7 @@
 # through a ctest fixture.
 #   bash tests/run.sh              everything
 #   DRIFTD_BUILDS=release bash tests/run.sh     only the normal build
+#   DRIFTD_FUZZ_SECONDS=0 bash tests/run.sh      without the fuzz harnesses (tests/fuzz/run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -62,4 +63,13 @@ for build in $builds; do
     status=1
   fi
 done
+# The libFuzzer harnesses (tests/fuzz), 30 s each: their regression corpus, then new inputs.
+# Their build and run add about 7 minutes on 2 cores.
+fuzz_seconds=${DRIFTD_FUZZ_SECONDS:-30}
+if [ "$fuzz_seconds" != 0 ]; then
+  echo "=== fuzz"
+  if ! DRIFTD_FUZZ_SECONDS=$fuzz_seconds DRIFTD_JOBS=$jobs bash "$root/tests/fuzz/run.sh"; then
+    status=1
+  fi
+fi
 exit $status
