@@ -52,10 +52,10 @@ for build in $builds; do
               selection=(-E "$(IFS='|'; echo "${skip[*]}")") ;;
     *) echo "unknown build '$build'" >&2; exit 64 ;;
   esac
-  echo "=== $build build ($dir)"
+  echo "=== $build build ($dir) at ${SECONDS}s"
   cmake -S "$root" -B "$dir" -G Ninja "${flags[@]}" >/dev/null
   cmake --build "$dir" -j "$jobs"
-  echo "=== $build tests"
+  echo "=== $build tests at ${SECONDS}s"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export DRIFTD_BUILD_KIND=$build
@@ -67,9 +67,10 @@ done
 # Their build and run add about 7 minutes on 2 cores.
 fuzz_seconds=${DRIFTD_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" != 0 ]; then
-  echo "=== fuzz"
+  echo "=== fuzz at ${SECONDS}s"
   if ! DRIFTD_FUZZ_SECONDS=$fuzz_seconds DRIFTD_JOBS=$jobs bash "$root/tests/fuzz/run.sh"; then
     status=1
   fi
 fi
+echo "=== done at ${SECONDS}s: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
