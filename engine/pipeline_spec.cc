@@ -77,4 +77,12 @@ std::string_view ToString(BaselineKind kind) {
   return "unknown";
 }
 
+Schema QuerySchema(const PipelineSpec& spec) {
+  Schema schema = spec.schema;
+  for (const DerivedColumnSpec& derived : spec.query.derived) {
+    schema.fields.push_back({derived.name, derived.type, true});
+  }
+  return schema;
+}
+
 }  // namespace driftd

@@ -77,13 +77,31 @@ struct WatermarkSpec {
   int64_t idle_timeout_ms = 60'000;
 };
 
+/// A column computed from others: a select item "expression AS name" (engine/expr/expr.h).
+struct DerivedColumnSpec {
+  std::string name;
+  /// The whole select item as written, "abs(prediction - ground_truth) AS abs_error".
+  std::string text;
+  /// The expression's type, found when the file was validated.
+  FieldType type = FieldType::kDouble;
+  SourceMark mark;
+};
+
 struct QuerySpec {
+  /// query.where: a boolean expression; a row for which it is not TRUE is filtered out before
+  /// every stage (counted as filtered, never as malformed). Empty: every row. Default: empty.
+  std::string where;
+  SourceMark where_mark;
+  /// The select items with AS, in order. Every stage (groupBy, aggregates, drift, the output
+  /// of a plain select) sees them as columns after the schema's own.
+  std::vector<DerivedColumnSpec> derived;
   /// Key columns (e.g. model_id). An aggregation query has group_by and/or aggregates.
   std::vector<std::string> group_by;
   std::optional<WindowSpec> window;
   std::vector<AggregateSpec> aggregates;
   std::optional<WatermarkSpec> watermark;
-  /// For a non-aggregation query: the columns to emit (empty: every schema column).
+  /// For a non-aggregation query: the columns to emit, schema or derived (empty: every schema
+  /// column).
   std::vector<std::string> select;
 
   bool IsAggregation() const { return !aggregates.empty() || !group_by.empty() || window; }
@@ -240,6 +258,9 @@ struct PipelineSpec {
   std::vector<std::string> secrets;
   ScaleOutSpec scale_out;
 };
+
+/// The columns the query's stages see: the schema's fields, then the derived columns.
+Schema QuerySchema(const PipelineSpec& spec);
 
 std::string_view ToString(MalformedPolicy policy);
 std::string_view ToString(AggregateFn fn);

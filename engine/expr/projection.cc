@@ -1,0 +1,129 @@
+#include "engine/expr/projection.h"
+
+#include <cstring>
+#include <utility>
+
+namespace driftd {
+
+Result<std::unique_ptr<Projection>> Projection::Create(const PipelineSpec& spec) {
+  std::unique_ptr<Projection> projection(new Projection());
+  // Each derived column may read the ones before it; the filter reads them all.
+  Schema columns = spec.schema;
+  for (const DerivedColumnSpec& derived : spec.query.derived) {
+    auto item = expr::CompileSelectItem(derived.text, columns);
+    if (!item) {
+      return MakeError(ErrorCode::kConfig, "query.select '{}': {}", derived.text,
+                       item.error().message);
+    }
+    columns.fields.push_back({derived.name, item->expression.type(), true});
+    projection->derived_.push_back(std::move(item->expression));
+  }
+  if (!spec.query.where.empty()) {
+    auto where = expr::Expression::Compile(spec.query.where, columns);
+    if (!where) {
+      return MakeError(ErrorCode::kConfig, "query.where: {}", where.error().message);
+    }
+    if (where->type() != FieldType::kBoolean) {
+      return MakeError(ErrorCode::kConfig, "query.where is {}, not a boolean",
+                       FieldTypeName(where->type()));
+    }
+    projection->where_ = std::move(*where);
+  }
+  return projection;
+}
+
+int64_t Projection::Apply(RecordBatch& batch) {
+  for (expr::Expression& derived : derived_) {
+    Column column = derived.Evaluate(batch);
+    batch.columns.push_back(std::move(column));
+  }
+  if (!where_) return 0;
+  const Column& condition = where_->Evaluate(batch);
+  keep_.resize(batch.num_rows);
+  int64_t removed = 0;
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    keep_[row] = condition.valid[row] != 0 && condition.i64[row] != 0;
+    removed += keep_[row] == 0;
+  }
+  if (removed > 0) KeepRows(batch, keep_);
+  return removed;
+}
+
+namespace {
+
+// Compacts in place: a kept row only ever moves towards the front.
+void KeepColumnRows(Column& column, const std::vector<uint8_t>& keep) {
+  const size_t rows = keep.size();
+  size_t out = 0;
+  switch (column.type) {
+    case FieldType::kString: {
+      uint32_t write = 0;
+      for (size_t row = 0; row < rows; ++row) {
+        if (!keep[row]) continue;
+        const uint32_t begin = column.str_offsets[row];
+        const uint32_t size = column.str_offsets[row + 1] - begin;
+        if (write != begin) std::memmove(column.str_data.data() + write, column.str_data.data() + begin, size);
+        column.valid[out] = column.valid[row];
+        column.str_offsets[out] = write;
+        write += size;
+        ++out;
+      }
+      column.str_offsets[out] = write;
+      column.str_offsets.resize(out + 1);
+      column.str_data.resize(write);
+      break;
+    }
+    case FieldType::kDoubleArray: {
+      uint32_t write = 0;
+      for (size_t row = 0; row < rows; ++row) {
+        if (!keep[row]) continue;
+        const uint32_t begin = column.arr_offsets[row];
+        const uint32_t size = column.arr_offsets[row + 1] - begin;
+        if (write != begin) {
+          std::memmove(column.f64.data() + write, column.f64.data() + begin, size * sizeof(double));
+        }
+        column.valid[out] = column.valid[row];
+        column.arr_offsets[out] = write;
+        write += size;
+        ++out;
+      }
+      column.arr_offsets[out] = write;
+      column.arr_offsets.resize(out + 1);
+      column.f64.resize(write);
+      break;
+    }
+    case FieldType::kDouble:
+      for (size_t row = 0; row < rows; ++row) {
+        if (!keep[row]) continue;
+        column.valid[out] = column.valid[row];
+        column.f64[out] = column.f64[row];
+        ++out;
+      }
+      column.f64.resize(out);
+      break;
+    default:
+      for (size_t row = 0; row < rows; ++row) {
+        if (!keep[row]) continue;
+        column.valid[out] = column.valid[row];
+        column.i64[out] = column.i64[row];
+        ++out;
+      }
+      column.i64.resize(out);
+      break;
+  }
+  column.valid.resize(out);
+}
+
+}  // namespace
+
+void KeepRows(RecordBatch& batch, const std::vector<uint8_t>& keep) {
+  for (Column& column : batch.columns) KeepColumnRows(column, keep);
+  size_t out = 0;
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    if (keep[row]) batch.positions[out++] = batch.positions[row];
+  }
+  batch.positions.resize(out);
+  batch.num_rows = out;
+}
+
+}  // namespace driftd
