@@ -170,8 +170,21 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     out += fmt::format("{{\"fn\":{},\"column\":{}}}", quote(FnName(aggregate.fn)),
                        quote(aggregate.column));
   }
+  out += ']';
+  // Derived columns feed the state by name and type; their expressions and the filter can
+  // change (as the malformed policy can). Absent when there are none, so that the fingerprint
+  // of a pipeline without them is what it always was.
+  if (!query.derived.empty()) {
+    out += ",\"derived\":[";
+    for (size_t i = 0; i < query.derived.size(); ++i) {
+      if (i > 0) out += ',';
+      out += fmt::format("{{\"name\":{},\"type\":{}}}", quote(query.derived[i].name),
+                         quote(FieldTypeName(query.derived[i].type)));
+    }
+    out += ']';
+  }
   const DriftSpec& drift = spec.drift;
-  out += "],\"drift\":";
+  out += ",\"drift\":";
   if (!drift.enabled) {
     out += "null";
   } else {

@@ -25,6 +25,7 @@
 #include "config/suggest.h"
 #include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
+#include "engine/expr/expr.h"
 #include "engine/redact.h"
 
 namespace driftd {
@@ -225,8 +226,18 @@ struct SinkInfo {
 
 class PipelineParser {
  public:
-  PipelineParser(const LoadOptions& options, Problems& problems)
-      : options_(options), reader_{problems, options.env}, problems_(problems) {}
+  PipelineParser(const LoadOptions& options, Problems& problems, std::string_view text)
+      : options_(options), reader_{problems, options.env}, problems_(problems) {
+    size_t begin = 0;
+    while (begin <= text.size()) {
+      size_t end = text.find('\n', begin);
+      if (end == std::string_view::npos) end = text.size();
+      std::string_view line = text.substr(begin, end - begin);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      lines_.push_back(line);
+      begin = end + 1;
+    }
+  }
 
   PipelineSpec Parse(const YAML::Node& root, std::string_view file_name) {
     spec_.file = std::string(file_name);
@@ -348,7 +359,7 @@ class PipelineParser {
   bool CheckColumn(const Scalar& column, ColumnUse use, std::string_view role) {
     auto it = columns_.find(column.value);
     if (it == columns_.end()) {
-      if (schema_names_complete_) {
+      if (schema_names_complete_ && failed_derived_.count(column.value) == 0) {
         std::vector<std::string_view> names(column_names_.begin(), column_names_.end());
         std::string suggestion = DidYouMean(column.value, names);
         problems_.Error(column.path, column.mark,
@@ -456,8 +467,9 @@ class PipelineParser {
     if (entry == nullptr) return;
     MapReader query(
         reader_, entry->value, "query", entry->key_mark,
-        std::vector<std::string_view>{"groupBy", "aggregates", "window", "watermark", "select"},
-        " with groupBy, aggregates, window, watermark or select");
+        std::vector<std::string_view>{"where", "select", "groupBy", "aggregates", "window",
+                                      "watermark"},
+        " with where, select, groupBy, aggregates, window or watermark");
     if (!query.valid()) {
       query_ok_ = false;
       group_by_ok_ = false;
@@ -465,6 +477,17 @@ class PipelineParser {
     }
     QuerySpec& spec = spec_.query;
     const size_t errors_before = problems_.error_count();
+
+    // Derived columns first: groupBy, aggregates, drift and where may use them.
+    std::vector<Scalar> plain_select;
+    if (query.Has("select")) {
+      auto items = query.StringList(
+          "select", ", e.g. [model_id, prediction, abs(prediction - ground_truth) AS abs_error]");
+      for (const Scalar& item : items.value_or(std::vector<Scalar>{})) {
+        if (ParseSelectItem(item)) plain_select.push_back(item);
+      }
+    }
+    if (auto where = query.String("where")) ParseWhere(*where);
 
     if (query.Has("groupBy")) {
       auto columns = query.StringList("groupBy", ", e.g. [model_id]");
@@ -550,19 +573,175 @@ class PipelineParser {
       }
     }
 
-    if (query.Has("select")) {
-      auto columns = query.StringList("select", ", e.g. [model_id, prediction]");
-      for (const Scalar& column : columns.value_or(std::vector<Scalar>{})) {
-        CheckColumn(column, ColumnUse::kAny, "selected column");
-        spec.select.push_back(column.value);
-      }
-      if (spec.IsAggregation()) {
-        problems_.Error(query.PathOf("select"), query.MarkOf("select"),
-                        "'select' applies to a query without groupBy, aggregates or window; an "
-                        "aggregation query outputs its keys and aggregates");
+    if (spec.IsAggregation()) {
+      for (const Scalar& column : plain_select) {
+        problems_.Error(column.path, column.mark,
+                        fmt::format("selecting column {} has no effect in a query with groupBy, "
+                                    "aggregates or window (it outputs its keys and aggregates); "
+                                    "select there only defines derived columns (expr AS name)",
+                                    Show(column)));
       }
     }
     query_ok_ = problems_.error_count() == errors_before;
+  }
+
+  // ---- expressions --------------------------------------------------------------------------
+
+  // The columns an expression may read: the schema's, then the derived ones so far.
+  Schema ExpressionColumns() const { return QuerySchema(spec_); }
+
+  // Where `offset` of a scalar's value is in the file. Exact for a plain or quoted scalar on
+  // one line and for a block scalar (| or >); the scalar's start when the text was rewritten
+  // (escapes, ${VAR}, folded lines) so that offsets no longer match.
+  SourceMark MarkWithin(const Scalar& scalar, size_t offset) const {
+    const SourceMark start = scalar.mark;
+    if (start.line <= 0 || static_cast<size_t>(start.line) > lines_.size()) return start;
+    const std::string_view line = lines_[static_cast<size_t>(start.line) - 1];
+    const size_t column = static_cast<size_t>(start.column) - 1;
+    if (column >= line.size()) return start;
+    const std::string_view value = scalar.value;
+    const std::string_view prefix = value.substr(0, std::min(offset, value.size()));
+    const char first = line[column];
+    if (first == '"' || first == '\'') {
+      if (line.substr(column + 1, prefix.size()) == prefix) {
+        return {start.line, start.column + 1 + static_cast<int>(offset)};
+      }
+      return start;
+    }
+    if (first == '|' || first == '>') {
+      // The value's lines follow, indented as the first of them; they are joined by one
+      // character.
+      size_t at = 0;  // offset in the value of the current line's first character
+      size_t indent = std::string_view::npos;
+      for (size_t l = static_cast<size_t>(start.line); l < lines_.size(); ++l) {
+        const std::string_view content = lines_[l];
+        const size_t own = content.find_first_not_of(' ');
+        if (own == std::string_view::npos) {
+          at += 1;
+          continue;
+        }
+        if (indent == std::string_view::npos) indent = own;
+        if (own < indent) return start;  // past the block
+        const std::string_view text = content.substr(indent);
+        if (value.substr(at, text.size()) != text) return start;
+        if (offset <= at + text.size()) {
+          return {static_cast<int>(l) + 1, static_cast<int>(indent + offset - at) + 1};
+        }
+        at += text.size() + 1;
+      }
+      return start;
+    }
+    if (line.substr(column, prefix.size()) == prefix) {
+      return {start.line, start.column + static_cast<int>(offset)};
+    }
+    return start;
+  }
+
+  void ExpressionError(const Scalar& scalar, const expr::ExprError& error,
+                       std::string_view what) {
+    // An unknown column that is a schema field with a bad type was reported already.
+    if (!error.unknown_name.empty() && columns_.count(error.unknown_name) > 0) return;
+    if ((!schema_names_complete_ || failed_derived_.count(error.unknown_name) > 0) &&
+        error.message.rfind("unknown column", 0) == 0) {
+      return;
+    }
+    std::string message = error.message;
+    if (!error.unknown_name.empty()) {
+      std::vector<std::string_view> candidates(error.candidates.begin(), error.candidates.end());
+      const std::string suggestion = DidYouMean(error.unknown_name, candidates);
+      message += suggestion.empty() ? fmt::format(" (expected one of {})", Join(candidates))
+                                    : suggestion;
+    }
+    if (scalar.secret) message = "cannot use it (the text is secret and not shown)";
+    problems_.Error(scalar.path, MarkWithin(scalar, error.offset),
+                    fmt::format("{} {}: {}", what, Show(scalar), message));
+  }
+
+  // One select item; true when it is a plain column (checked, and added to select).
+  bool ParseSelectItem(const Scalar& item) {
+    QuerySpec& spec = spec_.query;
+    auto taken = [&](const std::string& name) {
+      return std::find(spec.select.begin(), spec.select.end(), name) != spec.select.end();
+    };
+    // A schema column as written (its name may hold '-' or '.', which read as operators).
+    if (columns_.count(item.value) > 0) {
+      if (taken(item.value)) {
+        problems_.Error(item.path, item.mark,
+                        fmt::format("column {} is selected twice", Show(item)));
+        return false;
+      }
+      spec.select.push_back(item.value);
+      return true;
+    }
+    auto compiled = expr::CompileSelectItem(item.value, ExpressionColumns());
+    if (!compiled) {
+      ExpressionError(item, compiled.error(), "select item");
+      // Its name, if it has one, is not reported again as unknown where it is used.
+      const std::string text = item.value;
+      size_t as = std::string::npos;
+      for (size_t i = 0; i + 4 <= text.size(); ++i) {
+        if (std::isspace(static_cast<unsigned char>(text[i])) &&
+            (text[i + 1] == 'A' || text[i + 1] == 'a') && (text[i + 2] == 'S' || text[i + 2] == 's') &&
+            std::isspace(static_cast<unsigned char>(text[i + 3]))) {
+          as = i + 4;
+        }
+      }
+      if (as != std::string::npos) {
+        std::string name = text.substr(as);
+        name.erase(0, name.find_first_not_of(" \t"));
+        name.erase(name.find_last_not_of(" \t") + 1);
+        if (!name.empty()) failed_derived_.insert(name);
+      }
+      return false;
+    }
+    if (compiled->alias.empty()) {
+      const int index = compiled->expression.column_index();
+      if (index >= 0) {  // `quoted name`
+        Scalar plain = item;
+        plain.value = ExpressionColumns().fields[static_cast<size_t>(index)].name;
+        return ParseSelectItem(plain);
+      }
+      problems_.Error(item.path, item.mark,
+                      fmt::format("select item {} computes a value but names no column; write "
+                                  "'{} AS name'",
+                                  Show(item), item.secret ? "..." : item.value));
+      return false;
+    }
+    const std::string& name = compiled->alias;
+    const SourceMark alias_mark = MarkWithin(item, compiled->alias_offset);
+    if (columns_.count(name) > 0) {
+      problems_.Error(item.path, alias_mark,
+                      fmt::format("derived column '{}' is already a column{}", name,
+                                  taken(name) ? " (selected twice)" : " of the schema"));
+      return false;
+    }
+    DerivedColumnSpec derived;
+    derived.name = name;
+    derived.text = item.value;
+    derived.type = compiled->expression.type();
+    derived.mark = item.mark;
+    spec.derived.push_back(std::move(derived));
+    spec.select.push_back(name);
+    columns_.emplace(name, compiled->expression.type());
+    column_names_.push_back(name);
+    return false;
+  }
+
+  void ParseWhere(const Scalar& where) {
+    auto compiled = expr::Expression::Compile(where.value, ExpressionColumns());
+    if (!compiled) {
+      ExpressionError(where, compiled.error(), "condition");
+      return;
+    }
+    if (compiled->type() != FieldType::kBoolean) {
+      problems_.Error(where.path, where.mark,
+                      fmt::format("type mismatch: where needs a boolean condition, found {} "
+                                  "(e.g. model_version != 'shadow')",
+                                  FieldTypeName(compiled->type())));
+      return;
+    }
+    spec_.query.where = where.value;
+    spec_.query.where_mark = where.mark;
   }
 
   void ParseAggregate(const Scalar& item, std::map<std::string, int>& seen) {
@@ -1564,6 +1743,10 @@ class PipelineParser {
 
   // What parsed cleanly, so that cross-section rules do not pile onto earlier problems.
   std::map<std::string, std::optional<FieldType>> columns_;
+  /// Derived columns whose expression did not compile (reported once, not again where used).
+  std::set<std::string> failed_derived_;
+  /// The file's lines, to place a problem inside an expression.
+  std::vector<std::string_view> lines_;
   std::vector<std::string> column_names_;
   bool schema_names_complete_ = false;
   bool query_ok_ = true;
@@ -1615,7 +1798,7 @@ PipelineResult ParsePipeline(std::string_view yaml, std::string_view file_name,
       if (!document.IsDefined() || document.IsNull()) {
         problems.Error("", {}, "the file holds no pipeline (it is empty)");
       } else {
-        PipelineParser parser(options, problems);
+        PipelineParser parser(options, problems, yaml);
         spec = parser.Parse(document, file_name);
         Scrub(parser.secrets(), problems);
         for (const std::string& secret : parser.secrets()) {

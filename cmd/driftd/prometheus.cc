@@ -219,6 +219,9 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
   PerPipeline(w, pipelines, "driftd_rows_dropped_by_watermark_total", "counter",
               "Late rows dropped because their window was behind the watermark.",
               [](const View& p) { return static_cast<double>(p.dropped_by_watermark); });
+  PerPipeline(w, pipelines, "driftd_rows_filtered_total", "counter",
+              "Well-formed rows that query.where filtered out (not malformed).",
+              [](const View& p) { return static_cast<double>(p.filtered_rows); });
   PerPipeline(w, pipelines, "driftd_source_lost_records_total", "counter",
               "Records the source could no longer deliver (failOnDataLoss=false).",
               [](const View& p) { return static_cast<double>(p.metrics.lost_records); });

@@ -22,6 +22,7 @@ struct PipelineMetricsView {
   int64_t output_rows = 0;
   int64_t malformed_rows = 0;
   int64_t dropped_by_watermark = 0;
+  int64_t filtered_rows = 0;  // removed by query.where
   int64_t alerts = 0;
   int64_t last_batch_id = -1;
   int64_t start_failures = 0;

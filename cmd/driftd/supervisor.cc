@@ -171,6 +171,7 @@ struct Supervisor::Query {
   int64_t carried_output = 0;
   int64_t carried_malformed = 0;
   int64_t carried_dropped = 0;
+  int64_t carried_filtered = 0;
   int64_t carried_alerts = 0;
   int64_t last_batch_id = -1;
 
@@ -190,6 +191,7 @@ struct Supervisor::Query {
     carried_output += c.output_rows.load();
     carried_malformed += c.malformed_rows.load();
     carried_dropped += c.dropped_by_watermark.load();
+    carried_filtered += c.filtered_rows.load();
     carried_alerts += c.alerts.load();
     last_batch_id = std::max(last_batch_id, c.last_batch_id.load());
     executor.reset();
@@ -623,6 +625,7 @@ std::vector<PipelineMetricsView> Supervisor::Views() const {
     view.output_rows = query->carried_output;
     view.malformed_rows = query->carried_malformed;
     view.dropped_by_watermark = query->carried_dropped;
+    view.filtered_rows = query->carried_filtered;
     view.alerts = query->carried_alerts;
     view.last_batch_id = query->last_batch_id;
     if (query->executor) {
@@ -632,6 +635,7 @@ std::vector<PipelineMetricsView> Supervisor::Views() const {
       view.output_rows += c.output_rows.load();
       view.malformed_rows += c.malformed_rows.load();
       view.dropped_by_watermark += c.dropped_by_watermark.load();
+      view.filtered_rows += c.filtered_rows.load();
       view.alerts += c.alerts.load();
       view.last_batch_id = std::max(view.last_batch_id, c.last_batch_id.load());
       view.ready = query->state == QueryState::kRunning && query->executor->IsReady();

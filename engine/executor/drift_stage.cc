@@ -18,6 +18,7 @@
 
 #include "engine/drift/evaluation.h"
 #include "engine/drift/monitor.h"
+#include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
@@ -77,7 +78,13 @@ class DriftStage::Impl {
     for (const SinkSpec& sink : spec.sinks) {
       if (sink.stream == StreamKind::kEvaluations) want_evaluation_rows_ = true;
     }
-    schema_ = spec.schema;
+    // Series may be derived columns: the stage reads the query's columns; reference records
+    // are decoded by the declared schema and projected (and filtered) as input rows are.
+    schema_ = QuerySchema(spec);
+    input_schema_ = spec.schema;
+    auto projection = Projection::Create(spec);
+    if (!projection) return tl::unexpected(projection.error());
+    projection_ = std::move(*projection);
     max_array_length_ = spec.source.malformed.max_array_length;
     std::string model_column = spec_.model_column;
     if (model_column.empty() && !spec.query.group_by.empty()) model_column = spec.query.group_by[0];
@@ -195,12 +202,14 @@ class DriftStage::Impl {
     chunk.Seal();
     MalformedSpec strict;
     strict.policy = MalformedPolicy::kFail;
-    JsonDecoder decoder(schema_, strict);
+    JsonDecoder decoder(input_schema_, strict);
     RecordBatch batch;
-    batch.Reset(schema_);
+    batch.Reset(input_schema_);
     DRIFTD_TRY(decoder.Decode(chunk, batch, nullptr, [](const RecordPosition& position) {
       return fmt::format("line {}", position.offset);
     }));
+    // Reference rows the filter rejects are not part of the reference.
+    static_cast<void>(projection_->Apply(batch));
     if (batch.num_rows == 0) return MakeError(ErrorCode::kConfig, "no reference records");
     if (!monitor_) {
       DRIFTD_TRY(CreateMonitor(WidthsOf(batch)));
@@ -760,7 +769,9 @@ class DriftStage::Impl {
   }
 
   DriftSpec spec_;
-  Schema schema_;
+  Schema schema_;        // the query's columns (engine/pipeline_spec.h QuerySchema)
+  Schema input_schema_;  // the declared schema, for reference records
+  std::unique_ptr<Projection> projection_;
   int64_t max_array_length_ = 4096;
   int model_column_ = -1;
   int time_column_ = -1;

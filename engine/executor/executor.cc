@@ -9,6 +9,7 @@
 
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/event_clock.h"
+#include "engine/expr/projection.h"
 #include "engine/executor/metrics_query.h"
 #include "engine/executor/outbox_codec.h"
 #include "engine/executor/progress.h"
@@ -149,6 +150,9 @@ class QueryExecutor::Impl {
     auto sinks = io_.create_sinks(spec_, *source_);
     if (!sinks) return tl::unexpected(sinks.error());
     sinks_ = std::move(*sinks);
+    auto projection = Projection::Create(spec_);
+    if (!projection) return tl::unexpected(projection.error());
+    projection_ = std::move(*projection);
     auto stages = CreateStages(spec_);
     if (!stages) return tl::unexpected(stages.error());
     stages_ = std::move(*stages);
@@ -218,6 +222,7 @@ class QueryExecutor::Impl {
       for (auto& sink : sinks_) parts.sinks.push_back(sink.get());
       parts.store = store_.get();
       parts.decoder = &decoder_;
+      parts.projection = projection_.get();
       parts.chunk_bytes = options_.chunk_bytes;
       parts.stop_requested = [this] { return stop_requested_.load(); };
       scale_out_ = std::make_unique<ScaleOutRunner>(std::move(parts));
@@ -573,6 +578,8 @@ class QueryExecutor::Impl {
         for (const DeadLetter& dead : dead_letters_) {
           output.dead_letters.Add("", DeadLetterRow(dead, source_->DescribePosition(dead.position)));
         }
+        // Filtered rows leave before the clock: they neither advance nor are judged by it.
+        progress.filtered_rows += projection_->Apply(records_);
         clock_.Stamp(
             records_, [&](uint32_t index) { return ClockPartitionName(index); }, times_);
         for (auto& stage : stages_) stage->Process(records_, times_, output);
@@ -683,6 +690,7 @@ class QueryExecutor::Impl {
     progress.max_event_time_us = report.max_event_us;
     progress.watermark_us = report.watermark_us;
     progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.filtered_rows = report.filtered_rows;
     progress.scale_out_tasks = report.tasks;
     progress.restored_tasks = report.restored_tasks;
     progress.restore_ms = report.restore_ms;
@@ -714,6 +722,7 @@ class QueryExecutor::Impl {
     counters_.input_rows.fetch_add(input_rows);
     counters_.output_rows.fetch_add(output_rows);
     counters_.malformed_rows.fetch_add(progress.malformed_in_batch);
+    counters_.filtered_rows.fetch_add(progress.filtered_rows);
     counters_.dropped_by_watermark.fetch_add(progress.dropped_by_watermark);
     counters_.without_event_time.fetch_add(progress.without_event_time);
     counters_.alerts.fetch_add(progress.num_alerts);
@@ -759,6 +768,8 @@ class QueryExecutor::Impl {
   std::string checkpoint_id_;
   /// A new random id per start (Spark's runId).
   std::string run_id_;
+  /// query.where and the derived columns, applied to each decoded chunk before the stages.
+  std::unique_ptr<Projection> projection_;
   std::vector<std::unique_ptr<Stage>> stages_;
   DriftStage* drift_ = nullptr;  // one of stages_, if drift is on
   /// scaleOut: the batch loop of a query shared by several processes.

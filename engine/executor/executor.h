@@ -65,6 +65,8 @@ struct QueryCounters {
   std::atomic<int64_t> input_rows{0};
   std::atomic<int64_t> output_rows{0};
   std::atomic<int64_t> malformed_rows{0};
+  /// Rows removed by query.where (well-formed rows the filter rejected).
+  std::atomic<int64_t> filtered_rows{0};
   std::atomic<int64_t> dropped_by_watermark{0};
   /// Rows of a windowed query whose window column was null (not aggregated).
   std::atomic<int64_t> without_event_time{0};

@@ -156,6 +156,15 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
     root.Int("driftModelsAcrossPartitions", p.models_across_partitions);
   }
 
+  if (!spec.query.where.empty()) {
+    // Spark reports a filter's rows in its plan's metrics; here next to the input it came from.
+    std::string filter;
+    JsonObject where(filter);
+    where.Int("numRowsFiltered", p.filtered_rows);
+    where.Close();
+    root.Raw("filter", filter);
+  }
+
   std::string malformed;
   JsonObject bad(malformed);
   bad.Int("numRows", p.malformed_in_batch);

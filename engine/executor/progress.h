@@ -53,6 +53,8 @@ struct ProgressRecord {
   int64_t watermark_us = INT64_MIN;
   MalformedCounts malformed;  // cumulative since start
   int64_t malformed_in_batch = 0;
+  /// Rows query.where removed in this batch (they are in num_input_rows, not malformed).
+  int64_t filtered_rows = 0;
 };
 
 /// The record as JSON, shaped like Spark's StreamingQueryProgress: id, runId, name,

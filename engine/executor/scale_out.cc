@@ -116,7 +116,7 @@ ScaleOutRunner::ScaleOutRunner(Parts parts) : parts_(std::move(parts)) {
   clock_options_.column = column.empty() ? -1 : spec.schema.IndexOf(column);
   std::string model = spec.drift.model_column;
   if (model.empty() && !spec.query.group_by.empty()) model = spec.query.group_by[0];
-  model_column_ = model.empty() ? -1 : spec.schema.IndexOf(model);
+  model_column_ = model.empty() ? -1 : QuerySchema(spec).IndexOf(model);
 }
 
 ScaleOutRunner::~ScaleOutRunner() = default;
@@ -332,7 +332,8 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
 
   output.batch_id = batch_id;
   output.source_end = end;
-  const Schema& schema = parts_.spec->schema;
+  // Tasks' row blocks carry the derived columns too.
+  const Schema schema = QuerySchema(*parts_.spec);
   // Read: the source partitions' records, then the tasks' row blocks.
   SourceOffsets source_start, source_end, task_start, task_end;
   for (const auto& [key, offset] : end) {
@@ -362,7 +363,7 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
   };
   const std::function<Status()> on_source_chunk = [&]() -> Status {
     report.input_rows += static_cast<int64_t>(chunk_.size());
-    records_.Reset(schema);
+    records_.Reset(parts_.spec->schema);
     dead_letters_.clear();
     DRIFTD_TRY(parts_.decoder->Decode(chunk_, records_, &dead_letters_,
                                       [&](const RecordPosition& position) {
@@ -372,6 +373,7 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
       output.dead_letters.Add(
           "", DeadLetterRow(dead, parts_.source->DescribePosition(dead.position)));
     }
+    report.filtered_rows += parts_.projection->Apply(records_);
     const Column* time = clock_options_.column >= 0 ? &records_.columns[clock_options_.column]
                                                     : nullptr;
     std::string key;

@@ -32,6 +32,7 @@
 #include "engine/executor/row_block.h"
 #include "engine/executor/stage.h"
 #include "engine/group.h"
+#include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
 #include "engine/pipeline_spec.h"
 #include "engine/sink.h"
@@ -50,6 +51,9 @@ class ScaleOutRunner {
     std::vector<Sink*> sinks;
     CheckpointStore* store = nullptr;
     JsonDecoder* decoder = nullptr;
+    /// query.where and the derived columns, applied to the source's rows before they are
+    /// routed to tasks (not owned).
+    Projection* projection = nullptr;
     size_t chunk_bytes = 4 << 20;
     std::function<bool()> stop_requested;
   };
@@ -71,6 +75,7 @@ class ScaleOutRunner {
     int64_t tasks = 0;
     int64_t restored_tasks = 0;
     int64_t restore_ms = 0;
+    int64_t filtered_rows = 0;  // removed by query.where
     int64_t aborted = 0;  // transactions aborted (a rebalance) before this batch committed
   };
 

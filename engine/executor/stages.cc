@@ -96,10 +96,11 @@ class AggregationStage final : public Stage {
 // append and update mode alike.
 class SelectStage final : public Stage {
  public:
-  SelectStage(const PipelineSpec& spec, StatsModes modes) : schema_(spec.schema), modes_(modes) {
+  SelectStage(const PipelineSpec& spec, StatsModes modes)
+      : schema_(QuerySchema(spec)), modes_(modes) {
     for (const std::string& name : spec.query.select) columns_.push_back(schema_.IndexOf(name));
     if (columns_.empty()) {
-      for (size_t i = 0; i < schema_.fields.size(); ++i) columns_.push_back(static_cast<int>(i));
+      for (size_t i = 0; i < spec.schema.fields.size(); ++i) columns_.push_back(static_cast<int>(i));
     }
   }
 
@@ -161,7 +162,7 @@ Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spe
   std::vector<std::unique_ptr<Stage>> stages;
   const StatsModes modes(spec);
   if (spec.query.IsAggregation()) {
-    auto aggregator = Aggregator::Create(spec.query, spec.schema);
+    auto aggregator = Aggregator::Create(spec.query, QuerySchema(spec));
     if (!aggregator) return tl::unexpected(aggregator.error());
     stages.push_back(std::make_unique<AggregationStage>(std::move(*aggregator), modes));
   } else {
