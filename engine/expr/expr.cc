@@ -270,11 +270,35 @@ std::string Describe(const Token& token) {
   }
 }
 
+// Bounds on what a pipeline file may ask for, so that checking, evaluating and freeing a tree
+// (all recursive) stay far from the end of the stack whatever the text.
+constexpr size_t kMaxExpressionBytes = 8192;
+constexpr int kMaxNesting = 64;   // parentheses, NOT, unary minus, arguments within arguments
+constexpr int kMaxHeight = 256;   // operators between the root and a leaf
+
+// The tree's height, without recursion.
+int HeightOf(const Node& root) {
+  int height = 0;
+  std::vector<std::pair<const Node*, int>> stack{{&root, 1}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    height = std::max(height, depth);
+    if (height > kMaxHeight) return height;
+    for (const auto& arg : node->args) stack.emplace_back(arg.get(), depth + 1);
+  }
+  return height;
+}
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
-  ExprResult<std::unique_ptr<Node>> Expression() { return Or(); }
+  ExprResult<std::unique_ptr<Node>> Expression() {
+    Nesting nesting(*this);
+    if (depth_ > kMaxNesting) return tl::unexpected(TooDeep());
+    return Or();
+  }
 
   const Token& Peek(size_t ahead = 0) const {
     return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
@@ -313,6 +337,17 @@ class Parser {
  private:
   using NodeResult = ExprResult<std::unique_ptr<Node>>;
 
+  struct Nesting {
+    explicit Nesting(Parser& parser) : parser_(parser) { ++parser_.depth_; }
+    ~Nesting() { --parser_.depth_; }
+    Parser& parser_;
+  };
+
+  ExprError TooDeep() const {
+    return ErrorAt(Peek().offset,
+                   fmt::format("the expression nests more than {} levels deep", kMaxNesting));
+  }
+
   static std::unique_ptr<Node> Binary(Op op, size_t offset, std::unique_ptr<Node> left,
                                       std::unique_ptr<Node> right) {
     auto node = MakeNode(op, offset);
@@ -348,6 +383,8 @@ class Parser {
   NodeResult Not() {
     if (IsKeyword(Peek(), "NOT")) {
       const size_t at = Next().offset;
+      Nesting nesting(*this);
+      if (depth_ > kMaxNesting) return tl::unexpected(TooDeep());
       auto operand = Not();
       if (!operand) return operand;
       auto node = MakeNode(Op::kNot, at);
@@ -472,6 +509,8 @@ class Parser {
     if (IsSymbol("-") || IsSymbol("+")) {
       const Token& token = Next();
       const bool minus = token.text == "-";
+      Nesting nesting(*this);
+      if (depth_ > kMaxNesting) return tl::unexpected(TooDeep());
       auto operand = Unary();
       if (!operand) return operand;
       if (!minus) return operand;
@@ -639,7 +678,28 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
+
+ExprResult<std::unique_ptr<Node>> ParseTree(std::string_view text, Parser*& parser_out,
+                                            std::unique_ptr<Parser>& parser) {
+  if (text.size() > kMaxExpressionBytes) {
+    return tl::unexpected(ErrorAt(
+        0, fmt::format("the expression is {} bytes long; at most {}", text.size(),
+                       kMaxExpressionBytes)));
+  }
+  auto tokens = Lex(text);
+  if (!tokens) return tl::unexpected(tokens.error());
+  parser = std::make_unique<Parser>(std::move(*tokens));
+  parser_out = parser.get();
+  auto root = parser->Expression();
+  if (!root) return root;
+  if (HeightOf(**root) > kMaxHeight) {
+    return tl::unexpected(ErrorAt(
+        0, fmt::format("the expression has more than {} operators in a row", kMaxHeight)));
+  }
+  return root;
+}
 
 }  // namespace
 
@@ -1680,16 +1740,15 @@ const Column& Expression::Evaluate(const RecordBatch& batch) {
 }
 
 ExprResult<Expression> Expression::Compile(std::string_view text, const Schema& columns) {
-  auto tokens = Lex(text);
-  if (!tokens) return tl::unexpected(tokens.error());
-  Parser parser(std::move(*tokens));
-  auto root = parser.Expression();
+  std::unique_ptr<Parser> owner;
+  Parser* parser = nullptr;
+  auto root = ParseTree(text, parser, owner);
   if (!root) return tl::unexpected(root.error());
-  if (!parser.AtEnd()) {
-    if (IsKeyword(parser.Peek(), "AS")) {
-      return tl::unexpected(ErrorAt(parser.Peek().offset, "AS names a column only in select"));
+  if (!parser->AtEnd()) {
+    if (IsKeyword(parser->Peek(), "AS")) {
+      return tl::unexpected(ErrorAt(parser->Peek().offset, "AS names a column only in select"));
     }
-    return tl::unexpected(parser.Unexpected("an operator or the end of the expression"));
+    return tl::unexpected(parser->Unexpected("an operator or the end of the expression"));
   }
   auto checked = CheckTree(*root, columns);
   if (!checked) return tl::unexpected(checked.error());
@@ -1697,11 +1756,11 @@ ExprResult<Expression> Expression::Compile(std::string_view text, const Schema& 
 }
 
 ExprResult<SelectItem> CompileSelectItem(std::string_view text, const Schema& columns) {
-  auto tokens = Lex(text);
-  if (!tokens) return tl::unexpected(tokens.error());
-  Parser parser(std::move(*tokens));
-  auto root = parser.Expression();
+  std::unique_ptr<Parser> owner;
+  Parser* found = nullptr;
+  auto root = ParseTree(text, found, owner);
   if (!root) return tl::unexpected(root.error());
+  Parser& parser = *found;
   std::string alias;
   size_t alias_offset = 0;
   if (parser.Accept("AS")) {

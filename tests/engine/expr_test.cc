@@ -109,6 +109,22 @@ TEST_CASE("a parse error names the column where the expression stops making sens
   CHECK(error.message.find("expected a type") != std::string::npos);
 }
 
+TEST_CASE("a hostile expression is refused, not run off the stack", "[expr]") {
+  const Schema schema = InferenceSchema();
+  CHECK(MustFail(std::string(100'000, '(') + "1" + std::string(100'000, ')'), schema)
+            .message.find("at most 8192") != std::string::npos);
+  CHECK(MustFail(std::string(500, '(') + "1" + std::string(500, ')'), schema)
+            .message.find("nests more than 64 levels") != std::string::npos);
+  CHECK(MustFail(std::string(500, '-') + "1", schema).message.find("nests more than") !=
+        std::string::npos);
+  std::string chain = "prediction";
+  for (int i = 0; i < 1000; ++i) chain += " + 1";
+  CHECK(MustFail(chain, schema).message.find("more than 256 operators") != std::string::npos);
+  std::string long_in = "model_version IN ('v0'";
+  for (int i = 1; i < 500; ++i) long_in += fmt::format(", 'v{}'", i);
+  CHECK(MustCompile(long_in + ")", schema).type() == FieldType::kBoolean);
+}
+
 TEST_CASE("unknown columns and functions come with what was meant", "[expr]") {
   const Schema schema = InferenceSchema();
   auto error = MustFail("abs(predicton - ground_truth)", schema);

@@ -207,6 +207,7 @@ TEST_CASE("/metrics is valid Prometheus text whose counters move between two scr
   for (const char* family :
        {"driftd_batches_total", "driftd_input_rows_total", "driftd_output_rows_total",
         "driftd_malformed_rows_total", "driftd_rows_dropped_by_watermark_total",
+        "driftd_rows_filtered_total",
         "driftd_source_lag_records", "driftd_batch_duration_seconds", "driftd_state_keys",
         "driftd_state_bytes", "driftd_alerts_total", "driftd_drift_statistic",
         "process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
