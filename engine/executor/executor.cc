@@ -614,6 +614,14 @@ class QueryExecutor::Impl {
     progress.num_groups = stage_progress.num_groups;
     progress.num_open_windows = stage_progress.num_open_windows;
     progress.max_event_time_us = clock_.MaxEventTime();
+    progress.drift_dirty_series = stage_progress.drift_dirty_series;
+    progress.drift_dirty_bytes = stage_progress.drift_dirty_bytes;
+    progress.drift_put_bytes = stage_progress.drift_put_bytes;
+    progress.state_keys_written = static_cast<int64_t>(puts.size());
+    progress.state_keys_deleted = static_cast<int64_t>(deletes.size());
+    for (const auto& [key, value] : puts) {
+      progress.state_bytes_written += static_cast<int64_t>(key.size() + value.size());
+    }
 
     // Commit: state, offsets, watermark, commit record and outbox in one write.
     Clock::time_point commit_start = Clock::now();
@@ -687,6 +695,12 @@ class QueryExecutor::Impl {
     progress.without_event_time = report.stages.without_event_time;
     progress.num_groups = report.stages.num_groups;
     progress.num_open_windows = report.stages.num_open_windows;
+    progress.drift_dirty_series = report.stages.drift_dirty_series;
+    progress.drift_dirty_bytes = report.stages.drift_dirty_bytes;
+    progress.drift_put_bytes = report.stages.drift_put_bytes;
+    progress.state_keys_written = report.state_keys_written;
+    progress.state_bytes_written = report.state_bytes_written;
+    progress.state_keys_deleted = report.state_keys_deleted;
     progress.max_event_time_us = report.max_event_us;
     progress.watermark_us = report.watermark_us;
     progress.malformed_in_batch = decoder_.counts().total() - malformed_before;

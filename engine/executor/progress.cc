@@ -114,6 +114,9 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   }
   op.Int("stateKeys", p.state.keys);
   op.Int("memoryUsedBytes", p.state.bytes);
+  op.Int("numKeysWritten", p.state_keys_written);
+  op.Int("bytesWritten", p.state_bytes_written);
+  op.Int("numKeysDeleted", p.state_keys_deleted);
   op.Close();
   root.Raw("stateOperators", "[" + state + "]");
 
@@ -150,6 +153,12 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
     group.Int("abortedBatches", p.aborted_batches);
     group.Close();
     root.Raw("scaleOut", scale);
+  }
+  if (p.drift_dirty_series > 0) {
+    // What the drift state's changes encode to, beside stateOperators' bytesWritten.
+    root.Int("driftDirtySeries", p.drift_dirty_series);
+    root.Int("driftDirtyBytes", p.drift_dirty_bytes);
+    root.Int("driftBytesWritten", p.drift_put_bytes);
   }
     if (p.models_across_partitions > 0) {
     // Record-count drift windows of these models depend on read order (drift_stage.h).

@@ -35,6 +35,14 @@ struct ProgressRecord {
   std::vector<PartitionLag> lag;
   std::string source_description;
   StateStats state;
+  /// State written by the batch's commit: keys put and their bytes (keys and values), keys
+  /// deleted; drift series changed and the encoded size of their changes.
+  int64_t state_keys_written = 0;
+  int64_t state_bytes_written = 0;
+  int64_t state_keys_deleted = 0;
+  int64_t drift_dirty_series = 0;
+  int64_t drift_dirty_bytes = 0;
+  int64_t drift_put_bytes = 0;  // keys and values of the drift monitor's puts
   int64_t num_groups = 0;
   int64_t rows_updated = 0;
   int64_t dropped_by_watermark = 0;

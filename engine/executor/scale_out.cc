@@ -518,6 +518,11 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
   write.commit.end = end;
   write.commit.watermark_us = report.watermark_us;
   write.commit.committed_at_ms = NowMs();
+  report.state_keys_written = static_cast<int64_t>(puts.size());
+  report.state_keys_deleted = static_cast<int64_t>(deletes.size());
+  for (const auto& [key, value] : puts) {
+    report.state_bytes_written += static_cast<int64_t>(key.size() + value.size());
+  }
   write.state_puts = std::move(puts);
   write.state_deletes = std::move(deletes);
   DRIFTD_TRY(parts_.store->Commit(write));

@@ -77,6 +77,9 @@ class ScaleOutRunner {
     int64_t restore_ms = 0;
     int64_t filtered_rows = 0;  // removed by query.where
     int64_t aborted = 0;  // transactions aborted (a rebalance) before this batch committed
+    int64_t state_keys_written = 0;
+    int64_t state_bytes_written = 0;
+    int64_t state_keys_deleted = 0;
   };
 
   /// Runs one batch with id `batch_id`. False when there was nothing to do (or the batch was

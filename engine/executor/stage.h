@@ -49,6 +49,11 @@ struct StageProgress {
   int64_t num_open_windows = 0;
   int64_t dropped_by_watermark = 0;
   int64_t without_event_time = 0;
+  /// Drift: series whose state changed in the batch, and the encoded size of what changed
+  /// (DriftMonitor::WriteStats), beside what the batch writes (ProgressRecord).
+  int64_t drift_dirty_series = 0;
+  int64_t drift_dirty_bytes = 0;
+  int64_t drift_put_bytes = 0;
 };
 
 class Stage {
