@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -17,10 +18,14 @@ namespace driftd {
 namespace {
 
 // Version 3: winsorized moments, fences, the CUSUM, look-back windows, incident evidence and
-// seasonal phases; version 4 the value sample of each open event-time window of a warmup.
-// Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are still read: their
-// baselines are taken as unwinsorized and normal-shaped.
-constexpr uint8_t kSeriesEncodingVersion = 4;
+// seasonal phases; version 4 the value sample of each open event-time window of a warmup;
+// version 5 keeps the frozen baseline in a key of its own ("<series>/base", kBaseEncodingVersion)
+// and the warmup values in blocks ("<series>/w<k>"), the record only their count. Versions 1
+// and 2 (no such fields; 2 adds the open event-time windows) are still read: their baselines
+// are taken as unwinsorized and normal-shaped. Versions 1 to 4 hold everything in one record.
+constexpr uint8_t kSeriesEncodingVersion = 5;
+constexpr uint8_t kBaseEncodingVersion = 1;
+constexpr uint8_t kBaseApart = 4;  // series flag: the frozen baseline is in "<series>/base"
 constexpr uint8_t kRollupEncodingVersion = 1;
 constexpr int kTopBins = 3;
 constexpr std::string_view kRollupSeries = "*";
@@ -241,6 +246,25 @@ struct DriftMonitor::SeriesState {
   /// Event-time windows not closed yet, by start (usually one; more with late data).
   std::vector<OpenWindow> open;
 
+  // ---- persistence bookkeeping (not persisted) ----
+  /// Warmup values already in block keys, and block keys in the checkpoint (0..blocks-1).
+  uint32_t warmup_saved = 0;
+  uint32_t warmup_blocks = 0;
+  /// Hash of the frozen baseline's record as last written (0: none written).
+  uint64_t base_hash = 0;
+  bool base_in_store = false;
+  /// Pieces of the series read by Restore until the record and what it refers to are there.
+  struct RestorePieces {
+    bool done = false;        // put together (later pieces are left-overs)
+    bool record = false;      // the series record was read
+    bool base_apart = false;  // it keeps the frozen baseline in the base key
+    bool base = false;        // the base key was read
+    uint32_t warmup = 0;      // warmup values the record counts
+    std::vector<std::vector<double>> blocks;
+    std::vector<bool> have_block;
+  };
+  std::unique_ptr<RestorePieces> restoring;
+
   double Clip(double v) const { return v < clip_lo ? clip_lo : (v > clip_hi ? clip_hi : v); }
 };
 
@@ -382,6 +406,15 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
   if (auto it = pending_.find(model_name); it != pending_.end()) {
     state = std::move(it->second);
     pending_.erase(it);
+    // Normally done by FinishRestore; a series whose pieces do not fit starts afresh.
+    for (size_t i = 0; i < state->series.size(); ++i) {
+      if (auto done = CompleteRestore(state->series[i], i, true); !done) {
+        SeriesState fresh;
+        fresh.warmup_blocks = state->series[i].warmup_blocks;
+        fresh.base_in_store = state->series[i].base_in_store;
+        state->series[i] = std::move(fresh);
+      }
+    }
   } else {
     state = std::make_unique<ModelState>();
     state->name = model_name;
@@ -622,7 +655,6 @@ size_t DriftMonitor::EdgeValues() const {
 void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
   s.baseline.Add(value);
   if (!s.edges_ready) {
-    if (s.warmup.capacity() == 0) s.warmup.reserve(EdgeValues());
     s.warmup.push_back(value);
     if (s.warmup.size() >= EdgeValues()) FixEdges(s);
     return;
@@ -1508,23 +1540,86 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
 namespace {
 
 void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out);
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit);
+void EncodeBase(const DriftMonitor::SeriesState& s, std::string& out);
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
+                    bool& base_apart, uint32_t& warmup_count);
+Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit);
+Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key);
+
+constexpr std::string_view kBaseSuffix = "/base";
+constexpr std::string_view kWarmupSuffix = "/w";
+
+uint64_t HashBytes(std::string_view bytes) {
+  uint64_t h = std::hash<std::string_view>{}(bytes);
+  return h == 0 ? 1 : h;
+}
 
 }  // namespace
 
 void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
+  std::vector<std::string> deletes;
+  CollectDirty(puts, deletes);
+}
+
+void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
+                                std::vector<std::string>& deletes) {
+  last_write_ = {};
+  const size_t first_put = puts.size();
   for (auto& mp : models_) {
     if (!mp) continue;
     ModelState& m = *mp;
+    if (m.dirty.empty() && !m.rollup_dirty) continue;
     const std::string model_key = std::string(kStateKeyPrefix) + EscapeName(m.name);
     for (uint32_t series : m.dirty) {
       SeriesState& s = m.series[series];
       s.dirty = false;
       const std::string_view name =
           series < series_names_.size() ? std::string_view(series_names_[series]) : kErrorSeries;
+      std::string key = model_key + "/" + EscapeName(name);
+      ++last_write_.dirty_series;
+      // The frozen baseline: written when it changes, which is once, when it freezes.
+      if (s.frozen) {
+        scratch_.clear();
+        EncodeBase(s, scratch_);
+        const uint64_t hash = HashBytes(scratch_);
+        if (hash != s.base_hash) {
+          last_write_.dirty_bytes += static_cast<int64_t>(scratch_.size());
+          puts.emplace_back(key + std::string(kBaseSuffix), scratch_);
+          s.base_hash = hash;
+          s.base_in_store = true;
+        }
+      } else {
+        s.base_hash = 0;
+        if (s.base_in_store) {
+          deletes.push_back(key + std::string(kBaseSuffix));
+          s.base_in_store = false;
+        }
+      }
+      // Warmup values: the blocks holding values added since the last write.
+      const uint32_t kept = s.edges_ready ? 0 : static_cast<uint32_t>(s.warmup.size());
+      const uint32_t blocks =
+          static_cast<uint32_t>((kept + kWarmupBlockValues - 1) / kWarmupBlockValues);
+      if (kept < s.warmup_saved) s.warmup_saved = 0;  // started over
+      if (kept > s.warmup_saved) {
+        last_write_.dirty_bytes += 8 * static_cast<int64_t>(kept - s.warmup_saved);
+        for (uint32_t b = s.warmup_saved / kWarmupBlockValues; b < blocks; ++b) {
+          const size_t from = static_cast<size_t>(b) * kWarmupBlockValues;
+          const size_t to = std::min<size_t>(kept, from + kWarmupBlockValues);
+          std::string value;
+          drift::ByteWriter w(value);
+          for (size_t i = from; i < to; ++i) w.F64(s.warmup[i]);
+          puts.emplace_back(fmt::format("{}{}{}", key, kWarmupSuffix, b), std::move(value));
+        }
+      }
+      for (uint32_t b = blocks; b < s.warmup_blocks; ++b) {
+        deletes.push_back(fmt::format("{}{}{}", key, kWarmupSuffix, b));
+      }
+      s.warmup_saved = kept;
+      s.warmup_blocks = blocks;
       std::string value;
       EncodeSeries(s, value);
-      puts.emplace_back(model_key + "/" + EscapeName(name), std::move(value));
+      last_write_.dirty_bytes += static_cast<int64_t>(value.size());
+      puts.emplace_back(std::move(key), std::move(value));
     }
     m.dirty.clear();
     if (m.rollup_dirty) {
@@ -1534,8 +1629,12 @@ void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>
       w.U8(kRollupEncodingVersion);
       m.rollup.Encode(value);
       w.U64(m.rollup_incident);
+      last_write_.dirty_bytes += static_cast<int64_t>(value.size());
       puts.emplace_back(model_key, std::move(value));
     }
+  }
+  for (size_t i = first_put; i < puts.size(); ++i) {
+    last_write_.put_bytes += static_cast<int64_t>(puts[i].first.size() + puts[i].second.size());
   }
 }
 
@@ -1567,14 +1666,8 @@ bool DecodeSummary(drift::ByteReader& r, WindowSummary& t) {
   return ReadMoments(r, t.moments) && t.clipped.Decode(r) && DecodeCounts(r, t.counts);
 }
 
-void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
-  drift::ByteWriter w(out);
-  w.U8(kSeriesEncodingVersion);
-  w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (s.edges_ready ? 2 : 0)));
-  w.I64(s.seen);
-  w.I64(s.first_event_us);
-  w.U32(static_cast<uint32_t>(s.warmup.size()));
-  for (double v : s.warmup) w.F64(v);
+// The baseline's fields that freeze with it (in the series record until then).
+void EncodeBaseFields(drift::ByteWriter& w, std::string& out, const DriftMonitor::SeriesState& s) {
   s.baseline.Encode(out);
   s.baseline_c.Encode(w);
   w.F64(s.clip_lo);
@@ -1582,6 +1675,28 @@ void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
   w.U32(static_cast<uint32_t>(s.edges.inner().size()));
   for (double e : s.edges.inner()) w.F64(e);
   EncodeCounts(w, s.ref_counts);
+}
+
+/// "<series>/base": a frozen baseline, written once when it freezes.
+void EncodeBase(const DriftMonitor::SeriesState& s, std::string& out) {
+  drift::ByteWriter w(out);
+  w.U8(kBaseEncodingVersion);
+  EncodeBaseFields(w, out, s);
+  w.I64(s.err_baseline.errors);
+  s.err_baseline.abs_error.Encode(out);
+}
+
+/// The series record. The warmup values are in block keys (CollectDirty), a frozen baseline in
+/// the base key.
+void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
+  drift::ByteWriter w(out);
+  const bool apart = s.frozen;
+  w.U8(kSeriesEncodingVersion);
+  w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (s.edges_ready ? 2 : 0) | (apart ? kBaseApart : 0)));
+  w.I64(s.seen);
+  w.I64(s.first_event_us);
+  w.U32(static_cast<uint32_t>(s.edges_ready ? 0 : s.warmup.size()));
+  if (!apart) EncodeBaseFields(w, out, s);
   w.U32(static_cast<uint32_t>(s.trailing.size()));
   w.U32(s.trailing_next);
   for (const WindowSummary& t : s.trailing) EncodeSummary(w, out, t);
@@ -1619,8 +1734,10 @@ void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
   for (double d : inc.shape_delta) w.F64(d);
   w.I64(inc.error_n);
   w.I64(inc.error_errors);
-  w.I64(s.err_baseline.errors);
-  s.err_baseline.abs_error.Encode(out);
+  if (!apart) {
+    w.I64(s.err_baseline.errors);
+    s.err_baseline.abs_error.Encode(out);
+  }
   w.I64(s.err_window.errors);
   s.err_window.abs_error.Encode(out);
   w.U32(static_cast<uint32_t>(s.open.size()));
@@ -1727,7 +1844,61 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   return Ok();
 }
 
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit) {
+Status DecodeBaseFields(drift::ByteReader& r, DriftMonitor::SeriesState& s, size_t bins_limit,
+                        const std::function<Status(std::string_view)>& corrupt) {
+  if (!ReadMoments(r, s.baseline) || !s.baseline_c.Decode(r)) {
+    return corrupt("bad baseline moments");
+  }
+  s.clip_lo = r.F64();
+  s.clip_hi = r.F64();
+  if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
+    return corrupt("bad fences");
+  }
+  const uint32_t edges = r.U32();
+  if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
+  std::vector<double> inner(edges);
+  for (auto& e : inner) e = r.F64();
+  s.edges = BinEdges(std::move(inner));
+  if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+  if (!DecodeCounts(r, s.ref_counts)) return corrupt("bad reference counts");
+  return Ok();
+}
+
+Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit) {
+  drift::ByteReader r(bytes);
+  std::function<Status(std::string_view)> corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift baseline state: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  if (r.U8() != kBaseEncodingVersion) return corrupt("unknown version");
+  DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
+  s.err_baseline.errors = r.I64();
+  if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  return Ok();
+}
+
+/// Checks that need both the series record and its baseline.
+Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key) {
+  const size_t bins = s.edges.bins();
+  for (const OpenWindow& o : s.open) {
+    if (!o.counts.empty() && o.counts.size() != bins) {
+      return MakeError(ErrorCode::kCorruption, "{}: drift series state: bad open window", key);
+    }
+  }
+  if (s.frozen && !s.ref_counts.empty() &&
+      (s.ref_counts.size() != bins || s.window_counts.size() != bins)) {
+    return MakeError(ErrorCode::kCorruption, "{}: drift series state: histogram sizes disagree",
+                     key);
+  }
+  return Ok();
+}
+
+/// `warmup_count`: for version 5, the warmup values the record counts (they are in block keys).
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
+                    bool& base_apart, uint32_t& warmup_count) {
+  base_apart = false;
+  warmup_count = 0;
   drift::ByteReader r(bytes);
   std::function<Status(std::string_view)> corrupt = [&](std::string_view what) -> Status {
     return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
@@ -1736,32 +1907,27 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   const uint8_t version = r.U8();
   if (version == 1 || version == 2) {
     DRIFTD_TRY(DecodeLegacySeries(r, version, s, bins_limit, corrupt));
-  } else if (version == 3 || version == kSeriesEncodingVersion) {
+  } else if (version >= 3 && version <= kSeriesEncodingVersion) {
     const uint8_t flags = r.U8();
     s.frozen = (flags & 1) != 0;
     s.edges_ready = (flags & 2) != 0;
+    base_apart = version >= 5 && (flags & kBaseApart) != 0;
+    if (base_apart && !s.frozen) return corrupt("bad flags");
     s.seen = r.I64();
     s.first_event_us = r.I64();
     const uint32_t warmup = r.U32();
-    if (warmup > r.remaining() / 8) return corrupt("truncated warmup values");
     s.warmup.clear();
-    s.warmup.reserve(warmup);
-    for (uint32_t i = 0; i < warmup; ++i) s.warmup.push_back(r.F64());
-    if (!ReadMoments(r, s.baseline) || !s.baseline_c.Decode(r)) {
-      return corrupt("bad baseline moments");
+    if (version >= 5) {
+      if (warmup > DriftMonitor::kMaxWarmupValues || (warmup > 0 && s.edges_ready)) {
+        return corrupt("bad warmup count");
+      }
+      warmup_count = warmup;
+    } else {
+      if (warmup > r.remaining() / 8) return corrupt("truncated warmup values");
+      s.warmup.reserve(warmup);
+      for (uint32_t i = 0; i < warmup; ++i) s.warmup.push_back(r.F64());
     }
-    s.clip_lo = r.F64();
-    s.clip_hi = r.F64();
-    if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
-      return corrupt("bad fences");
-    }
-    const uint32_t edges = r.U32();
-    if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
-    std::vector<double> inner(edges);
-    for (auto& e : inner) e = r.F64();
-    s.edges = BinEdges(std::move(inner));
-    if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
-    if (!DecodeCounts(r, s.ref_counts)) return corrupt("bad reference counts");
+    if (!base_apart) DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
     const uint32_t trailing = r.U32();
     s.trailing_next = r.U32();
     if (trailing > 10'000 || r.failed()) return corrupt("bad trailing windows");
@@ -1822,8 +1988,10 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     for (double& d : inc.shape_delta) d = r.F64();
     inc.error_n = r.I64();
     inc.error_errors = r.I64();
-    s.err_baseline.errors = r.I64();
-    if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
+    if (!base_apart) {
+      s.err_baseline.errors = r.I64();
+      if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
+    }
     s.err_window.errors = r.I64();
     if (!ReadMoments(r, s.err_window.abs_error)) return corrupt("bad error window");
     const uint32_t open = r.U32();
@@ -1838,10 +2006,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
       }
       o.min_us = r.I64();
       o.max_us = r.I64();
-      if (r.failed() || o.start_us <= previous_start ||
-          (!o.counts.empty() && o.counts.size() != s.edges.bins())) {
-        return corrupt("bad open window");
-      }
+      if (r.failed() || o.start_us <= previous_start) return corrupt("bad open window");
       previous_start = o.start_us;
     }
     if (version >= 4) {
@@ -1859,11 +2024,6 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     return corrupt("unknown version");
   }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
-  const size_t bins = s.edges.bins();
-  if (s.frozen && !s.ref_counts.empty() &&
-      (s.ref_counts.size() != bins || s.window_counts.size() != bins)) {
-    return corrupt("histogram sizes disagree");
-  }
   if (s.trailing_next >= std::max<size_t>(1, s.trailing.size() + 1)) {
     return corrupt("bad trailing position");
   }
@@ -1916,7 +2076,14 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
     return Ok();
   }
 
-  auto series_name = UnescapeName(rest.substr(slash + 1));
+  // "<series>", "<series>/base" or "<series>/w<block>" (series names are escaped: no '/').
+  std::string_view series_part = rest.substr(slash + 1);
+  std::string_view piece;
+  if (const size_t sub = series_part.find('/'); sub != std::string_view::npos) {
+    piece = series_part.substr(sub);
+    series_part = series_part.substr(0, sub);
+  }
+  auto series_name = UnescapeName(series_part);
   if (!series_name) return tl::unexpected(series_name.error());
   size_t index = series_names_.size();
   if (*series_name != kErrorSeries) {
@@ -1924,19 +2091,153 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
     if (it == series_names_.end()) return Ok();  // series no longer watched
     index = static_cast<size_t>(it - series_names_.begin());
   }
-  SeriesState decoded;
-  if (auto st = DecodeSeries(value, decoded, 1'000'001); !st) {
-    return tl::unexpected(st.error().Wrap(std::string(key)));
+  SeriesState& target = m->series[index];
+  if (!target.restoring) target.restoring = std::make_unique<SeriesState::RestorePieces>();
+  SeriesState::RestorePieces& pieces = *target.restoring;
+
+  if (piece == kBaseSuffix) {
+    target.base_in_store = true;
+    // A base key beside a record that holds its own baseline is left over: ignored, deleted at
+    // the next write.
+    if (pieces.record && !pieces.base_apart) return Ok();
+    if (auto st = DecodeBase(value, target, 1'000'001); !st) {
+      return tl::unexpected(st.error().Wrap(std::string(key)));
+    }
+    pieces.base = true;
+  } else if (piece.starts_with(kWarmupSuffix)) {
+    const std::string_view digits = piece.substr(kWarmupSuffix.size());
+    uint32_t block = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), block);
+    const uint32_t max_blocks =
+        static_cast<uint32_t>(kMaxWarmupValues / kWarmupBlockValues + 1);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
+        block >= max_blocks || value.size() % 8 != 0 || value.size() > 8 * kWarmupBlockValues) {
+      return MakeError(ErrorCode::kCorruption, "drift: bad warmup block '{}' ({} bytes)", key,
+                       value.size());
+    }
+    target.warmup_blocks = std::max(target.warmup_blocks, block + 1);
+    if (pieces.blocks.size() <= block) {
+      pieces.blocks.resize(block + 1);
+      pieces.have_block.resize(block + 1, false);
+    }
+    drift::ByteReader r(value);
+    std::vector<double>& values = pieces.blocks[block];
+    values.resize(value.size() / 8);
+    for (double& v : values) v = r.F64();
+    pieces.have_block[block] = true;
+  } else if (piece.empty()) {
+    SeriesState decoded;
+    bool base_apart = false;
+    uint32_t warmup = 0;
+    if (auto st = DecodeSeries(value, decoded, 1'000'001, base_apart, warmup); !st) {
+      return tl::unexpected(st.error().Wrap(std::string(key)));
+    }
+    if (base_apart && pieces.base) {
+      decoded.baseline = target.baseline;
+      decoded.baseline_c = target.baseline_c;
+      decoded.clip_lo = target.clip_lo;
+      decoded.clip_hi = target.clip_hi;
+      decoded.edges = std::move(target.edges);
+      decoded.ref_counts = std::move(target.ref_counts);
+      decoded.err_baseline = target.err_baseline;
+    }
+    decoded.warmup_blocks = target.warmup_blocks;
+    decoded.base_in_store = target.base_in_store;
+    decoded.restoring = std::move(target.restoring);
+    target = std::move(decoded);
+    target.restoring->record = true;
+    target.restoring->base_apart = base_apart;
+    target.restoring->warmup = warmup;
+    // Records of earlier layouts hold their warmup values themselves: none is in a block key
+    // yet, so the next write puts them there.
+    target.warmup_saved = 0;
+  } else {
+    return MakeError(ErrorCode::kCorruption, "drift: unknown state key '{}'", key);
   }
+  target.dirty = false;
+  if (auto done = CompleteRestore(target, index, false); !done) {
+    return tl::unexpected(done.error().Wrap(std::string(key)));
+  }
+  return Ok();
+}
+
+Result<bool> DriftMonitor::CompleteRestore(SeriesState& s, size_t index, bool final) {
+  if (!s.restoring) return true;
+  SeriesState::RestorePieces& pieces = *s.restoring;
+  if (pieces.done) {
+    if (final) s.restoring.reset();
+    return true;
+  }
+  const auto incomplete = [&](std::string_view what) -> Result<bool> {
+    if (!final) return false;
+    return MakeError(ErrorCode::kCorruption, "drift series state: {}", what);
+  };
+  if (!pieces.record) {
+    if (!final) return false;
+    // Left-over pieces of a series without a record: a fresh series, whose first write
+    // deletes them.
+    SeriesState fresh;
+    fresh.warmup_blocks = s.warmup_blocks;
+    fresh.base_in_store = s.base_in_store;
+    s = std::move(fresh);
+    return true;
+  }
+  if (pieces.base_apart && !pieces.base) return incomplete("the frozen baseline is missing");
+  if (!s.edges_ready && pieces.warmup > 0) {
+    const uint32_t blocks =
+        static_cast<uint32_t>((pieces.warmup + kWarmupBlockValues - 1) / kWarmupBlockValues);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const size_t need = std::min<size_t>(kWarmupBlockValues,
+                                           pieces.warmup - static_cast<size_t>(b) * kWarmupBlockValues);
+      if (b >= pieces.blocks.size() || !pieces.have_block[b] || pieces.blocks[b].size() < need) {
+        return incomplete("warmup values are missing");
+      }
+    }
+    s.warmup.clear();
+    s.warmup.reserve(pieces.warmup);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const size_t need = std::min<size_t>(kWarmupBlockValues,
+                                           pieces.warmup - static_cast<size_t>(b) * kWarmupBlockValues);
+      s.warmup.insert(s.warmup.end(), pieces.blocks[b].begin(), pieces.blocks[b].begin() + need);
+    }
+    s.warmup_saved = pieces.warmup;
+  }
+  if (pieces.base_apart) {
+    scratch_.clear();
+    EncodeBase(s, scratch_);
+    s.base_hash = HashBytes(scratch_);
+  }
+  pieces.done = true;
+  pieces.blocks.clear();
+  pieces.have_block.clear();
+  if (final) s.restoring.reset();
+  DRIFTD_TRY(CheckHistograms(s, index < series_names_.size() ? series_names_[index] : kErrorSeries));
   // A histogram that the current configuration does not use is dropped; one it needs but the
   // state lacks is rebuilt empty (the baseline then has no reference shares).
-  if (has_histogram_ && index < series_names_.size() && decoded.frozen &&
-      decoded.window_counts.size() != decoded.edges.bins()) {
-    decoded.window_counts.assign(decoded.edges.bins(), 0);
-    decoded.ref_counts.assign(decoded.edges.bins(), 0);
+  if (has_histogram_ && index < series_names_.size() && s.frozen &&
+      s.window_counts.size() != s.edges.bins()) {
+    s.window_counts.assign(s.edges.bins(), 0);
+    s.ref_counts.assign(s.edges.bins(), 0);
   }
-  m->series[index] = std::move(decoded);
-  m->series[index].dirty = false;
+  return true;
+}
+
+Status DriftMonitor::FinishRestore() {
+  auto finish = [&](ModelState& m) -> Status {
+    for (size_t i = 0; i < m.series.size(); ++i) {
+      auto done = CompleteRestore(m.series[i], i, true);
+      if (!done) {
+        return tl::unexpected(done.error().Wrap(fmt::format(
+            "model '{}' series '{}'", m.name,
+            i < series_names_.size() ? std::string_view(series_names_[i]) : kErrorSeries)));
+      }
+    }
+    return Ok();
+  };
+  for (auto& [name, m] : pending_) DRIFTD_TRY(finish(*m));
+  for (auto& m : models_) {
+    if (m) DRIFTD_TRY(finish(*m));
+  }
   return Ok();
 }
 
@@ -2158,6 +2459,9 @@ bool DriftMonitor::ResetBaselines(const std::string& model) {
     fresh.seen = s.seen;
     fresh.alert = s.alert;
     fresh.incident = s.incident;
+    // The keys it wrote, for the next write to replace or delete.
+    fresh.warmup_blocks = s.warmup_blocks;
+    fresh.base_in_store = s.base_in_store;
     s = std::move(fresh);
     s.dirty = false;
     MarkDirty(*m, i);

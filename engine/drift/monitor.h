@@ -220,13 +220,41 @@ class DriftMonitor {
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
 
   /// Appends (key, value) for every (model, series) and model roll-up changed since the last
-  /// call. Keys: "drift/<model>/<series>" and "drift/<model>", with '%' and '/' in names
-  /// percent-encoded.
+  /// call, and to `deletes` the keys that no longer hold anything. Keys (names with '%' and
+  /// '/' percent-encoded):
+  ///   "drift/<model>"                  the roll-up
+  ///   "drift/<model>/<series>"         what changes as values arrive (counts, windows, CUSUM,
+  ///                                    alert state; the baseline itself until it freezes)
+  ///   "drift/<model>/<series>/base"    the frozen baseline (moments, fences, bin edges,
+  ///                                    reference counts): written once, when it freezes
+  ///   "drift/<model>/<series>/w<k>"    warmup values k*kWarmupBlockValues onwards, kept until
+  ///                                    the bin edges are fixed; only the last block is
+  ///                                    rewritten as values arrive
+  /// so a batch writes what its values changed, not the whole state of every series it saw.
+  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
+                    std::vector<std::string>& deletes);
+  /// As above, for callers that apply puts only (stale keys are ignored by Restore).
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
+  /// Warmup values per block key.
+  static constexpr size_t kWarmupBlockValues = 32;
+  /// What the last CollectDirty wrote: series records, their encoded size (the records plus the
+  /// warmup values added since the call before; the baseline when it froze), and the bytes of
+  /// the puts (keys and values).
+  struct WriteStats {
+    int64_t dirty_series = 0;
+    int64_t dirty_bytes = 0;
+    int64_t put_bytes = 0;
+  };
+  const WriteStats& last_write() const { return last_write_; }
 
-  /// Loads one persisted entry (a key CollectDirty produced). Call before the model's first
-  /// Observe; entries for series no longer configured are ignored.
+  /// Loads one persisted entry (a key CollectDirty produced, in any order). Call before the
+  /// model's first Observe; entries for series no longer configured are ignored. Series
+  /// records of earlier layouts (versions 1 to 4, one key per series) are read as they are and
+  /// written in the current layout when their series next changes.
   Status Restore(std::string_view key, std::string_view value);
+  /// After every entry was restored: fails (kCorruption) when a series' record lacks the
+  /// frozen baseline or warmup values it refers to.
+  Status FinishRestore();
 
   // ---- File baseline (before the first Observe) ------------------------------------------
   /// A baseline's winsorized values: the fences values are clipped to (infinite when the
@@ -323,6 +351,9 @@ class DriftMonitor {
                   AlertEvent event);
   void UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent& trigger);
   void MarkDirty(ModelState& m, size_t series);
+  /// Restore: puts the pieces read so far together once the series record and what it refers
+  /// to are there (false: not yet). `final`: what is missing now is missing for good.
+  Result<bool> CompleteRestore(SeriesState& s, size_t index, bool final);
   int64_t WindowClockMs(int64_t window_end_us) const;
   bool PerValueCusum() const;
 
@@ -365,6 +396,8 @@ class DriftMonitor {
   std::vector<double> cur_shares_;
   std::vector<double> terms_;
   std::vector<DetectorReading> readings_;
+  WriteStats last_write_;
+  std::string scratch_;
 };
 
 }  // namespace driftd

@@ -620,7 +620,10 @@ class DriftStage::Impl {
     return out;
   }
 
-  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
+  Status FinishRestore() { return monitor_ ? monitor_->FinishRestore() : Ok(); }
+
+  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
+                    std::vector<std::string>& deletes, StageProgress& progress) {
     for (const auto& series_key : dirty_evaluations_) {
       auto it = latest_.find(series_key);
       if (it == latest_.end()) continue;
@@ -639,7 +642,10 @@ class DriftStage::Impl {
       puts.emplace_back(std::string(kLayoutKey), layout);
       layout_dirty_ = false;
     }
-    monitor_->CollectDirty(puts);
+    monitor_->CollectDirty(puts, deletes);
+    progress.drift_dirty_series += monitor_->last_write().dirty_series;
+    progress.drift_dirty_bytes += monitor_->last_write().dirty_bytes;
+    progress.drift_put_bytes += monitor_->last_write().put_bytes;
   }
 
  private:
@@ -667,13 +673,14 @@ class DriftStage::Impl {
     const Column& models = batch.columns[model_column_];
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (models.IsNull(row)) continue;
-      name_.clear();
+      uint32_t model = 0;
       if (models.type == FieldType::kString) {
-        name_.assign(models.String(row));
+        model = Intern(models.String(row));
       } else {
         name_ = std::to_string(models.i64[row]);
+        model = Intern(name_);
       }
-      uint32_t model = Intern(name_);
+      const std::string& name = names_[model];
       if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
       const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
       // Event-time windows need the record's own time; record-count windows date a record
@@ -684,9 +691,9 @@ class DriftStage::Impl {
       }
       auto observe = [&](size_t series, double value) {
         if constexpr (kReference) {
-          monitor_->ObserveReference(model, name_, series, value);
+          monitor_->ObserveReference(model, name, series, value);
         } else {
-          monitor_->Observe(model, name_, series, value, event_time, late_before);
+          monitor_->Observe(model, name, series, value, event_time, late_before);
         }
       };
       for (const SeriesColumn& series : columns_) {
@@ -710,7 +717,7 @@ class DriftStage::Impl {
             return c.type == FieldType::kDouble ? c.f64[row] : static_cast<double>(c.i64[row]);
           };
           if constexpr (kReference) {
-            monitor_->ObserveReferenceLabel(model, name_, value(prediction), value(label));
+            monitor_->ObserveReferenceLabel(model, name, value(prediction), value(label));
           } else {
             monitor_->ObserveLabel(model, value(prediction), value(label), event_time);
           }
@@ -756,17 +763,27 @@ class DriftStage::Impl {
           "drift: model '{}' has records in more than one Kafka partition: its record-count "
           "windows (drift.windowRecords) then depend on batching and read order. Key the input "
           "records by model, or use event-time windows (query.window) for results that do not",
-          name_);
+          names_[model]);
     }
   }
 
-  uint32_t Intern(const std::string& name) {
-    if (name == last_name_ && last_id_ != UINT32_MAX) return last_id_;
-    auto [it, inserted] = ids_.try_emplace(name, static_cast<uint32_t>(ids_.size()));
-    last_name_ = name;
+  // The model's dense id: one hash lookup of the record's bytes (no copy), none when the
+  // record is of the same model as the one before.
+  uint32_t Intern(std::string_view name) {
+    if (last_id_ != UINT32_MAX && name == names_[last_id_]) return last_id_;
+    auto it = ids_.find(name);
+    if (it == ids_.end()) {
+      it = ids_.emplace(std::string(name), static_cast<uint32_t>(names_.size())).first;
+      names_.emplace_back(name);
+    }
     last_id_ = it->second;
-    return it->second;
+    return last_id_;
   }
+
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
 
   DriftSpec spec_;
   Schema schema_;        // the query's columns (engine/pipeline_spec.h QuerySchema)
@@ -789,8 +806,8 @@ class DriftStage::Impl {
   std::vector<SeriesColumn> columns_;
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
-  std::unordered_map<std::string, uint32_t> ids_;
-  std::string last_name_;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids_;
+  std::vector<std::string> names_;  // by id
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
@@ -848,9 +865,10 @@ std::vector<Evaluation> DriftStage::LatestEvaluations() const {
   return impl_->LatestEvaluations();
 }
 void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
-                        StageProgress&) {
+                        StageProgress& progress) {
   impl_->Evaluate(context, output.alerts, &output.evaluations);
-  impl_->CollectDirty(changes.puts);
+  impl_->CollectDirty(changes.puts, changes.deletes, progress);
 }
+Status DriftStage::FinishRestore() { return impl_->FinishRestore(); }
 
 }  // namespace driftd

@@ -32,6 +32,7 @@ class DriftStage final : public Stage {
 
   std::string_view state_namespace() const override { return "drift"; }
   Status Restore(std::string_view key, std::string_view value) override;
+  Status FinishRestore() override;
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) override;
   bool HasClosableWindows(int64_t watermark_us) const override;
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,

@@ -1,0 +1,282 @@
+// The drift state's persisted layout: what a batch writes (only what changed), restores from
+// those keys in any order, and the version-4 layout (one record per series) still read.
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/drift/monitor.h"
+
+namespace driftd {
+namespace {
+
+// Deterministic input, arithmetic only (no libm), so that the fixture written by an earlier
+// build (data/drift_state_v4.txt) is the state of exactly these values.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Roughly normal: the sum of 4 uniforms, centred and scaled to variance 1.
+double Value(uint64_t model, uint64_t series, uint64_t i) {
+  double sum = 0;
+  for (uint64_t k = 0; k < 4; ++k) {
+    const uint64_t bits = Mix((model << 48) ^ (series << 40) ^ (i << 2) ^ k);
+    sum += static_cast<double>(bits >> 11) * 0x1.0p-53;
+  }
+  return (sum - 2.0) * 1.7320508075688772;
+}
+
+DriftSpec Spec() {
+  DriftSpec spec;
+  spec.enabled = true;
+  spec.detectors = DefaultDetectorSpecs();
+  return spec;
+}
+
+constexpr int64_t kT0 = 1'700'000'000'000'000;
+const char* const kModels[2] = {"warm", "frozen"};
+
+/// Two models of two series ("x", "y"); "frozen" also has labels. Each step gives every model
+/// that has not reached its end its next value; a batch ends every 500 steps. From value 9000
+/// on, "frozen"'s x is shifted by 1 sd (alerts).
+struct Scenario {
+  explicit Scenario(DriftMonitor& m) : monitor(m) {}
+
+  void Run(int64_t to_step, const int64_t (&ends)[2]) {
+    for (; step < to_step; ++step) {
+      for (uint32_t m = 0; m < 2; ++m) {
+        if (index[m] >= ends[m]) continue;
+        const int64_t i = index[m]++;
+        const int64_t t = kT0 + i * 1000;
+        for (size_t s = 0; s < 2; ++s) {
+          const double shift = (m == 1 && s == 0 && i >= 9'000) ? 1.0 : 0.0;
+          monitor.Observe(m, kModels[m], s, Value(m, s, i) + shift, t);
+        }
+        if (m == 1) {
+          const double label = (Mix(i * 7 + 1) & 1) ? 1.0 : 0.0;
+          const double prediction = (Mix(i * 7 + 2) % 10 == 0) ? 1.0 - label : label;
+          monitor.ObserveLabel(m, prediction, label, t);
+        }
+      }
+      if ((step + 1) % 500 == 0) EndBatch();
+    }
+  }
+
+  void EndBatch() {
+    monitor.Evaluate(batch, 1'700'000'000'000 + batch, events);
+    ++batch;
+    puts.clear();
+    deletes.clear();
+    monitor.CollectDirty(puts, deletes);
+    for (auto& [k, v] : puts) store[k] = v;
+    for (const std::string& k : deletes) store.erase(k);
+  }
+
+  std::vector<std::string> EventsJson(size_t from = 0) const {
+    std::vector<std::string> out;
+    for (size_t i = from; i < events.size(); ++i) out.push_back(events[i].ToJson());
+    return out;
+  }
+
+  DriftMonitor& monitor;
+  std::map<std::string, std::string> store;  // what the checkpoint holds
+  std::vector<std::pair<std::string, std::string>> puts;  // the last batch's
+  std::vector<std::string> deletes;
+  std::vector<AlertEvent> events;
+  int64_t step = 0;
+  int64_t index[2] = {0, 0};
+  int64_t batch = 0;
+};
+
+constexpr int64_t kEnds[2] = {1'500, 14'000};
+
+size_t Count(const std::vector<std::pair<std::string, std::string>>& puts,
+             const std::string& prefix) {
+  return static_cast<size_t>(std::count_if(puts.begin(), puts.end(), [&](const auto& p) {
+    return p.first.compare(0, prefix.size(), prefix) == 0;
+  }));
+}
+
+bool Has(const std::vector<std::pair<std::string, std::string>>& puts, const std::string& key) {
+  return std::any_of(puts.begin(), puts.end(), [&](const auto& p) { return p.first == key; });
+}
+
+TEST_CASE("a batch writes what changed: new warmup values, the frozen baseline once",
+          "[drift][monitor][state]") {
+  DriftMonitor monitor(Spec(), {"x", "y"});
+  Scenario sc(monitor);
+  int64_t base_puts = 0;
+  bool blocks_deleted = false;
+  for (int64_t to = 500; to <= kEnds[1]; to += 500) {
+    sc.Run(to, kEnds);
+    INFO("batch ending at step " << to);
+    const DriftMonitor::WriteStats& w = monitor.last_write();
+    // What the batch puts is what its values changed, give or take keys and the rest of the
+    // last warmup block.
+    CHECK(w.put_bytes > 0);
+    CHECK(w.put_bytes <= 2 * w.dirty_bytes);
+    base_puts += static_cast<int64_t>(Has(sc.puts, "drift/frozen/x/base"));
+    if (to == 1'000) {
+      // Values 500..999 of warm/x: blocks 15 (values 480..511) to 31, not the earlier ones.
+      CHECK(Has(sc.puts, "drift/warm/x/w15"));
+      CHECK(Has(sc.puts, "drift/warm/x/w31"));
+      CHECK_FALSE(Has(sc.puts, "drift/warm/x/w14"));
+      CHECK(Count(sc.puts, "drift/warm/x/w") == 17);
+    }
+    if (to == 2'000) {
+      // The bin edges are fixed at 2000 values: the warmup values are not kept any more.
+      blocks_deleted = std::count(sc.deletes.begin(), sc.deletes.end(), "drift/frozen/x/w0") == 1;
+      CHECK(sc.store.lower_bound("drift/frozen/x/w") == sc.store.upper_bound("drift/frozen/x/wz"));
+    }
+    if (to > 1'500) {
+      // warm has no more values: nothing of it is written again.
+      CHECK(Count(sc.puts, "drift/warm/") == 0);
+    }
+  }
+  CHECK(blocks_deleted);
+  CHECK(base_puts == 1);
+  // warm's warmup (1500 values) stays in its 47 blocks; frozen has its base and no blocks.
+  CHECK(sc.store.count("drift/warm/x/w46") == 1);
+  CHECK(sc.store.count("drift/frozen/x/base") == 1);
+  CHECK(sc.events.size() >= 1);
+
+  // A retrain: the frozen baseline's key goes with the next write.
+  REQUIRE(monitor.ResetBaselines("frozen"));
+  sc.EndBatch();
+  CHECK(std::count(sc.deletes.begin(), sc.deletes.end(), "drift/frozen/x/base") == 1);
+  CHECK(sc.store.count("drift/frozen/x/base") == 0);
+}
+
+TEST_CASE("state restored from its keys in any order continues as if never stopped",
+          "[drift][monitor][state]") {
+  // Stops mid-block in the warmup, after the edges are fixed, and with a frozen baseline in
+  // the middle of a window; keys restored sorted, reversed and shuffled.
+  for (int64_t stop : {300, 2'500, 7'777}) {
+    for (int order = 0; order < 3; ++order) {
+      INFO("stop at step " << stop << ", order " << order);
+      DriftMonitor straight_monitor(Spec(), {"x", "y"});
+      Scenario straight(straight_monitor);
+      straight.Run(stop, kEnds);
+      straight.EndBatch();
+      const size_t before = straight.events.size();
+
+      DriftMonitor restored_monitor(Spec(), {"x", "y"});
+      std::vector<std::pair<std::string, std::string>> keys(straight.store.begin(),
+                                                            straight.store.end());
+      if (order == 1) std::reverse(keys.begin(), keys.end());
+      if (order == 2) std::shuffle(keys.begin(), keys.end(), std::mt19937_64(stop));
+      for (const auto& [key, value] : keys) {
+        INFO(key);
+        REQUIRE(restored_monitor.Restore(key, value));
+      }
+      REQUIRE(restored_monitor.FinishRestore());
+      Scenario restored(restored_monitor);
+      restored.store = straight.store;
+      restored.step = straight.step;
+      restored.index[0] = straight.index[0];
+      restored.index[1] = straight.index[1];
+      restored.batch = straight.batch;
+
+      straight.Run(kEnds[1], kEnds);
+      straight.EndBatch();
+      restored.Run(kEnds[1], kEnds);
+      restored.EndBatch();
+      CHECK(straight.EventsJson(before).size() >= 1);
+      CHECK(restored.EventsJson() == straight.EventsJson(before));
+      CHECK(restored.store == straight.store);
+    }
+  }
+}
+
+TEST_CASE("a series record without the baseline or warmup values it counts is refused",
+          "[drift][monitor][state]") {
+  DriftMonitor monitor(Spec(), {"x", "y"});
+  Scenario sc(monitor);
+  sc.Run(7'000, kEnds);
+  REQUIRE(sc.store.count("drift/frozen/x/base") == 1);
+  REQUIRE(sc.store.count("drift/warm/x/w3") == 1);
+  for (const std::string missing : {"drift/frozen/x/base", "drift/warm/x/w3"}) {
+    INFO(missing);
+    DriftMonitor restored(Spec(), {"x", "y"});
+    for (const auto& [key, value] : sc.store) {
+      if (key != missing) REQUIRE(restored.Restore(key, value));
+    }
+    auto finished = restored.FinishRestore();
+    REQUIRE_FALSE(finished);
+    CHECK(finished.error().code() == ErrorCode::kCorruption);
+  }
+  DriftMonitor bad(Spec(), {"x", "y"});
+  CHECK_FALSE(bad.Restore("drift/warm/x/w9999", std::string(8, '\0')));
+  CHECK_FALSE(bad.Restore("drift/warm/x/w1", std::string(7, '\0')));
+  CHECK_FALSE(bad.Restore("drift/warm/x/base", std::string(3, '\1')));
+}
+
+std::string Unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+TEST_CASE("a checkpoint of the version-4 layout is read and rewritten in the current one",
+          "[drift][monitor][state]") {
+  // data/drift_state_v4.txt: the store of Scenario run to step 6500, written by the build
+  // before the layout split (one record per series, warmup values inline), as "key<TAB>hex".
+  std::ifstream in(std::string(DRIFTD_TESTS_DIR) + "/engine/data/drift_state_v4.txt");
+  REQUIRE(in);
+  std::map<std::string, std::string> fixture;
+  for (std::string line; std::getline(in, line);) {
+    const size_t tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    fixture[line.substr(0, tab)] = Unhex(line.substr(tab + 1));
+  }
+  REQUIRE(fixture.count("drift/warm/x") == 1);
+  REQUIRE(fixture.count("drift/frozen/error") == 1);
+  for (const auto& [key, value] : fixture) {
+    if (key.find('/', 6) != std::string::npos) CHECK(static_cast<int>(value[0]) == 4);
+  }
+  constexpr int64_t kStop[2] = {700, 6'500};
+
+  // What an uninterrupted run of the current build writes and raises.
+  DriftMonitor fresh_monitor(Spec(), {"x", "y"});
+  Scenario fresh(fresh_monitor);
+  fresh.Run(6'500, kStop);
+  const size_t before = fresh.events.size();
+
+  DriftMonitor old_monitor(Spec(), {"x", "y"});
+  for (const auto& [key, value] : fixture) {
+    INFO(key);
+    REQUIRE(old_monitor.Restore(key, value));
+  }
+  REQUIRE(old_monitor.FinishRestore());
+  Scenario old(old_monitor);
+  old.store = fixture;
+  old.step = fresh.step;
+  old.index[0] = fresh.index[0];
+  old.index[1] = fresh.index[1];
+  old.batch = fresh.batch;
+
+  fresh.Run(14'000, kEnds);
+  fresh.EndBatch();
+  old.Run(14'000, kEnds);
+  old.EndBatch();
+  CHECK(fresh.EventsJson(before).size() >= 1);
+  CHECK(old.EventsJson() == fresh.EventsJson(before));
+  // Every series changed since: the old records are all rewritten in the current layout.
+  CHECK(old.store == fresh.store);
+  CHECK(old.store.count("drift/frozen/x/base") == 1);
+  CHECK(old.store.count("drift/warm/x/w46") == 1);
+}
+
+}  // namespace
+}  // namespace driftd
