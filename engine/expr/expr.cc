@@ -1221,6 +1221,13 @@ std::optional<int64_t> ToIntegral(double value, FieldType to) {
 }
 
 constexpr int64_t kMicrosPerSecond = 1'000'000;
+// Timestamps a CAST produces or prints: years 0001 to 9999, as Spark's; beyond is NULL.
+constexpr int64_t kMinTimestampUs = -62'135'596'800'000'000;  // 0001-01-01T00:00:00Z
+constexpr int64_t kMaxTimestampUs = 253'402'300'799'999'999;  // 9999-12-31T23:59:59.999999Z
+
+bool InTimestampRange(int64_t micros) {
+  return micros >= kMinTimestampUs && micros <= kMaxTimestampUs;
+}
 
 class Evaluator {
  public:
@@ -1492,7 +1499,13 @@ class Evaluator {
             case FieldType::kString: out.str_data.append(a.String(row)); break;
             case FieldType::kDouble: AppendDouble(out.str_data, a.f64[row]); break;
             case FieldType::kBoolean: out.str_data += a.i64[row] ? "true" : "false"; break;
-            case FieldType::kTimestamp: out.str_data += FormatIso8601Micros(a.i64[row]); break;
+            case FieldType::kTimestamp:
+              if (InTimestampRange(a.i64[row])) {
+                out.str_data += FormatIso8601Micros(a.i64[row]);
+              } else {
+                out.valid[row] = 0;
+              }
+              break;
             default: fmt::format_to(std::back_inserter(out.str_data), "{}", a.i64[row]); break;
           }
           out.str_offsets.push_back(static_cast<uint32_t>(out.str_data.size()));
@@ -1537,6 +1550,7 @@ class Evaluator {
           } else {  // numbers are seconds since the epoch, as Spark
             const double micros = Num(a, row) * kMicrosPerSecond;
             value = ToIntegral(micros, FieldType::kLong);
+            if (value && !InTimestampRange(*value)) value.reset();
           }
           out.valid[row] = value.has_value();
           out.i64[row] = value.value_or(0);

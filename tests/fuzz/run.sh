@@ -13,7 +13,7 @@ seconds=${DRIFTD_FUZZ_SECONDS:-60}
 jobs=${DRIFTD_JOBS:-$(nproc)}
 dir=${DRIFTD_FUZZ_BUILD:-$root/build-fuzz}
 harnesses=("$@")
-if ((${#harnesses[@]} == 0)); then harnesses=(json_decoder config reference state_codecs); fi
+if ((${#harnesses[@]} == 0)); then harnesses=(json_decoder config reference state_codecs expr); fi
 
 if ! command -v clang++-14 >/dev/null; then
   echo "fuzz: clang++-14 is missing (bash deploy/setup-debian.sh installs it)" >&2
