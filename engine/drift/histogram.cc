@@ -31,28 +31,6 @@ BinEdges BinEdges::FromQuantiles(std::vector<double>& values, int bins) {
   return edges;
 }
 
-BinEdges BinEdges::FromWeightedQuantiles(const std::vector<std::pair<double, int64_t>>& sorted,
-                                         int bins) {
-  BinEdges edges;
-  if (sorted.empty() || bins < 2) return edges;
-  int64_t n = 0;
-  for (const auto& entry : sorted) n += entry.second;
-  edges.inner_.reserve(static_cast<size_t>(bins - 1));
-  size_t at = 0;
-  int64_t below = 0;  // total count of sorted[0, at)
-  for (int i = 1; i < bins; ++i) {
-    // The value at rank i*n/k (0-based) of the expanded sequence, as FromQuantiles picks it.
-    const int64_t rank = static_cast<int64_t>(i) * n / bins;
-    while (at < sorted.size() && below + sorted[at].second <= rank) below += sorted[at++].second;
-    if (at >= sorted.size()) break;
-    const double e = sorted[at].first;
-    if (!std::isfinite(e)) continue;
-    if (!edges.inner_.empty() && !(e > edges.inner_.back())) continue;
-    edges.inner_.push_back(e);
-  }
-  return edges;
-}
-
 double BinEdges::Lower(size_t bin) const {
   return bin == 0 ? -std::numeric_limits<double>::infinity() : inner_[bin - 1];
 }

@@ -32,11 +32,6 @@ class BinEdges {
   /// fewer bins, one per distinct value range. Sorts `values` in place. Empty input: one bin.
   static BinEdges FromQuantiles(std::vector<double>& values, int bins);
 
-  /// The same from (value, count) pairs in increasing value order (a ValueSample's), weighting
-  /// each value by its count.
-  static BinEdges FromWeightedQuantiles(const std::vector<std::pair<double, int64_t>>& sorted,
-                                        int bins);
-
   size_t bins() const { return inner_.size() + 1; }
   const std::vector<double>& inner() const { return inner_; }
   /// Lower bound of `bin` (-inf for bin 0) and upper bound (+inf for the last bin).
