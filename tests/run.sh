@@ -41,13 +41,17 @@ for build in $builds; do
     #   (tests/engine/aggregation_window_test.cc runs 10M rows through the Aggregator), and the
     #   scale-out tests (each runs the daemon 3 to 9 times over 80k-1M records against the
     #   broker; the executor's unit tests run its event clock and row blocks in both
-    #   builds).
+    #   builds);
+    # - the version-4 checkpoint test, whose fixture (tests/engine/data/drift_state_v4.txt) a
+    #   release build wrote: an -O0 build computes the detectors' thresholds differently in the
+    #   last bits, so comparing the restored run with a live one holds only in the release build.
     sanitize) flags=(-DCMAKE_BUILD_TYPE=Debug -DDRIFTD_SANITIZE=ON
                      -DDRIFTD_BUILD_BENCHMARKS=OFF)
               skip=(
                 '^(docker|ops):'
                 '^e2e:a long windowed run keeps its state bounded and emits every closed window once$'
                 '^kafka:scale-out'
+                '^engine:a checkpoint of the version-4 layout is read and rewritten in the current one$'
               )
               selection=(-E "$(IFS='|'; echo "${skip[*]}")") ;;
     *) echo "unknown build '$build'" >&2; exit 64 ;;
