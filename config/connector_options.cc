@@ -103,11 +103,12 @@ std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog,
 }
 
 Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const ConnectorDecl* decl,
-                             std::string_view what, std::map<std::string, SourceMark>* marks) {
+                             std::string_view what, std::map<std::string, SourceMark>* marks,
+                             std::string_view key) {
   Options options;
-  const MapReader::Entry* entry = parent.Find("options");
+  const MapReader::Entry* entry = parent.Find(key);
   SourceMark anchor = entry ? entry->key_mark : parent.anchor();
-  MapReader map(reader, entry ? entry->value : YAML::Node(), parent.PathOf("options"), anchor,
+  MapReader map(reader, entry ? entry->value : YAML::Node(), parent.PathOf(key), anchor,
                 std::nullopt, " of option names to values");
   if (!map.valid()) return options;
 

@@ -20,12 +20,13 @@ const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_
 /// The formats declared for `role`, sorted.
 std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog, ConnectorRole role);
 
-/// Reads parent.options. With `decl`, each option is validated against it and defaults are
+/// Reads parent.options (or parent.<key>). With `decl`, each option is validated against it and defaults are
 /// filled in; `what` names the connector in messages ("kafka sink"). Without `decl` (no
 /// catalog), scalar values are taken as they are. Problems go to the reader.
 /// `marks`, when given, receives where each option of the file is.
 Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const ConnectorDecl* decl,
                              std::string_view what,
-                             std::map<std::string, SourceMark>* marks = nullptr);
+                             std::map<std::string, SourceMark>* marks = nullptr,
+                             std::string_view key = "options");
 
 }  // namespace driftd::config_detail

@@ -260,6 +260,7 @@ class PipelineParser {
     CheckOutputModes();
     CheckOrderDependence();
     CheckDeadLetter();
+    CheckValueFormat();
     CheckStreams();
     CheckPaths();
     return spec_;
@@ -392,8 +393,9 @@ class PipelineParser {
       return;
     }
     MapReader source(reader_, entry->value, "source", entry->key_mark,
-                     std::vector<std::string_view>{"format", "options", "malformed"},
-                     " with format, options and malformed");
+                     std::vector<std::string_view>{"format", "options", "malformed",
+                                                   "valueFormat", "valueOptions"},
+                     " with format, options, malformed, valueFormat and valueOptions");
     spec_.source.mark = entry->key_mark;
     if (!source.valid()) return;
     const ConnectorDecl* decl = nullptr;
@@ -409,6 +411,76 @@ class PipelineParser {
                                               &spec_.source.option_marks);
     }
     ParseMalformed(source);
+    ParseValueFormat(source);
+  }
+
+  void ParseValueFormat(const MapReader& source) {
+    SourceSpec& spec = spec_.source;
+    value_format_ok_ = false;
+    value_format_decl_ = nullptr;
+    if (auto format = source.String("valueFormat")) {
+      spec.value_format = format->value;
+      spec.value_format_mark = format->mark;
+      std::vector<std::string_view> names;
+      if (options_.value_formats) {
+        for (const ValueFormatDecl& decl : *options_.value_formats) names.push_back(decl.name);
+        value_format_decl_ = FindValueFormat(*options_.value_formats, format->value);
+      } else {
+        names.push_back("json");
+      }
+      if (value_format_decl_ == nullptr && !(options_.value_formats == nullptr &&
+                                             format->value == "json")) {
+        problems_.Error(format->path, format->mark,
+                        fmt::format("unknown value format {} (known value formats: {}){}",
+                                    Show(*format), Join(names),
+                                    format->secret ? "" : DidYouMean(format->value, names)));
+        return;
+      }
+    } else if (source.Has("valueFormat")) {
+      return;  // reported by String()
+    } else if (options_.value_formats) {
+      value_format_decl_ = FindValueFormat(*options_.value_formats, spec.value_format);
+    }
+    value_format_ok_ = true;
+    if (value_format_decl_ != nullptr) {
+      ConnectorDecl decl;
+      decl.format = value_format_decl_->name;
+      decl.options = value_format_decl_->options;
+      spec.value_options = config_detail::ReadConnectorOptions(
+          reader_, source, &decl, fmt::format("{} value format", decl.format),
+          &spec.value_option_marks, "valueOptions");
+    } else {
+      spec.value_options = config_detail::ReadConnectorOptions(
+          reader_, source, nullptr, "json value format", &spec.value_option_marks,
+          "valueOptions");
+    }
+  }
+
+  // The value format's own checks (its files, the schema they must fit), once the schema and
+  // the source are read, reported at the option at fault.
+  void CheckValueFormat() {
+    const SourceSpec& source = spec_.source;
+    if (!value_format_ok_ || value_format_decl_ == nullptr) return;
+    if (value_format_decl_->binary && !source.format.empty() && source.format != "kafka") {
+      problems_.Error("source.valueFormat", source.value_format_mark,
+                      fmt::format("value format {} is binary and needs a source whose records "
+                                  "come whole, one per message (kafka); the {} source splits "
+                                  "its input into lines",
+                                  value_format_decl_->name, source.format));
+      return;
+    }
+    if (!problems_.errors().empty()) return;  // the schema or options may be incomplete
+    auto decoder = value_format_decl_->create(spec_.schema, source.malformed, source.value_options);
+    if (decoder) return;
+    const ValueFormatProblem& problem = decoder.error();
+    if (problem.option.empty()) {
+      problems_.Error("source.valueFormat", source.value_format_mark, problem.message);
+      return;
+    }
+    auto mark = source.value_option_marks.find(problem.option);
+    problems_.Error(fmt::format("source.valueOptions.{}", problem.option),
+                    mark != source.value_option_marks.end() ? mark->second : source.mark,
+                    problem.message);
   }
 
   bool CheckFormat(const Scalar& format, ConnectorRole role, const ConnectorDecl** decl) {
@@ -1753,6 +1825,8 @@ class PipelineParser {
   bool group_by_ok_ = true;
   bool policy_ok_ = true;
   SourceMark policy_mark_;
+  bool value_format_ok_ = false;
+  const ValueFormatDecl* value_format_decl_ = nullptr;
   bool sinks_ok_ = true;
   std::vector<SinkInfo> sink_info_;
 };

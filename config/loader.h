@@ -14,6 +14,7 @@
 #include "config/interpolate.h"
 #include "engine/options.h"
 #include "engine/pipeline_spec.h"
+#include "engine/value_decoder.h"
 
 namespace driftd {
 
@@ -38,6 +39,10 @@ struct LoadOptions {
   /// ConnectorDeclarations() in the daemon). Default: nullptr, which skips format and option
   /// validation and passes options through unchecked (for tools that only read a file).
   const ConnectorCatalog* catalog = nullptr;
+  /// The value formats source.valueFormat may name, whose options and files are checked
+  /// (connectors' ValueFormats() in the daemon). Default: nullptr, which accepts only the
+  /// default format, json, and leaves source.valueOptions unchecked.
+  const ValueFormatCatalog* value_formats = nullptr;
   /// Resolves ${VAR} references. Default: the process environment.
   EnvLookup env = ProcessEnv();
   /// When set, receives the warnings of a file that loaded (on failure, warnings are returned

@@ -9,6 +9,7 @@
 #include "engine/source.h"
 #include "engine/options.h"
 #include "engine/pipeline_spec.h"
+#include "engine/value_decoder.h"
 
 namespace driftd {
 
@@ -24,6 +25,10 @@ Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline);
 /// even when no Kafka sink is configured: it writes the internal topics).
 Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
                                                        Source* source = nullptr);
+
+/// The value formats source.valueFormat may name (json, avro, protobuf), for validation,
+/// documentation and the executor's decoder (connectors/format/).
+const ValueFormatCatalog& ValueFormats();
 
 /// Markdown reference of every connector's options, generated from the declarations.
 std::string ConnectorReferenceMarkdown();

@@ -21,12 +21,6 @@ using simdjson::error_code;
 static_assert(kInputPadding >= simdjson::SIMDJSON_PADDING,
               "InputChunk padding must cover simdjson's over-read");
 
-constexpr std::array<std::string_view, kMalformedReasonCount> kReasonNames = {
-    "not_json",     "truncated", "wrong_type",      "missing_field",
-    "invalid_utf8", "too_deep",  "too_large",       "number_out_of_range",
-    "not_object",   "empty",     "duplicate_field",
-};
-
 inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 inline std::string_view TrimRight(std::string_view text) {
@@ -265,28 +259,6 @@ bool ScanNumberArray(std::string_view text, std::vector<double>& out) {
 }
 
 }  // namespace
-
-std::string_view ToString(MalformedReason reason) {
-  const auto index = static_cast<size_t>(reason);
-  return index < kReasonNames.size() ? kReasonNames[index] : "unknown";
-}
-
-std::optional<MalformedReason> ParseMalformedReason(std::string_view name) {
-  for (size_t i = 0; i < kReasonNames.size(); ++i) {
-    if (kReasonNames[i] == name) return static_cast<MalformedReason>(i);
-  }
-  return std::nullopt;
-}
-
-int64_t MalformedCounts::total() const {
-  int64_t sum = 0;
-  for (int64_t count : by_reason) sum += count;
-  return sum;
-}
-
-void MalformedCounts::Add(const MalformedCounts& other) {
-  for (size_t i = 0; i < by_reason.size(); ++i) by_reason[i] += other.by_reason[i];
-}
 
 class JsonDecoder::Impl {
  public:
@@ -1214,12 +1186,23 @@ JsonDecoder& JsonDecoder::operator=(JsonDecoder&&) noexcept = default;
 
 Status JsonDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
                            std::vector<DeadLetter>* dead_letters,
-                           const std::function<std::string(const RecordPosition&)>& describe) {
+                           const DescribePosition& describe) {
   return impl_->Decode(chunk, out, dead_letters, describe);
 }
 
 const MalformedCounts& JsonDecoder::counts() const { return impl_->counts; }
 void JsonDecoder::ResetCounts() { impl_->counts = MalformedCounts{}; }
 const Schema& JsonDecoder::schema() const { return impl_->schema(); }
+
+ValueFormatDecl JsonDecoder::Declaration() {
+  ValueFormatDecl decl;
+  decl.name = "json";
+  decl.doc = "One JSON object per record, its keys the schema's field names (the default).";
+  decl.create = [](const Schema& schema, const MalformedSpec& malformed,
+                   const Options&) -> ValueDecoderResult {
+    return std::make_unique<JsonDecoder>(schema, malformed);
+  };
+  return decl;
+}
 
 }  // namespace driftd

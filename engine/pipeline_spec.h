@@ -43,6 +43,13 @@ struct SourceSpec {
   std::string format;  // kafka, file, rate, socket
   Options options;     // validated against the connector's declaration, defaults filled in
   MalformedSpec malformed;
+  /// How each record's bytes are decoded: the name of a value format (engine/value_decoder.h).
+  /// Default: "json".
+  std::string value_format = "json";
+  /// source.valueOptions, validated against the value format's declaration, defaults filled in.
+  Options value_options;
+  SourceMark value_format_mark;
+  std::map<std::string, SourceMark> value_option_marks;
   SourceMark mark;
   /// Where each option given in the file is, for problems found after loading (the
   /// connectors' own checks). Options filled in from defaults have none.

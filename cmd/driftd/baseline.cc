@@ -194,6 +194,7 @@ int RunBaselineBuild(const std::string& pipeline, const std::vector<std::string>
                      const std::string& format, const std::string& output) {
   LoadOptions options;
   options.catalog = &ConnectorDeclarations();
+  options.value_formats = &ValueFormats();
   PipelineResult spec = LoadPipelineFile(pipeline, options);
   if (!spec) {
     std::cerr << FormatProblems(pipeline, spec.error());

@@ -47,6 +47,7 @@ struct DemoTopics {
 Result<DemoTopics> TopicsOf(std::string_view pipeline_yaml) {
   LoadOptions load;
   load.catalog = &ConnectorDeclarations();
+  load.value_formats = &ValueFormats();
   PipelineResult spec = ParsePipeline(pipeline_yaml, kDemoFileName, load);
   if (!spec) {
     return MakeError(ErrorCode::kConfig, "the demo pipeline does not load:\n{}",

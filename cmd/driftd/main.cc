@@ -66,6 +66,7 @@ struct RunFlags {
 std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
   LoadOptions options;
   options.catalog = &ConnectorDeclarations();
+  options.value_formats = &ValueFormats();
   std::vector<ConfigProblem> warnings;
   options.warnings = &warnings;
   PipelineResult result = LoadPipelineFile(path, options);

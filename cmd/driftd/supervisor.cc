@@ -48,6 +48,9 @@ namespace {
 // The connectors and the RocksDB checkpoint every query runs with.
 QueryIo DefaultQueryIo() {
   QueryIo io;
+  io.create_decoder = [](const PipelineSpec& spec) {
+    return CreateValueDecoder(ValueFormats(), spec);
+  };
   io.create_source = [](const PipelineSpec& spec) { return CreateSource(spec); };
   io.create_sinks = [](const PipelineSpec& spec, Source& source) {
     return CreateSinks(spec, &source);
@@ -358,6 +361,7 @@ int Supervisor::Apply(bool initial) {
 
   LoadOptions load_options;
   load_options.catalog = &ConnectorDeclarations();
+  load_options.value_formats = &ValueFormats();
   int refused = 0;
   std::vector<std::string> refused_files;
   int unchanged = 0;

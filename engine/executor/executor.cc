@@ -139,11 +139,17 @@ class QueryExecutor::Impl {
         options_(std::move(options)),
         io_(std::move(io)),
         counters_(counters),
-        decoder_(spec.schema, spec.source.malformed),
         clock_(ClockOptions(spec)),
         log_(GetLogger("engine")) {}
 
   Status Init() {
+    if (io_.create_decoder) {
+      auto decoder = io_.create_decoder(spec_);
+      if (!decoder) return tl::unexpected(decoder.error());
+      decoder_ = std::move(*decoder);
+    } else {
+      decoder_ = std::make_unique<JsonDecoder>(spec_.schema, spec_.source.malformed);
+    }
     auto source = io_.create_source(spec_);
     if (!source) return tl::unexpected(source.error());
     source_ = std::move(*source);
@@ -221,7 +227,7 @@ class QueryExecutor::Impl {
       parts.group = group;
       for (auto& sink : sinks_) parts.sinks.push_back(sink.get());
       parts.store = store_.get();
-      parts.decoder = &decoder_;
+      parts.decoder = decoder_.get();
       parts.projection = projection_.get();
       parts.chunk_bytes = options_.chunk_bytes;
       parts.stop_requested = [this] { return stop_requested_.load(); };
@@ -552,7 +558,7 @@ class QueryExecutor::Impl {
     output.batch_id = next_batch_id_;
     output.source_end = end;
     int64_t input_rows = 0;
-    int64_t malformed_before = decoder_.counts().total();
+    int64_t malformed_before = decoder_->counts().total();
     Clock::time_point read_start = Clock::now();
     if (has_data) {
       auto reader = source_->Read(position_, end);
@@ -571,7 +577,7 @@ class QueryExecutor::Impl {
         input_rows += static_cast<int64_t>(chunk_.size());
         records_.Reset(spec_.schema);
         dead_letters_.clear();
-        DRIFTD_TRY(decoder_.Decode(chunk_, records_, &dead_letters_,
+        DRIFTD_TRY(decoder_->Decode(chunk_, records_, &dead_letters_,
                                    [&](const RecordPosition& position) {
                                      return source_->DescribePosition(position);
                                    }));
@@ -661,7 +667,7 @@ class QueryExecutor::Impl {
     // Progress.
     progress.start_offsets = position_;
     progress.end_offsets = end;
-    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
     progress.watermark_us = clock_.watermark_us();
     progress.lag = std::move(lag);
     if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
@@ -679,7 +685,7 @@ class QueryExecutor::Impl {
     progress.timestamp_ms = NowMs();
     progress.id = checkpoint_id_;
     progress.run_id = run_id_;
-    const int64_t malformed_before = decoder_.counts().total();
+    const int64_t malformed_before = decoder_->counts().total();
     BatchOutput output;
     ScaleOutRunner::BatchReport report;
     auto ran = scale_out_->RunBatch(next_batch_id_, output, report);
@@ -703,7 +709,7 @@ class QueryExecutor::Impl {
     progress.state_keys_deleted = report.state_keys_deleted;
     progress.max_event_time_us = report.max_event_us;
     progress.watermark_us = report.watermark_us;
-    progress.malformed_in_batch = decoder_.counts().total() - malformed_before;
+    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
     progress.filtered_rows = report.filtered_rows;
     progress.scale_out_tasks = report.tasks;
     progress.restored_tasks = report.restored_tasks;
@@ -720,7 +726,7 @@ class QueryExecutor::Impl {
     progress.num_input_rows = input_rows;
     progress.num_output_rows = output_rows;
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
-    progress.malformed = decoder_.counts();
+    progress.malformed = decoder_->counts();
     progress.trigger_execution_ms = MillisSince(batch_start);
     progress.processed_rows_per_second =
         input_rows / std::max(SecondsSince(batch_start), 1e-6);
@@ -772,7 +778,7 @@ class QueryExecutor::Impl {
   ExecutorOptions options_;
   QueryIo io_;
   QueryCounters& counters_;
-  JsonDecoder decoder_;
+  std::unique_ptr<ValueDecoder> decoder_;
   EventClock clock_;
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<Source> source_;

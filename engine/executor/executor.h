@@ -25,6 +25,7 @@
 #include "engine/result.h"
 #include "engine/sink.h"
 #include "engine/source.h"
+#include "engine/value_decoder.h"
 
 namespace driftd {
 
@@ -38,6 +39,8 @@ struct QueryIo {
   std::function<Result<std::vector<std::unique_ptr<Sink>>>(const PipelineSpec&, Source& source)>
       create_sinks;
   CheckpointOpener open_checkpoint;
+  /// The decoder of the source's value format (source.valueFormat). Default (empty): JSON.
+  std::function<Result<std::unique_ptr<ValueDecoder>>(const PipelineSpec&)> create_decoder;
 };
 
 struct ExecutorOptions {

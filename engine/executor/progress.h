@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/source.h"
-#include "engine/json_decoder.h"
+#include "engine/value_decoder.h"
 #include "engine/pipeline_spec.h"
 #include "engine/checkpoint.h"
 

@@ -33,7 +33,7 @@
 #include "engine/executor/stage.h"
 #include "engine/group.h"
 #include "engine/expr/projection.h"
-#include "engine/json_decoder.h"
+#include "engine/value_decoder.h"
 #include "engine/pipeline_spec.h"
 #include "engine/sink.h"
 #include "engine/source.h"
@@ -50,7 +50,7 @@ class ScaleOutRunner {
     /// that does not report IsDelivered true for every batch: the others are best effort).
     std::vector<Sink*> sinks;
     CheckpointStore* store = nullptr;
-    JsonDecoder* decoder = nullptr;
+    ValueDecoder* decoder = nullptr;
     /// query.where and the derived columns, applied to the source's rows before they are
     /// routed to tasks (not owned).
     Projection* projection = nullptr;

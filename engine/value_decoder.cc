@@ -1,0 +1,69 @@
+#include "engine/value_decoder.h"
+
+#include <fmt/format.h>
+
+namespace driftd {
+namespace {
+
+constexpr std::array<std::string_view, kMalformedReasonCount> kReasonNames = {
+    "not_json",     "truncated", "wrong_type",      "missing_field",
+    "invalid_utf8", "too_deep",  "too_large",       "number_out_of_range",
+    "not_object",   "empty",     "duplicate_field", "undecodable",
+    "unknown_schema",
+};
+
+}  // namespace
+
+std::string_view ToString(MalformedReason reason) {
+  const auto index = static_cast<size_t>(reason);
+  return index < kReasonNames.size() ? kReasonNames[index] : "unknown";
+}
+
+std::optional<MalformedReason> ParseMalformedReason(std::string_view name) {
+  for (size_t i = 0; i < kReasonNames.size(); ++i) {
+    if (kReasonNames[i] == name) return static_cast<MalformedReason>(i);
+  }
+  return std::nullopt;
+}
+
+int64_t MalformedCounts::total() const {
+  int64_t sum = 0;
+  for (int64_t count : by_reason) sum += count;
+  return sum;
+}
+
+void MalformedCounts::Add(const MalformedCounts& other) {
+  for (size_t i = 0; i < by_reason.size(); ++i) by_reason[i] += other.by_reason[i];
+}
+
+const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name) {
+  for (const ValueFormatDecl& decl : catalog) {
+    if (decl.name == name) return &decl;
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalog& catalog,
+                                                         const PipelineSpec& spec) {
+  const SourceSpec& source = spec.source;
+  const ValueFormatDecl* decl = FindValueFormat(catalog, source.value_format);
+  if (decl == nullptr) {
+    std::string known;
+    for (const ValueFormatDecl& entry : catalog) {
+      known += known.empty() ? entry.name : ", " + entry.name;
+    }
+    return MakeError(ErrorCode::kConfig, "source.valueFormat: unknown value format '{}' (known: {})",
+                     source.value_format, known);
+  }
+  auto decoder = decl->create(spec.schema, source.malformed, source.value_options);
+  if (!decoder) {
+    const ValueFormatProblem& problem = decoder.error();
+    const std::string key = problem.option.empty()
+                                ? std::string("source.valueFormat")
+                                : fmt::format("source.valueOptions.{}", problem.option);
+    return MakeError(ErrorCode::kConfig, "{}: {}", key, problem.message);
+  }
+  return std::move(*decoder);
+}
+
+}  // namespace driftd

@@ -1,0 +1,160 @@
+// Value formats: how the bytes of a source's records become the typed columns of a RecordBatch.
+// A format (json, avro, protobuf, ...) is one ValueFormatDecl: its name, its options and a
+// factory for its ValueDecoder. config/ checks `source.valueFormat` and `source.valueOptions`
+// against the declarations; the executor asks the factory for a decoder at start. Whatever the
+// format, the malformed policies, the counts by MalformedReason and the dead letters behave the
+// same: RowDecoder (engine/row_decoder.h) implements them once for formats that decode a record
+// at a time, the JSON decoder keeps its own tuned loop with the same rules.
+//
+// Thread-safety: a ValueDecoder is used by one thread at a time; give each decoding thread its
+// own. Declarations are immutable.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/options.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+#include "engine/schema.h"
+
+namespace driftd {
+
+/// Why a record was malformed. The spelling of ToString() is the metric / progress label.
+/// New reasons go at the end (the numbering is an index of MalformedCounts).
+enum class MalformedReason : uint8_t {
+  kNotJson,           // "not_json": not valid JSON (bad token, trailing content, bad escape)
+  kTruncated,         // "truncated": the record ends inside an object, array or string (JSON),
+                      // or before its last field (Avro, Protobuf)
+  kWrongType,         // "wrong_type": a field's value does not fit its schema type
+  kMissingField,      // "missing_field": a non-nullable field is absent or null
+  kInvalidUtf8,       // "invalid_utf8": the record's bytes (or a string's) are not valid UTF-8
+  kTooDeep,           // "too_deep": nesting deeper than MalformedSpec::max_depth
+  kTooLarge,          // "too_large": longer than MalformedSpec::max_record_bytes (not parsed),
+                      // or an array<double> longer than MalformedSpec::max_array_length
+  kNumberOutOfRange,  // "number_out_of_range": 1e400, an int beyond int32 / int64, ...
+  kNotObject,         // "not_object": valid-looking JSON whose top level is not an object
+  kEmpty,             // "empty": a record of zero bytes or only whitespace
+  kDuplicateField,    // "duplicate_field": a schema field appears twice in one record
+  kUndecodable,       // "undecodable": not a record of a binary format (bad Avro or Protobuf
+                      // bytes, a record without the Confluent framing the source expects)
+  kUnknownSchema,     // "unknown_schema": the record names a writer schema the registry does
+                      // not have, or one that cannot be resolved against the reader schema
+};
+inline constexpr size_t kMalformedReasonCount = 13;
+
+std::string_view ToString(MalformedReason reason);
+std::optional<MalformedReason> ParseMalformedReason(std::string_view name);
+
+/// Malformed records counted by reason; each record counts once, under its first reason.
+struct MalformedCounts {
+  std::array<int64_t, kMalformedReasonCount> by_reason{};
+
+  int64_t operator[](MalformedReason reason) const {
+    return by_reason[static_cast<size_t>(reason)];
+  }
+  int64_t total() const;
+  void Add(const MalformedCounts& other);
+};
+
+/// A record rejected under the dead_letter policy, for the dead-letter stream.
+struct DeadLetter {
+  /// The record's bytes exactly as received; for a record the source cut (truncated), its
+  /// first bytes only.
+  std::string raw;
+  MalformedReason reason = MalformedReason::kNotJson;
+  std::string detail;  // e.g. "field 'prediction': expected double, got string"
+  RecordPosition position;
+  /// The record was longer than `raw`: the source kept only its first maxRecordBytes + 1
+  /// bytes (InputChunk::Record::cut).
+  bool truncated = false;
+};
+
+/// Turns a record's position into words for the fail policy's message ("topic t partition 3
+/// offset 42").
+using DescribePosition = std::function<std::string(const RecordPosition&)>;
+
+/// Decodes the records of an InputChunk into the columns of a Schema.
+///
+/// Malformed policies (the same for every format):
+///  - permissive: a bad value in a nullable field becomes null and the row is kept; a record
+///    that cannot yield a row without breaking the schema (not decodable, truncated, a bad
+///    non-nullable field, ...) is dropped. Either way the record is counted.
+///  - drop: the row is skipped and counted.
+///  - dead_letter: the row is skipped, counted, and a DeadLetter is appended to
+///    `dead_letters` (if it is null the record is only counted).
+///  - fail: Decode stops and returns Error(kMalformedRecord) naming the record's position.
+/// A record of max_record_bytes or fewer is never rejected for its size.
+class ValueDecoder {
+ public:
+  virtual ~ValueDecoder() = default;
+
+  /// Appends the decoded rows of `chunk` to `out` (out.Reset(schema) is the caller's job), with
+  /// out.positions[row] the record's position. Rows keep the chunk's order. When `describe` is
+  /// empty the fail policy's message says "partition P offset O". An error other than
+  /// kMalformedRecord means the decoder could not judge the records (a schema registry that
+  /// cannot be reached): nothing of the chunk should be used, and the batch may be retried.
+  virtual Status Decode(const InputChunk& chunk, RecordBatch& out,
+                        std::vector<DeadLetter>* dead_letters,
+                        const DescribePosition& describe = {}) = 0;
+
+  /// Malformed records seen since construction or ResetCounts().
+  virtual const MalformedCounts& counts() const = 0;
+  virtual void ResetCounts() = 0;
+
+  virtual const Schema& schema() const = 0;
+};
+
+/// A configuration problem of a value format, tied to the option at fault (empty: the format
+/// as a whole). config/ reports it at that option's line.
+struct ValueFormatProblem {
+  std::string option;
+  std::string message;
+};
+
+using ValueDecoderResult = tl::expected<std::unique_ptr<ValueDecoder>, ValueFormatProblem>;
+
+/// What a value format is: one entry of the catalog.
+struct ValueFormatDecl {
+  std::string name;  // "json", "avro", "protobuf": the spelling of source.valueFormat
+  std::string doc;
+  /// The options of source.valueOptions, validated by config/ like a connector's.
+  std::vector<OptionDecl> options;
+  /// Records are binary and must each come whole from the source (a Kafka message): such a
+  /// format cannot read a line-oriented source (file, socket). Default: false.
+  bool binary = false;
+  /// Makes a decoder. It reads local files the options name (schemas, descriptor sets) and
+  /// checks them against `schema`, so that config/ can call it at validate; it does not reach
+  /// remote services (a schema registry is asked when a record needs it).
+  std::function<ValueDecoderResult(const Schema& schema, const MalformedSpec& malformed,
+                                   const Options& options)>
+      create;
+
+  const OptionDecl* Find(std::string_view option) const {
+    for (const auto& decl : options) {
+      if (decl.name == option) return &decl;
+    }
+    return nullptr;
+  }
+};
+
+/// The value formats a build knows of (connectors/format/registry.h fills it for the daemon).
+using ValueFormatCatalog = std::vector<ValueFormatDecl>;
+
+/// The entry named `name`, or nullptr.
+const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name);
+
+/// Creates the decoder of `spec.source`'s value format from `catalog`; a problem becomes a
+/// kConfig error naming source.valueFormat or source.valueOptions.<option>.
+Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalog& catalog,
+                                                         const PipelineSpec& spec);
+
+}  // namespace driftd
