@@ -9,6 +9,8 @@ packages=(
   libssl-dev
   catch2 libcli11-dev libcpp-httplib-dev libexpected-dev libsystemd-dev libbenchmark-dev
   libboost-dev
+  # The avro and protobuf value formats; protoc compiles the tests' descriptor set.
+  libavro-dev libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev
   openjdk-17-jre-headless maven python3 python3-venv curl systemd
   podman runc debootstrap

@@ -10,6 +10,8 @@ const ValueFormatCatalog& ValueFormats() {
   static const ValueFormatCatalog catalog = [] {
     ValueFormatCatalog formats;
     formats.push_back(JsonDecoder::Declaration());
+    formats.push_back(AvroFormatDeclaration());
+    formats.push_back(ProtobufFormatDeclaration());
     return formats;
   }();
   return catalog;
