@@ -175,6 +175,101 @@ std::map<std::string, std::string, std::less<>> FieldLogicalTypes(std::string_vi
   return types;
 }
 
+// Walks Avro binary of `schema` from `p` without decoding it; returns the end of the datum, or
+// nullptr when the bytes end inside it or break its encoding (a varint of more than 10 bytes, a
+// negative length, a union index out of range). libavro's reader leaks the buffer of a string
+// or bytes value that the record ends inside of (4 bytes and more per such record in 1.11), so
+// the decoder hands it only records this walk accepts; the walk also gives the datum's size,
+// which the memory reader does not tell.
+class AvroBounds {
+ public:
+  static const char* Skip(avro_schema_t schema, const char* p, const char* end, int depth = 0) {
+    if (p == nullptr || depth > 64) return nullptr;
+    switch (avro_typeof(schema)) {
+      case AVRO_NULL: return p;
+      case AVRO_BOOLEAN: return end - p >= 1 ? p + 1 : nullptr;
+      case AVRO_INT32:
+      case AVRO_INT64:
+      case AVRO_ENUM: {
+        int64_t ignored = 0;
+        return Varint(p, end, &ignored);
+      }
+      case AVRO_FLOAT: return end - p >= 4 ? p + 4 : nullptr;
+      case AVRO_DOUBLE: return end - p >= 8 ? p + 8 : nullptr;
+      case AVRO_STRING:
+      case AVRO_BYTES: {
+        int64_t length = 0;
+        p = Varint(p, end, &length);
+        if (p == nullptr || length < 0 || length > end - p) return nullptr;
+        return p + length;
+      }
+      case AVRO_FIXED: {
+        const int64_t size = avro_schema_fixed_size(schema);
+        return size >= 0 && size <= end - p ? p + size : nullptr;
+      }
+      case AVRO_RECORD:
+        for (size_t i = 0; i < avro_schema_record_size(schema) && p != nullptr; ++i) {
+          p = Skip(avro_schema_record_field_get_by_index(schema, static_cast<int>(i)), p, end,
+                   depth + 1);
+        }
+        return p;
+      case AVRO_UNION: {
+        int64_t branch = 0;
+        p = Varint(p, end, &branch);
+        if (p == nullptr || branch < 0 ||
+            static_cast<size_t>(branch) >= avro_schema_union_size(schema)) {
+          return nullptr;
+        }
+        return Skip(avro_schema_union_branch(schema, static_cast<int>(branch)), p, end, depth + 1);
+      }
+      case AVRO_ARRAY:
+      case AVRO_MAP: {
+        const bool map = avro_typeof(schema) == AVRO_MAP;
+        avro_schema_t items = map ? avro_schema_map_values(schema) : avro_schema_array_items(schema);
+        for (;;) {
+          int64_t count = 0;
+          p = Varint(p, end, &count);
+          if (p == nullptr) return nullptr;
+          if (count == 0) return p;
+          if (count < 0) {  // a block with its byte size
+            int64_t ignored = 0;
+            p = Varint(p, end, &ignored);
+            if (p == nullptr || count == INT64_MIN) return nullptr;
+            count = -count;
+          }
+          // Each item takes at least one byte unless it is null; bound the loop by the bytes.
+          if (count > end - p && avro_typeof(items) != AVRO_NULL) return nullptr;
+          for (int64_t i = 0; i < count && p != nullptr; ++i) {
+            if (map) p = Skip(Text(), p, end, depth + 1);
+            p = Skip(items, p, end, depth + 1);
+          }
+          if (p == nullptr) return nullptr;
+        }
+      }
+      case AVRO_LINK: return Skip(avro_schema_link_target(schema), p, end, depth + 1);
+    }
+    return nullptr;
+  }
+
+ private:
+  static const char* Varint(const char* p, const char* end, int64_t* out) {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 70 && p < end; shift += 7) {
+      const auto byte = static_cast<unsigned char>(*p++);
+      value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) {
+        *out = static_cast<int64_t>((value >> 1) ^ (~(value & 1) + 1));  // zig-zag
+        return p;
+      }
+    }
+    return nullptr;
+  }
+  static avro_schema_t Text() {
+    static avro_schema_t string = avro_schema_string();
+    return string;
+  }
+};
+
 struct ParsedSchema {
   SchemaPtr schema;
   std::string json;
@@ -333,22 +428,24 @@ class AvroDecoder final : public RowDecoder {
                           fmt::format("schema id {}: {}", id, entry->unusable));
       }
     }
+    const char* datum_end =
+        AvroBounds::Skip(entry->writer.get(), bytes.data(), bytes.data() + bytes.size());
+    if (datum_end == nullptr) {
+      return row.Reject(MalformedReason::kUndecodable,
+                        "not an Avro record of the writer schema (the bytes end inside a value, "
+                        "or break its encoding)");
+    }
+    if (datum_end != bytes.data() + bytes.size()) {
+      return row.Reject(MalformedReason::kUndecodable,
+                        fmt::format("{} bytes left over after an Avro record of the writer schema",
+                                    bytes.data() + bytes.size() - datum_end));
+    }
     avro_value_t* target = entry->resolved_class ? entry->resolved.get() : entry->value.get();
     avro_value_reset(target);
     avro_reader_memory_set_source(input_.get(), bytes.data(), static_cast<int64_t>(bytes.size()));
     if (avro_value_read(input_.get(), target) != 0) {
       return row.Reject(MalformedReason::kUndecodable,
                         "not an Avro record of the writer schema: " + AvroError());
-    }
-    // libavro's memory reader does not say how much it read (avro_reader_is_eof is for files):
-    // the record's encoded size tells whether bytes were left over. A resolved record is of the
-    // reader schema, whose size says nothing about the writer's bytes.
-    size_t encoded = 0;
-    if (!entry->resolved_class && avro_value_sizeof(entry->value.get(), &encoded) == 0 &&
-        encoded != bytes.size()) {
-      return row.Reject(MalformedReason::kUndecodable,
-                        fmt::format("{} bytes left over after an Avro record of the writer schema",
-                                    bytes.size() - std::min(encoded, bytes.size())));
     }
     const Schema& pipeline = schema();
     for (size_t f = 0; f < pipeline.fields.size(); ++f) {

@@ -67,5 +67,38 @@ TEST_CASE("an option the value format does not declare is an error at its line",
                              "'schemaFile'"));
 }
 
+TEST_CASE("a missing .avsc is an error at the schemaFile option's line", "[config][format]") {
+  auto spec = Parse("  valueFormat: avro\n  valueOptions:\n    schemaFile: /nonexistent/v1.avsc\n");
+  REQUIRE_FALSE(spec);
+  CHECK_THAT(testing::ProblemText(spec),
+             Catch::Contains("test.yaml:10:17: source.valueOptions.schemaFile: cannot read "
+                             "'/nonexistent/v1.avsc': No such file or directory"));
+}
+
+TEST_CASE("an unknown protobuf message type is an error at the messageType option's line",
+          "[config][format]") {
+  auto spec = Parse(std::string("  valueFormat: protobuf\n  valueOptions:\n    descriptorFile: ") +
+                    DRIFTD_TEST_DESCRIPTOR + "\n    messageType: driftd.test.Inferense\n");
+  REQUIRE_FALSE(spec);
+  const std::string text = testing::ProblemText(spec);
+  CHECK_THAT(text, Catch::Contains("test.yaml:11:18: source.valueOptions.messageType: "));
+  CHECK_THAT(text, Catch::Contains("no message type 'driftd.test.Inferense'") &&
+                       Catch::Contains("driftd.test.Inference"));
+}
+
+TEST_CASE("a binary value format on a line-oriented source is refused", "[config][format]") {
+  LoadOptions options = testing::TestOptions();
+  options.value_formats = &ValueFormats();
+  std::string text(testing::kMinimalPipeline);
+  text.replace(text.find("  options: {path: /tmp/in}\n"), 0,
+               "  valueFormat: protobuf\n  valueOptions: {descriptorFile: x.desc, messageType: "
+               "a.B}\n");
+  auto spec = ParsePipeline(text, "test.yaml", options);
+  REQUIRE_FALSE(spec);
+  CHECK_THAT(testing::ProblemText(spec),
+             Catch::Contains("source.valueFormat: value format protobuf is binary and needs a "
+                             "source whose records come whole"));
+}
+
 }  // namespace
 }  // namespace driftd
