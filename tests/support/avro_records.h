@@ -46,12 +46,14 @@ class AvroRecordWriter {
   std::string Write(std::initializer_list<std::pair<const char*, AvroField>> fields,
                     std::optional<uint32_t> schema_id = std::nullopt) {
     avro_value_reset(&value_);
-    // Unions start without a branch: unnamed ones are null (or their first branch).
+    // Unions start without a branch and strings without their terminating NUL: unnamed ones
+    // are null (or their first branch) and "".
     avro_schema_t schema = avro_value_get_schema(&value_);
     for (size_t i = 0; i < avro_schema_record_size(schema); ++i) {
       avro_value_t child;
       avro_value_get_by_index(&value_, i, &child, nullptr);
       if (avro_value_get_type(&child) == AVRO_UNION) Set(child, nullptr);
+      if (avro_value_get_type(&child) == AVRO_STRING) avro_value_set_string(&child, "");
     }
     for (const auto& [name, field] : fields) {
       avro_value_t child;
