@@ -184,10 +184,10 @@ class ProtobufDecoder final : public RowDecoder {
           }
           if (field->cpp_type() == T::CPPTYPE_MESSAGE) {
             const pb::Message& stamp = r.GetMessage(m, field);
-            const pb::Descriptor* type = stamp.GetDescriptor();
             const pb::Reflection& sr = *stamp.GetReflection();
-            const int64_t seconds = sr.GetInt64(stamp, type->FindFieldByName("seconds"));
-            const int32_t nanos = sr.GetInt32(stamp, type->FindFieldByName("nanos"));
+            const pb::Descriptor* type = field->message_type();
+            const int64_t seconds = sr.GetInt64(stamp, type->field(0));  // Timestamp.seconds
+            const int32_t nanos = sr.GetInt32(stamp, type->field(1));    // Timestamp.nanos
             constexpr int64_t kLimit = std::numeric_limits<int64_t>::max() / 1'000'000 - 1;
             if (seconds > kLimit || seconds < -kLimit) {
               return row.FieldProblem(f, MalformedReason::kNumberOutOfRange,
