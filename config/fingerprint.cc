@@ -31,6 +31,8 @@ std::string_view FnName(AggregateFn fn) {
       return "min";
     case AggregateFn::kMax:
       return "max";
+    case AggregateFn::kApproxPercentile:
+      return "approx_percentile";
   }
   return "?";
 }
@@ -167,8 +169,13 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   for (size_t i = 0; i < query.aggregates.size(); ++i) {
     const AggregateSpec& aggregate = query.aggregates[i];
     if (i > 0) out += ',';
-    out += fmt::format("{{\"fn\":{},\"column\":{}}}", quote(FnName(aggregate.fn)),
+    out += fmt::format("{{\"fn\":{},\"column\":{}", quote(FnName(aggregate.fn)),
                        quote(aggregate.column));
+    // A sketch's accuracy is its state's layout; the fractions asked of it are not state.
+    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+      out += fmt::format(",\"accuracy\":{}", aggregate.accuracy);
+    }
+    out += '}';
   }
   out += ']';
   // Derived columns feed the state by name and type; their expressions and the filter can

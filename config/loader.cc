@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
 #include "engine/expr/expr.h"
+#include "engine/quantile_sketch.h"
 #include "engine/redact.h"
 
 namespace driftd {
@@ -112,6 +114,8 @@ const std::vector<std::pair<std::string_view, AggregateFn>> kAggregates = {
     {"mean", AggregateFn::kMean},     {"avg", AggregateFn::kMean},
     {"stddev", AggregateFn::kStddev}, {"variance", AggregateFn::kVariance},
     {"min", AggregateFn::kMin},       {"max", AggregateFn::kMax},
+    {"approx_percentile", AggregateFn::kApproxPercentile},
+    {"percentile_approx", AggregateFn::kApproxPercentile},
 };
 
 const std::vector<std::pair<std::string_view, OutputMode>> kOutputModes = {
@@ -816,6 +820,106 @@ class PipelineParser {
     spec_.query.where_mark = where.mark;
   }
 
+  // approx_percentile(col, p [, accuracy]) with p a fraction or array(p1, p2, ...), as Spark
+  // writes it; `args` is what is between the parentheses, without white space.
+  void ParsePercentile(const Scalar& item, const std::string& fn_name, std::string_view args,
+                       std::map<std::string, int>& seen) {
+    auto fail = [&](const std::string& why) {
+      problems_.Error(item.path, item.mark,
+                      fmt::format("cannot read aggregate {}: {}; expected {}(column, percentage "
+                                  "[, accuracy]) with percentage a number in [0, 1] or "
+                                  "array(p1, p2, ...) and accuracy an integer in [1, {}]",
+                                  Show(item), why, fn_name, QuantileSketch::kMaxAccuracy));
+    };
+    // Split at the commas outside array(...).
+    std::vector<std::string_view> parts;
+    int depth = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= args.size(); ++i) {
+      if (i == args.size() || (args[i] == ',' && depth == 0)) {
+        parts.push_back(args.substr(start, i - start));
+        start = i + 1;
+      } else if (args[i] == '(') {
+        ++depth;
+      } else if (args[i] == ')') {
+        if (--depth < 0) return fail("unbalanced parentheses");
+      }
+    }
+    if (depth != 0) return fail("unbalanced parentheses");
+    if (parts.size() < 2 || parts.size() > 3) {
+      return fail(fmt::format("it takes 2 or 3 arguments, not {}", parts.size()));
+    }
+    AggregateSpec aggregate;
+    aggregate.fn = AggregateFn::kApproxPercentile;
+    aggregate.mark = item.mark;
+    aggregate.column = std::string(parts[0]);
+    if (aggregate.column.empty() || aggregate.column == "*") {
+      return fail("the first argument must be a numeric column");
+    }
+    auto number = [](std::string_view text, double& value) {
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return error == std::errc() && end == text.data() + text.size() && !text.empty();
+    };
+    std::string_view percentage = parts[1];
+    std::vector<std::string_view> fractions;
+    std::string lower_percentage(percentage);
+    for (char& c : lower_percentage) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (lower_percentage.rfind("array(", 0) == 0 && lower_percentage.back() == ')') {
+      aggregate.percentage_array = true;
+      std::string_view list = percentage.substr(6, percentage.size() - 7);
+      size_t from = 0;
+      for (size_t i = 0; i <= list.size(); ++i) {
+        if (i == list.size() || list[i] == ',') {
+          fractions.push_back(list.substr(from, i - from));
+          from = i + 1;
+        }
+      }
+    } else {
+      fractions.push_back(percentage);
+    }
+    for (std::string_view fraction : fractions) {
+      double value = 0;
+      if (!number(fraction, value) || !(value >= 0 && value <= 1)) {
+        return fail(fmt::format("percentage '{}' is not a number in [0, 1]", fraction));
+      }
+      aggregate.percentages.push_back(value);
+    }
+    if (parts.size() == 3) {
+      int64_t accuracy = 0;
+      auto [end, error] =
+          std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), accuracy);
+      if (error != std::errc() || end != parts[2].data() + parts[2].size() || accuracy < 1 ||
+          accuracy > QuantileSketch::kMaxAccuracy) {
+        return fail(fmt::format("accuracy '{}' is not an integer in [1, {}]", parts[2],
+                                QuantileSketch::kMaxAccuracy));
+      }
+      aggregate.accuracy = accuracy;
+    }
+    Scalar column_ref{aggregate.column, item.secret, item.path, item.mark};
+    if (!CheckColumn(column_ref, ColumnUse::kNumericLike, fmt::format("{} column", fn_name))) {
+      return;
+    }
+    // Spark's column name: approx_percentile(x, 0.5, 10000), approx_percentile(x, array(0.25,
+    // 0.75), 100).
+    std::vector<std::string> shown;
+    for (double p : aggregate.percentages) shown.push_back(fmt::format("{}", p));
+    std::string p_text = aggregate.percentage_array
+                             ? fmt::format("array({})", fmt::join(shown, ", "))
+                             : shown.front();
+    aggregate.output_name =
+        fmt::format("{}({}, {}, {})", fn_name, aggregate.column, p_text, aggregate.accuracy);
+    if (auto it = seen.find(aggregate.output_name); it != seen.end()) {
+      problems_.Error(
+          item.path, item.mark,
+          fmt::format("aggregate {} is listed twice (first at line {})", Show(item), it->second));
+      return;
+    }
+    seen.emplace(aggregate.output_name, item.mark.line);
+    spec_.query.aggregates.push_back(std::move(aggregate));
+  }
+
   void ParseAggregate(const Scalar& item, std::map<std::string, int>& seen) {
     std::string text = item.value;
     text.erase(std::remove_if(text.begin(), text.end(),
@@ -824,8 +928,26 @@ class PipelineParser {
     std::string fn_name = text;
     std::string column;
     bool has_parens = false;
+    if (size_t open = text.find('('); open != std::string::npos && text.back() == ')') {
+      std::string lower = text.substr(0, open);
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (lower == "approx_percentile" || lower == "percentile_approx") {
+        ParsePercentile(item, lower, std::string_view(text).substr(open + 1, text.size() - open - 2),
+                        seen);
+        return;
+      }
+    }
     if (size_t open = text.find('('); open != std::string::npos) {
       has_parens = true;
+      std::string name = text.substr(0, open);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (name == "approx_percentile" || name == "percentile_approx") {
+        problems_.Error(item.path, item.mark,
+                        fmt::format("cannot read aggregate {}: its parentheses do not close; in "
+                                    "a flow list [...] quote it, or its commas split it",
+                                    Show(item)));
+        return;
+      }
       if (text.back() != ')' || text.find('(', open + 1) != std::string::npos) {
         problems_.Error(item.path, item.mark,
                         fmt::format("cannot read aggregate {}; expected \"count\", \"count(*)\" "

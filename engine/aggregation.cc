@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <span>
 
 #include "engine/json_writer.h"
 
@@ -11,7 +13,9 @@ namespace driftd {
 namespace {
 
 constexpr char kStatePrefix = 'a';
-constexpr uint8_t kGroupFormat = 1;
+// Format 1: count, emitted, moments. Format 2 adds the quantile sketches after the moments.
+constexpr uint8_t kGroupFormatMoments = 1;
+constexpr uint8_t kGroupFormat = 2;
 
 void PutU64(std::string& out, uint64_t v) {
   char bytes[8];
@@ -50,11 +54,51 @@ int64_t FloorDiv(int64_t a, int64_t b) {
 
 std::string_view FnName(AggregateFn fn) { return ToString(fn); }
 
+// The column name of a percentile aggregate over one element of an array column: the name as
+// written with the column replaced, approx_percentile(feature_vector[2], 0.5, 10000).
+std::string PercentileColumnName(const AggregateSpec& aggregate, int element) {
+  if (element < 0) return aggregate.output_name;
+  std::string name = aggregate.output_name;
+  const size_t at = name.find('(') + 1;
+  name.replace(at, aggregate.column.size(), fmt::format("{}[{}]", aggregate.column, element));
+  return name;
+}
+
+// A percentile aggregate's value over one sketch: a number, or an array of numbers when the
+// percentages were given as array(...); null when the sketch is empty (Spark's rule).
+void RenderPercentile(const AggregateSpec& aggregate, const QuantileSketch& sketch,
+                      std::string_view name, JsonObject& object) {
+  if (sketch.count() == 0) {
+    object.Null(name);
+    return;
+  }
+  double values[64];
+  std::vector<double> heap;
+  double* out = values;
+  if (aggregate.percentages.size() > std::size(values)) {
+    heap.resize(aggregate.percentages.size());
+    out = heap.data();
+  }
+  sketch.Quantiles(aggregate.percentages, std::span<double>(out, aggregate.percentages.size()));
+  if (!aggregate.percentage_array) {
+    object.Number(name, out[0]);
+    return;
+  }
+  std::string array = "[";
+  for (size_t i = 0; i < aggregate.percentages.size(); ++i) {
+    if (i > 0) array.push_back(',');
+    AppendJsonNumber(array, out[i]);
+  }
+  array.push_back(']');
+  object.Raw(name, array);
+}
+
 }  // namespace
 
 size_t Aggregator::ArrayWidth(const Group& group) {
   size_t width = 0;
   for (const auto& elements : group.arrays) width += elements.size();
+  for (const auto& sketches : group.sketches) width += sketches.size();
   return width;
 }
 
@@ -78,6 +122,8 @@ double AggregateValue(AggregateFn fn, const Moments& m) {
       return m.count() > 0 ? m.min() : nan;
     case AggregateFn::kMax:
       return m.count() > 0 ? m.max() : nan;
+    case AggregateFn::kApproxPercentile:
+      return nan;  // rendered from the group's sketch
   }
   return nan;
 }
@@ -121,6 +167,7 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
     }
   }
   for (const AggregateSpec& aggregate : query.aggregates) {
+    agg->aggregate_quantile_series_.push_back(-1);
     if (aggregate.column.empty()) continue;
     int index = schema.IndexOf(aggregate.column);
     if (index < 0) {
@@ -131,6 +178,18 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
     if (!is_array && !IsNumeric(schema.fields[index].type)) {
       return MakeError(ErrorCode::kConfig, "aggregate column '{}' is not numeric",
                        aggregate.column);
+    }
+    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+      auto& quantiles = agg->quantile_series_;
+      auto it = std::find_if(quantiles.begin(), quantiles.end(), [&](const QuantileSeries& q) {
+        return q.column == index && q.accuracy == aggregate.accuracy;
+      });
+      if (it == quantiles.end()) {
+        quantiles.push_back({index, is_array, aggregate.accuracy});
+        it = quantiles.end() - 1;
+      }
+      agg->aggregate_quantile_series_.back() = static_cast<int>(it - quantiles.begin());
+      continue;
     }
     auto& list = is_array ? agg->array_series_ : agg->scalar_series_;
     if (std::none_of(list.begin(), list.end(),
@@ -161,6 +220,12 @@ uint32_t Aggregator::FindOrAddGroup(std::string_view key, int64_t window_start_u
   group.window_start_us = window_start_us;
   group.scalars.resize(scalar_series_.size());
   group.arrays.resize(array_series_.size());
+  group.sketches.resize(quantile_series_.size());
+  for (size_t q = 0; q < quantile_series_.size(); ++q) {
+    if (!quantile_series_[q].is_array) {
+      group.sketches[q].emplace_back(QuantileSketch::KForAccuracy(quantile_series_[q].accuracy));
+    }
+  }
   index_.emplace(group.key, slot);
   ++live_groups_;
   if (window_column_ >= 0) TrackOpenWindow(slot);
@@ -191,6 +256,26 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
     if (elements.size() < size) elements.resize(size);
     for (size_t e = 0; e < size; ++e) {
       if (!std::isnan(data[e])) elements[e].Add(data[e]);
+    }
+  }
+  for (size_t q = 0; q < quantile_series_.size(); ++q) {
+    const QuantileSeries& series = quantile_series_[q];
+    const Column& column = batch.columns[series.column];
+    if (column.IsNull(row)) continue;
+    std::vector<QuantileSketch>& sketches = group.sketches[q];
+    if (!series.is_array) {
+      double value = column.type == FieldType::kDouble ? column.f64[row]
+                                                       : static_cast<double>(column.i64[row]);
+      if (!std::isnan(value)) sketches[0].Add(value);
+      continue;
+    }
+    size_t size = column.ArraySize(row);
+    const double* data = column.ArrayData(row);
+    while (sketches.size() < size) {
+      sketches.emplace_back(QuantileSketch::KForAccuracy(series.accuracy));
+    }
+    for (size_t e = 0; e < size; ++e) {
+      if (!std::isnan(data[e])) sketches[e].Add(data[e]);
     }
   }
 }
@@ -301,11 +386,21 @@ void Aggregator::BuildColumns(const Group* sample, std::vector<std::string>& col
       continue;
     }
     int index = schema_.IndexOf(aggregate.column);
+    const bool percentile = aggregate.fn == AggregateFn::kApproxPercentile;
     if (schema_.fields[index].type != FieldType::kDoubleArray) {
-      columns.push_back(AggregateColumnName(aggregate.fn, aggregate.column, -1));
+      columns.push_back(percentile ? PercentileColumnName(aggregate, -1)
+                                   : AggregateColumnName(aggregate.fn, aggregate.column, -1));
       continue;
     }
     size_t elements = 0;
+    const size_t a = static_cast<size_t>(&aggregate - query_.aggregates.data());
+    if (sample && percentile) {
+      elements = sample->sketches[aggregate_quantile_series_[a]].size();
+      for (size_t e = 0; e < elements; ++e) {
+        columns.push_back(PercentileColumnName(aggregate, static_cast<int>(e)));
+      }
+      continue;
+    }
     if (sample) {
       for (size_t s = 0; s < array_series_.size(); ++s) {
         if (array_series_[s].column == index) elements = sample->arrays[s].size();
@@ -366,6 +461,17 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
     }
     int index = schema_.IndexOf(aggregate.column);
     bool is_array = schema_.fields[index].type == FieldType::kDoubleArray;
+    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+      const size_t a = static_cast<size_t>(&aggregate - query_.aggregates.data());
+      const std::vector<QuantileSketch>& sketches =
+          group.sketches[aggregate_quantile_series_[a]];
+      for (size_t e = 0; e < sketches.size(); ++e) {
+        RenderPercentile(aggregate, sketches[e],
+                         PercentileColumnName(aggregate, is_array ? static_cast<int>(e) : -1),
+                         object);
+      }
+      continue;
+    }
     const auto& list = is_array ? array_series_ : scalar_series_;
     size_t s = 0;
     while (list[s].column != index) ++s;
@@ -457,6 +563,11 @@ void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
     PutU64(out, elements.size());
     for (const Moments& m : elements) m.Encode(out);
   }
+  PutU64(out, group.sketches.size());
+  for (const auto& sketches : group.sketches) {
+    PutU64(out, sketches.size());
+    for (const QuantileSketch& sketch : sketches) sketch.Encode(out);
+  }
 }
 
 void Aggregator::EndBatch(int64_t watermark_us, bool evict,
@@ -503,7 +614,13 @@ Status Aggregator::Restore(std::string_view key, std::string_view value) {
     return MakeError(ErrorCode::kCorruption, "aggregation state entry of {} bytes is unreadable",
                      value.size());
   };
-  if (value.empty() || static_cast<uint8_t>(value[0]) != kGroupFormat) return corrupt();
+  if (value.empty()) return corrupt();
+  const uint8_t format = static_cast<uint8_t>(value[0]);
+  // A format-1 group has no sketches: it serves a query without percentile aggregates only
+  // (the checkpoint's fingerprint refuses a query whose aggregates changed).
+  if (format != kGroupFormat && !(format == kGroupFormatMoments && quantile_series_.empty())) {
+    return corrupt();
+  }
   value.remove_prefix(1);
   int64_t window_start = 0;
   int64_t count = 0;
@@ -537,7 +654,27 @@ Status Aggregator::Restore(std::string_view key, std::string_view value) {
       if (!ReadMoments(value, m)) return corrupt();
     }
   }
-  return Ok();
+  if (format == kGroupFormatMoments) return Ok();
+  uint64_t quantiles = 0;
+  if (!GetU64(value, quantiles) || quantiles != quantile_series_.size()) return corrupt();
+  for (size_t q = 0; q < quantiles; ++q) {
+    uint64_t size = 0;
+    if (!GetU64(value, size) || size > (1u << 20)) return corrupt();
+    if (!quantile_series_[q].is_array && size != 1) return corrupt();
+    const uint32_t k = QuantileSketch::KForAccuracy(quantile_series_[q].accuracy);
+    std::vector<QuantileSketch>& sketches = group.sketches[q];
+    sketches.clear();
+    for (uint64_t e = 0; e < size; ++e) {
+      auto sketch = QuantileSketch::Decode(value);
+      if (!sketch) {
+        return MakeError(ErrorCode::kCorruption, "aggregation state entry: {}",
+                         sketch.error().message());
+      }
+      if (sketch->k() != k) return corrupt();
+      sketches.push_back(std::move(*sketch));
+    }
+  }
+  return value.empty() ? Ok() : corrupt();
 }
 
 }  // namespace driftd

@@ -1,6 +1,8 @@
 // Streaming aggregation: group by key columns (and optionally an event-time window), with
-// count/sum/mean/stddev/variance/min/max kept as mergeable moments per group and per series.
-// An array<double> column is aggregated element by element ("feature_vector[0]", ...).
+// count/sum/mean/stddev/variance/min/max kept as mergeable moments per group and per series,
+// and approx_percentile / percentile_approx from a quantile sketch per group, series and
+// accuracy (engine/quantile_sketch.h). An array<double> column is aggregated element by element
+// ("feature_vector[0]", ...).
 //
 // Event time (engine/EVENT_TIME.md): a row at event time t belongs to every window
 // [start, start + size) with start a multiple of the slide and start <= t < start + size. A
@@ -24,6 +26,7 @@
 
 #include "engine/batch.h"
 #include "engine/pipeline_spec.h"
+#include "engine/quantile_sketch.h"
 #include "engine/result.h"
 #include "engine/stats.h"
 
@@ -83,12 +86,22 @@ class Aggregator {
     int column = -1;  // schema field index
     bool is_array = false;
   };
+  // A column's values kept in a quantile sketch of one accuracy (several percentile aggregates
+  // of a column and accuracy share it).
+  struct QuantileSeries {
+    int column = -1;
+    bool is_array = false;
+    int64_t accuracy = 0;
+  };
   struct Group {
     std::string key;  // encoded key columns + window start
     int64_t window_start_us = INT64_MIN;
     int64_t count = 0;                         // count(*)
     std::vector<Moments> scalars;              // one per scalar series
     std::vector<std::vector<Moments>> arrays;  // one vector per array series
+    // One vector per quantile series: one sketch for a scalar column, one per element of an
+    // array column.
+    std::vector<std::vector<QuantileSketch>> sketches;
     bool live = true;
     bool emitted = false;  // append mode: already emitted
   };
@@ -112,6 +125,9 @@ class Aggregator {
   int watermark_column_ = -1;
   std::vector<Series> scalar_series_;
   std::vector<Series> array_series_;
+  std::vector<QuantileSeries> quantile_series_;
+  // For each aggregate of query_.aggregates: its quantile series, or -1.
+  std::vector<int> aggregate_quantile_series_;
 
   struct KeyHash {
     using is_transparent = void;

@@ -21,6 +21,7 @@ std::string_view ToString(AggregateFn fn) {
     case AggregateFn::kVariance: return "variance";
     case AggregateFn::kMin: return "min";
     case AggregateFn::kMax: return "max";
+    case AggregateFn::kApproxPercentile: return "approx_percentile";
   }
   return "unknown";
 }

@@ -56,10 +56,17 @@ struct SourceSpec {
   std::map<std::string, SourceMark> option_marks;
 };
 
-enum class AggregateFn { kCount, kSum, kMean, kStddev, kVariance, kMin, kMax };
+enum class AggregateFn { kCount, kSum, kMean, kStddev, kVariance, kMin, kMax, kApproxPercentile };
 
 struct AggregateSpec {
   AggregateFn fn = AggregateFn::kCount;
+  /// approx_percentile / percentile_approx (Spark's names and arguments): the fractions asked
+  /// for, each in [0, 1]; `percentage_array` when written as array(...), so the result is an
+  /// array; `accuracy` as Spark's (1 / accuracy is the stated rank error), in
+  /// [1, QuantileSketch::kMaxAccuracy]. Default: 10000.
+  std::vector<double> percentages;
+  bool percentage_array = false;
+  int64_t accuracy = 10000;
   /// Column aggregated; empty for count(*). An array<double> column aggregates per element.
   std::string column;
   /// Output column name as Spark prints it: "count", "mean(prediction)", "stddev(x)".

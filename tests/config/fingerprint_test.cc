@@ -3,6 +3,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "tests/config/config_test_util.h"
 
@@ -93,6 +94,7 @@ TEST_CASE("the fingerprint changes with every state-relevant field", "[config][f
            {"groupBy: [model_id]", "groupBy: [model_id, region]"},
            {"size: 5 minutes}", "size: 10 minutes}"},
            {"mean(prediction)", "max(prediction)"},
+           {"mean(prediction)]", "mean(prediction), \"approx_percentile(prediction, 0.5)\"]"},
            {"[count, mean(prediction)]", "[count, mean(prediction), stddev(features)]"},
            {"series: [features]", "series: [features, prediction]"},
            {"records: 1000", "records: 5000"},
@@ -156,6 +158,20 @@ TEST_CASE("a secret in a source path is kept in the fingerprint as a digest that
   // still refuses a pipeline that reads another topic.
   CHECK(fingerprint("tok-41f2c9a8e0") == first);
   CHECK(fingerprint("tok-77aa01d3b5") != first);
+}
+
+TEST_CASE("a percentile's accuracy is state, the fractions asked of it are not",
+          "[config][fingerprint][quantiles]") {
+  auto with = [](std::string_view aggregate) {
+    std::string yaml(kBase);
+    yaml.replace(yaml.find("mean(prediction)]"), 17,
+                 fmt::format("mean(prediction), \"{}\"]", aggregate));
+    return Fingerprint(yaml);
+  };
+  const std::string base = with("approx_percentile(prediction, 0.5, 100)");
+  CHECK(with("approx_percentile(prediction, array(0.1, 0.9), 100)") == base);
+  CHECK(with("approx_percentile(prediction, 0.5, 1000)") != base);
+  CHECK(with("approx_percentile(prediction, 0.5)") != base);
 }
 
 }  // namespace driftd

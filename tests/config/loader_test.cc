@@ -3,6 +3,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "tests/config/config_test_util.h"
 
@@ -652,6 +653,66 @@ sinks:
   INFO(testing::ProblemText(fixed));
   REQUIRE(fixed);
   CHECK(fixed->sinks[0].name == "10");  // the alias of the source's maxFilesPerTrigger
+}
+
+TEST_CASE("approx_percentile and percentile_approx take Spark's arguments and names",
+          "[config][loader][quantiles]") {
+  std::string yaml(kMinimalPipeline);
+  yaml.replace(yaml.find("[count, mean(prediction)]"), 25,
+               "\n    - approx_percentile(prediction, 0.5)\n"
+               "    - PERCENTILE_APPROX(prediction, array(0.25, 0.75, 0.99), 100)\n"
+               "    - \"approx_percentile(features, 0.9, 50)\"");
+  auto result = ParseText(yaml);
+  INFO(ProblemText(result));
+  REQUIRE(result);
+  const auto& aggregates = result->query.aggregates;
+  REQUIRE(aggregates.size() == 3);
+  CHECK(aggregates[0].fn == AggregateFn::kApproxPercentile);
+  CHECK(aggregates[0].column == "prediction");
+  CHECK(aggregates[0].percentages == std::vector<double>{0.5});
+  CHECK_FALSE(aggregates[0].percentage_array);
+  CHECK(aggregates[0].accuracy == 10000);  // Spark's default
+  CHECK(aggregates[0].output_name == "approx_percentile(prediction, 0.5, 10000)");
+  CHECK(aggregates[1].percentages == std::vector<double>{0.25, 0.75, 0.99});
+  CHECK(aggregates[1].percentage_array);
+  CHECK(aggregates[1].accuracy == 100);
+  CHECK(aggregates[1].output_name ==
+        "percentile_approx(prediction, array(0.25, 0.75, 0.99), 100)");
+  CHECK(aggregates[2].column == "features");
+}
+
+TEST_CASE("a malformed percentile aggregate is an error that says what is wrong",
+          "[config][loader][quantiles]") {
+  struct Case {
+    const char* aggregate;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"approx_percentile(prediction)", "it takes 2 or 3 arguments, not 1"},
+           Case{"approx_percentile(prediction, 1.5)", "percentage '1.5' is not a number in [0, 1]"},
+           Case{"approx_percentile(prediction, array(0.5, x))", "percentage 'x'"},
+           Case{"approx_percentile(prediction, 0.5, 0)", "accuracy '0' is not an integer"},
+           Case{"approx_percentile(prediction, 0.5, 2000000)", "accuracy '2000000'"},
+           Case{"approx_percentile(model_id, 0.5)", "numeric"},
+           Case{"approx_percentile(nope, 0.5)", "nope"},
+       }) {
+    INFO(c.aggregate);
+    std::string yaml(kMinimalPipeline);
+    yaml.replace(yaml.find("[count, mean(prediction)]"), 25,
+                 fmt::format("[\"{}\"]", c.aggregate));
+    auto result = ParseText(yaml);
+    REQUIRE_FALSE(result);
+    INFO(ProblemText(result));
+    CHECK(result.error()[0].path == "query.aggregates[0]");
+    CHECK(result.error()[0].mark.line == 12);
+    CHECK_THAT(result.error()[0].message, Catch::Matchers::Contains(c.message));
+  }
+  // Unquoted in a flow list, the commas split it: the error says so.
+  std::string yaml(kMinimalPipeline);
+  yaml.replace(yaml.find("[count, mean(prediction)]"), 25, "[approx_percentile(prediction, 0.5)]");
+  auto result = ParseText(yaml);
+  REQUIRE_FALSE(result);
+  CHECK_THAT(result.error()[0].message, Catch::Matchers::Contains("quote it"));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //   2 checkpoint outbox value         7 a series' last evaluation (drift gauges)
 //   3 batch output (outbox payload)   8 aggregation state entry (Aggregator::Restore)
 //   4 source offsets (JSON)           9 drift state entry (DriftStage::Restore, monitor included)
-//  10 webhook delivery log (a file)
+//  10 webhook delivery log (a file)  11 quantile sketch (approx_percentile state)
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +26,7 @@
 #include "engine/executor/outbox_codec.h"
 #include "engine/json_decoder.h"
 #include "engine/offsets.h"
+#include "engine/quantile_sketch.h"
 #include "engine/stats.h"
 #include "state/checkpoint_codec.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -142,6 +143,11 @@ void WriteSeeds(const std::string& dir) {
   (*stage)->Finish(context, drift_output, changes, progress);
   for (const auto& [key, value] : changes.puts) keyed(9, key, value);
   seed(10, "41\n");
+  QuantileSketch sketch(QuantileSketch::KForAccuracy(10));
+  for (int i = 0; i < 500; ++i) sketch.Add((i * 37) % 101);
+  bytes.clear();
+  sketch.Encode(bytes);
+  seed(11, bytes);
 }
 
 template <typename T>
@@ -161,7 +167,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t codec = data[0] % 11;
+  const uint8_t codec = data[0] % 12;
   const std::string_view bytes = fuzz::AsText(data + 1, size - 1);
   const size_t split = bytes.find('\0');
   const std::string_view key = bytes.substr(0, split);
@@ -209,6 +215,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 10: {
       fuzz::MemoryFile file(bytes);
       Consume(ReadWebhookDeliveryLog(file.path()));
+      break;
+    }
+    case 11: {
+      std::string_view in = bytes;
+      auto sketch = QuantileSketch::Decode(in);
+      Consume(sketch);
+      if (sketch) {
+        // A sketch that decodes answers and takes more values like any other.
+        (void)sketch->Quantile(0.5);
+        sketch->Add(1);
+      }
       break;
     }
   }
