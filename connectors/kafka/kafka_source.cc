@@ -2,9 +2,12 @@
 // partitions. A batch is a planned offset range per partition; reading assigns exactly those
 // partitions at exactly those offsets (no group rebalancing decides positions), so a replayed
 // range yields the same records. Offsets are keyed "topic-partition". Partitions that appear
-// while running are read from their earliest offset. Offsets that vanished (retention,
-// DeleteRecords, a deleted topic) stop the query with kDataLoss, or with failOnDataLoss=false
-// are skipped and counted as lost records.
+// while running are read from their earliest offset. Every partition of a batch is assigned
+// at once and stays assigned after it, so librdkafka fetches all of them concurrently, and the
+// next batch's records, while the executor decodes and aggregates; partitions caught up with
+// their log are paused between batches, so an idle topic is not polled. Offsets that vanished
+// (retention, DeleteRecords, a deleted topic) stop the query with kDataLoss, or with
+// failOnDataLoss=false are skipped and counted as lost records.
 //
 // Broker outages: once the source has reached its cluster, losing it is waited out rather than
 // ending the query. A health thread probes the brokers about once a second, so IsReady (/readyz)
@@ -20,6 +23,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -273,10 +278,33 @@ struct Watermarks {
 
 class KafkaSource;
 
+// A partition the reading consumer has assigned. Feeds outlive the batch that assigned them:
+// while the executor decodes and aggregates one partition's records (or commits the batch),
+// librdkafka's broker threads go on fetching every assigned partition into its own queue, so
+// the next partition's and the next batch's records are in memory when they are wanted.
+struct Feed {
+  std::string topic;
+  int32_t partition = 0;
+  /// The partition's own queue, not forwarded to the consumer queue.
+  QueuePtr queue;
+  /// The offset the feed hands out next: records below it were read (or skipped) already.
+  /// kUnknownPosition after an error took messages from the queue that were not handed out.
+  int64_t position = 0;
+  /// Taken from the queue beyond the end of the range being read (a batch that asked for more
+  /// messages than its range still held, because of offsets without a record): the first
+  /// messages of the next range, in offset order.
+  std::deque<MessagePtr> held;
+  /// Paused at the end of the log (see KafkaSource::PauseCaughtUp).
+  bool paused = false;
+};
+
+constexpr int64_t kUnknownPosition = -1;
+
 // Reads one planned batch, one partition after the other (in offset-key order) so that a
-// replay yields the records in the same order, not only the same records: the executor's
-// "first N records" baselines depend on it. Each partition is assigned at its start offset and
-// consumed until it reaches its end offset.
+// replay yields the records in the same order, not only the same records: record-count
+// windows of a model read from several partitions depend on it. The partitions are fetched
+// concurrently all the same: every partition of the batch is assigned (a Feed) before the
+// first is read, so while one partition is read the others fill their queues.
 class KafkaReader final : public SourceReader {
  public:
   struct Range {
@@ -286,36 +314,32 @@ class KafkaReader final : public SourceReader {
     int64_t next = 0;
     int64_t end = 0;
     bool done = false;
+    /// The range ends at the log's end as planned: its feed is paused when done.
+    bool at_log_end = false;
+    Feed* feed = nullptr;
   };
 
   KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost);
   ~KafkaReader() override;
 
-  Status Begin();
-  // Assigns the first range not yet done, if it is not assigned already.
-  Status AssignCurrent();
   Result<bool> Next(InputChunk& chunk, size_t max_bytes) override;
   int64_t lost_records() const override { return lost_; }
 
  private:
-  Range* Find(const rd_kafka_message_t& message);
-  void Finish(Range& range) {
-    if (!range.done) {
-      range.done = true;
-      --remaining_;
-    }
-  }
-  Status HandleError(const rd_kafka_message_t& message);
+  void Finish(Range& range);
+  // Hands `message` of `range` to the chunk, holds it for the next range, or drops it.
+  Status Take(Range& range, MessagePtr message, InputChunk& chunk);
+  Status HandleError(Range& range, const rd_kafka_message_t& message);
   Status SkipTo(Range& range, int64_t offset);
+  // Errors that librdkafka reports on the consumer queue rather than a partition's.
+  Status ServeConsumerQueue();
 
   KafkaSource& source_;
   std::vector<Range> ranges_;
   size_t remaining_ = 0;
   int64_t lost_ = 0;
-  /// The range being read; the only one assigned.
+  /// The range being read.
   size_t current_ = 0;
-  size_t assigned_range_ = SIZE_MAX;
-  bool assigned_ = false;
   std::vector<rd_kafka_message_t*> messages_;
   std::chrono::steady_clock::time_point last_progress_;
 };
@@ -339,10 +363,14 @@ class KafkaSource final : public Source, public GroupMember {
     }
     health_wake_.notify_all();
     if (health_thread_.joinable()) health_thread_.join();
+    // Queues and messages go back to librdkafka before the client is destroyed.
+    IgnoreError(DropFeeds());  // best effort on shutdown
     if (consumer_) {
       // Nothing is subscribed, so closing leaves no group to wait for.
       rd_kafka_consumer_close(consumer_.get());
     }
+    DrainQueues();
+    retired_queues_.clear();
   }
 
   Status Start(const SourceOffsets& committed) override {
@@ -352,10 +380,15 @@ class KafkaSource final : public Source, public GroupMember {
         {"group.id", options_.group_id},
         // Read-your-committed: ranges end at the last stable offset, aborted data is skipped.
         {"isolation.level", "read_committed"},
-        // Partitions are read one at a time, so one partition may fill a whole fetch.
+        // Partitions are read one at a time while all of them are fetched: a fetch brings a
+        // large share of a batch of each.
         {"max.partition.fetch.bytes", "8388608"},
-        // Only planned ranges (data known to exist) are assigned. A fetch long-polling at the end
-        // of one partition's range would delay the next partition's first fetch by this much.
+        // Prefetched records per partition (librdkafka's default is 64 MB per partition queue):
+        // enough to keep the reader busy while the next fetch is on its way.
+        {"queued.max.messages.kbytes", "16384"},
+        // Partitions at the end of their log are paused between batches, so a fetch long-polls
+        // only when a batch waits for records (the end of a range at the end of the log, or one
+        // that ends in a transaction marker): it waits at most this long.
         {"fetch.wait.max.ms", "10"},
     };
     for (const auto& [name, value] : options_.client) settings[name] = value;
@@ -668,11 +701,18 @@ class KafkaSource final : public Source, public GroupMember {
         from = marks->low;
       }
       if (from >= end_offset) continue;
-      ranges.push_back({*index, state.partition, state.topic, from, end_offset, false});
+      KafkaReader::Range range;
+      range.index = *index;
+      range.partition = state.partition;
+      range.topic = state.topic;
+      range.next = from;
+      range.end = end_offset;
+      range.at_log_end = end_offset >= marks->high;
+      ranges.push_back(std::move(range));
     }
-    auto reader = std::make_unique<KafkaReader>(*this, std::move(ranges), lost);
-    DRIFTD_TRY(reader->Begin());
-    return std::unique_ptr<SourceReader>(std::move(reader));
+    DRIFTD_TRY(PrepareFeeds(ranges, end));
+    return std::unique_ptr<SourceReader>(
+        std::make_unique<KafkaReader>(*this, std::move(ranges), lost));
   }
 
   // Waits a bounded time: the group coordinator may be unreachable, and the executor must not
@@ -776,6 +816,156 @@ class KafkaSource final : public Source, public GroupMember {
     DRIFTD_TRY(RefreshPartitions());
     DRIFTD_TRY(group_->Start(static_cast<int>(present_.size())));
     return Ok();
+  }
+
+  // Assigns every partition of `ranges` that is not assigned yet, at the range's start, and
+  // moves a feed whose position is not the range's start there (a replay, a skip after data
+  // loss, an error). Feeds of partitions that are not in `end` any more (deleted, or given to
+  // another process) are unassigned. Points each range at its feed.
+  Status PrepareFeeds(std::vector<KafkaReader::Range>& ranges, const SourceOffsets& end) {
+    rd_kafka_t* consumer = consumer_.get();
+    // A partition that is not in the batch any more (deleted, or given to another process)
+    // ends every feed: the assignment starts afresh, as rarely as partitions come and go.
+    const bool dropped = std::any_of(feeds_.begin(), feeds_.end(), [&](const auto& entry) {
+      return !end.count(partitions_[entry.first].key);
+    });
+    if (dropped) DRIFTD_TRY(DropFeeds());
+    PartitionList added{rd_kafka_topic_partition_list_new(0)};
+    PartitionList moved{rd_kafka_topic_partition_list_new(0)};
+    PartitionList resumed{rd_kafka_topic_partition_list_new(0)};
+    for (KafkaReader::Range& range : ranges) {
+      auto [it, is_new] = feeds_.try_emplace(range.index);
+      Feed& feed = it->second;
+      range.feed = &feed;
+      if (is_new) {
+        feed.topic = range.topic;
+        feed.partition = range.partition;
+        feed.queue.reset(
+            rd_kafka_queue_get_partition(consumer, range.topic.c_str(), range.partition));
+        if (!feed.queue) {
+          feeds_.erase(it);
+          return MakeError(ErrorCode::kInternal, "kafka source: no queue for {}",
+                           Name(partitions_[range.index]));
+        }
+        // Before the assignment: once the application has set a partition queue's
+        // forwarding, librdkafka's fetch start leaves it alone.
+        rd_kafka_queue_forward(feed.queue.get(), nullptr);
+        feed.position = range.next;
+        rd_kafka_topic_partition_list_add(added.get(), range.topic.c_str(), range.partition)
+            ->offset = range.next;
+        // A pause outlives an assignment: a partition dropped while paused (it went to another
+        // process and came back) would otherwise never fetch again.
+        rd_kafka_topic_partition_list_add(resumed.get(), range.topic.c_str(), range.partition);
+        continue;
+      }
+      if (feed.position != range.next) {
+        feed.held.clear();
+        feed.position = range.next;
+        rd_kafka_topic_partition_list_add(moved.get(), range.topic.c_str(), range.partition)
+            ->offset = range.next;
+      }
+      if (feed.paused) {
+        feed.paused = false;
+        rd_kafka_topic_partition_list_add(resumed.get(), range.topic.c_str(), range.partition);
+      }
+    }
+    auto forget = [&](const rd_kafka_topic_partition_list_t& list) {
+      for (int i = 0; i < list.cnt; ++i) {
+        auto index = IndexOf(kafka::PartitionKey(list.elems[i].topic, list.elems[i].partition));
+        if (auto it = feeds_.find(*index); it != feeds_.end()) {
+          it->second.position = kUnknownPosition;
+        }
+      }
+    };
+    if (added->cnt > 0) {
+      ErrorPtr error{rd_kafka_incremental_assign(consumer, added.get())};
+      if (error) {
+        for (int i = 0; i < added->cnt; ++i) {
+          feeds_.erase(*IndexOf(kafka::PartitionKey(added->elems[i].topic,
+                                                    added->elems[i].partition)));
+        }
+        return MakeError(ErrorCode::kExternal, "kafka source: assigning partitions: {}",
+                         kafka::Describe(error.get()));
+      }
+    }
+    if (moved->cnt > 0) {
+      ErrorPtr error{rd_kafka_seek_partitions(consumer, moved.get(), request_timeout_ms_)};
+      for (int i = 0; !error && i < moved->cnt; ++i) {
+        if (moved->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          error.reset(rd_kafka_error_new(moved->elems[i].err, "topic %s partition %d: %s",
+                                         moved->elems[i].topic, moved->elems[i].partition,
+                                         rd_kafka_err2str(moved->elems[i].err)));
+        }
+      }
+      if (error) {
+        forget(*moved);
+        return MakeError(ErrorCode::kExternal, "kafka source: seeking: {}",
+                         kafka::Describe(error.get()));
+      }
+    }
+    if (resumed->cnt > 0) {
+      rd_kafka_resp_err_t err = rd_kafka_resume_partitions(consumer, resumed.get());
+      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        forget(*resumed);
+        return MakeError(ErrorCode::kExternal, "kafka source: resuming partitions: {}",
+                         rd_kafka_err2str(err));
+      }
+    }
+    return Ok();
+  }
+
+  // Unassigns every partition and lets go of their queues and held messages.
+  Status DropFeeds() {
+    if (feeds_.empty()) return Ok();
+    PartitionList resumed{rd_kafka_topic_partition_list_new(0)};
+    for (const auto& [index, feed] : feeds_) {
+      if (feed.paused) {
+        rd_kafka_topic_partition_list_add(resumed.get(), feed.topic.c_str(), feed.partition);
+      }
+    }
+    // The queues stay until the client closes: messages librdkafka still puts in them (errors
+    // of a deleted topic's partition) hold the partition, and destroying the client waits for
+    // every partition, so they are emptied then (DrainQueues).
+    for (auto& [index, feed] : feeds_) retired_queues_.push_back(std::move(feed.queue));
+    feeds_.clear();
+    // A pause outlives an assignment: lift it, or the partition would never fetch again.
+    if (resumed->cnt > 0) rd_kafka_resume_partitions(consumer_.get(), resumed.get());
+    rd_kafka_resp_err_t err = rd_kafka_assign(consumer_.get(), nullptr);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "kafka source: unassigning partitions: {}",
+                       rd_kafka_err2str(err));
+    }
+    return Ok();
+  }
+
+  // Destroys whatever the partition queues of dropped feeds still hold.
+  void DrainQueues() {
+    std::vector<rd_kafka_message_t*> messages(kConsumeBatch);
+    for (QueuePtr& queue : retired_queues_) {
+      for (;;) {
+        ssize_t count =
+            rd_kafka_consume_batch_queue(queue.get(), 0, messages.data(), messages.size());
+        for (ssize_t i = 0; i < count; ++i) rd_kafka_message_destroy(messages[i]);
+        if (count <= 0) break;
+      }
+    }
+  }
+
+  // Stops fetching partitions whose range ended at the end of their log: an idle topic is not
+  // polled between batches. Their queues are emptied; the next batch resumes them where the
+  // reader stopped. Best effort: a partition left fetching only costs requests.
+  void PauseFeeds(const std::vector<Feed*>& feeds) {
+    PartitionList list{rd_kafka_topic_partition_list_new(0)};
+    for (Feed* feed : feeds) {
+      if (feed->paused) continue;
+      feed->paused = true;
+      rd_kafka_topic_partition_list_add(list.get(), feed->topic.c_str(), feed->partition);
+    }
+    if (list->cnt == 0) return;
+    rd_kafka_resp_err_t err = rd_kafka_pause_partitions(consumer_.get(), list.get());
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      Log()->debug("kafka source: pausing partitions: {}", rd_kafka_err2str(err));
+    }
   }
 
   // Where a partition nobody has committed starts.
@@ -1045,6 +1235,10 @@ class KafkaSource final : public Source, public GroupMember {
   std::vector<std::string> source_partitions_seen_;
   /// Reads the changelog (scaleOut; created on first use).
   Handle changelog_reader_;
+  /// The partitions the consumer has assigned, by partition index (stable addresses).
+  std::map<uint32_t, Feed> feeds_;
+  /// Partition queues of feeds that ended, kept until the client closes (DropFeeds).
+  std::vector<QueuePtr> retired_queues_;
 };
 
 Result<int64_t> KafkaSource::ReadChangelog(
@@ -1155,53 +1349,62 @@ Result<int64_t> KafkaSource::ReadChangelog(
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
     : source_(source), ranges_(std::move(ranges)), remaining_(ranges_.size()), lost_(lost) {
   messages_.resize(kConsumeBatch);
+  last_progress_ = std::chrono::steady_clock::now();
 }
 
 KafkaReader::~KafkaReader() {
-  if (assigned_) {
-    rd_kafka_resp_err_t err = rd_kafka_assign(source_.consumer_.get(), nullptr);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      Log()->warn("kafka source: unassigning partitions: {}", rd_kafka_err2str(err));
-    }
+  // Partitions that reached the end of their log stop fetching until a batch needs them; the
+  // others go on prefetching the next batch.
+  std::vector<Feed*> caught_up;
+  for (const Range& range : ranges_) {
+    if (range.done && range.at_log_end) caught_up.push_back(range.feed);
+  }
+  source_.PauseFeeds(caught_up);
+}
+
+void KafkaReader::Finish(Range& range) {
+  if (range.done) return;
+  range.done = true;
+  --remaining_;
+  if (range.feed->position != kUnknownPosition) {
+    range.feed->position = std::max(range.feed->position, range.end);
   }
 }
 
-Status KafkaReader::Begin() {
-  last_progress_ = std::chrono::steady_clock::now();
-  return AssignCurrent();
-}
-
-Status KafkaReader::AssignCurrent() {
-  while (current_ < ranges_.size() && ranges_[current_].done) ++current_;
-  if (current_ >= ranges_.size() || assigned_range_ == current_) return Ok();
-  const Range& range = ranges_[current_];
-  PartitionList list{rd_kafka_topic_partition_list_new(1)};
-  rd_kafka_topic_partition_list_add(list.get(), range.topic.c_str(), range.partition)->offset =
-      range.next;
-  // Replaces the previous assignment; its messages still queued are discarded by librdkafka.
-  rd_kafka_resp_err_t err = rd_kafka_assign(source_.consumer_.get(), list.get());
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return MakeError(ErrorCode::kExternal, "kafka source: assigning topic {} partition {}: {}",
-                     range.topic, range.partition, rd_kafka_err2str(err));
+Status KafkaReader::Take(Range& range, MessagePtr message, InputChunk& chunk) {
+  Feed& feed = *range.feed;
+  if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // Errors (end of partition included) concern the range being read, not the next one.
+    return range.done ? Ok() : HandleError(range, *message);
   }
-  assigned_ = true;
-  assigned_range_ = current_;
-  last_progress_ = std::chrono::steady_clock::now();
+  if (message->offset < range.next) return Ok();  // before the range: read already
+  if (range.done || message->offset >= range.end) {
+    // The next range's first records: kept, so that its read need not fetch them again.
+    Finish(range);
+    feed.held.push_back(std::move(message));
+    return Ok();
+  }
+  rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+  int64_t timestamp_ms = rd_kafka_message_timestamp(message.get(), &type);
+  int64_t timestamp_us = type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || timestamp_ms < 0
+                             ? INT64_MIN
+                             : timestamp_ms * 1000;
+  chunk.Append(std::string_view(static_cast<const char*>(message->payload), message->len),
+               RecordPosition{range.index, message->offset}, timestamp_us);
+  range.next = message->offset + 1;
+  feed.position = range.next;
+  if (range.next >= range.end) Finish(range);
   return Ok();
 }
 
-KafkaReader::Range* KafkaReader::Find(const rd_kafka_message_t& message) {
-  if (!message.rkt || current_ >= ranges_.size()) return nullptr;
-  Range& range = ranges_[current_];
-  if (range.partition != message.partition) return nullptr;
-  if (range.topic != rd_kafka_topic_name(message.rkt)) return nullptr;
-  return &range;
-}
-
 Status KafkaReader::SkipTo(Range& range, int64_t offset) {
+  Feed& feed = *range.feed;
   lost_ += std::min(offset, range.end) - range.next;
   range.next = offset;
+  feed.held.clear();
   if (range.next >= range.end) {
+    // Where the fetcher stands now is unknown: the next range of this partition seeks first.
+    feed.position = kUnknownPosition;
     Finish(range);
     return Ok();
   }
@@ -1210,28 +1413,32 @@ Status KafkaReader::SkipTo(Range& range, int64_t offset) {
       offset;
   ErrorPtr error{
       rd_kafka_seek_partitions(source_.consumer_.get(), list.get(), source_.request_timeout_ms_)};
+  if (!error && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    error.reset(rd_kafka_error_new(list->elems[0].err, "%s", rd_kafka_err2str(list->elems[0].err)));
+  }
   if (error) {
+    feed.position = kUnknownPosition;
     return MakeError(ErrorCode::kExternal, "kafka source: seeking {} partition {}: {}", range.topic,
                      range.partition, kafka::Describe(error.get()));
   }
+  feed.position = offset;
   return Ok();
 }
 
-Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
-  Range* range = Find(message);
+Status KafkaReader::HandleError(Range& range, const rd_kafka_message_t& message) {
   switch (message.err) {
     case RD_KAFKA_RESP_ERR__PARTITION_EOF:
       // Everything up to the end of the log (or the last stable offset) was delivered; offsets
       // not seen were transaction markers or aborted records.
-      if (range && message.offset >= range->end) Finish(*range);
+      if (message.offset >= range.end) Finish(range);
       return Ok();
     case RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE:
     case RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET:
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
     case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
     case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC: {
-      if (!range || range->done) return Ok();
-      PartitionState& state = source_.partitions_[range->index];
+      if (range.done) return Ok();
+      PartitionState& state = source_.partitions_[range.index];
       auto marks = source_.QueryWatermarksWaiting(state);
       if (!marks) return tl::unexpected(marks.error());
       if (marks->gone) {
@@ -1239,18 +1446,18 @@ Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
           return MakeError(ErrorCode::kDataLoss,
                            "{} was deleted while offsets {} to {} were being read. Set "
                            "failOnDataLoss=false to continue without them",
-                           KafkaSource::Name(state), range->next, range->end - 1);
+                           KafkaSource::Name(state), range.next, range.end - 1);
         }
-        return SkipTo(*range, range->end);
+        return SkipTo(range, range.end);
       }
-      if (range->next >= marks->low) {
+      if (range.next >= marks->low) {
         // Nothing was deleted below us: a transient reset; read on from where we are.
-        return SkipTo(*range, range->next);
+        return SkipTo(range, range.next);
       }
       if (source_.options_.fail_on_data_loss) {
-        return source_.DataLossError(state, range->next, *marks);
+        return source_.DataLossError(state, range.next, *marks);
       }
-      return SkipTo(*range, marks->low);
+      return SkipTo(range, marks->low);
     }
     default:
       // Transport and broker errors are retried by librdkafka; the poll timeout bounds them.
@@ -1259,67 +1466,93 @@ Status KafkaReader::HandleError(const rd_kafka_message_t& message) {
   }
 }
 
+Status KafkaReader::ServeConsumerQueue() {
+  ssize_t count =
+      rd_kafka_consume_batch_queue(source_.queue_.get(), 0, messages_.data(), messages_.size());
+  Status status = Ok();
+  for (ssize_t i = 0; i < count; ++i) {
+    MessagePtr message{messages_[i]};
+    if (!status) continue;
+    Range* range = nullptr;
+    if (message->rkt) {
+      const char* topic = rd_kafka_topic_name(message->rkt);
+      for (Range& candidate : ranges_) {
+        if (candidate.partition == message->partition && candidate.topic == topic) {
+          range = &candidate;
+          break;
+        }
+      }
+    }
+    if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;  // not expected here
+    if (range) {
+      status = HandleError(*range, *message);
+    } else {
+      Log()->debug("kafka source: {}", rd_kafka_message_errstr(message.get()));
+    }
+  }
+  return status;
+}
+
 Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
   const auto timeout = std::chrono::milliseconds(source_.options_.poll_timeout_ms);
   while (remaining_ > 0 && chunk.byte_size() < max_bytes) {
-    DRIFTD_TRY(AssignCurrent());
-    // The call returns once it holds `wanted` messages or the wait is over: asking for no more
-    // than the range lacks keeps the end of a range at the end of the log from waiting.
-    size_t wanted = messages_.size();
-    if (current_ < ranges_.size()) {
-      const Range& range = ranges_[current_];
-      wanted = static_cast<size_t>(
-          std::clamp<int64_t>(range.end - range.next, 1, static_cast<int64_t>(wanted)));
-    }
-    ssize_t count = rd_kafka_consume_batch_queue(source_.queue_.get(), kConsumeWaitMs,
-                                                 messages_.data(), wanted);
-    if (count < 0) {
-      return MakeError(ErrorCode::kExternal, "kafka source: consuming: {}",
-                       rd_kafka_err2str(rd_kafka_last_error()));
-    }
+    while (current_ < ranges_.size() && ranges_[current_].done) ++current_;
+    if (current_ >= ranges_.size()) break;
+    Range& range = ranges_[current_];
+    Feed& feed = *range.feed;
     Status status = Ok();
-    // Every message taken must be handled (and destroyed) even after an error.
-    for (ssize_t i = 0; i < count; ++i) {
-      MessagePtr message{messages_[i]};
-      if (!status) continue;
-      if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        status = HandleError(*message);
-        continue;
+    ssize_t count = 0;
+    if (!feed.held.empty()) {
+      // Taken from the queue by the previous batch: this range's first messages.
+      while (!feed.held.empty() && !range.done && status) {
+        if (feed.held.front()->offset >= range.end) {
+          Finish(range);  // all of it belongs to a later range
+          break;
+        }
+        MessagePtr message = std::move(feed.held.front());
+        feed.held.pop_front();
+        status = Take(range, std::move(message), chunk);
+        ++count;
       }
-      Range* range = Find(*message);
-      if (!range || range->done || message->offset < range->next) continue;
-      if (message->offset >= range->end) {
-        Finish(*range);
-        continue;
+    } else {
+      // The call returns once it holds `wanted` messages or the wait is over: asking for no
+      // more than the range lacks keeps the end of a range at the end of the log from waiting.
+      const size_t wanted = static_cast<size_t>(std::clamp<int64_t>(
+          range.end - range.next, 1, static_cast<int64_t>(messages_.size())));
+      count = rd_kafka_consume_batch_queue(feed.queue.get(), kConsumeWaitMs, messages_.data(),
+                                           wanted);
+      if (count < 0) {
+        return MakeError(ErrorCode::kExternal, "kafka source: consuming {} partition {}: {}",
+                         range.topic, range.partition,
+                         rd_kafka_err2str(rd_kafka_last_error()));
       }
-      rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
-      int64_t timestamp_ms = rd_kafka_message_timestamp(message.get(), &type);
-      int64_t timestamp_us = type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || timestamp_ms < 0
-                                 ? INT64_MIN
-                                 : timestamp_ms * 1000;
-      chunk.Append(std::string_view(static_cast<const char*>(message->payload), message->len),
-                   RecordPosition{range->index, message->offset}, timestamp_us);
-      range->next = message->offset + 1;
-      if (range->next >= range->end) Finish(*range);
+      // Every message taken must be handled (and destroyed) even after an error.
+      for (ssize_t i = 0; i < count; ++i) {
+        MessagePtr message{messages_[i]};
+        if (!status) continue;
+        status = Take(range, std::move(message), chunk);
+      }
+      if (!status) feed.position = kUnknownPosition;  // messages taken were not handed out
     }
     if (!status) return tl::unexpected(status.error());
     if (count > 0) {
       last_progress_ = std::chrono::steady_clock::now();
-    } else if (!source_.ready_.load()) {
+      continue;
+    }
+    DRIFTD_TRY(ServeConsumerQueue());
+    if (!source_.ready_.load()) {
       // The brokers are away: not a delay of the records, so it does not count against
       // pollTimeoutMs. Hand back what there is (maybe nothing) so that the executor, between
       // chunks, can notice a stop request.
       last_progress_ = std::chrono::steady_clock::now();
       break;
-    } else if (std::chrono::steady_clock::now() - last_progress_ > timeout) {
-      for (const Range& range : ranges_) {
-        if (range.done) continue;
-        return MakeError(ErrorCode::kExternal,
-                         "kafka source: no records from topic {} partition {} at offset {} "
-                         "(planned up to {}) within kafkaConsumer.pollTimeoutMs={}",
-                         range.topic, range.partition, range.next, range.end,
-                         source_.options_.poll_timeout_ms);
-      }
+    }
+    if (std::chrono::steady_clock::now() - last_progress_ > timeout) {
+      return MakeError(ErrorCode::kExternal,
+                       "kafka source: no records from topic {} partition {} at offset {} "
+                       "(planned up to {}) within kafkaConsumer.pollTimeoutMs={}",
+                       range.topic, range.partition, range.next, range.end,
+                       source_.options_.poll_timeout_ms);
     }
   }
   chunk.Seal();

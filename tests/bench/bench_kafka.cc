@@ -551,8 +551,10 @@ int main(int argc, char** argv) {
   std::printf("  raw-poll   rd_kafka_consumer_poll loop, all partitions assigned\n");
   std::printf("  raw-batch  rd_kafka_consume_batch_queue loop (1024), all partitions assigned\n");
   std::printf("  source     KafkaSource alone (its settings: isolation.level=read_committed, "
-              "max.partition.fetch.bytes=8388608, fetch.wait.max.ms=10; one partition assigned "
-              "at a time), availableNow plan + read in 4 MiB chunks, no decoding\n");
+              "max.partition.fetch.bytes=8388608, queued.max.messages.kbytes=16384, "
+              "fetch.wait.max.ms=10; every partition of a batch assigned and fetched at once, "
+              "read one after the other), availableNow plan + read in 4 MiB chunks, no "
+              "decoding\n");
   std::printf("  driftd     `driftd run`: the same source, maxOffsetsPerTrigger %lld -> count, "
               "mean, stddev per model, mean_shift + PSI on %d features + prediction -> 2 kafka "
               "sinks, one transaction per batch; availableNow, process start to exit\n",
