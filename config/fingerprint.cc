@@ -190,6 +190,17 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     }
     out += ']';
   }
+  // The metadata columns a query reads sit between the schema's and the derived columns in
+  // every row, the rows of a scaled-out query's repartition topic included. Absent when there
+  // are none.
+  if (!query.metadata.empty()) {
+    out += ",\"metadata\":[";
+    for (size_t i = 0; i < query.metadata.size(); ++i) {
+      if (i > 0) out += ',';
+      out += quote(DefOf(query.metadata[i]).name);
+    }
+    out += ']';
+  }
   const DriftSpec& drift = spec.drift;
   out += ",\"drift\":";
   if (!drift.enabled) {

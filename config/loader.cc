@@ -255,8 +255,10 @@ class PipelineParser {
     ParseName(top);
     ParseSchema(top);
     ParseSource(top);
+    OfferMetadataColumns();
     ParseQuery(top);
     ParseDrift(top);
+    KeepReadMetadataColumns();
     ParseSinks(top);
     ParseTrigger(top);
     ParseCheckpoint(top);
@@ -352,6 +354,7 @@ class PipelineParser {
         continue;
       }
       first_line.emplace(name->value, name->mark.line);
+      schema_lines_.emplace(name->value, name->mark.line);
       columns_.emplace(name->value, type);
       column_names_.push_back(name->value);
       if (type) {
@@ -362,8 +365,13 @@ class PipelineParser {
 
   // Checks a column reference; false when it is unknown or of the wrong type (reported).
   bool CheckColumn(const Scalar& column, ColumnUse use, std::string_view role) {
+    if (!ReadsColumn(column.value, column.path, column.mark, role)) return false;
     auto it = columns_.find(column.value);
     if (it == columns_.end()) {
+      if (NotAMetadataSource(column.value, column.path, column.mark,
+                             fmt::format("{} {}", role, Show(column)))) {
+        return false;
+      }
       if (schema_names_complete_ && failed_derived_.count(column.value) == 0) {
         std::vector<std::string_view> names(column_names_.begin(), column_names_.end());
         std::string suggestion = DidYouMean(column.value, names);
@@ -381,6 +389,83 @@ class PipelineParser {
       return false;
     }
     return true;
+  }
+
+  // ---- metadata columns ---------------------------------------------------------------------
+
+  bool KafkaSource() const { return spec_.source.format == "kafka"; }
+
+  // With a Kafka source, the record's metadata columns that no schema field shadows become
+  // readable; which of them the query reads is settled once the query and drift are parsed.
+  void OfferMetadataColumns() {
+    if (!KafkaSource()) return;
+    for (const MetadataColumnDef& def : MetadataColumnDefs()) {
+      const std::string name(def.name);
+      if (schema_lines_.count(name) > 0 || columns_.count(name) > 0) continue;
+      columns_.emplace(name, def.type);
+      column_names_.push_back(name);
+      spec_.query.metadata.push_back(def.column);
+    }
+  }
+
+  // Only the metadata columns the query reads are produced.
+  void KeepReadMetadataColumns() {
+    std::vector<MetadataColumn> kept;
+    for (MetadataColumn column : spec_.query.metadata) {
+      if (metadata_read_.count(column) > 0) kept.push_back(column);
+    }
+    spec_.query.metadata = std::move(kept);
+  }
+
+  // Notes that the query reads column `name`; false (reported) when the name is ambiguous: a
+  // schema field that a Kafka record's metadata column of the same name collides with.
+  bool ReadsColumn(const std::string& name, const std::string& path, SourceMark mark,
+                   std::string_view what) {
+    auto metadata = ParseMetadataColumn(name);
+    if (!metadata || !KafkaSource()) return true;
+    auto field = schema_lines_.find(name);
+    if (field == schema_lines_.end()) {
+      metadata_read_.insert(*metadata);
+      return true;
+    }
+    if (reported_ambiguous_.insert(name).second) {
+      problems_.Error(path, mark,
+                      fmt::format("{} '{}' is ambiguous: the schema declares a field '{}' (line "
+                                  "{}) and every Kafka record has a metadata column '{}' ({}); "
+                                  "the metadata columns' names ({}) cannot be schema fields that "
+                                  "the query reads",
+                                  what, name, name, field->second, name, DefOf(*metadata).doc,
+                                  MetadataColumnList()));
+    }
+    return false;
+  }
+
+  // For an unknown column that is a metadata column's name and a source that has none: says
+  // so (true, reported).
+  bool NotAMetadataSource(const std::string& name, const std::string& path, SourceMark mark,
+                          const std::string& what) {
+    if (!ParseMetadataColumn(name) || KafkaSource() || spec_.source.format.empty()) return false;
+    problems_.Error(path, mark,
+                    fmt::format("{}: '{}' is a Kafka metadata column, and the {} source has "
+                                "none ({} exist only with source.format kafka); declare a schema "
+                                "field '{}' if the records carry one",
+                                what, name, spec_.source.format, MetadataColumnList(), name));
+    return true;
+  }
+
+  // The columns a compiled expression reads, noted (see ReadsColumn); false when one is
+  // ambiguous (reported).
+  bool ReadsColumns(const expr::Expression& expression, const Scalar& scalar,
+                    std::string_view what) {
+    const Schema columns = ExpressionColumns();
+    bool ok = true;
+    for (int index : expression.ColumnsRead()) {
+      const std::string& name = columns.fields[static_cast<size_t>(index)].name;
+      ok = ReadsColumn(name, scalar.path, scalar.mark,
+                       fmt::format("{} {}: column", what, Show(scalar))) &&
+           ok;
+    }
+    return ok;
   }
 
   std::optional<FieldType> ColumnType(std::string_view name) const {
@@ -717,6 +802,11 @@ class PipelineParser {
                        std::string_view what) {
     // An unknown column that is a schema field with a bad type was reported already.
     if (!error.unknown_name.empty() && columns_.count(error.unknown_name) > 0) return;
+    if (!error.unknown_name.empty() && error.message.rfind("unknown column", 0) == 0 &&
+        NotAMetadataSource(error.unknown_name, scalar.path, MarkWithin(scalar, error.offset),
+                           fmt::format("{} {}", what, Show(scalar)))) {
+      return;
+    }
     if ((!schema_names_complete_ || failed_derived_.count(error.unknown_name) > 0) &&
         error.message.rfind("unknown column", 0) == 0) {
       return;
@@ -741,6 +831,7 @@ class PipelineParser {
     };
     // A schema column as written (its name may hold '-' or '.', which read as operators).
     if (columns_.count(item.value) > 0) {
+      if (!ReadsColumn(item.value, item.path, item.mark, "select column")) return false;
       if (taken(item.value)) {
         problems_.Error(item.path, item.mark,
                         fmt::format("column {} is selected twice", Show(item)));
@@ -783,12 +874,17 @@ class PipelineParser {
                                   Show(item), item.secret ? "..." : item.value));
       return false;
     }
+    if (!ReadsColumns(compiled->expression, item, "select item")) return false;
     const std::string& name = compiled->alias;
     const SourceMark alias_mark = MarkWithin(item, compiled->alias_offset);
     if (columns_.count(name) > 0) {
+      const bool metadata = KafkaSource() && ParseMetadataColumn(name) &&
+                            schema_lines_.count(name) == 0 && !taken(name);
       problems_.Error(item.path, alias_mark,
                       fmt::format("derived column '{}' is already a column{}", name,
-                                  taken(name) ? " (selected twice)" : " of the schema"));
+                                  taken(name)  ? " (selected twice)"
+                                  : metadata ? " (a Kafka record's metadata column)"
+                                             : " of the schema"));
       return false;
     }
     DerivedColumnSpec derived;
@@ -816,6 +912,7 @@ class PipelineParser {
                                   FieldTypeName(compiled->type())));
       return;
     }
+    if (!ReadsColumns(*compiled, where, "condition")) return;
     spec_.query.where = where.value;
     spec_.query.where_mark = where.mark;
   }
@@ -1942,6 +2039,11 @@ class PipelineParser {
   /// The file's lines, to place a problem inside an expression.
   std::vector<std::string_view> lines_;
   std::vector<std::string> column_names_;
+  /// The schema's field names and their lines.
+  std::map<std::string, int> schema_lines_;
+  /// The metadata columns the query reads, and names reported as ambiguous.
+  std::set<MetadataColumn> metadata_read_;
+  std::set<std::string> reported_ambiguous_;
   bool schema_names_complete_ = false;
   bool query_ok_ = true;
   bool group_by_ok_ = true;

@@ -38,18 +38,80 @@ class InputChunk {
     /// The source cut a longer record to these first bytes (a line over maxRecordBytes, whose
     /// rest it did not read into memory).
     bool cut = false;
+    /// Kafka's timestamp type: 0 CreateTime, 1 LogAppendTime, -1 none (other sources).
+    int8_t timestamp_type = -1;
+    /// The record has a key (Kafka; only kept when the query reads `key`).
+    bool has_key = false;
+    /// The key's bytes, then the headers, in a buffer of their own (key(), ForEachHeader()).
+    /// Empty unless the source was asked for them (engine/metadata_columns.h).
+    uint32_t key_size = 0;
+    uint32_t headers_size = 0;
+    uint64_t meta_begin = 0;
   };
 
   void Clear() {
     bytes_.clear();
     records_.clear();
+    meta_.clear();
   }
 
   void Append(std::string_view record, RecordPosition position,
               int64_t source_timestamp_us = INT64_MIN, bool cut = false) {
-    records_.push_back({bytes_.size(), static_cast<uint32_t>(record.size()), position,
-                        source_timestamp_us, cut});
+    Record& added = records_.emplace_back();
+    added.begin = bytes_.size();
+    added.size = static_cast<uint32_t>(record.size());
+    added.position = position;
+    added.source_timestamp_us = source_timestamp_us;
+    added.cut = cut;
     bytes_.append(record);
+  }
+
+  /// Metadata of the record appended last: Kafka's timestamp type.
+  void SetTimestampType(int8_t type) { records_.back().timestamp_type = type; }
+  /// The key of the record appended last (call at most once per record, before AddHeader).
+  void SetKey(std::string_view key) {
+    Record& last = records_.back();
+    last.meta_begin = meta_.size();
+    last.has_key = true;
+    last.key_size = static_cast<uint32_t>(key.size());
+    meta_.append(key);
+  }
+  /// Adds a header to the record appended last, after its key if it has one. A null value
+  /// (a header without one) is kept apart from an empty value.
+  void AddHeader(std::string_view name, const char* value, size_t value_size) {
+    Record& last = records_.back();
+    if (!last.has_key && last.headers_size == 0) last.meta_begin = meta_.size();
+    const size_t before = meta_.size();
+    AppendU32(static_cast<uint32_t>(name.size()));
+    meta_.append(name);
+    AppendU32(value ? static_cast<uint32_t>(value_size) : UINT32_MAX);
+    if (value) meta_.append(value, value_size);
+    last.headers_size += static_cast<uint32_t>(meta_.size() - before);
+  }
+
+  /// The key of record i (empty when it has none; see Record::has_key).
+  std::string_view key(size_t i) const {
+    return std::string_view(meta_.data() + records_[i].meta_begin, records_[i].key_size);
+  }
+  /// Calls visit(name, value, null) for each header of record i, in the record's order.
+  template <typename Visit>
+  void ForEachHeader(size_t i, Visit&& visit) const {
+    const Record& r = records_[i];
+    size_t at = r.meta_begin + r.key_size;
+    const size_t end = at + r.headers_size;
+    while (at < end) {
+      const uint32_t name_size = ReadU32(at);
+      std::string_view name(meta_.data() + at + 4, name_size);
+      at += 4 + name_size;
+      const uint32_t value_size = ReadU32(at);
+      at += 4;
+      if (value_size == UINT32_MAX) {
+        visit(name, std::string_view(), true);
+      } else {
+        visit(name, std::string_view(meta_.data() + at, value_size), false);
+        at += value_size;
+      }
+    }
   }
 
   /// Makes the padding after the last record readable; call once after appending.
@@ -68,8 +130,20 @@ class InputChunk {
   size_t byte_size() const { return bytes_.size(); }
 
  private:
+  void AppendU32(uint32_t v) {
+    char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                 static_cast<char>(v >> 8), static_cast<char>(v)};
+    meta_.append(b, 4);
+  }
+  uint32_t ReadU32(size_t at) const {
+    const auto* b = reinterpret_cast<const unsigned char*>(meta_.data() + at);
+    return uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | uint32_t{b[3]};
+  }
+
   std::string bytes_;
   std::vector<Record> records_;
+  /// Keys and headers, apart from the values so that the values' padding contract holds.
+  std::string meta_;
 };
 
 /// One typed column. Only the vectors matching `type` are used:

@@ -79,7 +79,7 @@ std::string_view ToString(BaselineKind kind) {
 }
 
 Schema QuerySchema(const PipelineSpec& spec) {
-  Schema schema = spec.schema;
+  Schema schema = WithMetadataColumns(spec.schema, spec.query.metadata);
   for (const DerivedColumnSpec& derived : spec.query.derived) {
     schema.fields.push_back({derived.name, derived.type, true});
   }

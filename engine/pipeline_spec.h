@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/metadata_columns.h"
 #include "engine/options.h"
 #include "engine/schema.h"
 
@@ -106,6 +107,10 @@ struct QuerySpec {
   /// every stage (counted as filtered, never as malformed). Empty: every row. Default: empty.
   std::string where;
   SourceMark where_mark;
+  /// The source's metadata columns the query reads (key, partition, ...: engine/
+  /// metadata_columns.h), in MetadataColumnDefs() order. Only these are produced; they follow
+  /// the schema's fields. Found by config from every place a column is named. Default: none.
+  std::vector<MetadataColumn> metadata;
   /// The select items with AS, in order. Every stage (groupBy, aggregates, drift, the output
   /// of a plain select) sees them as columns after the schema's own.
   std::vector<DerivedColumnSpec> derived;
@@ -273,7 +278,8 @@ struct PipelineSpec {
   ScaleOutSpec scale_out;
 };
 
-/// The columns the query's stages see: the schema's fields, then the derived columns.
+/// The columns the query's stages see: the schema's fields, the metadata columns it reads,
+/// then the derived columns.
 Schema QuerySchema(const PipelineSpec& spec);
 
 std::string_view ToString(MalformedPolicy policy);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ struct PartitionLag {
   /// The positions count bytes (the file source), not records.
   bool bytes = false;
   int64_t lag() const { return latest > committed ? latest - committed : 0; }
+};
+
+/// A Kafka partition: its topic and number.
+struct TopicPartition {
+  std::string topic;
+  int32_t partition = 0;
 };
 
 /// Reads the records of one planned batch, in chunks so memory stays bounded.
@@ -86,6 +93,14 @@ class Source {
   virtual std::string PartitionKeyOf(uint32_t partition_index) const {
     (void)partition_index;
     return "";
+  }
+
+  /// The topic and partition number a RecordPosition::partition index names, for the `topic`
+  /// and `partition` metadata columns (engine/metadata_columns.h); nullopt for a source without
+  /// topics (then those columns are null). Default: nullopt.
+  virtual std::optional<TopicPartition> TopicPartitionOf(uint32_t partition_index) const {
+    (void)partition_index;
+    return std::nullopt;
   }
 
   /// "topic inference-logs partition 3 offset 1742", "file /data/a.jsonl byte 4096".

@@ -100,6 +100,9 @@ struct KafkaSourceOptions {
   /// scaleOut.enabled: the group divides partitions among processes (engine/group.h).
   bool scale_out = false;
   std::string instance;
+  /// The query reads the `key` / `headers` metadata columns: copy them into each chunk.
+  bool read_key = false;
+  bool read_headers = false;
 };
 
 std::vector<std::string> SplitTopics(const std::string& text) {
@@ -184,6 +187,10 @@ Result<KafkaSourceOptions> ParseOptions(const PipelineSpec& pipeline) {
   const Options& options = pipeline.source.options;
   KafkaSourceOptions parsed;
   parsed.pipeline_name = pipeline.name;
+  for (MetadataColumn column : pipeline.query.metadata) {
+    parsed.read_key |= column == MetadataColumn::kKey;
+    parsed.read_headers |= column == MetadataColumn::kHeaders;
+  }
   int modes = 0;
   if (std::string subscribe = options.GetString("subscribe"); !subscribe.empty()) {
     ++modes;
@@ -762,6 +769,12 @@ class KafkaSource final : public Source, public GroupMember {
 
   std::string PartitionKeyOf(uint32_t partition_index) const override {
     return partition_index < partitions_.size() ? partitions_[partition_index].key : "";
+  }
+
+  std::optional<TopicPartition> TopicPartitionOf(uint32_t partition_index) const override {
+    if (partition_index >= partitions_.size()) return std::nullopt;
+    const PartitionState& state = partitions_[partition_index];
+    return TopicPartition{state.topic, state.partition};
   }
 
   std::string DescribePosition(const RecordPosition& position) const override {
@@ -1371,6 +1384,20 @@ void KafkaReader::Finish(Range& range) {
   }
 }
 
+// The record's headers into the chunk, for the `headers` metadata column.
+void AppendHeaders(rd_kafka_message_t& message, InputChunk& chunk) {
+  rd_kafka_headers_t* headers = nullptr;  // owned by the message
+  if (rd_kafka_message_headers(&message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  const char* name = nullptr;
+  const void* value = nullptr;
+  size_t size = 0;
+  for (size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i) {
+    chunk.AddHeader(name, static_cast<const char*>(value), size);
+  }
+}
+
 Status KafkaReader::Take(Range& range, MessagePtr message, InputChunk& chunk) {
   Feed& feed = *range.feed;
   if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -1391,6 +1418,13 @@ Status KafkaReader::Take(Range& range, MessagePtr message, InputChunk& chunk) {
                              : timestamp_ms * 1000;
   chunk.Append(std::string_view(static_cast<const char*>(message->payload), message->len),
                RecordPosition{range.index, message->offset}, timestamp_us);
+  chunk.SetTimestampType(type == RD_KAFKA_TIMESTAMP_CREATE_TIME       ? 0
+                         : type == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? 1
+                                                                      : -1);
+  if (source_.options_.read_key && message->key) {
+    chunk.SetKey(std::string_view(static_cast<const char*>(message->key), message->key_len));
+  }
+  if (source_.options_.read_headers) AppendHeaders(*message, chunk);
   range.next = message->offset + 1;
   feed.position = range.next;
   if (range.next >= range.end) Finish(range);

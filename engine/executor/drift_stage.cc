@@ -82,6 +82,7 @@ class DriftStage::Impl {
     // are decoded by the declared schema and projected (and filtered) as input rows are.
     schema_ = QuerySchema(spec);
     input_schema_ = spec.schema;
+    metadata_columns_ = spec.query.metadata;
     auto projection = Projection::Create(spec);
     if (!projection) return tl::unexpected(projection.error());
     projection_ = std::move(*projection);
@@ -208,7 +209,9 @@ class DriftStage::Impl {
     DRIFTD_TRY(decoder.Decode(chunk, batch, nullptr, [](const RecordPosition& position) {
       return fmt::format("line {}", position.offset);
     }));
-    // Reference rows the filter rejects are not part of the reference.
+    // Reference records have no Kafka metadata: those columns are null for them. Reference
+    // rows the filter rejects are not part of the reference.
+    MetadataFiller(metadata_columns_).FillNulls(batch);
     static_cast<void>(projection_->Apply(batch));
     if (batch.num_rows == 0) return MakeError(ErrorCode::kConfig, "no reference records");
     if (!monitor_) {
@@ -786,6 +789,7 @@ class DriftStage::Impl {
   };
 
   DriftSpec spec_;
+  std::vector<MetadataColumn> metadata_columns_;  // the metadata columns of schema_
   Schema schema_;        // the query's columns (engine/pipeline_spec.h QuerySchema)
   Schema input_schema_;  // the declared schema, for reference records
   std::unique_ptr<Projection> projection_;

@@ -126,7 +126,8 @@ EventClockOptions ClockOptions(const PipelineSpec& spec) {
   } else if (query.window) {
     column = query.window->column;  // drift's windows close by it (delay 0)
   }
-  options.column = column.empty() ? -1 : spec.schema.IndexOf(column);
+  // The event time may be a metadata column (the Kafka timestamp) or a derived one.
+  options.column = column.empty() ? -1 : QuerySchema(spec).IndexOf(column);
   return options;
 }
 
@@ -140,7 +141,8 @@ class QueryExecutor::Impl {
         io_(std::move(io)),
         counters_(counters),
         clock_(ClockOptions(spec)),
-        log_(GetLogger("engine")) {}
+        log_(GetLogger("engine")),
+        metadata_(spec.query.metadata) {}
 
   Status Init() {
     if (io_.create_decoder) {
@@ -229,6 +231,7 @@ class QueryExecutor::Impl {
       parts.store = store_.get();
       parts.decoder = decoder_.get();
       parts.projection = projection_.get();
+      parts.metadata = &metadata_;
       parts.chunk_bytes = options_.chunk_bytes;
       parts.stop_requested = [this] { return stop_requested_.load(); };
       scale_out_ = std::make_unique<ScaleOutRunner>(std::move(parts));
@@ -584,6 +587,7 @@ class QueryExecutor::Impl {
         for (const DeadLetter& dead : dead_letters_) {
           output.dead_letters.Add("", DeadLetterRow(dead, source_->DescribePosition(dead.position)));
         }
+        metadata_.Fill(chunk_, *source_, records_);
         // Filtered rows leave before the clock: they neither advance nor are judged by it.
         progress.filtered_rows += projection_->Apply(records_);
         clock_.Stamp(
@@ -790,6 +794,8 @@ class QueryExecutor::Impl {
   std::string run_id_;
   /// query.where and the derived columns, applied to each decoded chunk before the stages.
   std::unique_ptr<Projection> projection_;
+  /// The Kafka metadata columns the query reads, filled beside the decoded ones.
+  MetadataFiller metadata_;
   std::vector<std::unique_ptr<Stage>> stages_;
   DriftStage* drift_ = nullptr;  // one of stages_, if drift is on
   /// scaleOut: the batch loop of a query shared by several processes.

@@ -113,7 +113,7 @@ ScaleOutRunner::ScaleOutRunner(Parts parts) : parts_(std::move(parts)) {
   } else if (spec.query.window) {
     column = spec.query.window->column;
   }
-  clock_options_.column = column.empty() ? -1 : spec.schema.IndexOf(column);
+  clock_options_.column = column.empty() ? -1 : QuerySchema(spec).IndexOf(column);
   std::string model = spec.drift.model_column;
   if (model.empty() && !spec.query.group_by.empty()) model = spec.query.group_by[0];
   model_column_ = model.empty() ? -1 : QuerySchema(spec).IndexOf(model);
@@ -373,6 +373,7 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
       output.dead_letters.Add(
           "", DeadLetterRow(dead, parts_.source->DescribePosition(dead.position)));
     }
+    parts_.metadata->Fill(chunk_, *parts_.source, records_);
     report.filtered_rows += parts_.projection->Apply(records_);
     const Column* time = clock_options_.column >= 0 ? &records_.columns[clock_options_.column]
                                                     : nullptr;

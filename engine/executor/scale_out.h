@@ -54,6 +54,8 @@ class ScaleOutRunner {
     /// query.where and the derived columns, applied to the source's rows before they are
     /// routed to tasks (not owned).
     Projection* projection = nullptr;
+    /// Fills the metadata columns the query reads, right after decoding (not owned).
+    MetadataFiller* metadata = nullptr;
     size_t chunk_bytes = 4 << 20;
     std::function<bool()> stop_requested;
   };

@@ -1746,6 +1746,21 @@ Expression::~Expression() = default;
 
 FieldType Expression::type() const { return *root_->type; }
 
+namespace {
+void CollectColumns(const Node& node, std::vector<int>& out) {
+  if (node.op == Op::kColumn && node.column >= 0) out.push_back(node.column);
+  for (const auto& arg : node.args) CollectColumns(*arg, out);
+}
+}  // namespace
+
+std::vector<int> Expression::ColumnsRead() const {
+  std::vector<int> columns;
+  CollectColumns(*root_, columns);
+  std::sort(columns.begin(), columns.end());
+  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
+  return columns;
+}
+
 int Expression::column_index() const { return root_->op == Op::kColumn ? root_->column : -1; }
 
 const Column& Expression::Evaluate(const RecordBatch& batch) {

@@ -59,6 +59,9 @@ class Expression {
   /// Whether the expression is nothing but a reference to a column (its index), else -1.
   int column_index() const;
 
+  /// The indexes of the columns the expression reads, ascending, each once.
+  std::vector<int> ColumnsRead() const;
+
   /// Computes the expression for every row of `batch` (whose columns follow the schema it was
   /// compiled against, possibly with more columns after). The result has batch.num_rows rows;
   /// it stays valid until the next Evaluate.

@@ -8,7 +8,7 @@ namespace driftd {
 Result<std::unique_ptr<Projection>> Projection::Create(const PipelineSpec& spec) {
   std::unique_ptr<Projection> projection(new Projection());
   // Each derived column may read the ones before it; the filter reads them all.
-  Schema columns = spec.schema;
+  Schema columns = WithMetadataColumns(spec.schema, spec.query.metadata);
   for (const DerivedColumnSpec& derived : spec.query.derived) {
     auto item = expr::CompileSelectItem(derived.text, columns);
     if (!item) {

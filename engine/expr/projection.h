@@ -24,8 +24,9 @@ class Projection {
   /// that passed validation compiles; an error (kConfig) names the expression.
   static Result<std::unique_ptr<Projection>> Create(const PipelineSpec& spec);
 
-  /// Appends the derived columns to `batch` (whose columns are the schema's) and removes the
-  /// rows the filter rejects, keeping the order of the rest. Returns the number removed.
+  /// Appends the derived columns to `batch` (whose columns are the schema's, then the metadata
+  /// columns the query reads) and removes the rows the filter rejects, keeping the order of the
+  /// rest. Returns the number removed.
   int64_t Apply(RecordBatch& batch);
 
  private:

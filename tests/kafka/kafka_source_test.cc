@@ -1,6 +1,9 @@
 // The kafka source against the real broker: exact and replayable ranges, rate limits, new
 // partitions, starting offsets, data loss, group offsets and readiness.
 #include <algorithm>
+#include <optional>
+
+#include "engine/metadata_columns.h"
 
 #include "tests/kafka/kafka_test_util.h"
 
@@ -65,6 +68,131 @@ TEST_CASE("the kafka source reads exactly the planned range of every partition",
   REQUIRE(lags.size() == 2);
   CHECK(lags[0].lag() == 3);
   CHECK(lags[1].lag() == 0);
+}
+
+// Produces one record with a key (or none) and headers (name, value; a null value as nullopt).
+void ProduceWithHeaders(
+    const std::string& topic, const std::optional<std::string>& key, const std::string& value,
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& headers) {
+  Client producer = MakeClient(RD_KAFKA_PRODUCER, {{"linger.ms", "1"}});
+  rd_kafka_headers_t* list = rd_kafka_headers_new(headers.size());
+  for (const auto& [name, header_value] : headers) {
+    REQUIRE(rd_kafka_header_add(list, name.data(), static_cast<ssize_t>(name.size()),
+                                (header_value ? header_value->data() : nullptr),
+                                (header_value ? static_cast<ssize_t>(header_value->size()) : 0)) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  // The producer owns the headers once the call succeeds.
+  rd_kafka_resp_err_t err = rd_kafka_producev(
+      producer.get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
+      RD_KAFKA_V_KEY((key ? key->data() : nullptr), (key ? key->size() : 0)),
+      RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+      RD_KAFKA_V_HEADERS(list), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) rd_kafka_headers_destroy(list);
+  REQUIRE(err == RD_KAFKA_RESP_ERR_NO_ERROR);
+  REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+struct MetadataRead {
+  std::vector<std::optional<std::string>> keys;
+  std::vector<std::string> headers;  // the `headers` column's text
+  std::vector<int64_t> timestamp_types;
+  std::vector<std::string> topics;
+  std::vector<int64_t> partitions;
+};
+
+// Reads [start, end) and fills the metadata columns `columns` beside a one-field schema.
+MetadataRead ReadMetadata(Source& source, const SourceOffsets& start, const SourceOffsets& end,
+                          const std::vector<MetadataColumn>& columns) {
+  auto reader = Require(source.Read(start, end));
+  MetadataFiller filler(columns);
+  MetadataRead read;
+  InputChunk chunk;
+  bool more = true;
+  while (more) {
+    chunk.Clear();
+    more = Require(reader->Next(chunk, 1 << 20));
+    RecordBatch batch;
+    batch.num_rows = chunk.size();
+    for (const auto& record : chunk.records()) batch.positions.push_back(record.position);
+    filler.Fill(chunk, source, batch);
+    REQUIRE(batch.columns.size() == columns.size());
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const Column& column = batch.columns[c];
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        switch (columns[c]) {
+          case MetadataColumn::kKey:
+            read.keys.push_back(column.IsNull(row)
+                                    ? std::nullopt
+                                    : std::optional(std::string(column.String(row))));
+            break;
+          case MetadataColumn::kHeaders: read.headers.emplace_back(column.String(row)); break;
+          case MetadataColumn::kTimestampType:
+            read.timestamp_types.push_back(column.i64[row]);
+            break;
+          case MetadataColumn::kTopic: read.topics.emplace_back(column.String(row)); break;
+          case MetadataColumn::kPartition: read.partitions.push_back(column.i64[row]); break;
+          default: break;
+        }
+      }
+    }
+  }
+  return read;
+}
+
+TEST_CASE("the kafka source carries each record's key, headers and timestamp type",
+          "[kafka][source][metadata]") {
+  Admin admin;
+  const std::string topic = UniqueName("metadata");
+  admin.CreateTopic(topic, 2);
+  ProduceWithHeaders(topic, "model-a", "{}", {{"trace", "t-1"}, {"trace", "t-2"}, {"empty", ""}});
+  ProduceWithHeaders(topic, std::nullopt, "{}", {{"null-valued", std::nullopt}});
+  ProduceWithHeaders(topic, std::string("k\"q"), "{}", {});
+
+  PipelineSpec pipeline = SourcePipeline("metadata", {{"subscribe", topic}});
+  const std::vector<MetadataColumn> all = {MetadataColumn::kKey, MetadataColumn::kTopic,
+                                           MetadataColumn::kPartition,
+                                           MetadataColumn::kTimestampType,
+                                           MetadataColumn::kHeaders};
+  pipeline.query.metadata = all;
+  auto source = StartSource(pipeline);
+  SourceOffsets start = Require(source->InitialOffsets());
+  SourceOffsets end = Require(source->PlanBatch(start));
+  MetadataRead read = ReadMetadata(*source, start, end, all);
+  CHECK(read.keys == std::vector<std::optional<std::string>>{"model-a", std::nullopt, "k\"q"});
+  CHECK(read.headers == std::vector<std::string>{
+                            R"([{"key":"trace","value":"t-1"},{"key":"trace","value":"t-2"},)"
+                            R"({"key":"empty","value":""}])",
+                            R"([{"key":"null-valued","value":null}])", "[]"});
+  CHECK(read.timestamp_types == std::vector<int64_t>{0, 0, 0});  // CreateTime
+  CHECK(read.topics == std::vector<std::string>(3, topic));
+  CHECK(read.partitions == std::vector<int64_t>(3, 0));
+
+  SECTION("a topic stamped by the broker says LogAppendTime") {
+    const std::string stamped = UniqueName("metadata-append");
+    admin.CreateTopic(stamped, 1, {{"message.timestamp.type", "LogAppendTime"}});
+    ProduceWithHeaders(stamped, "k", "{}", {});
+    PipelineSpec other = SourcePipeline("metadata", {{"subscribe", stamped}});
+    other.query.metadata = {MetadataColumn::kTimestampType};
+    auto broker_stamped = StartSource(other);
+    SourceOffsets from = Require(broker_stamped->InitialOffsets());
+    SourceOffsets to = Require(broker_stamped->PlanBatch(from));
+    CHECK(ReadMetadata(*broker_stamped, from, to, {MetadataColumn::kTimestampType})
+              .timestamp_types == std::vector<int64_t>{1});
+  }
+  SECTION("keys and headers are not copied when the query does not read them") {
+    PipelineSpec plain = SourcePipeline("metadata", {{"subscribe", topic}});
+    auto without = StartSource(plain);
+    auto reader = Require(without->Read(start, end));
+    InputChunk chunk;
+    while (Require(reader->Next(chunk, 1 << 20))) {
+    }
+    REQUIRE(chunk.size() == 3);
+    for (const auto& record : chunk.records()) {
+      CHECK_FALSE(record.has_key);
+      CHECK(record.headers_size == 0);
+    }
+  }
 }
 
 TEST_CASE("replaying a range after a restart yields the same records", "[kafka][source]") {
