@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -56,6 +57,37 @@ class FileSink final : public Sink {
 
   Status Deliver(const BatchOutput& output) override { return AsDeliveryError(Write(output)); }
 
+  void DeferDurability(bool on) override { deferred_ = on; }
+
+  // The files written since the last call, then their two directories (the renames). Runs
+  // beside Deliver (Sink::Sync): only the list is shared.
+  Status Sync() override {
+    std::vector<std::string> files;
+    {
+      std::lock_guard<std::mutex> lock(unsynced_mutex_);
+      files.swap(unsynced_);
+    }
+    if (files.empty()) return Ok();
+    Status status = Ok();
+    for (const std::string& file : files) {
+      status = AsDeliveryError(SyncFile(file));
+      if (!status) break;
+    }
+    if (status) status = AsDeliveryError(SyncDirectory(path_));
+    if (status) status = AsDeliveryError(SyncDirectory(ManifestDir(path_)));
+    if (!status) {
+      // Kept for the next attempt (the query stops on the error; a restart re-checks them).
+      std::lock_guard<std::mutex> lock(unsynced_mutex_);
+      unsynced_.insert(unsynced_.begin(), files.begin(), files.end());
+    }
+    return status;
+  }
+
+  void Remember(std::string path) {
+    std::lock_guard<std::mutex> lock(unsynced_mutex_);
+    unsynced_.push_back(std::move(path));
+  }
+
  private:
   // The sink's directory failing (a full or broken disk) is a failure to deliver (kExternal:
   // retried, exit code 1), not one of the checkpoint, which kIo would say (exit code 74).
@@ -73,10 +105,33 @@ class FileSink final : public Sink {
     return CheckOwnCheckpoint();
   }
 
+  // Whether batch_id's manifest entry exists and is whole, and so is the part it lists: an
+  // entry is written after its part, but without a sync in between (DeferDurability) a machine
+  // crash may keep the entry and lose the part, or tear the entry itself. Such a batch is not
+  // delivered; its re-delivery replaces both.
   Result<bool> ManifestHas(int64_t batch_id) {
-    auto size = FileSizeOrMissing(JoinPath(ManifestDir(path_), std::to_string(batch_id)));
+    const std::string entry_path = JoinPath(ManifestDir(path_), std::to_string(batch_id));
+    auto size = FileSizeOrMissing(entry_path);
     if (!size) return tl::unexpected(size.error());
-    return *size >= 0;
+    if (*size < 0) return false;
+    auto text = ReadWholeFile(entry_path);
+    if (!text) return tl::unexpected(text.error());
+    simdjson::dom::element entry;
+    if (parser_.parse(*text).get(entry) != simdjson::SUCCESS) return false;
+    simdjson::dom::array files;
+    if (entry["files"].get_array().get(files) != simdjson::SUCCESS) return false;
+    int64_t bytes = -1;
+    if (entry["bytes"].get_int64().get(bytes) != simdjson::SUCCESS) return true;  // older entry
+    int64_t found = 0;
+    for (auto file : files) {
+      std::string_view name;
+      if (file.get_string().get(name) != simdjson::SUCCESS) return false;
+      auto part = FileSizeOrMissing(JoinPath(path_, name));
+      if (!part) return tl::unexpected(part.error());
+      if (*part < 0) return false;
+      found += *part;
+    }
+    return found == bytes;
   }
 
   Status Write(const BatchOutput& output) {
@@ -94,7 +149,8 @@ class FileSink final : public Sink {
         buffer_.push_back('\n');
       }
       // Same name on re-delivery: the rename replaces a part left by an interrupted attempt.
-      DRIFTD_TRY(WriteFileAtomically(path_, part, buffer_));
+      DRIFTD_TRY(WriteFileAtomically(path_, part, buffer_, !deferred_));
+      if (deferred_) Remember(JoinPath(path_, part));
     }
     std::string manifest;
     JsonObject entry(manifest);
@@ -103,38 +159,48 @@ class FileSink final : public Sink {
     if (!part.empty()) AppendJsonString(manifest, part);
     manifest += "]";
     entry.Int("rows", static_cast<int64_t>(rows.rows.size()));
+    entry.Int("bytes", part.empty() ? 0 : static_cast<int64_t>(buffer_.size()));
     if (!checkpoint_id_.empty()) entry.String("checkpoint", checkpoint_id_);
     entry.Close();
     manifest.push_back('\n');
-    return WriteFileAtomically(ManifestDir(path_), std::to_string(output.batch_id), manifest);
+    const std::string entry_name = std::to_string(output.batch_id);
+    DRIFTD_TRY(WriteFileAtomically(ManifestDir(path_), entry_name, manifest, !deferred_));
+    if (deferred_) Remember(JoinPath(ManifestDir(path_), entry_name));
+    return Ok();
   }
 
   // The newest manifest entry must be of this checkpoint: a checkpoint started over (deleted)
   // numbers its batches from 0 again, and the old entries would pass for its deliveries.
+  // Entries a machine crash left incomplete (DeferDurability) are passed over: they are not
+  // deliveries, and recovery writes them again.
   Status CheckOwnCheckpoint() {
     if (checkpoint_id_.empty()) return Ok();
     auto batches = ReadFileSinkManifest(path_);
     if (!batches) return tl::unexpected(batches.error());
-    if (batches->empty()) return Ok();
-    const std::string entry_path = JoinPath(ManifestDir(path_), std::to_string(batches->back()));
-    last_delivered_ = batches->back();
-    auto text = ReadWholeFile(entry_path);
-    if (!text) return tl::unexpected(text.error());
-    simdjson::dom::parser parser;
-    simdjson::dom::element entry;
-    std::string_view owner;
-    if (parser.parse(*text).get(entry) != simdjson::SUCCESS) {
-      return MakeError(ErrorCode::kCorruption, "manifest entry {} is not JSON", entry_path);
+    for (auto batch = batches->rbegin(); batch != batches->rend(); ++batch) {
+      auto complete = ManifestHas(*batch);
+      if (!complete) return tl::unexpected(complete.error());
+      if (!*complete) continue;
+      const std::string entry_path = JoinPath(ManifestDir(path_), std::to_string(*batch));
+      auto text = ReadWholeFile(entry_path);
+      if (!text) return tl::unexpected(text.error());
+      simdjson::dom::element entry;
+      std::string_view owner;
+      if (parser_.parse(*text).get(entry) != simdjson::SUCCESS) {
+        return MakeError(ErrorCode::kCorruption, "manifest entry {} is not JSON", entry_path);
+      }
+      last_delivered_ = *batch;
+      if (entry["checkpoint"].get(owner) != simdjson::SUCCESS) return Ok();  // older version
+      if (owner == checkpoint_id_) return Ok();
+      last_delivered_.reset();
+      return MakeError(
+          ErrorCode::kIncompatible,
+          "file sink '{}': {} holds output up to batch {} of another checkpoint ({}), not of "
+          "this pipeline's checkpoint ({}); batch numbers would collide. Point the "
+          "sink at a new directory, or move the old output away",
+          name_, path_, *batch, owner, checkpoint_id_);
     }
-    if (entry["checkpoint"].get(owner) != simdjson::SUCCESS) return Ok();  // older version
-    if (owner == checkpoint_id_) return Ok();
-    last_delivered_.reset();
-    return MakeError(
-        ErrorCode::kIncompatible,
-        "file sink '{}': {} holds output up to batch {} of another checkpoint ({}), not of "
-        "this pipeline's checkpoint ({}); batch numbers would collide. Point the "
-        "sink at a new directory, or move the old output away",
-        name_, path_, batches->back(), owner, checkpoint_id_);
+    return Ok();
   }
 
   std::string checkpoint_id_;
@@ -145,6 +211,12 @@ class FileSink final : public Sink {
   StreamKind stream_;
   OutputMode mode_;
   std::string buffer_;
+  simdjson::dom::parser parser_;
+  // DeferDurability: parts and manifest entries written since the last Sync, which another
+  // thread calls.
+  bool deferred_ = false;
+  std::mutex unsynced_mutex_;
+  std::vector<std::string> unsynced_;
 };
 
 }  // namespace
@@ -222,7 +294,9 @@ ConnectorDecl FileSinkDecl() {
   decl.role = ConnectorRole::kSink;
   decl.doc =
       "JSON lines, exactly-once: batch N's rows go to `part-<N>-<sink>.jsonl` (temp file, "
-      "fsync, rename), then the entry `_driftd_manifest/<N>` records that N is complete. A "
+      "fsync, rename), then the entry `_driftd_manifest/<N>` records that N is complete (under "
+      "the continuous trigger both are synced once per trigger interval instead of per epoch; "
+      "an entry names its part's size, so one a machine crash cut is told apart). A "
       "crash in between leaves a part without an entry, which the restart rewrites, so readers "
       "must only trust parts listed in the manifest (`driftd` and the test helpers do). Batches "
       "without rows get an entry and no part. Each file sink needs a directory of its own.";

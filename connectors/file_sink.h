@@ -2,10 +2,11 @@
 //   <path>/part-<N, 10 digits>-<S>.jsonl        the rows, one JSON object per line (absent
 //                                                when the batch had no rows)
 //   <path>/_driftd_manifest/<N>                 {"batchId":N,"sink":S,"files":[...],"rows":k,
-//                                                "checkpoint":C}
-// Both are written with temp file + fsync + rename. A manifest entry that exists means N is
-// delivered; part files without one are leftovers of an interrupted delivery and must be
-// ignored (the re-delivery overwrites them). Readers should go through ReadCommittedFileSinkRows.
+//                                                "bytes":b,"checkpoint":C}
+// Both are written with temp file + fsync + rename (under the continuous trigger, without the
+// fsyncs, which come once per trigger interval: Sink::DeferDurability). A manifest entry that
+// exists, parses and whose part holds b bytes means N is delivered; part files without one are
+// leftovers of an interrupted delivery and must be ignored (the re-delivery overwrites them). Readers should go through ReadCommittedFileSinkRows.
 // C is the id of the checkpoint whose batch N it is: batch numbers start over with a new
 // checkpoint, so a directory holding another checkpoint's batches is refused at open rather
 // than taken as already delivered (entries without C, of older versions, are accepted).

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "connectors/connector_factories.h"
+#include "connectors/dir_watch.h"
 #include "connectors/fs_util.h"
 #include "engine/log.h"
 
@@ -332,8 +333,8 @@ class FileSource final : public Source {
   }
 
   // Matching files in name order, limited to the frozen snapshot under availableNow.
-  Result<std::vector<DirEntry>> ListInput() const {
-    auto listing = ListRegularFiles(options_.path);
+  Result<std::vector<DirEntry>> ListInput() {
+    auto listing = watch_.Files();
     if (!listing) return tl::unexpected(listing.error());
     std::vector<DirEntry> input;
     for (DirEntry& entry : *listing) {
@@ -385,6 +386,7 @@ class FileSource final : public Source {
   }
 
   FileSourceOptions options_;
+  DirectoryWatch watch_{options_.path};
   std::optional<std::unordered_map<std::string, int64_t>> frozen_;
   // Stable per-process numbering of files for RecordPosition::partition.
   std::vector<std::string> names_;
@@ -416,9 +418,10 @@ ConnectorDecl FileSourceDecl() {
   decl.role = ConnectorRole::kSource;
   decl.doc =
       "A directory of JSON-lines files (one JSON object per line, `\\n` or `\\r\\n`; blank "
-      "lines are skipped). The directory is listed at every batch and files are processed in "
-      "file-name order, so new files are picked up while running; name them so that newer "
-      "files sort later (e.g. `2026-11-29T10-00.jsonl`). Files may be added or appended to, "
+      "lines are skipped). New and growing files are picked up while running (the directory is "
+      "watched with inotify, and listed again every 10 s for changes inotify cannot see, such "
+      "as another machine writing to a network file system). Files are processed in "
+      "file-name order, so name them so that newer files sort later (e.g. `2026-11-29T10-00.jsonl`). Files may be added or appended to, "
       "never rewritten or truncated; a last line without a newline is read once it is "
       "complete. Files whose names start with `.` or `_` are ignored, so write elsewhere or "
       "under a hidden name and rename into place. Offsets: file name -> bytes consumed.";

@@ -31,14 +31,15 @@ Status WriteAll(int fd, const std::string& path, std::string_view data) {
   return Ok();
 }
 
+
+}  // namespace
+
 Status SyncDirectory(const std::string& directory) {
   UniqueFd fd{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (!fd.valid()) return IoError("opening directory", directory, errno);
   if (::fsync(fd.get()) != 0) return IoError("syncing directory", directory, errno);
   return Ok();
 }
-
-}  // namespace
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {
@@ -143,7 +144,7 @@ Result<std::string> ReadWholeFile(const std::string& path) {
 }
 
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                           std::string_view data) {
+                           std::string_view data, bool durable) {
   // Hidden (leading '.') so directory readers and the file source's globs skip it.
   std::string temp_path = JoinPath(directory, "." + name + ".tmp");
   std::string final_path = JoinPath(directory, name);
@@ -151,14 +152,21 @@ Status WriteFileAtomically(const std::string& directory, const std::string& name
     UniqueFd fd{::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (!fd.valid()) return IoError("creating", temp_path, errno);
     DRIFTD_TRY(WriteAll(fd.get(), temp_path, data));
-    if (::fsync(fd.get()) != 0) return IoError("syncing", temp_path, errno);
+    if (durable && ::fsync(fd.get()) != 0) return IoError("syncing", temp_path, errno);
   }
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     int error = errno;
     ::unlink(temp_path.c_str());
     return IoError("renaming into place", final_path, error);
   }
-  return SyncDirectory(directory);
+  return durable ? SyncDirectory(directory) : Ok();
+}
+
+Status SyncFile(const std::string& path) {
+  UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (!fd.valid()) return IoError("opening", path, errno);
+  if (::fsync(fd.get()) != 0) return IoError("syncing", path, errno);
+  return Ok();
 }
 
 Status AppendToFile(const std::string& path, std::string_view data) {

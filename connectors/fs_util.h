@@ -67,8 +67,15 @@ Result<std::string> ReadWholeFile(const std::string& path);
 /// Writes `data` to `directory/name` so that readers see either the old file or the complete
 /// new one, and the new one survives a crash once this returns: a hidden temp file in the same
 /// directory is written and fsynced, renamed over `name`, then the directory is fsynced.
+/// With `durable` false nothing is synced: readers still see the old or the whole new file,
+/// and a killed process loses nothing (the data is in the OS's cache), but an OS crash or power
+/// loss may; the caller then makes it durable later with SyncFile and SyncDirectory.
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                           std::string_view data);
+                           std::string_view data, bool durable = true);
+
+/// fsync of a file, or of a directory (its entries: files created or renamed into it).
+Status SyncFile(const std::string& path);
+Status SyncDirectory(const std::string& directory);
 
 /// Appends `data` to `path` (created if missing, with its directory) and fsyncs it.
 Status AppendToFile(const std::string& path, std::string_view data);

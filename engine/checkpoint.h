@@ -133,7 +133,9 @@ class CheckpointStore {
 
   /// Outbox entries, oldest batch first.
   virtual Result<std::vector<OutboxEntry>> PendingOutbox() = 0;
-  /// `sink` has delivered `batch_id`; the entry goes when no sink is pending.
+  /// `sink` has delivered `batch_id`; the entry goes when no sink is pending. Not synced by
+  /// itself (the next Commit's sync persists it): call it only once the sink's own record of
+  /// the delivery is durable, which Sink::IsDelivered reads after a machine crash.
   virtual Status MarkDelivered(int64_t batch_id, std::string_view sink) = 0;
 
   /// Live state key count and bytes (maintained incrementally, cheap).

@@ -118,6 +118,20 @@ class Sink {
   /// crash before that leaves nothing visible to readers of committed output.
   virtual Status Deliver(const BatchOutput& output) = 0;
 
+  /// Lets Deliver leave what it writes in the OS's cache, durable only after the next Sync():
+  /// the continuous trigger asks for it, so that an epoch costs one durable write (the
+  /// checkpoint's commit) and the sinks' output is synced once per trigger interval. The
+  /// executor marks such deliveries done in the checkpoint only after Sync() returned, so a
+  /// machine crash in between makes recovery ask IsDelivered(), which must then tell a
+  /// complete delivery from one the crash cut. A sink that cannot defer ignores the call.
+  /// Default: ignored.
+  virtual void DeferDurability(bool on) { (void)on; }
+
+  /// Makes every delivery finished before the call durable. Called from a thread other than
+  /// Deliver's, possibly while a Deliver runs: a sink that defers must be safe for that.
+  /// Default: nothing to do (the sink's deliveries are durable when Deliver returns).
+  virtual Status Sync() { return Ok(); }
+
   /// Asks an Open under way to give up soon (it then fails with kCancelled); called from any
   /// thread when the query is asked to stop. A delivery under way is not cut short. Default:
   /// nothing (Open ends soon by itself).

@@ -894,10 +894,15 @@ Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view si
   auto found = std::find(sinks.begin(), sinks.end(), sink);
   if (found == sinks.end()) return Ok();
   sinks.erase(found);
+  // Not synced: the sink's own record of the delivery (a file manifest entry, a committed
+  // Kafka transaction) is durable before this is called, and a mark that a machine crash
+  // loses only makes recovery ask the sink (Sink::IsDelivered) instead. The next commit's
+  // sync persists it anyway. One fsync per batch fewer.
+  const rocksdb::WriteOptions unsynced;
   if (sinks.empty()) {
-    status = db_->Delete(SyncedWrite(), cf(kOutboxCf), key);
+    status = db_->Delete(unsynced, cf(kOutboxCf), key);
   } else {
-    status = db_->Put(SyncedWrite(), cf(kOutboxCf), key, EncodeOutbox(sinks, entry->payload));
+    status = db_->Put(unsynced, cf(kOutboxCf), key, EncodeOutbox(sinks, entry->payload));
   }
   if (!status.ok()) {
     return tl::unexpected(Fail(status, fmt::format("marking batch {} delivered", batch_id)));

@@ -274,21 +274,139 @@ class QueryExecutor::Impl {
   // Trigger continuous: an epoch starts as soon as the previous one ends and the source has
   // records (or a window became closable); nothing waits for an interval boundary. Each epoch is
   // committed before it is delivered, so the exactly-once protocol holds per epoch.
+  //
+  // The commit is an epoch's only durable write: the sinks deliver without syncing
+  // (Sink::DeferDurability), and once per trigger interval a thread of its own makes their
+  // output durable (Sink::Sync) while epochs go on; the epochs it covered are then marked
+  // delivered in the checkpoint, on this thread. A killed process loses nothing (what it wrote
+  // is in the OS's cache); after a machine crash, recovery finds the epochs since the last
+  // sync still pending and asks each sink whether it holds them whole.
   Status RunContinuous() {
     auto poll = std::chrono::milliseconds(std::max<int64_t>(1, options_.continuous_poll_ms));
+    const auto sync_interval =
+        std::chrono::milliseconds(std::max<int64_t>(1, spec_.trigger.interval_ms));
+    for (auto& sink : sinks_) sink->DeferDurability(true);
+    defer_durability_ = true;
+    SinkSyncer syncer(sinks_);
+    Clock::time_point last_sync = Clock::now();
+    Status status = Ok();
     while (!stop_requested_.load()) {
       if (options_.metrics) options_.metrics->LoopBusy();
       auto ran = RunBatch();
+      if (ran) status = MarkSynced(syncer);
+      if (status && !undurable_batches_.empty() && Clock::now() - last_sync >= sync_interval &&
+          syncer.Request(undurable_batches_.back())) {
+        last_sync = Clock::now();
+      }
       if (options_.metrics) options_.metrics->LoopIdle();
+      if (!status) break;
       if (!ran) {
-        if (ran.error().code() == ErrorCode::kCancelled) break;
-        return tl::unexpected(ran.error());
+        if (ran.error().code() != ErrorCode::kCancelled) status = tl::unexpected(ran.error());
+        break;
       }
       if (*ran) continue;
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
+    // The last epochs are made durable before the query ends, so a clean stop leaves no
+    // pending output.
+    if (status && !undurable_batches_.empty()) {
+      syncer.WaitIdle();  // a sync under way may cover fewer epochs
+      syncer.Request(undurable_batches_.back());
+      syncer.WaitIdle();
+      status = MarkSynced(syncer);
+    }
+    syncer.Stop();
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
+    return status;
+  }
+
+  // Syncs the sinks on a thread of its own when asked (trigger continuous).
+  class SinkSyncer {
+   public:
+    explicit SinkSyncer(std::vector<std::unique_ptr<Sink>>& sinks)
+        : sinks_(sinks), thread_([this] { Loop(); }) {}
+    ~SinkSyncer() { Stop(); }
+
+    // Asks for a sync covering epochs up to `batch_id`; false while one is under way.
+    bool Request(int64_t batch_id) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (requested_ >= 0) return false;
+      requested_ = batch_id;
+      wake_.notify_all();
+      return true;
+    }
+    void WaitIdle() {
+      std::unique_lock<std::mutex> lock(mutex_);
+      idle_.wait(lock, [&] { return requested_ < 0; });
+    }
+    // The newest epoch a finished sync covered (-1: none), and its error if it failed.
+    int64_t synced_through(Status& status) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      status = status_;
+      return synced_through_;
+    }
+    void Stop() {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+        wake_.notify_all();
+      }
+      if (thread_.joinable()) thread_.join();
+    }
+
+   private:
+    void Loop() {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (true) {
+        wake_.wait(lock, [&] { return stopping_ || requested_ >= 0; });
+        if (requested_ < 0) return;  // stopping, nothing asked
+        const int64_t batch_id = requested_;
+        lock.unlock();
+        Status status = Ok();
+        for (auto& sink : sinks_) {
+          status = sink->Sync().map_error([&](const Error& e) {
+            return e.Wrap(fmt::format("syncing sink '{}'", sink->name()));
+          });
+          if (!status) break;
+        }
+        lock.lock();
+        if (status) {
+          synced_through_ = batch_id;
+        } else {
+          status_ = status;
+        }
+        requested_ = -1;
+        idle_.notify_all();
+        if (stopping_) return;
+      }
+    }
+
+    std::vector<std::unique_ptr<Sink>>& sinks_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::condition_variable idle_;
+    int64_t requested_ = -1;
+    int64_t synced_through_ = -1;
+    Status status_ = Ok();
+    bool stopping_ = false;
+    std::thread thread_;
+  };
+
+  // Marks the epochs a finished sync covered delivered (unsynced writes; see MarkDelivered).
+  Status MarkSynced(SinkSyncer& syncer) {
+    Status status = Ok();
+    const int64_t through = syncer.synced_through(status);
+    DRIFTD_TRY(status);
+    size_t done = 0;
+    while (done < undurable_batches_.size() && undurable_batches_[done] <= through) {
+      for (auto& sink : sinks_) {
+        DRIFTD_TRY(store_->MarkDelivered(undurable_batches_[done], sink->name()));
+      }
+      ++done;
+    }
+    undurable_batches_.erase(undurable_batches_.begin(),
+                             undurable_batches_.begin() + static_cast<std::ptrdiff_t>(done));
     return Ok();
   }
 
@@ -658,8 +776,9 @@ class QueryExecutor::Impl {
     }
     for (auto& sink : sinks_) {
       DRIFTD_TRY(DeliverWithRetry(*sink, output));
-      DRIFTD_TRY(store_->MarkDelivered(next_batch_id_, sink->name()));
+      if (!defer_durability_) DRIFTD_TRY(store_->MarkDelivered(next_batch_id_, sink->name()));
     }
+    if (defer_durability_) undurable_batches_.push_back(next_batch_id_);
     progress.delivery_ms = MillisSince(deliver_start);
     Status committed = source_->OnCommitted(end);
     if (!committed) {
@@ -810,6 +929,10 @@ class QueryExecutor::Impl {
   int64_t next_batch_id_ = 0;
   Clock::time_point last_batch_end_{};
   Clock::time_point last_report_{};
+  /// Trigger continuous: sinks deliver without syncing; these epochs wait for SyncSinks to be
+  /// marked delivered.
+  bool defer_durability_ = false;
+  std::vector<int64_t> undurable_batches_;
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> started_{false};

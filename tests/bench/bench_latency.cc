@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -179,6 +180,23 @@ checkpointLocation: {checkpoint}
   return Summarize(std::move(latencies));
 }
 
+// A process that keeps one core busy (a spinning loop) until killed: the load under which the
+// continuous trigger's latency target holds.
+pid_t StartBusyCore() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    volatile uint64_t spin = 0;
+    for (;;) spin = spin + 1;
+  }
+  return pid;
+}
+
+void StopBusyCore(pid_t pid) {
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,18 +204,26 @@ int main(int argc, char** argv) {
   struct Case {
     std::string name;
     std::string trigger;
+    bool busy_core;
   };
   std::vector<Case> cases = {
-      {"continuous 1 s", "{continuous: 1 second}"},
-      {"processingTime 1 s", "{processingTime: 1 second}"},
-      {"processingTime 100 ms", "{processingTime: 100ms}"},
+      {"continuous 1 s", "{continuous: 1 second}", false},
+      {"processingTime 1 s", "{processingTime: 1 second}", false},
+      {"processingTime 100 ms", "{processingTime: 100ms}", false},
+      {"continuous, 1 core busy", "{continuous: 1 second}", true},
   };
-  std::printf("end-to-end latency, file source -> file sink, %d records per trigger\n", records);
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::printf("end-to-end latency, file source -> file sink, %d records per trigger "
+              "(machine load %.1f on %ld cores before the run)\n",
+              records, load[0], sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-24s %10s %10s %10s %8s\n", "trigger", "p50 ms", "p99 ms", "max ms", "n");
   std::vector<Percentiles> results;
   uint32_t seed = 1;
   for (const Case& c : cases) {
+    const pid_t busy = c.busy_core ? StartBusyCore() : -1;
     Percentiles p = Measure(c.trigger, records, seed++);
+    if (busy > 0) StopBusyCore(busy);
     results.push_back(p);
     std::printf("%-24s %10.1f %10.1f %10.1f %8zu\n", c.name.c_str(), p.p50_ms, p.p99_ms, p.max_ms,
                 p.samples);
@@ -208,6 +234,8 @@ int main(int argc, char** argv) {
                 results[1].p50_ms / results[0].p50_ms, results[1].p99_ms / results[0].p99_ms);
     std::printf("ratio processingTime 100 ms / continuous: p50 %.1fx, p99 %.1fx\n",
                 results[2].p50_ms / results[0].p50_ms, results[2].p99_ms / results[0].p99_ms);
+    std::printf("continuous with one core busy / quiet: p50 %.1fx, p99 %.1fx\n",
+                results[3].p50_ms / results[0].p50_ms, results[3].p99_ms / results[0].p99_ms);
   }
   return 0;
 }

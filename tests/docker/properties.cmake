@@ -1,7 +1,7 @@
 # Included by ctest after the discovered test cases: the container image test runs against the
-# Kafka broker of the kafka_broker fixture, alone (it builds an image on a 2-core machine).
+# Kafka broker of the kafka_broker fixture, and not beside a Kafka test (the broker lock).
 # catch_discover_tests' prefix arrives as "docker:" (its trailing space is lost); ctest has no
 # if(TEST) to try both spellings, so keep this name in step with the TEST_CASE in image_test.cc.
 set_tests_properties("docker:the container image runs the Kafka drift monitor and stops cleanly on SIGTERM"
-                     PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 1500
+                     PROPERTIES FIXTURES_REQUIRED kafka_broker RESOURCE_LOCK kafka_broker TIMEOUT 1500
                      LABELS "e2e;kafka;docker")
