@@ -744,6 +744,7 @@ ValueFormatDecl AvroFormatDeclaration() {
        "Connect and read timeout of a Schema Registry request."},
   };
   decl.create = CreateAvroDecoder;
+  AddAvroEncoder(decl);
   return decl;
 }
 
