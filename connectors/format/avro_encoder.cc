@@ -230,7 +230,12 @@ class SchemaWriter {
           value += R"(,"type":)";
           if (std::string problem = Type(field.type, value); !problem.empty()) return problem;
           if (field.type.nullable) value += R"(,"default":null)";
-          if (name != field.name) {
+          if (field.elements) {
+            // The rows' numbered members it gathers.
+            value += R"(,"doc":)";
+            AppendJsonString(value, fmt::format("{0}0{1}, {0}1{1}, ...", field.elements->prefix,
+                                                field.elements->suffix));
+          } else if (name != field.name) {
             value += R"(,"doc":)";
             AppendJsonString(value, field.name);
           }
