@@ -65,7 +65,8 @@ class Harness {
 
   std::vector<Change> changes;
   std::vector<AlertEvent> events;
-  /// Filled when the monitor collects evaluations (CollectEvaluations(true)).
+  /// With keep_evaluations, each batch's evaluations (the monitor must collect them).
+  bool keep_evaluations = false;
   std::vector<Evaluation> evaluations;
   std::map<std::string, std::string> store;  // what RocksDB would hold
   bool labels = false;
@@ -109,7 +110,11 @@ class Harness {
   void EndBatch() {
     in_batch_ = 0;
     const int64_t batch = batch_++;
-    monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events, &evaluations);
+    if (keep_evaluations) {
+      monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events, &evaluations);
+    } else {
+      monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events);
+    }
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> deletes;
     monitor_.CollectDirty(puts, deletes);
@@ -767,6 +772,7 @@ TEST_CASE("alert and evaluation rows of every kind have the shape their Avro sch
   DriftMonitor monitor(DefaultSpec(), SeriesNames());
   monitor.CollectEvaluations(true);
   Harness h(monitor, 2, 17);
+  h.keep_evaluations = true;
   h.labels = true;
   // model-1: three series shift for a while (their alerts, a roll-up, then RESOLVED);
   // model-0: its error rate rises.

@@ -51,12 +51,11 @@ class AvroRowReader {
     avro_reader_t reader = avro_reader_memory(avro.data(), static_cast<int64_t>(avro.size()));
     avro_value_reset(&value_);
     const int read = avro_value_read(reader, &value_);
-    const int64_t used = avro_reader_memory_tell(reader);
+    char extra = 0;
+    const bool leftover = read == 0 && avro_read(reader, &extra, 1) == 0;
     avro_reader_free(reader);
     if (read != 0) return std::string("not an Avro record of the schema: ") + avro_strerror();
-    if (used != static_cast<int64_t>(avro.size())) {
-      return fmt::format("{} bytes after the record", static_cast<int64_t>(avro.size()) - used);
-    }
+    if (leftover) return "bytes left after the record";
     simdjson::dom::element element;
     if (parser_.parse(row.data(), row.size()).get(element) != simdjson::SUCCESS) {
       return "the row is not JSON";
@@ -160,11 +159,16 @@ class AvroRowReader {
       case ShapeType::Kind::kLong:
       case ShapeType::Kind::kInt: {
         int64_t want = 0;
-        int64_t got = 0;
+        double got = 0;  // written as an int, long, float or double
+        int64_t wide = 0;
         int32_t small = 0;
-        if (type == AVRO_INT64) avro_value_get_long(&avro, &got);
+        float single = 0;
+        if (type == AVRO_INT64 && avro_value_get_long(&avro, &wide) == 0) got = double(wide);
         if (type == AVRO_INT32 && avro_value_get_int(&avro, &small) == 0) got = small;
-        if (json->get(want) != simdjson::SUCCESS || got != want) {
+        if (type == AVRO_FLOAT && avro_value_get_float(&avro, &single) == 0) got = single;
+        if (type == AVRO_DOUBLE) avro_value_get_double(&avro, &got);
+        if (json->get(want) != simdjson::SUCCESS ||
+            (type == AVRO_INT64 ? wide != want : got != static_cast<double>(want))) {
           return fmt::format("{}: JSON {}, Avro {}", column, json_text, got);
         }
         return {};
