@@ -10,6 +10,7 @@
 
 #include "connectors/format/formats.h"
 #include "connectors/registry.h"
+#include "engine/drift/evaluation.h"
 #include "engine/drift/monitor.h"
 #include "tests/support/avro_rows.h"
 #include "tests/support/schema_registry_fake.h"
@@ -364,6 +365,42 @@ TEST_CASE("the json format writes each row as it is", "[connectors][format][sink
   CHECK((*encoder)->schema_text().empty());
   // Protobuf is read only.
   CHECK_FALSE(FindValueFormat(ValueFormats(), "protobuf")->create_encoder);
+}
+
+// deploy/avro/ ships the writer schemas of the rows whose shape is fixed, for consumers that
+// read without a registry; `driftd_connectors_tests '[.avro-schemas]'` rewrites them.
+const std::vector<std::pair<std::string, RowShape>>& ShippedSchemas() {
+  static const std::vector<std::pair<std::string, RowShape>> schemas = {
+      {"driftd-alert.avsc", AlertRowShape()},
+      {"driftd-evaluation.avsc", EvaluationRowShape()},
+      {"driftd-dead-letter.avsc", DeadLetterRowShape()},
+  };
+  return schemas;
+}
+
+std::string ShippedPath(const std::string& name) {
+  return std::string(DRIFTD_SOURCE_DIR) + "/deploy/avro/" + name;
+}
+
+TEST_CASE("the shipped Avro schemas of the alert, evaluation and dead-letter rows are the ones "
+          "their sinks derive",
+          "[connectors][format][avro][sink]") {
+  for (const auto& [name, shape] : ShippedSchemas()) {
+    INFO(name << " differs: regenerate with driftd_connectors_tests '[.avro-schemas]'");
+    auto encoder = RequireEncoder(shape);
+    CHECK(testing::ReadFile(ShippedPath(name)) == encoder->schema_text());
+    // A sink given the shipped file as its schemaFile writes the same bytes.
+    auto given = RequireEncoder(shape, {{"schemaFile", ShippedPath(name)}});
+    CHECK(given->schema_text() == encoder->schema_text());
+  }
+}
+
+TEST_CASE("regenerate the Avro schemas in deploy/avro", "[.avro-schemas]") {
+  for (const auto& [name, shape] : ShippedSchemas()) {
+    auto encoder = RequireEncoder(shape);
+    testing::WriteFile(ShippedPath(name), encoder->schema_text());
+    CHECK(testing::ReadFile(ShippedPath(name)) == encoder->schema_text());
+  }
 }
 
 }  // namespace
