@@ -509,10 +509,9 @@ RowShape Aggregator::Shape() const {
     fields.push_back({field.name, ShapeType::Scalar(ShapeKindOf(field.type), field.nullable), {}});
   }
   if (window_column_ >= 0) {
-    fields.push_back({"window",
-                      ShapeType::Record("Window", {{"start", ShapeType::Scalar(Kind::kTimestamp), {}},
-                                                   {"end", ShapeType::Scalar(Kind::kTimestamp), {}}}),
-                      {}});
+    std::vector<ShapeField> bounds = {{"start", ShapeType::Scalar(Kind::kTimestamp), {}},
+                                      {"end", ShapeType::Scalar(Kind::kTimestamp), {}}};
+    fields.push_back({"window", ShapeType::Record("Window", std::move(bounds)), {}});
   }
   for (const AggregateSpec& aggregate : query_.aggregates) {
     if (aggregate.column.empty()) {

@@ -140,9 +140,9 @@ void EvaluateMeanShift(const EvaluationInput& in, const DetectorConfig& config, 
   const double s_w = std::sqrt(std::max(0.0, lb.pooled_variance));
   const double welch = diff / std::sqrt(sigma * sigma / static_cast<double>(ref.count()) +
                                         s_w * s_w / static_cast<double>(std::max<int64_t>(1, lb.n)));
+  // (The effect is the reading's own `effect`; an extra of that name would repeat the member.)
   out.extras = {{"z", best_test.z},
                 {"welch_t", welch},
-                {"effect", out.effect},
                 {"lookback_windows", static_cast<double>(lb.windows)}};
 }
 
@@ -531,7 +531,7 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        false,
        false,
        EvaluateMeanShift,
-       {"z", "welch_t", "effect", "lookback_windows"}},
+       {"z", "welch_t", "lookback_windows"}},
       {DetectorKind::kStddevRatio,
        "stddev_ratio",
        DetectorFamily::kSpread,

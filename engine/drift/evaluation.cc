@@ -176,8 +176,7 @@ ShapeType DetectorReadingShape() {
       Member("effect", Kind::kDouble, true),     Member("min_effect", Kind::kDouble, true),
       Member("level", Kind::kString),            Member("held_by_min_effect", Kind::kString, true),
   };
-  // Every detector's extras, once each, in table order (mean_shift's `effect` repeats the
-  // reading's own).
+  // Every detector's extras, once each, in table order.
   for (const DetectorDefaults& detector : DetectorDefaultsTable()) {
     for (std::string_view extra : detector.extras) {
       const bool known = std::any_of(fields.begin(), fields.end(),

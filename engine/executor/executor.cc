@@ -561,7 +561,8 @@ class QueryExecutor::Impl {
                                      return source_->DescribePosition(position);
                                    }));
         for (const DeadLetter& dead : dead_letters_) {
-          output.dead_letters.Add("", DeadLetterToJson(dead, source_->DescribePosition(dead.position)));
+          output.dead_letters.Add(
+              "", DeadLetterToJson(dead, source_->DescribePosition(dead.position)));
         }
         metadata_.Fill(chunk_, *source_, records_);
         // Filtered rows leave before the clock: they neither advance nor are judged by it.

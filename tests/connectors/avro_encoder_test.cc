@@ -48,7 +48,8 @@ RowShape StatsShape() {
 constexpr std::string_view kRow =
     R"j({"model_id":"m1","version":3,"replica":-2,"shadow":false,)j"
     R"j("window":{"start":"2026-11-29T10:00:00.000Z","end":"2026-11-29T10:01:00.000Z"},)j"
-    R"j("count":2,"mean(prediction)":0.6000000000000001,"stddev(feature_vector[0])":0.7071067811865476,)j"
+    R"j("count":2,"mean(prediction)":0.6000000000000001,)j"
+    R"j("stddev(feature_vector[0])":0.7071067811865476,)j"
     R"j("stddev(feature_vector[1])":null,"stddev(feature_vector[2])":1e-300,)j"
     R"j("percentile_approx(prediction, array(0.5, 0.9), 100)":[0.5,0.7]})j";
 

@@ -40,7 +40,8 @@ AggregateSpec Aggregate(AggregateFn fn, std::string column, std::string output_n
 }
 
 // What the stages emit for `lines` in one batch of a pipeline with one stats sink.
-std::vector<std::string> StatsRows(const PipelineSpec& spec, const std::vector<std::string>& lines) {
+std::vector<std::string> StatsRows(const PipelineSpec& spec,
+                                   const std::vector<std::string>& lines) {
   InputChunk chunk;
   for (size_t i = 0; i < lines.size(); ++i) {
     chunk.Append(lines[i], RecordPosition{0, static_cast<int64_t>(i)});

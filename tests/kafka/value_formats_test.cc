@@ -1,11 +1,12 @@
 // Avro and Protobuf inference logs through the real broker and the daemon: `driftd run` reads
 // a topic of binary records, filters, aggregates per model, and routes the records it cannot
 // decode to the dead-letter stream. And the other way: statistics, alerts and evaluations
-// written as Avro by the Kafka sink, read back and compared with what its JSON sinks write. The Avro records are Confluent-framed, their writer
-// schemas in a Schema Registry: no registry server runs here (Debian has none, and Apicurio's
-// application needs Quarkus' build step), so the test runs a small Confluent-compatible one in
-// this process (tests/support/schema_registry_fake.h), which answers GET /schemas/ids/<id> as
-// Confluent's and Apicurio's ccompat API do.
+// written as Avro by the Kafka sink, read back and compared with what its JSON sinks write.
+// Avro records are Confluent-framed with their writer schemas in a Schema Registry: no
+// registry server runs here (Debian has none, and Apicurio's application needs Quarkus' build
+// step), so the test runs a small Confluent-compatible one in this process
+// (tests/support/schema_registry_fake.h), which answers POST /subjects/<subject>/versions and
+// GET /schemas/ids/<id> as Confluent's and Apicurio's ccompat API do.
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>

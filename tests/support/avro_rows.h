@@ -110,7 +110,7 @@ class AvroRowReader {
         return d;
       }
     }
-    // Members repeated in the row (mean_shift's "effect") count once in the shape.
+    // A member repeated in the row counts once in the shape.
     std::set<std::string_view> names;
     for (auto [key, value] : object) names.insert(key);
     if (accounted != names.size()) {
