@@ -25,6 +25,7 @@
 #include <avro.h>
 #include <simdjson.h>
 
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -596,17 +597,21 @@ class AvroEncoder final : public ValueEncoder {
       return MakeError(ErrorCode::kConfig, "the row does not fit the Avro writer schema: {}",
                        problem);
     }
-    size_t size = 0;
-    if (avro_value_sizeof(&value_, &size) != 0) {
-      return MakeError(ErrorCode::kInternal, "avro encoder: {}", AvroError());
-    }
+    // Written straight into `out`, grown when the record does not fit (cheaper than a first
+    // pass of avro_value_sizeof over every value).
     out.assign(header_);
-    out.resize(header_.size() + size);
-    avro_writer_memory_set_dest(writer_.get(), out.data() + header_.size(),
-                                static_cast<int64_t>(size));
-    if (avro_value_write(writer_.get(), &value_) != 0) {
-      return MakeError(ErrorCode::kInternal, "avro encoder: {}", AvroError());
+    for (;;) {
+      out.resize(header_.size() + capacity_);
+      avro_writer_memory_set_dest(writer_.get(), out.data() + header_.size(),
+                                  static_cast<int64_t>(capacity_));
+      const int written = avro_value_write(writer_.get(), &value_);
+      if (written == 0) break;
+      if (written != ENOSPC || capacity_ >= kMaxRecordBytes) {
+        return MakeError(ErrorCode::kInternal, "avro encoder: {}", AvroError());
+      }
+      capacity_ *= 2;
     }
+    out.resize(header_.size() + static_cast<size_t>(avro_writer_tell(writer_.get())));
     return Ok();
   }
 
@@ -771,7 +776,6 @@ class AvroEncoder final : public ValueEncoder {
 
   std::string WriteRecord(const Plan& plan, simdjson::dom::element object, avro_value_t& dst) {
     std::fill(plan.seen.begin(), plan.seen.end(), 0);
-    const std::string prefix = plan.column.empty() ? "" : plan.column + ".";
     size_t next = 0;  // members usually come in the fields' order
     simdjson::dom::object members;
     if (object.get(members) != simdjson::SUCCESS) return Found(plan, object, "an object");
@@ -795,10 +799,10 @@ class AvroEncoder final : public ValueEncoder {
         }
       }
       if (found == count) {
-        return fmt::format("column '{}{}' has no field in the writer schema", prefix,
-                           member.key);
+        return fmt::format("column '{}{}{}' has no field in the writer schema", plan.column,
+                           plan.column.empty() ? "" : ".", member.key);
       }
-      next = found;
+      next = found + 1;
       const FieldPlan& field = plan.fields[found];
       avro_value_t child;
       if (avro_value_get_by_index(&dst, static_cast<size_t>(field.avro_index), &child, nullptr) !=
@@ -868,6 +872,9 @@ class AvroEncoder final : public ValueEncoder {
   /// Confluent framing: magic byte 0 and the 4-byte big-endian schema id (after Open).
   std::string header_;
   bool framed_ = false;
+  /// Room given to avro_value_write; doubles while a record does not fit, up to 1 GiB.
+  static constexpr size_t kMaxRecordBytes = size_t{1} << 30;
+  size_t capacity_ = 4096;
 };
 
 ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context, const Options& options) {

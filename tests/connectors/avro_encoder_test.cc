@@ -147,6 +147,20 @@ TEST_CASE("the same row gives the same bytes, from one encoder or a new one",
   CHECK(first->schema_text() == second->schema_text());
 }
 
+TEST_CASE("a row of any size is written whole", "[connectors][format][avro][sink]") {
+  auto encoder = RequireEncoder(StatsShape());
+  AvroRowReader reader(encoder->schema_text());
+  for (size_t size : {size_t{10}, size_t{5000}, size_t{300'000}}) {
+    const std::string row = fmt::format(
+        R"j({{"model_id":"{}","window":{{"start":"2026-11-29T10:00:00.000Z",)j"
+        R"j("end":"2026-11-29T10:01:00.000Z"}},"count":1}})j",
+        std::string(size, 'm'));
+    const std::string bytes = Encode(*encoder, row);
+    CHECK(bytes.size() > size);
+    CHECK(reader.Compare(StatsShape(), bytes, row).empty());
+  }
+}
+
 TEST_CASE("a row that does not fit the writer schema is an error naming the column and types",
           "[connectors][format][avro][sink]") {
   auto encoder = RequireEncoder(StatsShape());
