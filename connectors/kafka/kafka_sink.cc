@@ -341,6 +341,9 @@ class KafkaSink final : public Sink {
       fatal_ = status.error();
       return status;
     }
+    // A row that does not fit its sink's value format would fail again however often the
+    // batch were computed.
+    if (!status && status.error().code() == ErrorCode::kConfig) return status;
     if (outcome == Outcome::kOk || status) return Ok();
     return MakeError(ErrorCode::kAborted, "kafka sink: batch {} aborted: {}", output.batch_id,
                      status.error().message());
