@@ -422,5 +422,60 @@ TEST_CASE("stats, alerts and evaluations written as Avro by the Kafka sink hold 
   for (const Consumed& record : all) CHECK(values.count(record.value) == 1);
 }
 
+TEST_CASE("a row its Avro schema cannot hold stops the query with the column named, delivers "
+          "nothing, and a corrected schema delivers the batch",
+          "[kafka][daemon][format][avro][sink]") {
+  Admin admin;
+  const std::string input = UniqueName("avro-misfit-logs");
+  const std::string output = UniqueName("avro-misfit-stats");
+  admin.CreateTopic(input, 1);
+  admin.CreateTopic(output, 1);
+  Produce(input, 0, {R"({"model_id":"model-0","prediction":0.25})",
+                     R"({"model_id":"model-1","prediction":0.75})"});
+  TempDir dir("driftd-avro-misfit");
+  // model_id as an enum that lacks model-1: validate cannot know the values.
+  auto schema = [&](const std::string& symbols) {
+    WriteFile(dir / "stats.avsc",
+              R"({"type": "record", "name": "Stats", "fields": [
+                {"name": "model_id", "type": {"type": "enum", "name": "Model", "symbols": [)" +
+                  symbols + R"(]}},
+                {"name": "count", "type": "long"}]})");
+  };
+  schema(R"("model-0")");
+  WriteFile(dir / "p.yaml", fmt::format(R"(name: {}
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: prediction, type: double}}
+source:
+  format: kafka
+  options: {{kafka.bootstrap.servers: "{}", subscribe: {}, startingOffsets: earliest}}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+sinks:
+  - {{name: stats, format: kafka, outputMode: update, valueFormat: avro,
+     valueOptions: {{schemaFile: {}}},
+     options: {{topic: {}, kafka.bootstrap.servers: "{}"}}}}
+trigger: {{once: true}}
+checkpointLocation: {}
+)",
+                                        UniqueName("avro-misfit"), Bootstrap(), input,
+                                        dir / "stats.avsc", output, Bootstrap(),
+                                        dir / "checkpoint"));
+  auto refused = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120));
+  INFO(refused.output);
+  CHECK(refused.exit_code == 78);
+  CHECK_THAT(refused.output,
+             Catch::Contains("the row does not fit the Avro writer schema: column 'model_id': "
+                             "'model-1' is not a symbol of enum Model"));
+  CHECK(ReadSettled(output).empty());
+
+  schema(R"("model-0", "model-1")");
+  auto delivered = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120));
+  INFO(delivered.output);
+  REQUIRE(delivered.exit_code == 0);
+  CHECK(ReadSettled(output).size() == 2);  // the first batch's rows, from the outbox
+}
+
 }  // namespace
 }  // namespace driftd
