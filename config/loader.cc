@@ -29,6 +29,7 @@
 #include "engine/expr/expr.h"
 #include "engine/quantile_sketch.h"
 #include "engine/redact.h"
+#include "engine/row_shape.h"
 
 namespace driftd {
 namespace {
@@ -226,6 +227,9 @@ struct SinkInfo {
   bool mode_ok = false;
   SourceMark stream_mark;
   SourceMark mode_mark;
+  /// The sink's value format when it names one that sinks can write (checked once the whole
+  /// file is read: CheckSinkValueFormats).
+  const ValueFormatDecl* value_format = nullptr;
 };
 
 class PipelineParser {
@@ -267,6 +271,7 @@ class PipelineParser {
     CheckOrderDependence();
     CheckDeadLetter();
     CheckValueFormat();
+    CheckSinkValueFormats();
     CheckStreams();
     CheckPaths();
     return spec_;
@@ -1658,8 +1663,9 @@ class PipelineParser {
       const std::string path = fmt::format("sinks[{}]", i);
       MapReader map(
           reader_, (*items)[i], path, {},
-          std::vector<std::string_view>{"name", "format", "stream", "outputMode", "options"},
-          " with name, format, stream, outputMode and options");
+          std::vector<std::string_view>{"name", "format", "stream", "outputMode", "options",
+                                        "valueFormat", "valueOptions"},
+          " with name, format, stream, outputMode, options, valueFormat and valueOptions");
       if (!map.valid()) {
         sinks_ok_ = false;
         continue;
@@ -1716,8 +1722,98 @@ class PipelineParser {
         sink.options = config_detail::ReadConnectorOptions(
             reader_, map, decl, fmt::format("{} sink", sink.format), &sink.option_marks);
       }
+      ParseSinkValueFormat(map, decl, sink, info);
       spec_.sinks.push_back(std::move(sink));
       sink_info_.push_back(info);
+    }
+  }
+
+  // valueFormat and valueOptions of a sink that writes one message per row (kafka): how each
+  // row becomes the message's bytes (engine/value_encoder.h).
+  void ParseSinkValueFormat(const MapReader& map, const ConnectorDecl* decl, SinkSpec& sink,
+                            SinkInfo& info) {
+    if (!map.Has("valueFormat") && !map.Has("valueOptions")) return;
+    if (decl != nullptr && !decl->value_formats) {
+      const std::string_view key = map.Has("valueFormat") ? "valueFormat" : "valueOptions";
+      problems_.Error(map.PathOf(key), map.MarkOf(key),
+                      fmt::format("the {} sink writes rows as JSON; valueFormat and "
+                                  "valueOptions apply to sinks that write one message per row "
+                                  "(kafka)",
+                                  sink.format));
+      return;
+    }
+    if (auto format = map.String("valueFormat")) {
+      sink.value_format = format->value;
+      sink.value_format_mark = format->mark;
+      std::vector<std::string_view> writable;
+      const ValueFormatDecl* found = nullptr;
+      if (options_.value_formats) {
+        for (const ValueFormatDecl& entry : *options_.value_formats) {
+          if (entry.create_encoder) writable.push_back(entry.name);
+        }
+        found = FindValueFormat(*options_.value_formats, format->value);
+      } else {
+        writable.push_back("json");
+      }
+      if (found != nullptr && !found->create_encoder) {
+        problems_.Error(format->path, format->mark,
+                        fmt::format("value format {} can be read by a source but not written "
+                                    "by a sink (sink value formats: {})",
+                                    Show(*format), Join(writable)));
+        return;
+      }
+      if (found == nullptr && !(options_.value_formats == nullptr && format->value == "json")) {
+        problems_.Error(format->path, format->mark,
+                        fmt::format("unknown value format {} (sink value formats: {}){}",
+                                    Show(*format), Join(writable),
+                                    format->secret ? "" : DidYouMean(format->value, writable)));
+        return;
+      }
+      info.value_format = found;
+    } else if (map.Has("valueFormat")) {
+      return;  // reported by String()
+    } else if (options_.value_formats) {
+      info.value_format = FindValueFormat(*options_.value_formats, sink.value_format);
+    }
+    ConnectorDecl options_decl;
+    if (info.value_format != nullptr) {
+      options_decl.format = info.value_format->name;
+      options_decl.options = info.value_format->sink_options;
+    }
+    sink.value_options = config_detail::ReadConnectorOptions(
+        reader_, map, info.value_format != nullptr ? &options_decl : nullptr,
+        fmt::format("{} value format of a sink", sink.value_format), &sink.value_option_marks,
+        "valueOptions");
+  }
+
+  // Each sink value format's own checks (its schema file, the rows it must cover), once
+  // everything is read, reported at the option at fault: validate refuses what the sink's
+  // first delivery would.
+  void CheckSinkValueFormats() {
+    if (!problems_.errors().empty()) return;  // the query or the options may be incomplete
+    for (size_t i = 0; i < spec_.sinks.size() && i < sink_info_.size(); ++i) {
+      const SinkSpec& sink = spec_.sinks[i];
+      const ValueFormatDecl* decl = sink_info_[i].value_format;
+      if (decl == nullptr || !decl->create_encoder) continue;
+      auto rows = StreamRowShape(spec_, sink.stream);
+      if (!rows) continue;  // the query's own problem, reported where it is
+      ValueEncoderContext context;
+      context.rows = std::move(*rows);
+      context.default_subject = sink.options.GetString("topic") + "-value";
+      auto encoder = decl->create_encoder(context, sink.value_options);
+      if (encoder) continue;
+      const ValueFormatProblem& problem = encoder.error();
+      const std::string message = fmt::format("sink '{}' ({} stream): {}", sink.name,
+                                              StreamName(sink.stream), problem.message);
+      auto mark = sink.value_option_marks.find(problem.option);
+      if (problem.option.empty() || mark == sink.value_option_marks.end()) {
+        problems_.Error(fmt::format("sinks[{}].valueFormat", i),
+                        sink.value_format_mark.line > 0 ? sink.value_format_mark : sink.mark,
+                        message);
+        continue;
+      }
+      problems_.Error(fmt::format("sinks[{}].valueOptions.{}", i, problem.option), mark->second,
+                      message);
     }
   }
 

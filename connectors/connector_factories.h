@@ -8,6 +8,7 @@
 #include "engine/source.h"
 #include "engine/options.h"
 #include "engine/pipeline_spec.h"
+#include "engine/value_decoder.h"
 
 namespace driftd {
 
@@ -34,8 +35,9 @@ Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
 /// One Sink for all Kafka sinks of the pipeline (one transactional producer). Scaled out, it
 /// also writes the query's internal topics in each transaction, with the group metadata of
 /// `source` (the pipeline's Kafka source; required then); `specs` may then be empty.
+/// Each Kafka sink's rows are encoded by its valueFormat, an entry of `formats`.
 Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
                                               const std::vector<const SinkSpec*>& specs,
-                                              Source* source);
+                                              Source* source, const ValueFormatCatalog& formats);
 
 }  // namespace driftd

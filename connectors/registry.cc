@@ -34,6 +34,12 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
       kafka_specs.push_back(&spec);
       continue;
     }
+    if (spec.value_format != "json") {
+      return MakeError(ErrorCode::kConfig,
+                       "sink '{}': the {} sink writes rows as JSON; valueFormat {} applies to "
+                       "sinks that write one message per row (kafka)",
+                       spec.name, spec.format, spec.value_format);
+    }
     if (spec.format == "file") sink = CreateFileSink(pipeline, spec);
     if (spec.format == "console") sink = CreateConsoleSink(pipeline, spec);
     if (spec.format == "webhook") sink = CreateWebhookSink(pipeline, spec);
@@ -41,39 +47,70 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
     sinks.push_back(std::move(*sink));
   }
   if (!kafka_specs.empty() || pipeline.scale_out.enabled) {
-    auto sink = CreateKafkaSink(pipeline, kafka_specs, source);
+    auto sink = CreateKafkaSink(pipeline, kafka_specs, source, ValueFormats());
     if (!sink) return tl::unexpected(sink.error().Wrap("kafka sink"));
     sinks.push_back(std::move(*sink));
   }
   return sinks;
 }
 
+namespace {
+
+void AppendOptionTable(std::string& out, const std::vector<OptionDecl>& options,
+                       std::string_view passthrough_prefix = {}) {
+  out += "| option | type | default | description |\n|---|---|---|---|\n";
+  for (const OptionDecl& option : options) {
+    std::string type(OptionTypeName(option.type));
+    if (option.type == OptionType::kEnum) {
+      type.clear();
+      for (const auto& choice : option.choices) {
+        type += (type.empty() ? "" : " \\| ") + choice;
+      }
+    }
+    std::string default_value = option.required ? "(required)"
+                                : option.default_value.empty()
+                                    ? "(unset)"
+                                    : fmt::format("`{}`", option.default_value);
+    out += fmt::format("| `{}` | {} | {} | {} |\n", option.name, type, default_value, option.doc);
+  }
+  if (!passthrough_prefix.empty()) {
+    out += fmt::format("| `{}*` | string | | passed through to the client library |\n",
+                       passthrough_prefix);
+  }
+}
+
+}  // namespace
+
 std::string ConnectorReferenceMarkdown() {
   std::string out;
   for (const ConnectorDecl& decl : ConnectorDeclarations()) {
     out += fmt::format("### `{}` {}\n\n{}\n\n", decl.format,
                        decl.role == ConnectorRole::kSource ? "source" : "sink", decl.doc);
-    out += "| option | type | default | description |\n|---|---|---|---|\n";
-    for (const OptionDecl& option : decl.options) {
-      std::string type(OptionTypeName(option.type));
-      if (option.type == OptionType::kEnum) {
-        type.clear();
-        for (const auto& choice : option.choices) {
-          type += (type.empty() ? "" : " \\| ") + choice;
-        }
-      }
-      std::string default_value = option.required ? "(required)"
-                                  : option.default_value.empty()
-                                      ? "(unset)"
-                                      : fmt::format("`{}`", option.default_value);
-      out += fmt::format("| `{}` | {} | {} | {} |\n", option.name, type, default_value,
-                         option.doc);
-    }
-    if (!decl.passthrough_prefix.empty()) {
-      out += fmt::format("| `{}*` | string | | passed through to the client library |\n",
-                         decl.passthrough_prefix);
+    AppendOptionTable(out, decl.options, decl.passthrough_prefix);
+    if (decl.value_formats) {
+      out += "\nEach row's record value is written in the sink's `valueFormat` (default `json`), "
+             "with its `valueOptions`: see the value formats below.\n";
     }
     out += "\n";
+  }
+  for (const ValueFormatDecl& format : ValueFormats()) {
+    out += fmt::format("### `{}` value format\n\n{}\n\n", format.name, format.doc);
+    if (format.options.empty()) {
+      out += "Read by a source (`source.valueFormat`); no `source.valueOptions`.\n\n";
+    } else {
+      out += "Read by a source: `source.valueOptions`\n\n";
+      AppendOptionTable(out, format.options);
+      out += "\n";
+    }
+    if (!format.create_encoder) {
+      out += "Sinks cannot write it.\n\n";
+    } else if (format.sink_options.empty()) {
+      out += "Written by a sink (`sinks[].valueFormat`); no `sinks[].valueOptions`.\n\n";
+    } else {
+      out += "Written by a sink: `sinks[].valueOptions`\n\n";
+      AppendOptionTable(out, format.sink_options);
+      out += "\n";
+    }
   }
   return out;
 }

@@ -500,6 +500,58 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
   out.keys.push_back(std::move(message_key));
 }
 
+// In step with RenderGroup: the same members, in the same order, of the types it writes.
+RowShape Aggregator::Shape() const {
+  using Kind = ShapeType::Kind;
+  std::vector<ShapeField> fields;
+  for (int index : key_columns_) {
+    const Field& field = schema_.fields[index];
+    fields.push_back({field.name, ShapeType::Scalar(ShapeKindOf(field.type), field.nullable), {}});
+  }
+  if (window_column_ >= 0) {
+    std::vector<ShapeField> bounds = {{"start", ShapeType::Scalar(Kind::kTimestamp), {}},
+                                      {"end", ShapeType::Scalar(Kind::kTimestamp), {}}};
+    fields.push_back({"window", ShapeType::Record("Window", std::move(bounds)), {}});
+  }
+  for (const AggregateSpec& aggregate : query_.aggregates) {
+    if (aggregate.column.empty()) {
+      fields.push_back({aggregate.output_name.empty() ? "count" : aggregate.output_name,
+                        ShapeType::Scalar(Kind::kLong), {}});
+      continue;
+    }
+    const bool is_array = schema_.fields[schema_.IndexOf(aggregate.column)].type ==
+                          FieldType::kDoubleArray;
+    ShapeType value;
+    std::string name;
+    std::optional<ElementMembers> elements;
+    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+      // RenderPercentile: null for an empty sketch, else a number or an array of numbers.
+      value = aggregate.percentage_array
+                  ? ShapeType::Array(ShapeType::Scalar(Kind::kDouble), /*nullable=*/true)
+                  : ShapeType::Scalar(Kind::kDouble, /*nullable=*/true);
+      name = PercentileColumnName(aggregate, -1);
+      if (is_array) {
+        elements = ElementMembersOf(PercentileColumnName(aggregate, 0),
+                                    PercentileColumnName(aggregate, 1));
+      }
+    } else {
+      value = aggregate.fn == AggregateFn::kCount ? ShapeType::Scalar(Kind::kLong)
+                                                  : ShapeType::Scalar(Kind::kDouble, true);
+      name = AggregateColumnName(aggregate.fn, aggregate.column, -1);
+      if (is_array) {
+        elements = ElementMembersOf(AggregateColumnName(aggregate.fn, aggregate.column, 0),
+                                    AggregateColumnName(aggregate.fn, aggregate.column, 1));
+      }
+    }
+    if (elements) {
+      fields.push_back({std::move(name), ShapeType::Array(std::move(value)), std::move(elements)});
+    } else {
+      fields.push_back({std::move(name), std::move(value), {}});
+    }
+  }
+  return ShapeType::Record("Stats", std::move(fields));
+}
+
 void Aggregator::RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const {
   // Deterministic output: by key, which sorts a key's windows by start time.
   std::sort(order.begin(), order.end(),

@@ -28,6 +28,7 @@
 #include "engine/pipeline_spec.h"
 #include "engine/quantile_sketch.h"
 #include "engine/result.h"
+#include "engine/row_shape.h"
 #include "engine/stats.h"
 
 namespace driftd {
@@ -59,6 +60,10 @@ class Aggregator {
   void EmitAll(EmittedRows& out) const;
   /// Output mode append: windows whose end is at or behind the watermark and not yet emitted.
   void EmitClosed(int64_t watermark_us, EmittedRows& out) const;
+
+  /// The shape of the rows Emit* renders (RenderGroup): the key columns, the window, the
+  /// aggregates; an aggregate over an array<double> column as numbered members.
+  RowShape Shape() const;
 
   /// Ends the batch: windows closed by `watermark_us` are evicted (state deleted) if `evict`
   /// (every output mode but complete), else marked emitted; changed groups and evicted keys are

@@ -1194,13 +1194,34 @@ const MalformedCounts& JsonDecoder::counts() const { return impl_->counts; }
 void JsonDecoder::ResetCounts() { impl_->counts = MalformedCounts{}; }
 const Schema& JsonDecoder::schema() const { return impl_->schema(); }
 
+namespace {
+
+// Output rows are JSON already: the message is the row.
+class JsonEncoder final : public ValueEncoder {
+ public:
+  Status Encode(std::string_view row, std::string& out) override {
+    out.assign(row);
+    return Ok();
+  }
+  const std::string& schema_text() const override { return schema_; }
+
+ private:
+  const std::string schema_;
+};
+
+}  // namespace
+
 ValueFormatDecl JsonDecoder::Declaration() {
   ValueFormatDecl decl;
   decl.name = "json";
-  decl.doc = "One JSON object per record, its keys the schema's field names (the default).";
+  decl.doc = "One JSON object per record, its keys the schema's field names (the default). Sinks "
+      "write each row as the JSON object it is.";
   decl.create = [](const Schema& schema, const MalformedSpec& malformed,
                    const Options&) -> ValueDecoderResult {
     return std::make_unique<JsonDecoder>(schema, malformed);
+  };
+  decl.create_encoder = [](const ValueEncoderContext&, const Options&) -> ValueEncoderResult {
+    return std::make_unique<JsonEncoder>();
   };
   return decl;
 }

@@ -55,6 +55,10 @@ struct ConnectorDecl {
   std::vector<OptionDecl> options;
   /// Options starting with this prefix pass through unchecked (e.g. "kafka." to librdkafka).
   std::string passthrough_prefix;
+  /// A sink that writes each row as one message whose bytes a value format makes (kafka): it
+  /// accepts `valueFormat` and `valueOptions` (engine/value_encoder.h). Default: false (rows
+  /// are written as JSON).
+  bool value_formats = false;
 
   const OptionDecl* Find(std::string_view name) const {
     for (const auto& option : options) {

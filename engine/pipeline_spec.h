@@ -236,6 +236,14 @@ struct SinkSpec {
   SourceMark mark;
   /// Where each option given in the file is (see SourceSpec::option_marks).
   std::map<std::string, SourceMark> option_marks;
+  /// How each row becomes a message's bytes, for sinks that write one message per row
+  /// (ConnectorDecl::value_formats: kafka): a value format that can be written
+  /// (engine/value_encoder.h). Default: "json", the row as it is.
+  std::string value_format = "json";
+  /// sinks[i].valueOptions, validated against the format's sink options, defaults filled in.
+  Options value_options;
+  SourceMark value_format_mark;
+  std::map<std::string, SourceMark> value_option_marks;
 };
 
 enum class TriggerKind {

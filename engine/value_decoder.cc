@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/json_writer.h"
+
 namespace driftd {
 namespace {
 
@@ -36,6 +38,40 @@ void MalformedCounts::Add(const MalformedCounts& other) {
   for (size_t i = 0; i < by_reason.size(); ++i) by_reason[i] += other.by_reason[i];
 }
 
+std::string DeadLetterToJson(const DeadLetter& dead, std::string_view position) {
+  std::string row;
+  JsonObject object(row);
+  object.String("position", position);
+  object.String("reason", ToString(dead.reason));
+  object.String("detail", dead.detail);
+  if (IsValidUtf8(dead.raw)) {
+    object.String("raw", dead.raw);
+  } else {
+    object.Null("raw");
+    object.Key("rawBase64");
+    row.push_back('"');
+    AppendBase64(row, dead.raw);
+    row.push_back('"');
+  }
+  object.Int("rawBytes", static_cast<int64_t>(dead.raw.size()));
+  object.Bool("truncated", dead.truncated);
+  object.Close();
+  return row;
+}
+
+// In step with DeadLetterToJson.
+RowShape DeadLetterRowShape() {
+  using Kind = ShapeType::Kind;
+  auto member = [](std::string name, Kind kind, bool nullable = false) {
+    return ShapeField{std::move(name), ShapeType::Scalar(kind, nullable), {}};
+  };
+  return ShapeType::Record(
+      "DeadLetter", {member("position", Kind::kString), member("reason", Kind::kString),
+                     member("detail", Kind::kString), member("raw", Kind::kString, true),
+                     member("rawBase64", Kind::kString, true), member("rawBytes", Kind::kLong),
+                     member("truncated", Kind::kBoolean)});
+}
+
 const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name) {
   for (const ValueFormatDecl& decl : catalog) {
     if (decl.name == name) return &decl;
@@ -64,6 +100,36 @@ Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalo
     return MakeError(ErrorCode::kConfig, "{}: {}", key, problem.message);
   }
   return std::move(*decoder);
+}
+
+Result<std::unique_ptr<ValueEncoder>> CreateValueEncoder(const ValueFormatCatalog& catalog,
+                                                         const PipelineSpec& spec,
+                                                         const SinkSpec& sink,
+                                                         std::string default_subject) {
+  const ValueFormatDecl* decl = FindValueFormat(catalog, sink.value_format);
+  if (decl == nullptr || !decl->create_encoder) {
+    std::string known;
+    for (const ValueFormatDecl& entry : catalog) {
+      if (entry.create_encoder) known += known.empty() ? entry.name : ", " + entry.name;
+    }
+    return MakeError(ErrorCode::kConfig,
+                     "sink '{}': valueFormat: value format '{}' cannot be written by a sink "
+                     "(sink value formats: {})",
+                     sink.name, sink.value_format, known);
+  }
+  auto rows = StreamRowShape(spec, sink.stream);
+  if (!rows) return tl::unexpected(rows.error());
+  ValueEncoderContext context;
+  context.rows = std::move(*rows);
+  context.default_subject = std::move(default_subject);
+  auto encoder = decl->create_encoder(context, sink.value_options);
+  if (!encoder) {
+    const ValueFormatProblem& problem = encoder.error();
+    const std::string key = problem.option.empty() ? std::string("valueFormat")
+                                                   : "valueOptions." + problem.option;
+    return MakeError(ErrorCode::kConfig, "sink '{}': {}: {}", sink.name, key, problem.message);
+  }
+  return std::move(*encoder);
 }
 
 }  // namespace driftd

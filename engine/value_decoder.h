@@ -24,7 +24,9 @@
 #include "engine/options.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/row_shape.h"
 #include "engine/schema.h"
+#include "engine/value_encoder.h"
 
 namespace driftd {
 
@@ -78,6 +80,13 @@ struct DeadLetter {
   bool truncated = false;
 };
 
+/// The dead-letter stream's row of `dead`, found at `position` (Source::DescribePosition): its
+/// position, reason and detail, the bytes as a JSON string `raw` when they are UTF-8, else in
+/// base64 (`rawBase64`, `raw` null) so that no byte is replaced, `rawBytes` and `truncated`.
+std::string DeadLetterToJson(const DeadLetter& dead, std::string_view position);
+/// The shape of DeadLetterToJson's rows (engine/row_shape.h).
+RowShape DeadLetterRowShape();
+
 /// Turns a record's position into words for the fail policy's message ("topic t partition 3
 /// offset 42").
 using DescribePosition = std::function<std::string(const RecordPosition&)>;
@@ -121,6 +130,7 @@ struct ValueFormatProblem {
 };
 
 using ValueDecoderResult = tl::expected<std::unique_ptr<ValueDecoder>, ValueFormatProblem>;
+using ValueEncoderResult = tl::expected<std::unique_ptr<ValueEncoder>, ValueFormatProblem>;
 
 /// What a value format is: one entry of the catalog.
 struct ValueFormatDecl {
@@ -137,6 +147,14 @@ struct ValueFormatDecl {
   std::function<ValueDecoderResult(const Schema& schema, const MalformedSpec& malformed,
                                    const Options& options)>
       create;
+  /// The options of a sink's valueOptions (engine/value_encoder.h), validated alike.
+  std::vector<OptionDecl> sink_options;
+  /// Makes an encoder for a sink that writes rows of `context.rows`; null when sinks cannot
+  /// write the format. It reads local files the options name and checks the rows against them
+  /// (config/ calls it at validate); it does not reach remote services (ValueEncoder::Open
+  /// does).
+  std::function<ValueEncoderResult(const ValueEncoderContext& context, const Options& options)>
+      create_encoder;
 
   const OptionDecl* Find(std::string_view option) const {
     for (const auto& decl : options) {
@@ -151,6 +169,14 @@ using ValueFormatCatalog = std::vector<ValueFormatDecl>;
 
 /// The entry named `name`, or nullptr.
 const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name);
+
+/// Creates the encoder of `sink`'s value format from `catalog`, for rows of its stream; a
+/// problem becomes a kConfig error naming the sink and valueFormat or valueOptions.<option>.
+/// `default_subject`: see ValueEncoderContext.
+Result<std::unique_ptr<ValueEncoder>> CreateValueEncoder(const ValueFormatCatalog& catalog,
+                                                         const PipelineSpec& spec,
+                                                         const SinkSpec& sink,
+                                                         std::string default_subject);
 
 /// Creates the decoder of `spec.source`'s value format from `catalog`; a problem becomes a
 /// kConfig error naming source.valueFormat or source.valueOptions.<option>.

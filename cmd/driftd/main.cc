@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -90,6 +91,39 @@ std::optional<PipelineSpec> LoadOrReport(const std::string& path) {
   }
   if (!warnings.empty()) std::cerr << Redact(FormatProblems(path, warnings));
   return std::move(*result);
+}
+
+// `driftd sink-schema`: the writer schema of a sink whose value format has one (avro).
+int PrintSinkSchema(const std::string& path, const std::string& sink_name) {
+  auto spec = LoadOrReport(path);
+  if (!spec) return kExitConfig;
+  std::vector<std::string> names;  // the sinks that write with a schema
+  std::map<std::string, std::string> schemas;
+  for (const SinkSpec& sink : spec->sinks) {
+    if (!FindValueFormat(ValueFormats(), sink.value_format)) continue;
+    auto encoder = CreateValueEncoder(ValueFormats(), *spec, sink,
+                                      sink.options.GetString("topic") + "-value");
+    if (!encoder) {
+      std::cerr << Redact(encoder.error().message()) << "\n";
+      return kExitConfig;
+    }
+    if ((*encoder)->schema_text().empty()) continue;
+    names.push_back(sink.name);
+    schemas[sink.name] = (*encoder)->schema_text();
+  }
+  std::string chosen = sink_name;
+  if (chosen.empty() && names.size() == 1) chosen = names.front();
+  auto it = schemas.find(chosen);
+  if (it == schemas.end()) {
+    std::cerr << fmt::format(
+        "{}: {}; the sinks with an Avro writer schema: {}\n", path,
+        sink_name.empty() ? std::string("name the sink")
+                          : fmt::format("sink '{}' writes no Avro", sink_name),
+        names.empty() ? std::string("none") : fmt::format("'{}'", fmt::join(names, "', '")));
+    return kExitUsage;
+  }
+  std::cout << it->second;
+  return kExitOk;
 }
 
 std::string Summary(const std::string& path, const PipelineSpec& spec) {
@@ -592,7 +626,18 @@ int main(int argc, char** argv) {
   baseline_reset->add_option("--model", reset_model, "Model")->required();
 
   CLI::App* reference = app.add_subcommand(
-      "reference", "Print the connector option reference (Markdown), from the declarations");
+      "reference",
+      "Print the connector and value format option reference (Markdown), from the "
+      "declarations");
+  std::string sink_schema_pipeline;
+  std::string sink_schema_sink;
+  CLI::App* sink_schema = app.add_subcommand(
+      "sink-schema",
+      "Print the Avro writer schema a sink with valueFormat avro writes with (its schemaFile, "
+      "or the schema driftd derives from the rows), for consumers without a schema registry");
+  sink_schema->add_option("PIPELINE", sink_schema_pipeline, "Pipeline file (YAML)")->required();
+  sink_schema->add_option("SINK", sink_schema_sink,
+                          "The sink's name (may be left out when one sink writes Avro)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
 
   try {
@@ -631,6 +676,7 @@ int main(int argc, char** argv) {
     std::cout << ConnectorReferenceMarkdown();
     return kExitOk;
   }
+  if (sink_schema->parsed()) return PrintSinkSchema(sink_schema_pipeline, sink_schema_sink);
   if (inspect->parsed()) {
     auto report = InspectCheckpoint(inspect_path, inspect_json);
     if (!report) {

@@ -727,9 +727,12 @@ ValueFormatDecl AvroFormatDeclaration() {
   ValueFormatDecl decl;
   decl.name = "avro";
   decl.doc =
-      "Avro binary records (libavro), of one writer schema (schemaFile) or Confluent-framed "
-      "(magic byte 0, 4-byte schema id) with writer schemas from a Schema Registry "
-      "(schemaRegistryUrl), resolved against readerSchemaFile or the pipeline's schema.";
+      "Avro binary records (libavro). A source reads records of one writer schema (schemaFile) "
+      "or Confluent-framed ones (magic byte 0, 4-byte schema id) with writer schemas from a "
+      "Schema Registry (schemaRegistryUrl), resolved against readerSchemaFile or the "
+      "pipeline's schema. A kafka sink writes each row as a record of a writer schema, given "
+      "(schemaFile) or derived from the rows, plain or Confluent-framed with the schema "
+      "registered in a Schema Registry (schemaRegistryUrl).";
   decl.binary = true;
   decl.options = {
       {"schemaFile", OptionType::kString, "",
@@ -744,6 +747,7 @@ ValueFormatDecl AvroFormatDeclaration() {
        "Connect and read timeout of a Schema Registry request."},
   };
   decl.create = CreateAvroDecoder;
+  AddAvroEncoder(decl);
   return decl;
 }
 

@@ -2,6 +2,14 @@
 // a descriptor set (protoc --include_imports --descriptor_set_out=FILE) and decoded with
 // libprotobuf's DynamicMessage, so no generated code is compiled in.
 //
+// With confluentFraming, records are framed as Confluent's Protobuf serializer writes them:
+// magic byte 0, a 4-byte big-endian schema id, the message indexes (zig-zag varints: their
+// count, then the index of the message in its .proto file and of each nested message down to
+// it; the count 0 alone stands for [0], the file's first message), then the message. The
+// indexes must name messageType in its file of the descriptor set (a record of another message
+// type is unknown_schema); the schema id is not looked up, since the descriptor set describes
+// the records.
+//
 // Fields are matched by name (or by their JSON name, lowerCamelCase). A field with presence
 // (proto2, proto3 `optional`, a message) that is not set is null; a proto3 field without
 // presence that is not set has its default value (0, "", false), as Protobuf defines.
@@ -25,6 +33,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "connectors/format/formats.h"
 #include "engine/log.h"
@@ -103,20 +112,52 @@ std::string Describe(const pb::FieldDescriptor* field) {
   return field->is_repeated() ? "repeated " + type : type;
 }
 
+// The message indexes Confluent's framing names `type` with: its index in its file, then that
+// of each nested message down to it.
+std::vector<int64_t> MessageIndexes(const pb::Descriptor* type) {
+  std::vector<int64_t> indexes;
+  for (const pb::Descriptor* d = type; d != nullptr; d = d->containing_type()) {
+    indexes.insert(indexes.begin(), d->index());
+  }
+  return indexes;
+}
+
+std::string ShowIndexes(const std::vector<int64_t>& indexes) {
+  return fmt::format("[{}]", fmt::join(indexes, ", "));
+}
+
+// A zig-zag varint (Confluent's ByteUtils.readVarint) from the front of `bytes`.
+bool ReadZigZag(std::string_view& bytes, int64_t* out) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64 && !bytes.empty(); shift += 7) {
+    const auto byte = static_cast<unsigned char>(bytes.front());
+    bytes.remove_prefix(1);
+    value |= uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80u) == 0) {
+      *out = static_cast<int64_t>((value >> 1) ^ (~(value & 1) + 1));
+      return true;
+    }
+  }
+  return false;
+}
+
 class ProtobufDecoder final : public RowDecoder {
  public:
   ProtobufDecoder(const Schema& schema, const MalformedSpec& spec,
                   std::unique_ptr<pb::DescriptorPool> pool, const pb::Descriptor* type,
-                  std::vector<const pb::FieldDescriptor*> fields)
+                  std::vector<const pb::FieldDescriptor*> fields, bool confluent_framing)
       : RowDecoder(schema, spec),
         pool_(std::move(pool)),
         factory_(std::make_unique<pb::DynamicMessageFactory>(pool_.get())),
         message_(factory_->GetPrototype(type)->New()),
-        fields_(std::move(fields)) {
+        fields_(std::move(fields)),
+        framed_(confluent_framing),
+        indexes_(MessageIndexes(type)) {
     reflection_ = message_->GetReflection();
   }
 
   bool DecodeRecord(std::string_view bytes, RowWriter& row, Status&) override {
+    if (framed_ && !Unframe(bytes, row)) return false;
     if (static_cast<int64_t>(bytes.size()) > std::numeric_limits<int>::max() ||
         !message_->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       return row.Reject(MalformedReason::kUndecodable,
@@ -134,6 +175,50 @@ class ProtobufDecoder final : public RowDecoder {
   }
 
  private:
+  // Takes Confluent's framing off `bytes`; false (the record rejected) when it is not there or
+  // names another message type.
+  bool Unframe(std::string_view& bytes, RowWriter& row) {
+    if (bytes.size() < 6 || bytes[0] != 0) {
+      return row.Reject(
+          MalformedReason::kUndecodable,
+          bytes[0] != 0
+              ? fmt::format("not Confluent-framed: the first byte is 0x{:02x}, not the magic "
+                            "byte 0",
+                            static_cast<unsigned char>(bytes[0]))
+              : fmt::format("not Confluent-framed: {} bytes, fewer than the magic byte, the "
+                            "schema id and the message indexes",
+                            bytes.size()));
+    }
+    const uint32_t id = (uint32_t{static_cast<unsigned char>(bytes[1])} << 24) |
+                        (uint32_t{static_cast<unsigned char>(bytes[2])} << 16) |
+                        (uint32_t{static_cast<unsigned char>(bytes[3])} << 8) |
+                        uint32_t{static_cast<unsigned char>(bytes[4])};
+    bytes.remove_prefix(5);
+    int64_t count = 0;
+    if (!ReadZigZag(bytes, &count) || count < 0 || count > static_cast<int64_t>(bytes.size())) {
+      return row.Reject(MalformedReason::kUndecodable,
+                        "Confluent framing without readable message indexes");
+    }
+    seen_.clear();
+    if (count == 0) seen_.push_back(0);  // [0], the file's first message, as one byte
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t index = 0;
+      if (!ReadZigZag(bytes, &index)) {
+        return row.Reject(MalformedReason::kUndecodable,
+                          "Confluent framing without readable message indexes");
+      }
+      seen_.push_back(index);
+    }
+    if (seen_ != indexes_) {
+      return row.Reject(MalformedReason::kUnknownSchema,
+                        fmt::format("schema id {}: the message indexes {} name another message "
+                                    "than {} ({} in its file)",
+                                    id, ShowIndexes(seen_), message_->GetDescriptor()->full_name(),
+                                    ShowIndexes(indexes_)));
+    }
+    return true;
+  }
+
   bool Convert(int f, const Field& declared, const pb::FieldDescriptor* field, RowWriter& row) {
     const pb::Message& m = *message_;
     const pb::Reflection& r = *reflection_;
@@ -292,6 +377,10 @@ class ProtobufDecoder final : public RowDecoder {
   const pb::Reflection* reflection_ = nullptr;
   std::vector<const pb::FieldDescriptor*> fields_;  // per pipeline field, or nullptr (absent)
   std::string scratch_;
+  /// confluentFraming: the message indexes records of messageType carry, and a record's.
+  bool framed_ = false;
+  std::vector<int64_t> indexes_;
+  std::vector<int64_t> seen_;
 };
 
 ValueDecoderResult CreateProtobufDecoder(const Schema& schema, const MalformedSpec& malformed,
@@ -361,7 +450,8 @@ ValueDecoderResult CreateProtobufDecoder(const Schema& schema, const MalformedSp
     fields.push_back(field);
   }
   return std::make_unique<ProtobufDecoder>(schema, malformed, std::move(pool), type,
-                                           std::move(fields));
+                                           std::move(fields),
+                                           options.GetBool("confluentFraming", false));
 }
 
 }  // namespace
@@ -380,6 +470,11 @@ ValueFormatDecl ProtobufFormatDeclaration() {
        true},
       {"messageType", OptionType::kString, "",
        "Full name of the records' message type, package included (e.g. acme.Inference).", true},
+      {"confluentFraming", OptionType::kBool, "false",
+       "Records are framed as Confluent's Protobuf serializer writes them: magic byte 0, a "
+       "4-byte schema id, the message indexes, the message. The indexes must name messageType "
+       "in its file; the schema id is not looked up (the descriptor set describes the "
+       "records)."},
   };
   decl.create = CreateProtobufDecoder;
   return decl;

@@ -1,9 +1,14 @@
 #include "connectors/format/schema_registry.h"
 
+#include <cctype>
+#include <cstdint>
+
 #include <httplib.h>
 #include <simdjson.h>
 
 #include <fmt/format.h>
+
+#include "engine/json_writer.h"
 
 namespace driftd {
 
@@ -78,6 +83,47 @@ Result<std::optional<std::string>> SchemaRegistryClient::FetchSchema(uint32_t id
                      options_.url, path);
   }
   return std::optional<std::string>(std::string(schema));
+}
+
+Result<uint32_t> SchemaRegistryClient::Register(const std::string& subject,
+                                                const std::string& schema) {
+  // The subject is a path segment: escape what is not unreserved (RFC 3986).
+  std::string escaped;
+  for (const char c : subject) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isalnum(byte) || c == '-' || c == '_' || c == '.' || c == '~') {
+      escaped.push_back(c);
+    } else {
+      escaped += fmt::format("%{:02X}", byte);
+    }
+  }
+  const std::string path = fmt::format("{}/subjects/{}/versions", target_->path_prefix, escaped);
+  std::string body = "{\"schema\":";
+  AppendJsonString(body, schema);
+  body += "}";
+  httplib::Result response =
+      target_->client->Post(path, body, "application/vnd.schemaregistry.v1+json");
+  if (!response) {
+    return MakeError(ErrorCode::kExternal, "schema registry {}: POST {}: {}", options_.url, path,
+                     httplib::to_string(response.error()));
+  }
+  if (response->status != 200) {
+    return MakeError(ErrorCode::kExternal,
+                     "schema registry {}: registering the writer schema under subject '{}' "
+                     "(POST {}): HTTP {}: {}",
+                     options_.url, subject, path, response->status,
+                     response->body.substr(0, 300));
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element document;
+  int64_t id = -1;
+  if (parser.parse(response->body).get(document) != simdjson::SUCCESS ||
+      document["id"].get(id) != simdjson::SUCCESS || id < 0 || id > UINT32_MAX) {
+    return MakeError(ErrorCode::kExternal,
+                     "schema registry {}: POST {}: the answer has no schema id: {}", options_.url,
+                     path, response->body.substr(0, 200));
+  }
+  return static_cast<uint32_t>(id);
 }
 
 }  // namespace driftd

@@ -52,6 +52,7 @@
 #include "connectors/kafka/kafka_group.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/value_decoder.h"
 
 namespace driftd {
 
@@ -85,6 +86,8 @@ struct Target {
   std::string topic;
   StreamKind stream = StreamKind::kStats;
   OutputMode mode = OutputMode::kAppend;
+  /// Turns each row into the record's value (valueFormat: json, the row as it is, or avro).
+  std::unique_ptr<ValueEncoder> encoder;
 };
 
 struct KafkaSinkOptions {
@@ -191,6 +194,7 @@ class KafkaSink final : public Sink {
                               target.sink_name, target.topic));
       }
     }
+    if (Status opened = OpenEncoders(); !opened) return Fail(opened);
     // An existing progress topic is used as it is: creating topics needs a permission that a
     // locked-down cluster may not grant, and an API that librdkafka's mock cluster (the demo's
     // embedded stand-in) lacks.
@@ -317,6 +321,7 @@ class KafkaSink final : public Sink {
                               target.sink_name, target.topic));
       }
     }
+    if (Status opened = OpenEncoders(); !opened) return Fail(opened);
     Log()->info("kafka sink: transactional.id={} (scaled out, group {})",
                 options_.transactional_id, options_.source_group_id);
     return Ok();
@@ -336,6 +341,9 @@ class KafkaSink final : public Sink {
       fatal_ = status.error();
       return status;
     }
+    // A row that does not fit its sink's value format would fail again however often the
+    // batch were computed.
+    if (!status && status.error().code() == ErrorCode::kConfig) return status;
     if (outcome == Outcome::kOk || status) return Ok();
     return MakeError(ErrorCode::kAborted, "kafka sink: batch {} aborted: {}", output.batch_id,
                      status.error().message());
@@ -345,14 +353,7 @@ class KafkaSink final : public Sink {
     auto begun =
         Call("begin_transaction", [&] { return rd_kafka_begin_transaction(producer_.get()); });
     if (begun.first != Outcome::kOk) return begun;
-    for (const Target& target : options_.targets) {
-      const OutputRows& rows = output.For(target.stream, target.mode);
-      for (size_t i = 0; i < rows.rows.size(); ++i) {
-        std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
-        auto produced = Produce(target.topic, key, rows.rows[i]);
-        if (produced.first != Outcome::kOk) return produced;
-      }
-    }
+    if (auto produced = ProduceRows(output); produced.first != Outcome::kOk) return produced;
     for (const InternalRecord& record : output.repartition) {
       auto produced = ProduceTo(options_.group->repartition_topic(), record);
       if (produced.first != Outcome::kOk) return produced;
@@ -615,6 +616,42 @@ class KafkaSink final : public Sink {
     }
   }
 
+  // Registers the targets' writer schemas where they have a registry, before the first
+  // transaction; a registry that cannot be reached fails the Open, which is tried again.
+  Status OpenEncoders() {
+    for (Target& target : options_.targets) {
+      if (Status opened = target.encoder->Open(); !opened) {
+        return tl::unexpected(opened.error().Wrap(
+            fmt::format("kafka sink '{}' (topic {})", target.sink_name, target.topic)));
+      }
+    }
+    return Ok();
+  }
+
+  // Produces every target's rows of the batch, each encoded by the target's value format
+  // into one buffer (librdkafka copies it). A row that does not fit the format's schema aborts
+  // the transaction and fails the delivery (kConfig: trying again cannot help; the rows wait in
+  // the outbox, and a corrected schema delivers them).
+  std::pair<Outcome, Status> ProduceRows(const BatchOutput& output) {
+    for (const Target& target : options_.targets) {
+      const OutputRows& rows = output.For(target.stream, target.mode);
+      for (size_t i = 0; i < rows.rows.size(); ++i) {
+        std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
+        if (Status encoded = target.encoder->Encode(rows.rows[i], value_buffer_); !encoded) {
+          Status aborted = Abort();
+          if (!aborted) return {Outcome::kFailed, aborted};
+          return {Outcome::kFailed,
+                  tl::unexpected(encoded.error().Wrap(fmt::format(
+                      "kafka sink '{}': batch {} row {} ({} stream)", target.sink_name,
+                      output.batch_id, i, ToString(target.stream))))};
+        }
+        auto produced = Produce(target.topic, key, value_buffer_);
+        if (produced.first != Outcome::kOk) return produced;
+      }
+    }
+    return {Outcome::kOk, Ok()};
+  }
+
   // Produces one record; a full local queue is drained by serving delivery events.
   std::pair<Outcome, Status> Produce(const std::string& topic, std::string_view key,
                                      std::string_view value) {
@@ -646,14 +683,7 @@ class KafkaSink final : public Sink {
         Call("begin_transaction", [&] { return rd_kafka_begin_transaction(producer_.get()); });
     if (begun.first != Outcome::kOk) return begun;
 
-    for (const Target& target : options_.targets) {
-      const OutputRows& rows = output.For(target.stream, target.mode);
-      for (size_t i = 0; i < rows.rows.size(); ++i) {
-        std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
-        auto produced = Produce(target.topic, key, rows.rows[i]);
-        if (produced.first != Outcome::kOk) return produced;
-      }
-    }
+    if (auto produced = ProduceRows(output); produced.first != Outcome::kOk) return produced;
     std::string progress = "{\"pipeline\":";
     AppendJsonString(progress, options_.pipeline_name);
     progress += ",\"checkpoint\":";
@@ -904,6 +934,8 @@ class KafkaSink final : public Sink {
 
   KafkaSinkOptions options_;
   const std::string name_ = "kafka";
+  /// The record value being produced (encoded row); reused.
+  std::string value_buffer_;
   Handle producer_;
   /// CheckpointMetadata::checkpoint_id of the batches delivered; empty when nobody said.
   std::string checkpoint_id_;
@@ -960,11 +992,13 @@ ConnectorDecl KafkaSinkDecl() {
   decl.format = "kafka";
   decl.role = ConnectorRole::kSink;
   decl.doc =
-      "Writes rows as JSON records to a Kafka topic, exactly once: all Kafka sinks of a "
+      "Writes rows to a Kafka topic, one record per row, exactly once: all Kafka sinks of a "
       "pipeline share one transactional producer (transactional.id driftd-<pipeline>), and each "
       "batch is one transaction that also holds a progress record and, with a Kafka source, the "
-      "source offsets of the batch.";
+      "source offsets of the batch. Records are the rows' JSON objects, or Avro with "
+      "`valueFormat: avro` (see the value formats below).";
   decl.passthrough_prefix = "kafka.";
+  decl.value_formats = true;
   decl.options = {
       {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
       {"keyColumn", OptionType::kString, "",
@@ -983,7 +1017,7 @@ ConnectorDecl KafkaSinkDecl() {
 
 Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
                                               const std::vector<const SinkSpec*>& specs,
-                                              Source* source) {
+                                              Source* source, const ValueFormatCatalog& formats) {
   if (specs.empty() && !pipeline.scale_out.enabled) {
     return MakeError(ErrorCode::kInternal, "kafka sink without sinks");
   }
@@ -998,6 +1032,9 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     if (target.topic.empty()) {
       return MakeError(ErrorCode::kConfig, "kafka sink '{}' needs a topic", spec->name);
     }
+    auto encoder = CreateValueEncoder(formats, pipeline, *spec, target.topic + "-value");
+    if (!encoder) return tl::unexpected(encoder.error());
+    target.encoder = std::move(*encoder);
     options.targets.push_back(std::move(target));
 
     std::string progress = spec->options.GetString("progressTopic");

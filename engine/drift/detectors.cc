@@ -140,9 +140,9 @@ void EvaluateMeanShift(const EvaluationInput& in, const DetectorConfig& config, 
   const double s_w = std::sqrt(std::max(0.0, lb.pooled_variance));
   const double welch = diff / std::sqrt(sigma * sigma / static_cast<double>(ref.count()) +
                                         s_w * s_w / static_cast<double>(std::max<int64_t>(1, lb.n)));
+  // (The effect is the reading's own `effect`; an extra of that name would repeat the member.)
   out.extras = {{"z", best_test.z},
                 {"welch_t", welch},
-                {"effect", out.effect},
                 {"lookback_windows", static_cast<double>(lb.windows)}};
 }
 
@@ -530,7 +530,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
          "smallest |shift| / baseline sd that may raise a level"}},
        false,
        false,
-       EvaluateMeanShift},
+       EvaluateMeanShift,
+       {"z", "welch_t", "lookback_windows"}},
       {DetectorKind::kStddevRatio,
        "stddev_ratio",
        DetectorFamily::kSpread,
@@ -541,7 +542,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        {{"minEffect", 1.1, 1, 1e6, false, "smallest ratio that may raise a level"}},
        false,
        false,
-       EvaluateStddevRatio},
+       EvaluateStddevRatio,
+       {"sd_ratio", "z", "kurtosis", "lookback_windows"}},
       {DetectorKind::kPsi,
        "psi",
        DetectorFamily::kShape,
@@ -551,7 +553,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        {{"minEffect", 0.05, 0, 1e6, false, "smallest PSI that may raise a level"}, kBins},
        false,
        false,
-       EvaluatePsi},
+       EvaluatePsi,
+       {"chi_square", "df"}},
       {DetectorKind::kJensenShannon,
        "js",
        DetectorFamily::kShape,
@@ -561,7 +564,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        {{"minEffect", 0.05, 0, 1, false, "smallest distance that may raise a level"}, kBins},
        false,
        false,
-       EvaluateJs},
+       EvaluateJs,
+       {"g", "df"}},
       {DetectorKind::kKs,
        "ks",
        DetectorFamily::kShape,
@@ -585,7 +589,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
          "baselines)"}},
        true,
        false,
-       EvaluateCusum},
+       EvaluateCusum,
+       {"upper", "lower", "allowance"}},
       {DetectorKind::kErrorRate,
        "error_rate",
        DetectorFamily::kError,
@@ -598,7 +603,9 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
          "an error is |prediction - label| > threshold"}},
        false,
        true,
-       EvaluateErrorRate},
+       EvaluateErrorRate,
+       {"baseline_error_rate", "window_error_rate", "baseline_mae", "window_mae",
+        "error_threshold", "z", "lookback_windows"}},
   };
   return table;
 }

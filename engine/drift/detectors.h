@@ -193,6 +193,9 @@ struct DetectorDefaults {
   /// Behaviour: fills `out` (statistic, score, thresholds, effect, level, extras).
   void (*evaluate)(const EvaluationInput& in, const DetectorConfig& config, double warn,
                    double alert, DetectorReading& out) = nullptr;
+  /// The extras its readings carry (DetectorReading::extras), by name, in the order written:
+  /// the alert and evaluation rows' shapes (AlertRowShape, engine/row_shape.h) hold them all.
+  std::vector<std::string_view> extras = {};
 };
 
 /// The defaults table, one entry per DetectorKind, in DetectorKind order:

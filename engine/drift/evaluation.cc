@@ -1,5 +1,6 @@
 #include "engine/drift/evaluation.h"
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <set>
@@ -131,6 +132,72 @@ std::string EvaluationToJson(const Evaluation& e) {
   obj.Int("batch_id", e.batch_id);
   obj.Close();
   return out;
+}
+
+// ---- shapes, in step with EvaluationToJson and AlertEvent::ToJson ----------------------------
+
+namespace {
+
+ShapeField Member(std::string name, ShapeType::Kind kind, bool nullable = false) {
+  return {std::move(name), ShapeType::Scalar(kind, nullable), {}};
+}
+
+}  // namespace
+
+ShapeType EvaluationWindowShape() {
+  using Kind = ShapeType::Kind;
+  return ShapeType::Record("Window", {Member("start_record", Kind::kLong),
+                                      Member("end_record", Kind::kLong),
+                                      Member("start_time", Kind::kTimestamp, true),
+                                      Member("end_time", Kind::kTimestamp, true),
+                                      Member("n", Kind::kLong),
+                                      Member("mean", Kind::kDouble, true),
+                                      Member("stddev", Kind::kDouble, true)});
+}
+
+ShapeType BaselineShape(bool nullable) {
+  using Kind = ShapeType::Kind;
+  // Mean and stddev are left out when n is 0 (evaluations), and a number that is not finite
+  // is written as null.
+  return ShapeType::Record("Baseline",
+                           {Member("type", Kind::kString), Member("n", Kind::kLong),
+                            Member("mean", Kind::kDouble, true),
+                            Member("stddev", Kind::kDouble, true)},
+                           nullable);
+}
+
+ShapeType DetectorReadingShape() {
+  using Kind = ShapeType::Kind;
+  std::vector<ShapeField> fields = {
+      Member("detector", Kind::kString),         Member("statistic", Kind::kDouble, true),
+      Member("score", Kind::kDouble, true),      Member("warn", Kind::kDouble, true),
+      Member("alert", Kind::kDouble, true),      Member("warn_threshold", Kind::kDouble, true),
+      Member("alert_threshold", Kind::kDouble, true),
+      Member("effect", Kind::kDouble, true),     Member("min_effect", Kind::kDouble, true),
+      Member("level", Kind::kString),            Member("held_by_min_effect", Kind::kString, true),
+  };
+  // Every detector's extras, once each, in table order.
+  for (const DetectorDefaults& detector : DetectorDefaultsTable()) {
+    for (std::string_view extra : detector.extras) {
+      const bool known = std::any_of(fields.begin(), fields.end(),
+                                     [&](const ShapeField& f) { return f.name == extra; });
+      if (!known) fields.push_back(Member(std::string(extra), Kind::kDouble, true));
+    }
+  }
+  return ShapeType::Record("DetectorReading", std::move(fields));
+}
+
+RowShape EvaluationRowShape() {
+  using Kind = ShapeType::Kind;
+  return ShapeType::Record(
+      "Evaluation",
+      {Member("evaluation_id", Kind::kString), Member("model", Kind::kString),
+       Member("series", Kind::kString), Member("evaluated", Kind::kBoolean),
+       Member("level", Kind::kString), Member("previous_level", Kind::kString),
+       {"window", EvaluationWindowShape(), {}},
+       {"baseline", BaselineShape(/*nullable=*/false), {}},
+       {"detectors", ShapeType::Array(DetectorReadingShape()), {}},
+       Member("batch_id", Kind::kLong)});
 }
 
 std::string EncodeEvaluation(const Evaluation& e) {

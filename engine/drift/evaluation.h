@@ -8,6 +8,7 @@
 
 #include "engine/drift/monitor.h"
 #include "engine/result.h"
+#include "engine/row_shape.h"
 
 namespace driftd {
 
@@ -17,6 +18,16 @@ std::string EvaluationId(const Evaluation& evaluation);
 
 /// One JSON object, no trailing newline (engine/drift/README.md shows the fields).
 std::string EvaluationToJson(const Evaluation& evaluation);
+
+/// The shape of EvaluationToJson's rows (engine/row_shape.h), the evaluations stream's.
+RowShape EvaluationRowShape();
+
+/// Parts of the alert and evaluation rows' shapes, which render them alike: the `window` and
+/// `baseline` objects and one `detectors[]` reading, with every detector's extras
+/// (DetectorDefaults::extras) as nullable numbers.
+ShapeType EvaluationWindowShape();
+ShapeType BaselineShape(bool nullable);
+ShapeType DetectorReadingShape();
 
 /// Versioned little-endian bytes (engine/drift/codec.h).
 std::string EncodeEvaluation(const Evaluation& evaluation);

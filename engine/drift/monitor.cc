@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/drift/codec.h"
+#include "engine/drift/evaluation.h"
 #include "engine/drift/value_sample.h"
 #include "engine/json_writer.h"
 
@@ -2591,6 +2592,33 @@ std::string AlertEvent::ToJson() const {
   obj.Int("batch_id", batch_id);
   obj.Close();
   return out;
+}
+
+// In step with ToJson above.
+RowShape AlertRowShape() {
+  using Kind = ShapeType::Kind;
+  auto member = [](std::string name, Kind kind, bool nullable = false) {
+    return ShapeField{std::move(name), ShapeType::Scalar(kind, nullable), {}};
+  };
+  ShapeType bin = ShapeType::Record(
+      "BinChange", {member("bin", Kind::kLong), member("lower", Kind::kDouble, true),
+                    member("upper", Kind::kDouble, true),
+                    member("baseline_share", Kind::kDouble, true),
+                    member("window_share", Kind::kDouble, true),
+                    member("psi_term", Kind::kDouble, true)});
+  return ShapeType::Record(
+      "Alert",
+      {member("alert_id", Kind::kString), member("incident_id", Kind::kString),
+       member("level", Kind::kString), member("previous_level", Kind::kString),
+       member("model", Kind::kString), member("series", Kind::kString),
+       member("detector", Kind::kString), member("statistic", Kind::kDouble, true),
+       member("threshold", Kind::kDouble, true), member("score", Kind::kDouble, true),
+       {"window", EvaluationWindowShape(), {}},
+       {"baseline", BaselineShape(/*nullable=*/true), {}},
+       {"detectors", ShapeType::Array(DetectorReadingShape(), /*nullable=*/true), {}},
+       {"top_bins", ShapeType::Array(std::move(bin), /*nullable=*/true), {}},
+       {"alerting_series", ShapeType::Array(ShapeType::Scalar(Kind::kString), true), {}},
+       member("trigger_series", Kind::kString, true), member("batch_id", Kind::kLong)});
 }
 
 }  // namespace driftd

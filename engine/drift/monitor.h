@@ -20,6 +20,7 @@
 #include "engine/drift/histogram.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/row_shape.h"
 #include "engine/stats.h"
 
 namespace driftd {
@@ -81,6 +82,11 @@ struct AlertEvent {
   /// One JSON object, no trailing newline.
   std::string ToJson() const;
 };
+
+/// The shape of AlertEvent::ToJson's rows, the alerts stream's (engine/row_shape.h): a
+/// roll-up has no `score` and `baseline` and has `alerting_series` and `trigger_series`;
+/// `detectors` and `top_bins` are left out when empty.
+RowShape AlertRowShape();
 
 /// One closed window of a (model, series), whether or not it changed the alert level, or the
 /// CUSUM crossing a level between window ends: the window and baseline statistics and every

@@ -81,30 +81,6 @@ std::vector<std::string> FingerprintDifferences(std::string_view stored, std::st
   return changed;
 }
 
-// A dead letter holds the bytes received: as a JSON string when they are UTF-8 ("raw"), else
-// in base64 ("rawBase64", "raw" null), so that no byte is replaced; "rawBytes" counts what it
-// holds and "truncated" says when that is only the start of a longer record.
-std::string DeadLetterRow(const DeadLetter& dead, const std::string& position) {
-  std::string row;
-  JsonObject object(row);
-  object.String("position", position);
-  object.String("reason", ToString(dead.reason));
-  object.String("detail", dead.detail);
-  if (IsValidUtf8(dead.raw)) {
-    object.String("raw", dead.raw);
-  } else {
-    object.Null("raw");
-    object.Key("rawBase64");
-    row.push_back('"');
-    AppendBase64(row, dead.raw);
-    row.push_back('"');
-  }
-  object.Int("rawBytes", static_cast<int64_t>(dead.raw.size()));
-  object.Bool("truncated", dead.truncated);
-  object.Close();
-  return row;
-}
-
 // The scope of a query's state when one process runs all of it (one task).
 constexpr uint32_t kQueryScope = 0;
 
@@ -703,7 +679,8 @@ class QueryExecutor::Impl {
                                      return source_->DescribePosition(position);
                                    }));
         for (const DeadLetter& dead : dead_letters_) {
-          output.dead_letters.Add("", DeadLetterRow(dead, source_->DescribePosition(dead.position)));
+          output.dead_letters.Add(
+              "", DeadLetterToJson(dead, source_->DescribePosition(dead.position)));
         }
         metadata_.Fill(chunk_, *source_, records_);
         // Filtered rows leave before the clock: they neither advance nor are judged by it.

@@ -66,18 +66,6 @@ bool DecodeClockEntry(std::string_view value, int64_t& max_us, bool& more, bool&
   return true;
 }
 
-std::string DeadLetterRow(const DeadLetter& dead, const std::string& position) {
-  std::string row;
-  JsonObject object(row);
-  object.String("position", position);
-  object.String("reason", ToString(dead.reason));
-  object.String("detail", dead.detail);
-  object.String("raw", dead.raw);
-  object.Int("rawBytes", static_cast<int64_t>(dead.raw.size()));
-  object.Close();
-  return row;
-}
-
 }  // namespace
 
 // A task this process owns: its models' stages and its clock over every source partition.
@@ -371,7 +359,7 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
                                       }));
     for (const DeadLetter& dead : dead_letters_) {
       output.dead_letters.Add(
-          "", DeadLetterRow(dead, parts_.source->DescribePosition(dead.position)));
+          "", DeadLetterToJson(dead, parts_.source->DescribePosition(dead.position)));
     }
     parts_.metadata->Fill(chunk_, *parts_.source, records_);
     report.filtered_rows += parts_.projection->Apply(records_);

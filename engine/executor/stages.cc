@@ -6,6 +6,7 @@
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/stage.h"
 #include "engine/json_writer.h"
+#include "engine/row_shape.h"
 
 namespace driftd {
 
@@ -97,12 +98,7 @@ class AggregationStage final : public Stage {
 class SelectStage final : public Stage {
  public:
   SelectStage(const PipelineSpec& spec, StatsModes modes)
-      : schema_(QuerySchema(spec)), modes_(modes) {
-    for (const std::string& name : spec.query.select) columns_.push_back(schema_.IndexOf(name));
-    if (columns_.empty()) {
-      for (size_t i = 0; i < spec.schema.fields.size(); ++i) columns_.push_back(static_cast<int>(i));
-    }
-  }
+      : schema_(QuerySchema(spec)), modes_(modes), columns_(SelectOutputColumns(spec)) {}
 
   std::string_view state_namespace() const override { return ""; }
   Status Restore(std::string_view, std::string_view) override { return Ok(); }
@@ -120,6 +116,7 @@ class SelectStage final : public Stage {
   void Finish(const BatchContext&, BatchOutput&, StateChanges&, StageProgress&) override {}
 
  private:
+  // In step with the stats shape of a query without aggregation (engine/row_shape.cc).
   void Render(const RecordBatch& batch, size_t row, std::string& out) const {
     JsonObject object(out);
     for (int index : columns_) {

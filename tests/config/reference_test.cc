@@ -1,5 +1,5 @@
-// config/README.md carries the connector option tables generated from the declarations, between
-// two markers. The hidden test case rewrites them:
+// config/README.md carries the connector and value format option tables generated from the
+// declarations, between two markers. The hidden test case rewrites them:
 //   build/tests/driftd_config_tests '[.reference]'
 #include <fstream>
 #include <sstream>
@@ -24,7 +24,8 @@ std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-TEST_CASE("the pipeline reference documents the options of every declared connector",
+TEST_CASE("the pipeline reference documents the options of every declared connector and value "
+          "format",
           "[config][reference]") {
   const std::string readme = ReadFile(ReadmePath());
   const size_t begin = readme.find(kBegin);
@@ -40,6 +41,14 @@ TEST_CASE("the pipeline reference documents the options of every declared connec
     INFO(heading << " is missing: regenerate with driftd_config_tests '[.reference]'");
     CHECK(section.find(heading) != std::string::npos);
   }
+  for (const ValueFormatDecl& format : ValueFormats()) {
+    const std::string heading = fmt::format("### `{}` value format", format.name);
+    INFO(heading << " is missing: regenerate with driftd_config_tests '[.reference]'");
+    CHECK(section.find(heading) != std::string::npos);
+  }
+  // The section is what `driftd reference` prints, option for option.
+  INFO("regenerate with driftd_config_tests '[.reference]'");
+  CHECK(section == ConnectorReferenceMarkdown());
 }
 
 TEST_CASE("regenerate the connector option tables in config/README.md", "[.reference]") {

@@ -1,5 +1,7 @@
-// source.valueFormat and source.valueOptions: checked against the value formats' declarations
-// (connectors' ValueFormats()), problems named by key and line.
+// source.valueFormat and source.valueOptions, and a sink's valueFormat and valueOptions:
+// checked against the value formats' declarations (connectors' ValueFormats()), problems named
+// by key and line.
+#include <fstream>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -7,6 +9,7 @@
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "tests/config/config_test_util.h"
+#include "tests/support/test_support.h"
 
 namespace driftd {
 namespace {
@@ -98,6 +101,121 @@ TEST_CASE("a binary value format on a line-oriented source is refused", "[config
   CHECK_THAT(testing::ProblemText(spec),
              Catch::Contains("source.valueFormat: value format protobuf is binary and needs a "
                              "source whose records come whole"));
+}
+
+// ---- sinks ---------------------------------------------------------------------------------
+
+constexpr std::string_view kSinkHead = R"(name: avro-out
+schema:
+  - {name: model_id, type: string, nullable: false}
+  - {name: prediction, type: double}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:9092", subscribe: logs}
+query:
+  groupBy: [model_id]
+  aggregates: [count, mean(prediction)]
+sinks:
+  - name: stats
+)";
+
+// The real connectors' declarations: the kafka sink is the one that takes a valueFormat.
+PipelineResult ParseSink(std::string_view sink) {
+  LoadOptions options = testing::TestOptions();
+  options.catalog = &ConnectorDeclarations();
+  options.value_formats = &ValueFormats();
+  return ParsePipeline(std::string(kSinkHead) + std::string(sink), "test.yaml", options);
+}
+
+constexpr std::string_view kKafkaSink =
+    "    format: kafka\n"
+    "    options: {topic: model-stats, kafka.bootstrap.servers: \"127.0.0.1:9092\"}\n";
+
+TEST_CASE("a kafka sink with valueFormat avro gets a writer schema derived from its rows",
+          "[config][format][sink]") {
+  auto spec = ParseSink(std::string(kKafkaSink) + "    valueFormat: avro\n");
+  INFO(testing::ProblemText(spec));
+  REQUIRE(spec);
+  const SinkSpec& sink = spec->sinks[0];
+  CHECK(sink.value_format == "avro");
+  CHECK(sink.value_options.GetString("schemaRegistryTimeout") == "10 seconds");  // defaults in
+  auto encoder = CreateValueEncoder(ValueFormats(), *spec, sink, "model-stats-value");
+  REQUIRE(encoder);
+  const std::string& schema = (*encoder)->schema_text();
+  CHECK_THAT(schema, Catch::Contains(R"("name": "model_id", "type": "string")") &&
+                         Catch::Contains(R"("name": "count", "type": "long")") &&
+                         Catch::Contains(R"("name": "mean_prediction")"));
+  // Without valueFormat, a sink writes JSON.
+  auto json = ParseSink(kKafkaSink);
+  REQUIRE(json);
+  CHECK(json->sinks[0].value_format == "json");
+}
+
+TEST_CASE("a valueFormat on a sink that writes JSON files is refused at its line",
+          "[config][format][sink]") {
+  auto spec = ParseSink("    format: file\n    options: {path: /tmp/out}\n    valueFormat: avro\n");
+  REQUIRE_FALSE(spec);
+  CHECK_THAT(testing::ProblemText(spec),
+             Catch::Contains("test.yaml:15:18: sinks[0].valueFormat: the file sink writes rows "
+                             "as JSON; valueFormat and valueOptions apply to sinks that write "
+                             "one message per row (kafka)"));
+}
+
+TEST_CASE("a sink's valueFormat must be one that sinks can write", "[config][format][sink]") {
+  SECTION("protobuf is read only") {
+    auto spec = ParseSink(std::string(kKafkaSink) + "    valueFormat: protobuf\n");
+    REQUIRE_FALSE(spec);
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains("test.yaml:15:18: sinks[0].valueFormat: value format "
+                               "'protobuf' can be read by a source but not written by a sink "
+                               "(sink value formats: json, avro)"));
+  }
+  SECTION("a misspelling gets the nearest one") {
+    auto spec = ParseSink(std::string(kKafkaSink) + "    valueFormat: avor\n");
+    REQUIRE_FALSE(spec);
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains("sinks[0].valueFormat: unknown value format 'avor'") &&
+                   Catch::Contains("did you mean 'avro'?"));
+  }
+  SECTION("an option of the source side only") {
+    auto spec = ParseSink(std::string(kKafkaSink) +
+                          "    valueFormat: avro\n    valueOptions: {readerSchemaFile: r.avsc}\n");
+    REQUIRE_FALSE(spec);
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains("test.yaml:16:20: sinks[0].valueOptions.readerSchemaFile: "
+                               "unknown option 'readerSchemaFile'"));
+  }
+}
+
+TEST_CASE("a sink's .avsc is read at validate: unreadable, or not covering the rows, is an "
+          "error at the schemaFile option's line",
+          "[config][format][sink]") {
+  SECTION("unreadable") {
+    auto spec = ParseSink(std::string(kKafkaSink) +
+                          "    valueFormat: avro\n"
+                          "    valueOptions:\n"
+                          "      schemaFile: /nonexistent/stats.avsc\n");
+    REQUIRE_FALSE(spec);
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains("test.yaml:17:19: sinks[0].valueOptions.schemaFile: sink 'stats' "
+                               "(stats stream): cannot read '/nonexistent/stats.avsc': No such "
+                               "file or directory"));
+  }
+  SECTION("a column the schema lacks") {
+    testing::TempDir dir("driftd-sink-avsc");
+    std::ofstream(dir / "stats.avsc") << R"({"type": "record", "name": "S", "fields": [
+        {"name": "model_id", "type": "string"}, {"name": "count", "type": "long"}]})";
+    auto spec = ParseSink(std::string(kKafkaSink) +
+                          "    valueFormat: avro\n"
+                          "    valueOptions:\n"
+                          "      schemaFile: " + dir / "stats.avsc" + "\n");
+    REQUIRE_FALSE(spec);
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains("test.yaml:17:19: sinks[0].valueOptions.schemaFile: sink 'stats' "
+                               "(stats stream): '" + dir / "stats.avsc" +
+                               "' does not cover the rows: the writer schema's record S has no "
+                               "field 'mean_prediction' for column 'mean(prediction)' (double)"));
+  }
 }
 
 }  // namespace

@@ -200,5 +200,95 @@ TEST_CASE("bad protobuf options name the option and say what is wrong", "[format
                              "pipeline's schema says double"));
 }
 
+// ---- Confluent's framing --------------------------------------------------------------------
+
+// Magic byte 0, schema id 7, the message indexes as written (zig-zag varints), then `message`.
+std::string Framed(std::string_view indexes, const std::string& message) {
+  return std::string("\0\0\0\0\x07", 5) + std::string(indexes) + message;
+}
+
+// A message of `type` (full name) with model_id and ground_truth set.
+std::string LabelMessage(const std::string& type, const std::string& model, double truth) {
+  std::ifstream in(DRIFTD_TEST_DESCRIPTOR, std::ios::binary);
+  pb::FileDescriptorSet set;
+  REQUIRE(set.ParseFromIstream(&in));
+  pb::DescriptorPool pool;
+  for (const auto& file : set.file()) REQUIRE(pool.BuildFile(file) != nullptr);
+  const pb::Descriptor* descriptor = pool.FindMessageTypeByName(type);
+  REQUIRE(descriptor != nullptr);
+  pb::DynamicMessageFactory factory(&pool);
+  std::unique_ptr<pb::Message> message(factory.GetPrototype(descriptor)->New());
+  const pb::Reflection& r = *message->GetReflection();
+  r.SetString(message.get(), descriptor->FindFieldByName("model_id"), model);
+  r.SetDouble(message.get(), descriptor->FindFieldByName("ground_truth"), truth);
+  return message->SerializeAsString();
+}
+
+std::unique_ptr<ValueDecoder> FramedDecoder(const std::string& type) {
+  Schema schema;
+  schema.fields = {{"model_id", FieldType::kString, false},
+                   {"ground_truth", FieldType::kDouble, true}};
+  auto decoder = Create({{"descriptorFile", DRIFTD_TEST_DESCRIPTOR},
+                         {"messageType", type},
+                         {"confluentFraming", "true"}},
+                        MalformedPolicy::kDeadLetter, schema);
+  if (!decoder) FAIL(decoder.error().option << ": " << decoder.error().message);
+  return std::move(*decoder);
+}
+
+TEST_CASE("Confluent-framed Protobuf records decode when their message indexes name the "
+          "message type",
+          "[format][protobuf][confluent]") {
+  SECTION("the file's first message: [0] as one 0 byte, or spelt out") {
+    Messages messages;
+    auto decoder = MakeDecoder(MalformedPolicy::kFail);
+    auto plain = DecodeAll(*decoder, {messages.Inference("m-0", 1, {}, 0.5)});
+    REQUIRE(plain.status);
+    auto framed = FramedDecoder("driftd.test.Inference");  // (its other fields are absent)
+    const std::string message = messages.Inference("m-1", 1, {}, 0.5);
+    auto decoded = DecodeAll(*framed, {Framed(std::string("\0", 1), message),
+                                       Framed(std::string("\x02\x00", 2), message)});
+    REQUIRE(decoded.status);
+    CHECK(decoded.dead.empty());
+    REQUIRE(decoded.batch.num_rows == 2);
+    CHECK(decoded.batch.columns[0].String(1) == "m-1");
+  }
+  SECTION("a later message [1] and a nested one [1, 0]") {
+    auto label = FramedDecoder("driftd.test.Label");
+    auto nested = FramedDecoder("driftd.test.Label.Correction");
+    auto a = DecodeAll(*label, {Framed("\x02\x02", LabelMessage("driftd.test.Label", "m", 1))});
+    auto b = DecodeAll(*nested, {Framed(std::string("\x04\x02\x00", 3), LabelMessage(
+                                             "driftd.test.Label.Correction", "n", 0.25))});
+    REQUIRE(a.batch.num_rows == 1);
+    REQUIRE(b.batch.num_rows == 1);
+    CHECK(a.batch.columns[1].f64[0] == 1);
+    CHECK(b.batch.columns[0].String(0) == "n");
+    CHECK(b.batch.columns[1].f64[0] == 0.25);
+  }
+}
+
+TEST_CASE("Confluent-framed Protobuf records of another message type, or without the framing, "
+          "are malformed",
+          "[format][protobuf][confluent]") {
+  auto decoder = FramedDecoder("driftd.test.Label");
+  const std::string message = LabelMessage("driftd.test.Label", "m", 1);
+  auto decoded = DecodeAll(*decoder, {
+                                         Framed(std::string("\0", 1), message),  // [0]: Inference
+                                         message,                                // no framing
+                                         Framed("\x02", ""),  // indexes cut short
+                                     });
+  REQUIRE(decoded.status);
+  CHECK(decoded.batch.num_rows == 0);
+  REQUIRE(decoded.dead.size() == 3);
+  CHECK(decoded.dead[0].reason == MalformedReason::kUnknownSchema);
+  CHECK(decoded.dead[0].detail ==
+        "schema id 7: the message indexes [0] name another message than driftd.test.Label ([1] "
+        "in its file)");
+  CHECK(decoded.dead[1].reason == MalformedReason::kUndecodable);
+  CHECK(decoded.dead[1].detail.find("not Confluent-framed") == 0);
+  CHECK(decoded.dead[2].reason == MalformedReason::kUndecodable);
+  CHECK(decoder->counts().total() == 3);
+}
+
 }  // namespace
 }  // namespace driftd

@@ -97,7 +97,7 @@ TEST_CASE("an evaluation round-trips through its persisted form and its JSON row
   auto decoded = DecodeEvaluation(EncodeEvaluation(e));
   REQUIRE(decoded);
   CHECK(EvaluationToJson(*decoded) == EvaluationToJson(e));
-  CHECK(decoded->detectors[1].extras.size() == 4);  // z, welch_t, effect, lookback_windows
+  CHECK(decoded->detectors[1].extras.size() == 3);  // z, welch_t, lookback_windows
 
   std::string bytes = EncodeEvaluation(e);
   bytes.pop_back();

@@ -5,11 +5,14 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <simdjson.h>
 #include "engine/drift/codec.h"
+#include "engine/drift/evaluation.h"
+#include "tests/support/row_shape_check.h"
 #include <catch2/catch.hpp>
 
 namespace driftd {
@@ -62,6 +65,9 @@ class Harness {
 
   std::vector<Change> changes;
   std::vector<AlertEvent> events;
+  /// With keep_evaluations, each batch's evaluations (the monitor must collect them).
+  bool keep_evaluations = false;
+  std::vector<Evaluation> evaluations;
   std::map<std::string, std::string> store;  // what RocksDB would hold
   bool labels = false;
   double base_error_rate = 0.1;
@@ -104,7 +110,11 @@ class Harness {
   void EndBatch() {
     in_batch_ = 0;
     const int64_t batch = batch_++;
-    monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events);
+    if (keep_evaluations) {
+      monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events, &evaluations);
+    } else {
+      monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events);
+    }
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> deletes;
     monitor_.CollectDirty(puts, deletes);
@@ -754,6 +764,56 @@ TEST_CASE("a significant change below the effect floor is held down and says so"
     }
   }
   CHECK(held >= 4);
+}
+
+TEST_CASE("alert and evaluation rows of every kind have the shape their Avro schemas are "
+          "derived from, and each detector writes the extras its table entry lists",
+          "[drift][monitor][row_shape]") {
+  DriftMonitor monitor(DefaultSpec(), SeriesNames());
+  monitor.CollectEvaluations(true);
+  Harness h(monitor, 2, 17);
+  h.keep_evaluations = true;
+  h.labels = true;
+  // model-1: three series shift for a while (their alerts, a roll-up, then RESOLVED);
+  // model-0: its error rate rises.
+  for (size_t s : {0u, 4u, 6u}) {
+    h.changes.push_back({.model = 1, .series = s, .from = 10'000, .to = 30'000, .shift_sd = 1.0});
+  }
+  h.error_rate = [](int model, int64_t rec) { return model == 0 && rec >= 20'000 ? 0.3 : 0.1; };
+  h.Run(50'000);
+  h.EndBatch();
+
+  const RowShape alert_shape = AlertRowShape();
+  std::set<std::string> seen;  // what the rows exercised
+  for (const AlertEvent& event : h.events) {
+    const std::string row = event.ToJson();
+    INFO(row);
+    CHECK(testing::ShapeMismatch(alert_shape, row).empty());
+    seen.insert(std::string(ToString(event.level)));
+    if (event.series == "*") seen.insert("rollup");
+    if (!event.top_bins.empty()) seen.insert("top_bins");
+    if (event.series == "error") seen.insert("error");
+  }
+  CHECK(seen == std::set<std::string>{"ALERT", "WARN", "RESOLVED", "rollup", "top_bins",
+                                      "error"});
+
+  const RowShape evaluation_shape = EvaluationRowShape();
+  std::set<std::string> detectors;
+  for (const Evaluation& evaluation : h.evaluations) {
+    const std::string row = EvaluationToJson(evaluation);
+    INFO(row);
+    REQUIRE(testing::ShapeMismatch(evaluation_shape, row).empty());
+    for (const DetectorReading& reading : evaluation.detectors) {
+      detectors.insert(std::string(reading.detector));
+      auto kind = ParseDetectorKind(reading.detector);
+      REQUIRE(kind);
+      std::vector<std::string_view> extras;
+      for (const auto& [name, value] : reading.extras) extras.push_back(name);
+      INFO(reading.detector);
+      REQUIRE(extras == DefaultsFor(*kind).extras);
+    }
+  }
+  CHECK(detectors.size() == DetectorDefaultsTable().size());
 }
 
 }  // namespace

@@ -72,33 +72,6 @@ int RunToExit(const TempDir& dir, const std::string& yaml, const std::string& na
   return WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
-// Waits until no transaction is open on `topic` and reads it with read_committed, in
-// (partition, offset) order.
-std::vector<Consumed> ReadSettled(const std::string& topic) {
-  Client committed = MakeClient(RD_KAFKA_CONSUMER, {{"isolation.level", "read_committed"}});
-  Client uncommitted = MakeClient(RD_KAFKA_CONSUMER, {{"isolation.level", "read_uncommitted"}});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (int32_t partition = 0;; ++partition) {
-    int64_t low = 0, stable = 0, end = 0;
-    if (rd_kafka_query_watermark_offsets(committed.get(), topic.c_str(), partition, &low,
-                                         &stable, 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      break;  // no such partition: all seen
-    }
-    REQUIRE(rd_kafka_query_watermark_offsets(uncommitted.get(), topic.c_str(), partition, &low,
-                                             &end, 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
-    if (stable < end) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      --partition;  // ask again
-    }
-  }
-  std::vector<Consumed> records = ReadAll(topic, "read_committed");
-  std::stable_sort(records.begin(), records.end(), [](const Consumed& a, const Consumed& b) {
-    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
-  });
-  return records;
-}
-
 struct Alert {
   std::string id;
   std::string level;

@@ -1,10 +1,12 @@
 // Avro and Protobuf inference logs through the real broker and the daemon: `driftd run` reads
 // a topic of binary records, filters, aggregates per model, and routes the records it cannot
-// decode to the dead-letter stream. The Avro records are Confluent-framed, their writer
-// schemas in a Schema Registry: no registry server runs here (Debian has none, and Apicurio's
-// application needs Quarkus' build step), so the test runs a small Confluent-compatible one in
-// this process (tests/support/schema_registry_fake.h), which answers GET /schemas/ids/<id> as
-// Confluent's and Apicurio's ccompat API do.
+// decode to the dead-letter stream. And the other way: statistics, alerts and evaluations
+// written as Avro by the Kafka sink, read back and compared with what its JSON sinks write.
+// Avro records are Confluent-framed with their writer schemas in a Schema Registry: no
+// registry server runs here (Debian has none, and Apicurio's application needs Quarkus' build
+// step), so the test runs a small Confluent-compatible one in this process
+// (tests/support/schema_registry_fake.h), which answers POST /subjects/<subject>/versions and
+// GET /schemas/ids/<id> as Confluent's and Apicurio's ccompat API do.
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
@@ -12,11 +14,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <set>
 
 #include <simdjson.h>
 
+#include "config/loader.h"
+#include "engine/drift/evaluation.h"
+#include "engine/drift/monitor.h"
+#include "engine/time_iso8601.h"
 #include "tests/kafka/kafka_test_util.h"
 #include "tests/support/avro_records.h"
+#include "tests/support/avro_rows.h"
 #include "tests/support/schema_registry_fake.h"
 #include "tests/support/test_support.h"
 
@@ -249,6 +258,223 @@ TEST_CASE("Protobuf records from the broker are decoded from a descriptor set, m
 
   CheckStats(dir, expected);
   CHECK(RejectReasons(dir) == std::vector<std::string>{"undecodable", "undecodable"});
+}
+
+// ---- Avro out ------------------------------------------------------------------------------
+
+// Stats, alerts and evaluations, each to a JSON sink and to an Avro sink of the same pipeline:
+// stats and evaluations Confluent-framed with the registry, alerts plain with the shipped .avsc.
+std::string AvroOutPipeline(const std::string& name, const std::string& input,
+                            const std::map<std::string, std::string>& topics,
+                            const std::string& registry, const TempDir& dir) {
+  const std::string brokers = Bootstrap();
+  auto sink = [&](const std::string& sink_name, const std::string& stream,
+                  const std::string& value_format) {
+    return fmt::format(
+        "  - {{name: {}, format: kafka, stream: {}, options: {{topic: {}, "
+        "kafka.bootstrap.servers: \"{}\"}}{}}}\n",
+        sink_name, stream, topics.at(sink_name), brokers, value_format);
+  };
+  const std::string registry_format =
+      fmt::format(", valueFormat: avro, valueOptions: {{schemaRegistryUrl: \"{}\"}}", registry);
+  const std::string file_format = fmt::format(
+      ", valueFormat: avro, valueOptions: {{schemaFile: {}/deploy/avro/driftd-alert.avsc}}",
+      DRIFTD_SOURCE_DIR);
+  return fmt::format(R"(name: {}
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: event_time, type: timestamp}}
+  - {{name: feature_vector, type: array<double>}}
+  - {{name: prediction, type: double}}
+  - {{name: ground_truth, type: double}}
+source:
+  format: kafka
+  options: {{kafka.bootstrap.servers: "{}", subscribe: {}, startingOffsets: earliest,
+            maxOffsetsPerTrigger: 600}}
+query:
+  select: [abs(prediction - ground_truth) AS abs_error]
+  groupBy: [model_id]
+  aggregates: [count, mean(prediction), stddev(prediction), mean(feature_vector),
+               mean(abs_error)]
+drift:
+  series: [prediction, abs_error]
+  baseline: {{type: warmup, records: 200}}
+  minSamples: 100
+  windowRecords: 100
+sinks:
+)",
+                     name, brokers, input) +
+         sink("stats-json", "stats", "") + sink("stats-avro", "stats", registry_format) +
+         sink("alerts-json", "alerts", "") + sink("alerts-avro", "alerts", file_format) +
+         sink("evaluations-json", "evaluations", "") +
+         sink("evaluations-avro", "evaluations", registry_format) +
+         "trigger: {availableNow: true}\ncheckpointLocation: " + dir / "checkpoint" + "\n";
+}
+
+uint32_t SchemaId(const std::string& framed) {
+  REQUIRE(framed.size() > 5);
+  REQUIRE(framed[0] == '\0');
+  return (uint32_t{static_cast<unsigned char>(framed[1])} << 24) |
+         (uint32_t{static_cast<unsigned char>(framed[2])} << 16) |
+         (uint32_t{static_cast<unsigned char>(framed[3])} << 8) |
+         uint32_t{static_cast<unsigned char>(framed[4])};
+}
+
+// The Avro records of `avro_topic` hold, record for record, the rows of `json_topic`: decoded
+// with libavro against `schema` (or, framed, the registry's schema of each record's id).
+size_t CheckSameRows(const std::string& json_topic, const std::string& avro_topic,
+                     const RowShape& shape, testing::FakeSchemaRegistry* registry,
+                     const std::string& schema = "") {
+  const std::vector<Consumed> json = ReadSettled(json_topic);
+  const std::vector<Consumed> avro = ReadSettled(avro_topic);
+  REQUIRE(json.size() == avro.size());
+  std::unique_ptr<testing::AvroRowReader> reader;
+  if (!schema.empty()) reader = std::make_unique<testing::AvroRowReader>(schema);
+  for (size_t i = 0; i < json.size(); ++i) {
+    INFO(avro_topic << " record " << i << ": " << json[i].value);
+    CHECK(avro[i].key == json[i].key);
+    std::string_view value = avro[i].value;
+    if (registry != nullptr) {
+      const uint32_t id = SchemaId(avro[i].value);
+      if (!reader) reader = std::make_unique<testing::AvroRowReader>(registry->schema(int(id)));
+      value.remove_prefix(5);
+    }
+    CHECK(reader->Compare(shape, value, json[i].value) == "");
+  }
+  return json.size();
+}
+
+TEST_CASE("stats, alerts and evaluations written as Avro by the Kafka sink hold what its JSON "
+          "sinks write, and a batch delivered again after a crash carries identical bytes",
+          "[kafka][daemon][format][avro][sink]") {
+  Admin admin;
+  testing::FakeSchemaRegistry registry;
+  REQUIRE(registry.running());
+  const std::string input = UniqueName("avro-out-logs");
+  admin.CreateTopic(input, 1);
+  std::map<std::string, std::string> topics;
+  for (const char* sink : {"stats-json", "stats-avro", "alerts-json", "alerts-avro",
+                           "evaluations-json", "evaluations-avro"}) {
+    topics[sink] = UniqueName(sink);
+    admin.CreateTopic(topics[sink], 1);
+  }
+
+  // Two models; model-1's prediction moves by 4 sigma after its first 500 records.
+  std::vector<std::string> records;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int i = 0; i < 2400; ++i) {
+    const int model = i % 2;
+    const int index = i / 2;
+    const double shift = model == 1 && index >= 500 ? 0.4 : 0.0;
+    const double prediction = 0.5 + shift + 0.1 * normal(rng);
+    records.push_back(fmt::format(
+        R"({{"model_id":"model-{}","event_time":"{}","feature_vector":[{},{}],)"
+        R"("prediction":{},"ground_truth":{}}})",
+        model, FormatIso8601Micros(int64_t{1'795'000'000'000'000} + i * 1000), normal(rng),
+        2 + normal(rng), prediction, i % 5 == 0 ? 1.0 : 0.0));
+  }
+  Produce(input, 0, records);
+
+  TempDir dir("driftd-avro-out");
+  const std::string name = UniqueName("avro-out");
+  WriteFile(dir / "p.yaml", AvroOutPipeline(name, input, topics, registry.url(), dir));
+  LoadOptions load;
+  load.catalog = &ConnectorDeclarations();
+  load.value_formats = &ValueFormats();
+  auto spec = LoadPipelineFile(dir / "p.yaml", load);
+  INFO(FormatProblems("p.yaml", spec ? std::vector<ConfigProblem>{} : spec.error()));
+  REQUIRE(spec);
+
+  // The first run dies inside batch 1's transaction, after its records were produced; the
+  // second finishes that batch from the checkpoint's outbox, then the rest.
+  auto crashed = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120),
+                           {{"DRIFTD_KAFKA_SINK_FAULT", "before_commit@1"}});
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == -1);
+  auto run = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+
+  auto stats_shape = StreamRowShape(*spec, StreamKind::kStats);
+  REQUIRE(stats_shape);
+  CHECK(CheckSameRows(topics["stats-json"], topics["stats-avro"], *stats_shape, &registry) >= 8);
+  const size_t alerts =
+      CheckSameRows(topics["alerts-json"], topics["alerts-avro"], AlertRowShape(), nullptr,
+                    ReadFile(std::string(DRIFTD_SOURCE_DIR) + "/deploy/avro/driftd-alert.avsc"));
+  CHECK(alerts >= 1);
+  CHECK(CheckSameRows(topics["evaluations-json"], topics["evaluations-avro"],
+                      EvaluationRowShape(), &registry) >= 20);
+
+  // Each run registered each derived schema once, under <topic>-value, and got the same id.
+  for (const char* sink : {"stats-avro", "evaluations-avro"}) {
+    const std::vector<int> ids = registry.registrations(topics[sink] + "-value");
+    REQUIRE(ids.size() == 2);
+    CHECK(ids[0] == ids[1]);
+  }
+  // Batch 1's first attempt is there for read_uncommitted readers, aborted, byte for byte the
+  // same as its committed delivery.
+  const std::vector<Consumed> committed = ReadSettled(topics["stats-avro"]);
+  const std::vector<Consumed> all = ReadAll(topics["stats-avro"], "read_uncommitted");
+  CHECK(all.size() > committed.size());
+  std::set<std::string> values;
+  for (const Consumed& record : committed) values.insert(record.value);
+  for (const Consumed& record : all) CHECK(values.count(record.value) == 1);
+}
+
+TEST_CASE("a row its Avro schema cannot hold stops the query with the column named, delivers "
+          "nothing, and a corrected schema delivers the batch",
+          "[kafka][daemon][format][avro][sink]") {
+  Admin admin;
+  const std::string input = UniqueName("avro-misfit-logs");
+  const std::string output = UniqueName("avro-misfit-stats");
+  admin.CreateTopic(input, 1);
+  admin.CreateTopic(output, 1);
+  Produce(input, 0, {R"({"model_id":"model-0","prediction":0.25})",
+                     R"({"model_id":"model-1","prediction":0.75})"});
+  TempDir dir("driftd-avro-misfit");
+  // model_id as an enum that lacks model-1: validate cannot know the values.
+  auto schema = [&](const std::string& symbols) {
+    WriteFile(dir / "stats.avsc",
+              R"({"type": "record", "name": "Stats", "fields": [
+                {"name": "model_id", "type": {"type": "enum", "name": "Model", "symbols": [)" +
+                  symbols + R"(]}},
+                {"name": "count", "type": "long"}]})");
+  };
+  schema(R"("model-0")");
+  WriteFile(dir / "p.yaml", fmt::format(R"(name: {}
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: prediction, type: double}}
+source:
+  format: kafka
+  options: {{kafka.bootstrap.servers: "{}", subscribe: {}, startingOffsets: earliest}}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+sinks:
+  - {{name: stats, format: kafka, outputMode: update, valueFormat: avro,
+     valueOptions: {{schemaFile: {}}},
+     options: {{topic: {}, kafka.bootstrap.servers: "{}"}}}}
+trigger: {{once: true}}
+checkpointLocation: {}
+)",
+                                        UniqueName("avro-misfit"), Bootstrap(), input,
+                                        dir / "stats.avsc", output, Bootstrap(),
+                                        dir / "checkpoint"));
+  auto refused = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120));
+  INFO(refused.output);
+  CHECK(refused.exit_code == 78);
+  CHECK_THAT(refused.output,
+             Catch::Contains("the row does not fit the Avro writer schema: column 'model_id': "
+                             "'model-1' is not a symbol of enum Model"));
+  CHECK(ReadSettled(output).empty());
+
+  schema(R"("model-0", "model-1")");
+  auto delivered = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, std::chrono::seconds(120));
+  INFO(delivered.output);
+  REQUIRE(delivered.exit_code == 0);
+  CHECK(ReadSettled(output).size() == 2);  // the first batch's rows, from the outbox
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ TEST_CASE("the .deb installs into a clean container and its unit verifies there"
                            "./usr/lib/systemd/system/driftd@.service", "./etc/driftd/pipelines/",
                            "./usr/share/driftd/examples/kafka-drift.yaml",
                            "./usr/share/driftd/grafana/driftd-dashboard.json",
+                           "./usr/share/driftd/avro/driftd-alert.avsc",
                            "./usr/share/driftd/kubernetes/statefulset.yaml"}) {
     CHECK_THAT(output, Catch::Contains(std::string("deb-content ") + path));
   }

@@ -1,4 +1,4 @@
-// A small Confluent-compatible Schema Registry for tests: the two calls a producer and driftd
+// A small Confluent-compatible Schema Registry for tests: the two calls producers and driftd
 // use (register a schema under a subject; fetch a schema by id) on a free port of 127.0.0.1.
 // It stands in for a real registry (Confluent's, or Apicurio's ccompat API) where none runs;
 // it answers as they do, and counts the fetches so tests can check the decoder's cache.
@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,7 @@ class FakeSchemaRegistry {
                    }
                    std::lock_guard<std::mutex> lock(mutex_);
                    const int id = Register(std::string(schema));
+                   subjects_[request.matches[1]].push_back(id);
                    response.set_content(fmt::format(R"({{"id":{}}})", id),
                                         "application/vnd.schemaregistry.v1+json");
                  });
@@ -84,6 +86,17 @@ class FakeSchemaRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     return Register(schema);
   }
+  /// The ids registered under `subject` by POST /subjects/<subject>/versions, in order.
+  std::vector<int> registrations(const std::string& subject) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return subjects_[subject];
+  }
+  /// The schema text of `id`, or empty.
+  std::string schema(int id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = schemas_.find(id);
+    return it == schemas_.end() ? std::string() : it->second;
+  }
   /// GET /schemas/ids/<id> requests so far.
   int fetches(int id) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -106,6 +119,7 @@ class FakeSchemaRegistry {
   std::mutex mutex_;
   std::map<int, std::string> schemas_;
   std::map<int, int> fetches_;
+  std::map<std::string, std::vector<int>> subjects_;
   int next_id_ = 1;
 };
 

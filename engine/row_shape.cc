@@ -1,0 +1,114 @@
+#include "engine/row_shape.h"
+
+#include <fmt/format.h>
+
+#include "engine/aggregation.h"
+#include "engine/drift/evaluation.h"
+#include "engine/drift/monitor.h"
+#include "engine/value_decoder.h"
+
+namespace driftd {
+
+ShapeType ShapeType::Scalar(Kind kind, bool nullable) {
+  ShapeType type;
+  type.kind = kind;
+  type.nullable = nullable;
+  return type;
+}
+
+ShapeType ShapeType::Record(std::string name, std::vector<ShapeField> fields, bool nullable) {
+  ShapeType type;
+  type.kind = Kind::kRecord;
+  type.nullable = nullable;
+  type.fields = std::move(fields);
+  type.record_name = std::move(name);
+  return type;
+}
+
+ShapeType ShapeType::Array(ShapeType items, bool nullable) {
+  ShapeType type;
+  type.kind = Kind::kArray;
+  type.nullable = nullable;
+  type.fields.push_back({"", std::move(items), {}});
+  return type;
+}
+
+ShapeType::Kind ShapeKindOf(FieldType type) {
+  switch (type) {
+    case FieldType::kString: return ShapeType::Kind::kString;
+    case FieldType::kLong: return ShapeType::Kind::kLong;
+    case FieldType::kInt: return ShapeType::Kind::kInt;
+    case FieldType::kBoolean: return ShapeType::Kind::kBoolean;
+    case FieldType::kTimestamp: return ShapeType::Kind::kTimestamp;
+    case FieldType::kDouble:
+    case FieldType::kDoubleArray: break;
+  }
+  return ShapeType::Kind::kDouble;
+}
+
+std::string DescribeShape(const ShapeType& type) {
+  switch (type.kind) {
+    case ShapeType::Kind::kString: return "string";
+    case ShapeType::Kind::kLong: return "long";
+    case ShapeType::Kind::kInt: return "int";
+    case ShapeType::Kind::kDouble: return "double";
+    case ShapeType::Kind::kBoolean: return "boolean";
+    case ShapeType::Kind::kTimestamp: return "timestamp";
+    case ShapeType::Kind::kRecord: return "record " + type.record_name;
+    case ShapeType::Kind::kArray: return "array<" + DescribeShape(type.items()) + ">";
+  }
+  return "?";
+}
+
+ElementMembers ElementMembersOf(const std::string& element0, const std::string& element1) {
+  size_t at = 0;
+  while (at < element0.size() && at < element1.size() && element0[at] == element1[at]) ++at;
+  return {element0.substr(0, at), at < element0.size() ? element0.substr(at + 1) : ""};
+}
+
+std::vector<int> SelectOutputColumns(const PipelineSpec& spec) {
+  const Schema schema = QuerySchema(spec);
+  std::vector<int> columns;
+  for (const std::string& name : spec.query.select) columns.push_back(schema.IndexOf(name));
+  if (columns.empty()) {
+    for (size_t i = 0; i < spec.schema.fields.size(); ++i) columns.push_back(static_cast<int>(i));
+  }
+  return columns;
+}
+
+namespace {
+
+// In step with the select stage's Render (engine/executor/stages.cc).
+Result<RowShape> SelectShape(const PipelineSpec& spec) {
+  const Schema schema = QuerySchema(spec);
+  std::vector<ShapeField> fields;
+  for (int index : SelectOutputColumns(spec)) {
+    if (index < 0 || static_cast<size_t>(index) >= schema.fields.size()) {
+      return MakeError(ErrorCode::kConfig, "query.select names a column the query does not have");
+    }
+    const Field& field = schema.fields[static_cast<size_t>(index)];
+    ShapeType type =
+        field.type == FieldType::kDoubleArray
+            ? ShapeType::Array(ShapeType::Scalar(ShapeType::Kind::kDouble), field.nullable)
+            : ShapeType::Scalar(ShapeKindOf(field.type), field.nullable);
+    fields.push_back({field.name, std::move(type), {}});
+  }
+  return ShapeType::Record("Stats", std::move(fields));
+}
+
+}  // namespace
+
+Result<RowShape> StreamRowShape(const PipelineSpec& spec, StreamKind stream) {
+  switch (stream) {
+    case StreamKind::kAlerts: return AlertRowShape();
+    case StreamKind::kEvaluations: return EvaluationRowShape();
+    case StreamKind::kDeadLetter: return DeadLetterRowShape();
+    case StreamKind::kStats: break;
+  }
+  if (!spec.query.IsAggregation()) return SelectShape(spec);
+  auto aggregator = Aggregator::Create(spec.query, QuerySchema(spec));
+  if (!aggregator) return tl::unexpected(aggregator.error());
+  return (*aggregator)->Shape();
+}
+
+}  // namespace driftd
