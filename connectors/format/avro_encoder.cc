@@ -35,6 +35,7 @@
 
 #include <fmt/format.h>
 
+#include "connectors/format/avro_common.h"
 #include "connectors/format/formats.h"
 #include "connectors/format/schema_registry.h"
 #include "engine/json_writer.h"
@@ -43,54 +44,9 @@
 namespace driftd {
 namespace {
 
-struct SchemaUnref {
-  void operator()(avro_obj_t* schema) const { avro_schema_decref(schema); }
-};
-using SchemaPtr = std::unique_ptr<avro_obj_t, SchemaUnref>;
-
-struct IfaceUnref {
-  void operator()(avro_value_iface_t* iface) const { avro_value_iface_decref(iface); }
-};
-using IfacePtr = std::unique_ptr<avro_value_iface_t, IfaceUnref>;
-
-struct WriterFree {
-  void operator()(avro_writer_t writer) const { avro_writer_free(writer); }
-};
-using WriterPtr = std::unique_ptr<std::remove_pointer_t<avro_writer_t>, WriterFree>;
-
-std::string AvroError() {
-  std::string message = avro_strerror();
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return message.empty() ? std::string("unknown error") : message;
-}
-
-std::string AvroTypeName(avro_schema_t schema) {
-  switch (avro_typeof(schema)) {
-    case AVRO_STRING: return "string";
-    case AVRO_BYTES: return "bytes";
-    case AVRO_INT32: return "int";
-    case AVRO_INT64: return "long";
-    case AVRO_FLOAT: return "float";
-    case AVRO_DOUBLE: return "double";
-    case AVRO_BOOLEAN: return "boolean";
-    case AVRO_NULL: return "null";
-    case AVRO_RECORD: return fmt::format("record {}", avro_schema_name(schema));
-    case AVRO_ENUM: return fmt::format("enum {}", avro_schema_name(schema));
-    case AVRO_FIXED: return "fixed";
-    case AVRO_MAP: return "map";
-    case AVRO_ARRAY: return "array<" + AvroTypeName(avro_schema_array_items(schema)) + ">";
-    case AVRO_UNION: {
-      std::string text = "[";
-      for (size_t b = 0; b < avro_schema_union_size(schema); ++b) {
-        if (b > 0) text += ", ";
-        text += AvroTypeName(avro_schema_union_branch(schema, static_cast<int>(b)));
-      }
-      return text + "]";
-    }
-    case AVRO_LINK: return AvroTypeName(avro_schema_link_target(schema));
-  }
-  return "?";
-}
+using avro::IfacePtr;
+using avro::SchemaPtr;
+using avro::WriterPtr;
 
 // ---- the derived writer schema --------------------------------------------------------------
 
@@ -366,7 +322,7 @@ class Compiler {
     auto plan = std::make_unique<Plan>();
     plan->kind = shape.kind;
     plan->column = column;
-    plan->avro_type = AvroTypeName(schema);
+    plan->avro_type = avro::TypeName(schema);
     if (avro_typeof(schema) == AVRO_UNION) {
       std::string first_problem;
       for (size_t b = 0; b < avro_schema_union_size(schema); ++b) {
@@ -410,7 +366,7 @@ class Compiler {
   static std::string Mismatch(const std::string& column, const std::string& field,
                               const ShapeType& shape, avro_schema_t schema) {
     return fmt::format("field '{}' is {} in the writer schema; column '{}' holds {} values",
-                       field, AvroTypeName(schema), column, DescribeShape(shape));
+                       field, avro::TypeName(schema), column, DescribeShape(shape));
   }
 
   // Fills plan.schema/type and the children for a non-union `schema`; a problem, or empty
@@ -507,7 +463,7 @@ class Compiler {
         // No column fills it: it is written null, which the schema must allow.
         auto compiled = std::make_unique<Plan>();
         compiled->column = prefix + field_plan.avro_name;
-        compiled->avro_type = AvroTypeName(field_schema);
+        compiled->avro_type = avro::TypeName(field_schema);
         if (avro_typeof(field_schema) == AVRO_UNION) {
           for (size_t b = 0; b < avro_schema_union_size(field_schema); ++b) {
             if (avro_typeof(avro_schema_union_branch(field_schema, static_cast<int>(b))) ==
@@ -559,7 +515,7 @@ class AvroEncoder final : public ValueEncoder {
     if (!encoder->iface_ ||
         avro_generic_value_new(encoder->iface_.get(), &encoder->value_) != 0) {
       return tl::unexpected(ValueFormatProblem{
-          "", "cannot allocate a value of the writer schema: " + AvroError()});
+          "", "cannot allocate a value of the writer schema: " + avro::LastError()});
     }
     encoder->value_live_ = true;
     encoder->writer_.reset(avro_writer_memory(nullptr, 0));
@@ -607,7 +563,7 @@ class AvroEncoder final : public ValueEncoder {
       const int written = avro_value_write(writer_.get(), &value_);
       if (written == 0) break;
       if (written != ENOSPC || capacity_ >= kMaxRecordBytes) {
-        return MakeError(ErrorCode::kInternal, "avro encoder: {}", AvroError());
+        return MakeError(ErrorCode::kInternal, "avro encoder: {}", avro::LastError());
       }
       capacity_ *= 2;
     }
@@ -644,14 +600,14 @@ class AvroEncoder final : public ValueEncoder {
       avro_value_t branch;
       if (avro_value_set_branch(&dst, plan.null_branch, &branch) != 0 ||
           avro_value_set_null(&branch) != 0) {
-        return fmt::format("column '{}': {}", plan.column, AvroError());
+        return fmt::format("column '{}': {}", plan.column, avro::LastError());
       }
       return {};
     }
     if (plan.value_branch < 0) return WriteValue(plan, *value, dst);
     avro_value_t branch;
     if (avro_value_set_branch(&dst, plan.value_branch, &branch) != 0) {
-      return fmt::format("column '{}': {}", plan.column, AvroError());
+      return fmt::format("column '{}': {}", plan.column, avro::LastError());
     }
     return WriteValue(plan, *value, branch);
   }
@@ -724,7 +680,7 @@ class AvroEncoder final : public ValueEncoder {
         for (simdjson::dom::element item : array) {
           avro_value_t element;
           if (avro_value_append(&dst, &element, nullptr) != 0) {
-            return fmt::format("column '{}': {}", plan.column, AvroError());
+            return fmt::format("column '{}': {}", plan.column, avro::LastError());
           }
           if (std::string problem = Write(*plan.items, &item, element); !problem.empty()) {
             return problem;
@@ -733,7 +689,7 @@ class AvroEncoder final : public ValueEncoder {
         break;
       }
     }
-    if (failed != 0) return fmt::format("column '{}': {}", plan.column, AvroError());
+    if (failed != 0) return fmt::format("column '{}': {}", plan.column, avro::LastError());
     return {};
   }
 
@@ -807,7 +763,7 @@ class AvroEncoder final : public ValueEncoder {
       avro_value_t child;
       if (avro_value_get_by_index(&dst, static_cast<size_t>(field.avro_index), &child, nullptr) !=
           0) {
-        return fmt::format("column '{}': {}", field.plan->column, AvroError());
+        return fmt::format("column '{}': {}", field.plan->column, avro::LastError());
       }
       if (!field.elements) {
         if (plan.seen[found]) continue;  // a repeated member: the first one counts
@@ -821,7 +777,7 @@ class AvroEncoder final : public ValueEncoder {
       avro_value_t array = child;
       if (field.plan->value_branch >= 0 &&
           avro_value_set_branch(&child, field.plan->value_branch, &array) != 0) {
-        return fmt::format("column '{}': {}", field.plan->column, AvroError());
+        return fmt::format("column '{}': {}", field.plan->column, avro::LastError());
       }
       size_t size = 0;
       avro_value_get_size(&array, &size);
@@ -832,7 +788,7 @@ class AvroEncoder final : public ValueEncoder {
       plan.seen[found] = 1;
       avro_value_t item;
       if (avro_value_append(&array, &item, nullptr) != 0) {
-        return fmt::format("column '{}': {}", field.plan->column, AvroError());
+        return fmt::format("column '{}': {}", field.plan->column, avro::LastError());
       }
       if (std::string problem = Write(*field.plan->items, &member.value, item); !problem.empty()) {
         return problem;
@@ -844,14 +800,14 @@ class AvroEncoder final : public ValueEncoder {
       avro_value_t child;
       if (avro_value_get_by_index(&dst, static_cast<size_t>(field.avro_index), &child, nullptr) !=
           0) {
-        return fmt::format("column '{}': {}", field.plan->column, AvroError());
+        return fmt::format("column '{}': {}", field.plan->column, avro::LastError());
       }
       if (field.elements) {
         // No element: an empty array.
         avro_value_t array;
         if (field.plan->value_branch >= 0 &&
             avro_value_set_branch(&child, field.plan->value_branch, &array) != 0) {
-          return fmt::format("column '{}': {}", field.plan->column, AvroError());
+          return fmt::format("column '{}': {}", field.plan->column, avro::LastError());
         }
         continue;
       }
@@ -903,13 +859,13 @@ ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context, const O
   if (avro_schema_from_json_length(config.schema_text.data(), config.schema_text.size(),
                                    &schema) != 0) {
     return tl::unexpected(ValueFormatProblem{
-        problem_option, fmt::format("{}: not an Avro schema: {}", where, AvroError())});
+        problem_option, fmt::format("{}: not an Avro schema: {}", where, avro::LastError())});
   }
   config.schema.reset(schema);
   if (avro_typeof(schema) != AVRO_RECORD) {
     return tl::unexpected(ValueFormatProblem{
         problem_option, fmt::format("{}: the schema is {}; its top level must be a record",
-                                    where, AvroTypeName(schema))});
+                                    where, avro::TypeName(schema))});
   }
   SchemaJson json;
   if (!json.Parse(config.schema_text)) {

@@ -30,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include "connectors/format/avro_common.h"
 #include "connectors/format/formats.h"
 #include "connectors/format/schema_registry.h"
 #include "engine/row_decoder.h"
@@ -38,20 +39,9 @@
 namespace driftd {
 namespace {
 
-struct SchemaUnref {
-  void operator()(avro_obj_t* schema) const { avro_schema_decref(schema); }
-};
-using SchemaPtr = std::unique_ptr<avro_obj_t, SchemaUnref>;
-
-struct IfaceUnref {
-  void operator()(avro_value_iface_t* iface) const { avro_value_iface_decref(iface); }
-};
-using IfacePtr = std::unique_ptr<avro_value_iface_t, IfaceUnref>;
-
-struct ReaderFree {
-  void operator()(avro_reader_t reader) const { avro_reader_free(reader); }
-};
-using ReaderPtr = std::unique_ptr<std::remove_pointer_t<avro_reader_t>, ReaderFree>;
+using avro::IfacePtr;
+using avro::ReaderPtr;
+using avro::SchemaPtr;
 
 // An avro_value_t with an owner.
 class Value {
@@ -69,33 +59,6 @@ class Value {
   avro_value_t value_{};
   bool live_ = false;
 };
-
-std::string AvroError() {
-  std::string message = avro_strerror();
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return message.empty() ? std::string("unknown error") : message;
-}
-
-const char* AvroTypeName(avro_type_t type) {
-  switch (type) {
-    case AVRO_STRING: return "string";
-    case AVRO_BYTES: return "bytes";
-    case AVRO_INT32: return "int";
-    case AVRO_INT64: return "long";
-    case AVRO_FLOAT: return "float";
-    case AVRO_DOUBLE: return "double";
-    case AVRO_BOOLEAN: return "boolean";
-    case AVRO_NULL: return "null";
-    case AVRO_RECORD: return "record";
-    case AVRO_ENUM: return "enum";
-    case AVRO_FIXED: return "fixed";
-    case AVRO_MAP: return "map";
-    case AVRO_ARRAY: return "array";
-    case AVRO_UNION: return "union";
-    case AVRO_LINK: return "link";
-  }
-  return "?";
-}
 
 bool IsNumber(avro_type_t type) {
   return type == AVRO_INT32 || type == AVRO_INT64 || type == AVRO_FLOAT || type == AVRO_DOUBLE;
@@ -134,13 +97,8 @@ bool FitsAny(FieldType type, avro_schema_t schema, bool* has_null) {
 }
 
 std::string Describe(avro_schema_t schema) {
-  if (avro_typeof(schema) != AVRO_UNION) return AvroTypeName(avro_typeof(schema));
-  std::string text = "union [";
-  for (size_t b = 0; b < avro_schema_union_size(schema); ++b) {
-    if (b > 0) text += ", ";
-    text += AvroTypeName(avro_typeof(avro_schema_union_branch(schema, static_cast<int>(b))));
-  }
-  return text + "]";
+  return avro_typeof(schema) == AVRO_UNION ? "union " + avro::TypeName(schema)
+                                           : avro::TypeName(schema);
 }
 
 // The logicalType of each top-level field of a record schema's JSON (libavro keeps none).
@@ -278,12 +236,12 @@ struct ParsedSchema {
 tl::expected<ParsedSchema, std::string> ParseSchema(std::string json) {
   avro_schema_t schema = nullptr;
   if (avro_schema_from_json_length(json.data(), json.size(), &schema) != 0) {
-    return tl::unexpected("not an Avro schema: " + AvroError());
+    return tl::unexpected("not an Avro schema: " + avro::LastError());
   }
   SchemaPtr owned(schema);
   if (avro_typeof(schema) != AVRO_RECORD) {
     return tl::unexpected(fmt::format("the schema is a {}; its top level must be a record",
-                                      AvroTypeName(avro_typeof(schema))));
+                                      avro::TypeName(avro_typeof(schema))));
   }
   return ParsedSchema{std::move(owned), std::move(json)};
 }
@@ -363,20 +321,20 @@ class AvroDecoder final : public RowDecoder {
       entry->resolved_class.reset(avro_resolved_writer_new(entry->writer.get(), read_as));
       if (!entry->resolved_class) {
         entry->unusable =
-            "the writer schema does not resolve against the reader schema: " + AvroError();
+            "the writer schema does not resolve against the reader schema: " + avro::LastError();
         return entry;
       }
     }
     entry->value_class.reset(avro_generic_class_from_schema(read_as));
     if (!entry->value_class || avro_generic_value_new(entry->value_class.get(),
                                                       entry->value.get()) != 0) {
-      entry->unusable = "cannot allocate a value of the schema: " + AvroError();
+      entry->unusable = "cannot allocate a value of the schema: " + avro::LastError();
       return entry;
     }
     entry->value.set_live();
     if (entry->resolved_class) {
       if (avro_resolved_writer_new_value(entry->resolved_class.get(), entry->resolved.get()) != 0) {
-        entry->unusable = "cannot allocate a resolved value: " + AvroError();
+        entry->unusable = "cannot allocate a resolved value: " + avro::LastError();
         return entry;
       }
       entry->resolved.set_live();
@@ -445,7 +403,7 @@ class AvroDecoder final : public RowDecoder {
     avro_reader_memory_set_source(input_.get(), bytes.data(), static_cast<int64_t>(bytes.size()));
     if (avro_value_read(input_.get(), target) != 0) {
       return row.Reject(MalformedReason::kUndecodable,
-                        "not an Avro record of the writer schema: " + AvroError());
+                        "not an Avro record of the writer schema: " + avro::LastError());
     }
     const Schema& pipeline = schema();
     for (size_t f = 0; f < pipeline.fields.size(); ++f) {
@@ -511,7 +469,7 @@ class AvroDecoder final : public RowDecoder {
     switch (declared.type) {
       case FieldType::kDouble: {
         double number = 0;
-        if (!Number(value, type, &number)) return WrongType(field, AvroTypeName(type), row);
+        if (!Number(value, type, &number)) return WrongType(field, avro::TypeName(type), row);
         if (!std::isfinite(number)) {
           return row.FieldProblem(field, MalformedReason::kNumberOutOfRange,
                                   "not a finite number");
@@ -522,7 +480,7 @@ class AvroDecoder final : public RowDecoder {
       case FieldType::kLong:
       case FieldType::kInt: {
         int64_t number = 0;
-        if (!Integer(value, type, &number)) return WrongType(field, AvroTypeName(type), row);
+        if (!Integer(value, type, &number)) return WrongType(field, avro::TypeName(type), row);
         if (declared.type == FieldType::kInt &&
             (number < std::numeric_limits<int32_t>::min() ||
              number > std::numeric_limits<int32_t>::max())) {
@@ -535,14 +493,14 @@ class AvroDecoder final : public RowDecoder {
       case FieldType::kBoolean: {
         int flag = 0;
         if (type != AVRO_BOOLEAN || avro_value_get_boolean(&value, &flag) != 0) {
-          return WrongType(field, AvroTypeName(type), row);
+          return WrongType(field, avro::TypeName(type), row);
         }
         row.SetInt(field, flag != 0 ? 1 : 0);
         return true;
       }
       case FieldType::kString: {
         std::string_view text;
-        if (!Text(value, type, &text)) return WrongType(field, AvroTypeName(type), row);
+        if (!Text(value, type, &text)) return WrongType(field, avro::TypeName(type), row);
         if (!simdjson::validate_utf8(text.data(), text.size())) {
           return row.FieldProblem(field, MalformedReason::kInvalidUtf8, "invalid UTF-8");
         }
@@ -562,7 +520,7 @@ class AvroDecoder final : public RowDecoder {
           return true;
         }
         int64_t number = 0;
-        if (!Integer(value, type, &number)) return WrongType(field, AvroTypeName(type), row);
+        if (!Integer(value, type, &number)) return WrongType(field, avro::TypeName(type), row);
         if (!micros) {
           constexpr int64_t kLimit = std::numeric_limits<int64_t>::max() / 1000;
           if (number > kLimit || number < -kLimit) {
@@ -575,7 +533,7 @@ class AvroDecoder final : public RowDecoder {
         return true;
       }
       case FieldType::kDoubleArray: {
-        if (type != AVRO_ARRAY) return WrongType(field, AvroTypeName(type), row);
+        if (type != AVRO_ARRAY) return WrongType(field, avro::TypeName(type), row);
         size_t size = 0;
         avro_value_get_size(&value, &size);
         if (static_cast<int64_t>(size) > row.max_array_length()) {
@@ -601,7 +559,7 @@ class AvroDecoder final : public RowDecoder {
         return true;
       }
     }
-    return WrongType(field, AvroTypeName(type), row);
+    return WrongType(field, avro::TypeName(type), row);
   }
 
   static bool Number(avro_value_t& value, avro_type_t type, double* out) {
@@ -701,7 +659,7 @@ ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& 
       if (!resolved) {
         return tl::unexpected(ValueFormatProblem{
             "schemaFile", "the writer schema does not resolve against readerSchemaFile: " +
-                              AvroError()});
+                              avro::LastError()});
       }
     } else {
       std::string problem = CheckFields(schema, writer->schema.get(), "the writer schema");
