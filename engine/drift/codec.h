@@ -65,11 +65,14 @@ class ByteWriter {
   void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
   /// Unsigned LEB128: 7 bits a byte, low first; 1 byte below 128.
   void Varint(uint64_t v) {
+    char buf[10];
+    size_t n = 0;
     while (v >= 0x80) {
-      out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
       v >>= 7;
     }
-    out_.push_back(static_cast<char>(v));
+    buf[n++] = static_cast<char>(v);
+    out_.append(buf, n);
   }
   /// Signed as zigzag varint: small magnitudes of either sign take few bytes.
   void Zigzag(int64_t v) {

@@ -240,9 +240,17 @@ struct DriftMonitor::SeriesState {
   bool dirty = false;
   /// Derived from the baseline (Prepare), not persisted.
   bool prepared = false;
+  bool edges_ready = false;
+  /// While the edges are not fixed, `baseline` is not kept up to date: it is the moments of
+  /// `warmup`'s values added in order, computed when the edges are fixed (BaselineOf), so a
+  /// warmup value costs an append. False only for state restored from a layout whose baseline
+  /// did not match its values (then `baseline` is kept).
+  bool baseline_from_warmup = true;
   AlertLevel cusum_seen = AlertLevel::kOk;
   /// Values (or labeled records, for the error series) accepted so far: the next value's index.
   int64_t seen = 0;
+  /// First warmup values, for the bin edges and the fences; released once these are fixed.
+  WarmupValues warmup;
   /// The current record window: raw values and winsorized values (clamped to [clip_lo,
   /// clip_hi], Tukey's outer fences of the first warmup values), as power sums around the
   /// baseline's mean (no division per value).
@@ -266,13 +274,6 @@ struct DriftMonitor::SeriesState {
   double cusum_alert_h = kInf;
   // ---- the rest ----
   int64_t first_event_us = INT64_MIN;
-  /// First warmup values, for the bin edges and the fences; released once these are fixed.
-  WarmupValues warmup;
-  bool edges_ready = false;
-  /// While the edges are not fixed: `baseline` is the moments of `warmup`'s values added in
-  /// order (so the checkpoint need not hold it). False only for state restored from a layout
-  /// whose baseline did not match its values.
-  bool baseline_from_warmup = true;
   Moments baseline;
   /// Baseline of winsorized values: what the mean, spread and CUSUM tests compare with.
   HigherMoments baseline_c;
@@ -361,6 +362,16 @@ struct DriftMonitor::ModelState {
   };
   std::unique_ptr<RestorePieces> restoring;
 };
+
+namespace {
+
+/// Values in the series' baseline so far.
+int64_t BaselineCount(const DriftMonitor::SeriesState& s) {
+  return !s.edges_ready && s.baseline_from_warmup ? static_cast<int64_t>(s.warmup.size())
+                                                  : s.baseline.count();
+}
+
+}  // namespace
 
 /// One evaluation's outcome before the state machine: readings, the worst level, the lead.
 struct DriftMonitor::Verdict {
@@ -567,6 +578,28 @@ void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t
   AddValue(m, series, value, event_time_us, late_before_us);
 }
 
+void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t first_series,
+                           std::span<const double> values, int64_t event_time_us,
+                           int64_t late_before_us) {
+  if (first_series > series_names_.size() ||
+      values.size() > series_names_.size() - first_series) {
+    return;  // caller bug; nothing sensible to record
+  }
+  ModelState* m = nullptr;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double value = values[i];
+    if (!std::isfinite(value)) {
+      ++skipped_values_;
+      continue;
+    }
+    if (m == nullptr) {
+      m = &ModelFor(model, model_name);
+      if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
+    }
+    AddValue(*m, first_series + i, value, event_time_us, late_before_us);
+  }
+}
+
 void DriftMonitor::UseEventTimeWindows(int64_t size_ms, int64_t delay_ms) {
   et_size_us_ = std::max<int64_t>(1, size_ms) * 1000;
   et_delay_us_ = std::max<int64_t>(0, delay_ms) * 1000;
@@ -691,8 +724,8 @@ void DriftMonitor::CloseEventWindow(ModelState& m, size_t series) {
     const bool enough =
         by_duration ? w.start_us + et_size_us_ - s.first_event_us >=
                               spec_.baseline.duration_ms * 1000 &&
-                          s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples)
-                    : s.baseline.count() >= spec_.baseline.records;
+                          BaselineCount(s) >= std::max<int64_t>(1, spec_.min_samples)
+                    : BaselineCount(s) >= spec_.baseline.records;
     if (!enough) return;
     FreezeBaseline(s);
     // Windows still open were sampled: their sums and counts, now that the baseline is known.
@@ -733,12 +766,13 @@ size_t DriftMonitor::EdgeValues() const {
 }
 
 void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
-  s.baseline.Add(value);
   if (!s.edges_ready) {
+    if (!s.baseline_from_warmup) s.baseline.Add(value);
     s.warmup.Add(value);
     if (s.warmup.size() >= EdgeValues()) FixEdges(s);
     return;
   }
+  s.baseline.Add(value);
   s.baseline_c.Add(s.Clip(value));
   if (has_histogram_ && !s.ref_counts.empty()) ++s.ref_counts[s.edges.BinOf(value)];
 }
@@ -763,10 +797,10 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       if (ValidTime(event_time_us)) {
         if (!ValidTime(s.first_event_us)) s.first_event_us = event_time_us;
         freeze_now = event_time_us >= s.first_event_us + spec_.baseline.duration_ms * 1000 &&
-                     s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples);
+                     BaselineCount(s) >= std::max<int64_t>(1, spec_.min_samples);
       } else {
         // No clock to measure the duration by: fall back to the record count.
-        freeze_now = s.baseline.count() >= spec_.baseline.records;
+        freeze_now = BaselineCount(s) >= spec_.baseline.records;
       }
     }
     if (freeze_now) {
@@ -775,7 +809,7 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     } else {
       ++s.seen;
       AddBaselineValue(s, value);
-      if (!by_duration && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
+      if (!by_duration && BaselineCount(s) >= spec_.baseline.records) FreezeBaseline(s);
       return;
     }
   }
@@ -818,6 +852,11 @@ void DriftMonitor::FixEdges(SeriesState& s) {
   s.cold_dirty = true;  // the fences and edges are in the series record
   std::vector<double>& values = edge_values_;
   s.warmup.Values(values);
+  if (s.baseline_from_warmup) {
+    // The warmup's moments, as adding each value on arrival would have made them.
+    s.baseline.Clear();
+    for (double v : values) s.baseline.Add(v);
+  }
   std::sort(values.begin(), values.end());
   if (has_histogram_) s.edges = BinEdges::FromQuantiles(values, histogram_bins_);
   // Winsorizing fences: Tukey's outer fences, Q1 - 3 IQR and Q3 + 3 IQR. A normal feature is
@@ -1724,8 +1763,7 @@ bool IsDefault(const Incident& inc) {
 
 /// A warmup's moments are those of its kept values (in order), so they need not be written.
 bool BaselineFromWarmup(const DriftMonitor::SeriesState& s) {
-  return !s.edges_ready && s.baseline_from_warmup &&
-         s.baseline.count() == static_cast<int64_t>(s.warmup.size());
+  return !s.edges_ready && s.baseline_from_warmup;
 }
 
 Moments MomentsOf(const WarmupValues& warmup, std::vector<double>& scratch) {
@@ -3004,12 +3042,11 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
     // 5. What follows from the rest, and the bookkeeping of what is in the store.
     for (size_t i = 0; i < n; ++i) {
       SeriesState& s = m.series[i];
-      if (!s.frozen && !s.edges_ready && !s.warmup.empty()) {
-        if (info[i].hot && !(info[i].hot_bits & kHotBaseline)) {
-          s.baseline = MomentsOf(s.warmup, edge_values_);
-        } else {
-          s.baseline_from_warmup = s.baseline == MomentsOf(s.warmup, edge_values_);
-        }
+      if (!s.frozen && !s.edges_ready && !(info[i].hot && !(info[i].hot_bits & kHotBaseline))) {
+        // A baseline read with the values it was made of: kept up to date from now on only if
+        // it is not theirs.
+        s.baseline_from_warmup = s.baseline == MomentsOf(s.warmup, edge_values_);
+        if (s.baseline_from_warmup) s.baseline.Clear();
       }
       if (has_histogram_ && i < series_names_.size() && s.frozen && s.window_counts.empty() &&
           !(info[i].hot_bits & kHotWindow) && (info[i].v6 || info[i].hot)) {
@@ -3212,7 +3249,7 @@ Status DriftMonitor::FreezeReferences() {
     for (size_t i = 0; i < m.series.size(); ++i) {
       SeriesState& s = m.series[i];
       const bool is_error = i == series_names_.size();
-      const int64_t n = is_error ? s.err_baseline.count() : s.baseline.count();
+      const int64_t n = is_error ? s.err_baseline.count() : BaselineCount(s);
       if (s.frozen || n == 0) continue;
       if (n < std::max<int64_t>(1, spec_.min_samples)) {
         return MakeError(ErrorCode::kConfig,

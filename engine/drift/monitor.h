@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -201,6 +202,12 @@ class DriftMonitor {
   /// baseline is frozen.
   void Observe(uint32_t model, const std::string& model_name, size_t series, double value,
                int64_t event_time_us, int64_t late_before_us = INT64_MIN);
+
+  /// As above, for the values of consecutive series `first_series`, `first_series + 1`, ...
+  /// (the elements of an array column) of one record: the model is looked up once.
+  void Observe(uint32_t model, const std::string& model_name, size_t first_series,
+               std::span<const double> values, int64_t event_time_us,
+               int64_t late_before_us = INT64_MIN);
 
   /// A labeled outcome for the error series of `model` (call after Observe saw the model).
   /// `event_time_us` as for Observe.
