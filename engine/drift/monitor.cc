@@ -131,11 +131,6 @@ Moments RawMoments(const PowerSums& sums) {
                             h.mean() * static_cast<double>(h.count()));
 }
 
-struct Thresholds {
-  double warn = 0;
-  double alert = 0;
-};
-
 /// A closed window's summary: the trailing baseline's memory and a seasonal phase's baseline.
 struct WindowSummary {
   Moments moments;
@@ -233,6 +228,11 @@ class WarmupValues {
 };
 
 }  // namespace
+
+struct DriftMonitor::Thresholds {
+  double warn = 0;
+  double alert = 0;
+};
 
 struct DriftMonitor::SeriesState {
   // ---- what every value touches, first (a few cache lines) ----
@@ -337,8 +337,10 @@ struct DriftMonitor::ModelState {
   std::string name;
   /// Value series in series_names order, then the error series.
   std::vector<SeriesState> series;
-  /// [series * detectors + detector]
-  std::vector<Thresholds> thresholds;
+  /// [series * detectors + detector]: the monitor's shared table, or own_thresholds when an
+  /// override names this model.
+  const Thresholds* thresholds = nullptr;
+  std::vector<Thresholds> own_thresholds;
   AlertStateMachine rollup;
   uint64_t rollup_incident = 0;
   bool rollup_dirty = false;
@@ -506,10 +508,31 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
     state->name = model_name;
     state->series.resize(series_names_.size() + 1);
   }
-  // Thresholds are resolved once per model: overrides apply from the least specific
-  // (detector only) to the most specific (model and series).
+  // Models that no override names share one table of thresholds.
   const size_t num_series = series_names_.size() + 1;
-  state->thresholds.resize(num_series * detectors_.size());
+  const bool named = std::any_of(spec_.overrides.begin(), spec_.overrides.end(),
+                                 [&](const ThresholdOverride& ov) { return ov.model == model_name; });
+  if (named) {
+    ResolveThresholds(model_name, state->own_thresholds);
+    state->thresholds = state->own_thresholds.data();
+  } else {
+    if (!shared_thresholds_ready_) {
+      ResolveThresholds({}, shared_thresholds_);
+      shared_thresholds_ready_ = true;
+    }
+    state->thresholds = shared_thresholds_.data();
+  }
+  state->dirty.reserve(num_series);
+  models_[model] = std::move(state);
+  return *models_[model];
+}
+
+void DriftMonitor::ResolveThresholds(std::string_view model_name,
+                                     std::vector<Thresholds>& out) const {
+  // Overrides apply from the least specific (detector only) to the most specific (model and
+  // series); an empty `model_name` takes none that names a model.
+  const size_t num_series = series_names_.size() + 1;
+  out.resize(num_series * detectors_.size());
   for (size_t s = 0; s < num_series; ++s) {
     const std::string_view series_name =
         s < series_names_.size() ? std::string_view(series_names_[s]) : kErrorSeries;
@@ -523,7 +546,7 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
           if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
             continue;
           }
-          if (!ov.model.empty() && ov.model != model_name) continue;
+          if (!ov.model.empty() && (model_name.empty() || ov.model != model_name)) continue;
           if (!ov.series.empty() && ov.series != series_name &&
               !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
                 series_name[ov.series.size()] == '[')) {
@@ -533,12 +556,9 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
           if (ov.alert) t.alert = *ov.alert;
         }
       }
-      state->thresholds[s * detectors_.size() + d] = t;
+      out[s * detectors_.size() + d] = t;
     }
   }
-  state->dirty.reserve(num_series);
-  models_[model] = std::move(state);
-  return *models_[model];
 }
 
 void DriftMonitor::MarkHot(ModelState& m, size_t series) {

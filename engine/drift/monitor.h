@@ -341,12 +341,16 @@ class DriftMonitor {
 
  private:
   struct Verdict;
+  struct Thresholds;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
   void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
                 int64_t late_before_us);
   void AddBaselineValue(SeriesState& s, double value);
   size_t EdgeValues() const;
   void FixEdges(SeriesState& s);
+  /// The warn and alert levels of every (series, detector) for `model_name` (empty: a model no
+  /// override names), [series * detectors + detector].
+  void ResolveThresholds(std::string_view model_name, std::vector<Thresholds>& out) const;
   void FreezeBaseline(SeriesState& s);
   void Prepare(ModelState& m, size_t series);
   void SetupCusum(SeriesState& s, const HigherMoments& ref, double warn, double alert,
@@ -379,6 +383,9 @@ class DriftMonitor {
   DriftSpec spec_;
   std::vector<std::string> series_names_;
   std::vector<DetectorConfig> detectors_;
+  /// Thresholds of the models no override names (never resized once made).
+  std::vector<Thresholds> shared_thresholds_;
+  bool shared_thresholds_ready_ = false;
   AlertPolicy policy_;
   int histogram_bins_ = 10;
   bool has_histogram_ = false;
