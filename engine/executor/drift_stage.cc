@@ -631,6 +631,7 @@ class DriftStage::Impl {
 
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes, StageProgress& progress) {
+    const size_t first_put = puts.size();
     for (const auto& series_key : dirty_evaluations_) {
       auto it = latest_.find(series_key);
       if (it == latest_.end()) continue;
@@ -649,7 +650,11 @@ class DriftStage::Impl {
       puts.emplace_back(std::string(kLayoutKey), layout);
       layout_dirty_ = false;
     }
+    for (size_t i = first_put; i < puts.size(); ++i) {
+      progress.state_dirty_bytes += static_cast<int64_t>(puts[i].second.size());
+    }
     monitor_->CollectDirty(puts, deletes);
+    progress.state_dirty_bytes += monitor_->last_write().dirty_bytes;
     progress.drift_dirty_series += monitor_->last_write().dirty_series;
     progress.drift_dirty_bytes += monitor_->last_write().dirty_bytes;
     progress.drift_put_bytes += monitor_->last_write().put_bytes;

@@ -82,7 +82,11 @@ class AggregationStage final : public Stage {
     progress.rows_updated += aggregator_->rows_updated_last_batch();
     progress.dropped_by_watermark += aggregator_->TakeRowsDroppedByWatermark();
     progress.without_event_time += aggregator_->TakeRowsWithoutEventTime();
+    const size_t first_put = changes.puts.size();
     aggregator_->EndBatch(context.watermark_us, !modes_.complete, changes.puts, changes.deletes);
+    for (size_t i = first_put; i < changes.puts.size(); ++i) {
+      progress.state_dirty_bytes += static_cast<int64_t>(changes.puts[i].second.size());
+    }
     progress.num_groups += static_cast<int64_t>(aggregator_->num_groups());
     progress.num_open_windows += static_cast<int64_t>(aggregator_->num_open_windows());
   }

@@ -13,10 +13,12 @@
 // --drift adds drift detection on every feature and the prediction (default detectors and
 // warmup). --batch-records B writes files of B records and reads one file per batch. For every
 // run the bench then prints, per batch: the drift series whose state changed, the encoded size
-// of those changes (the series records, warmup values added, baselines that froze), what the
-// commit put into the checkpoint (keys and values, from the progress records), and the bytes the
-// daemon wrote to files (write(2) bytes from /proc/<pid>/io: RocksDB's WAL, flushes and
-// compactions, less the sink's output and the log), with their ratios to the encoded changes.
+// of those changes (model and series records, warmup values added, baselines that froze) and
+// what drift put; the encoded size of all the state the batch changed (aggregates and drift,
+// bytesChanged), what the commit put into the checkpoint (keys and values, from the progress
+// records), and the bytes the daemon wrote to files (write(2) bytes from /proc/<pid>/io:
+// RocksDB's WAL, flushes and compactions, less the sink's output and the log), with their
+// ratios to the encoded changes.
 // --keep leaves the input, pipeline and checkpoint in --dir (for profiling the daemon on them);
 // --driftd runs another build of the daemon (an earlier one, to compare on the same machine).
 #include <sched.h>
@@ -152,6 +154,7 @@ struct BatchWrites {
   long long dirty_series = 0;
   long long dirty_bytes = 0;
   long long drift_bytes = 0;
+  long long changed_bytes = 0;  // every stage's changed state, encoded (bytesChanged)
 };
 
 long long FieldOf(const std::string& line, const std::string& name) {
@@ -172,6 +175,7 @@ BatchWrites ReadProgress(const fs::path& log) {
     out.dirty_series += FieldOf(line, "driftDirtySeries");
     out.dirty_bytes += FieldOf(line, "driftDirtyBytes");
     out.drift_bytes += FieldOf(line, "driftBytesWritten");
+    out.changed_bytes += FieldOf(line, "bytesChanged");
   }
   return out;
 }
@@ -335,17 +339,22 @@ int main(int argc, char** argv) {
                 run.max_rss_kb / 1024.0, restart.seconds);
     if (writes.batches > 0) {
       const double n = static_cast<double>(writes.batches);
-      auto ratio = [&](long long bytes) {
-        return writes.dirty_bytes > 0 ? static_cast<double>(bytes) / writes.dirty_bytes : 0.0;
+      auto ratio = [&](long long put) {
+        return writes.dirty_bytes > 0 ? static_cast<double>(put) / writes.dirty_bytes : 0.0;
       };
       std::printf("%12s per batch (%lld batches): drift: %.0f series changed, their changes "
                   "encoded %.2f MB, put %.2f MB (%.2fx)\n",
                   "", writes.batches, writes.dirty_series / n, writes.dirty_bytes / n / 1e6,
                   writes.drift_bytes / n / 1e6, ratio(writes.drift_bytes));
-      std::printf("%12s checkpoint (drift, aggregates, evaluations, commit): %.0f keys, %.2f MB put "
-                  "(%.2fx); %.2f MB written to files (WAL, flushes, compactions; %.2fx)\n",
-                  "", writes.keys / n, writes.bytes / n / 1e6, ratio(writes.bytes),
-                  checkpoint_written / n / 1e6, ratio(checkpoint_written));
+      auto of_changed = [&](long long put) {
+        return writes.changed_bytes > 0 ? static_cast<double>(put) / writes.changed_bytes : 0.0;
+      };
+      std::printf("%12s checkpoint (drift, aggregates, evaluations): state changed %.2f MB "
+                  "encoded, %.0f keys and %.2f MB put (%.2fx); %.2f MB written to files (WAL, "
+                  "flushes, compactions; %.2fx)\n",
+                  "", writes.changed_bytes / n / 1e6, writes.keys / n, writes.bytes / n / 1e6,
+                  of_changed(writes.bytes), checkpoint_written / n / 1e6,
+                  of_changed(checkpoint_written));
     }
     std::fflush(stdout);
     if (!keep) fs::remove_all(dir);
