@@ -280,11 +280,26 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
   }
 }
 
+void Aggregator::ShareKeys(std::shared_ptr<KeyInterner> keys) {
+  if (keys && window_column_ < 0 && key_columns_.size() == 1 &&
+      key_columns_[0] == keys->column()) {
+    keys_ = std::move(keys);
+  }
+}
+
 void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
   std::string& key = key_buffer_;
   uint32_t last_slot = UINT32_MAX;
   std::string& last_key = last_key_buffer_;
   last_key.clear();
+  const std::vector<uint32_t>* key_ids = keys_ ? &keys_->Ids(batch) : nullptr;
+  auto touch = [&](uint32_t slot, size_t row) {
+    AddRow(groups_[slot], batch, row);
+    if (!is_updated_[slot]) {
+      is_updated_[slot] = 1;
+      updated_.push_back(slot);
+    }
+  };
   // With a window on the watermark's column, lateness is judged per window (Spark's rule: a
   // window closes when the watermark reaches its end); otherwise per row on the watermark column.
   const bool row_lateness =
@@ -315,6 +330,12 @@ void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
         continue;
       }
     }
+    // The row's group by its key's id (ShareKeys), once the id's group was looked up.
+    const uint32_t id = key_ids ? (*key_ids)[row] : KeyInterner::kNull;
+    if (id < slot_of_key_.size() && slot_of_key_[id] != kNoSlot) {
+      touch(slot_of_key_[id], row);
+      continue;
+    }
     key.clear();
     key.push_back(kStatePrefix);
     for (int index : key_columns_) {
@@ -333,20 +354,17 @@ void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
         PutI64(key, column.i64[row]);
       }
     }
-    auto touch = [&](uint32_t slot) {
-      AddRow(groups_[slot], batch, row);
-      if (!is_updated_[slot]) {
-        is_updated_[slot] = 1;
-        updated_.push_back(slot);
-      }
-    };
     if (window_column_ < 0) {
       // Consecutive rows of one model are common: skip the hash lookup for them.
       if (last_slot == UINT32_MAX || key != last_key) {
         last_slot = FindOrAddGroup(key, INT64_MIN);
         last_key = key;
       }
-      touch(last_slot);
+      if (id != KeyInterner::kNull) {
+        if (id >= slot_of_key_.size()) slot_of_key_.resize(id + 1, kNoSlot);
+        slot_of_key_[id] = last_slot;
+      }
+      touch(last_slot, row);
       continue;
     }
     size_t key_size = key.size();
@@ -359,7 +377,7 @@ void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
       uint64_t ordered = static_cast<uint64_t>(start) ^ (uint64_t{1} << 63);
       for (int shift = 56; shift >= 0; shift -= 8)
         key.push_back(static_cast<char>(ordered >> shift));
-      touch(FindOrAddGroup(key, start));
+      touch(FindOrAddGroup(key, start), row);
     }
   }
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/key_interner.h"
 #include "engine/pipeline_spec.h"
 #include "engine/quantile_sketch.h"
 #include "engine/result.h"
@@ -48,6 +49,10 @@ class Aggregator {
   /// Folds a batch into the groups. With a watermark, rows that are late by `times` (see the
   /// header comment; RowTimes::late_before) are dropped and counted instead.
   void Add(const RecordBatch& batch, const RowTimes& times);
+  /// Finds a row's group by the ids `keys` gives the values of its column, shared with the
+  /// other stages keyed by it (drift), instead of hashing the row's key: when the query groups
+  /// by that column alone and has no window. Call before the first Add.
+  void ShareKeys(std::shared_ptr<KeyInterner> keys);
   /// Rows dropped by the watermark since the last call.
   int64_t TakeRowsDroppedByWatermark();
   /// Rows of a windowed query whose window column was null since the last call: they cannot be
@@ -139,6 +144,10 @@ class Aggregator {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   std::unordered_map<std::string, uint32_t, KeyHash, std::equal_to<>> index_;
+  /// ShareKeys: the group of each key id (kNoSlot: not looked up yet).
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  std::shared_ptr<KeyInterner> keys_;
+  std::vector<uint32_t> slot_of_key_;
   std::vector<Group> groups_;
   std::vector<uint32_t> free_slots_;
   size_t live_groups_ = 0;

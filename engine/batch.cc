@@ -1,5 +1,7 @@
 #include "engine/batch.h"
 
+#include <atomic>
+
 namespace driftd {
 
 void Column::Clear() {
@@ -21,6 +23,8 @@ void RecordBatch::Reset(const Schema& schema) {
   }
   positions.clear();
   num_rows = 0;
+  static std::atomic<uint64_t> generations{0};
+  generation = generations.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 }  // namespace driftd

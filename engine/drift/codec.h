@@ -1,15 +1,53 @@
 // Fixed little-endian byte encoding for drift state. State written by one build must read back
 // on any other (and on big-endian hosts), so every value goes through these helpers instead of
-// memcpy of structs.
+// memcpy of structs. Varints (LEB128) and the compact decimal form of a double keep records that
+// are mostly small numbers small.
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
 
 namespace driftd::drift {
+
+/// Powers of ten that are exact doubles, for the compact decimal form.
+inline constexpr double kPow10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
+                                    1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14};
+/// Decimal digits tried by the compact form; the tag after the last means "raw double".
+inline constexpr int kDecimalRaw = 15;
+
+/// The compact decimal form of `v`: (m, k) with v == m / 10^k exactly, |m| < 2^52 and the
+/// smallest such k, or false. `hint` is tried first (the digits of the caller's last value);
+/// below 2^52 at most one m per k rounds to v, so the smallest k follows from any by dropping
+/// trailing zeros of m, and the result does not depend on the hint.
+inline bool ToDecimal(double v, int& hint, int64_t& m, int& k) {
+  constexpr double kLimit = 4503599627370496.0;  // 2^52
+  auto fits = [&](int digits) {
+    const double scaled = v * kPow10[digits];
+    if (!(std::fabs(scaled) < kLimit)) return false;
+    const double r = std::nearbyint(scaled);
+    // -0.0 is not m / 10^k for any m (0 / 10^k is +0.0).
+    if (r == 0 && std::signbit(v)) return false;
+    if (std::bit_cast<uint64_t>(r / kPow10[digits]) != std::bit_cast<uint64_t>(v)) return false;
+    m = static_cast<int64_t>(r);
+    k = digits;
+    return true;
+  };
+  if (!fits(hint)) {
+    bool found = false;
+    for (int digits = 0; digits < kDecimalRaw && !found; ++digits) found = fits(digits);
+    if (!found) return false;
+    hint = k;
+  }
+  while (k > 0 && m % 10 == 0) {
+    m /= 10;
+    --k;
+  }
+  return true;
+}
 
 /// Appends fixed-width little-endian values to a caller-owned string.
 class ByteWriter {
@@ -25,9 +63,43 @@ class ByteWriter {
   }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
   void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
+  /// Unsigned LEB128: 7 bits a byte, low first; 1 byte below 128.
+  void Varint(uint64_t v) {
+    char buf[10];
+    size_t n = 0;
+    while (v >= 0x80) {
+      buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
+      v >>= 7;
+    }
+    buf[n++] = static_cast<char>(v);
+    out_.append(buf, n);
+  }
+  /// Signed as zigzag varint: small magnitudes of either sign take few bytes.
+  void Zigzag(int64_t v) {
+    Varint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+  }
+  /// A double exactly, in its compact decimal form when it has one (ToDecimal): the varint of
+  /// zigzag(m) * 16 + k (2 to 4 bytes for the values of inference logs), else the varint 15
+  /// and the 8 raw bytes. `hint` as for ToDecimal.
+  void Decimal(double v, int& hint) {
+    int64_t m = 0;
+    int k = 0;
+    if (ToDecimal(v, hint, m, k)) {
+      const uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
+      Varint((z << 4) | static_cast<uint64_t>(k));
+    } else {
+      Varint(kDecimalRaw);
+      F64(v);
+    }
+  }
   /// Length-prefixed (u32) bytes.
   void Str(std::string_view s) {
     U32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  /// Length-prefixed (varint) bytes.
+  void Bytes(std::string_view s) {
+    Varint(s.size());
     out_.append(s);
   }
 
@@ -63,6 +135,37 @@ class ByteReader {
   }
   int64_t I64() { return static_cast<int64_t>(U64()); }
   double F64() { return std::bit_cast<double>(U64()); }
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (!Need(1)) return 0;
+      const uint8_t byte = static_cast<uint8_t>(in_[pos_++]);
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return v;
+    }
+    failed_ = true;  // more than 10 bytes
+    return 0;
+  }
+  int64_t Zigzag() {
+    const uint64_t z = Varint();
+    return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  }
+  double Decimal() {
+    const uint64_t t = Varint();
+    const int k = static_cast<int>(t & 15);
+    if (k == kDecimalRaw) return F64();
+    const uint64_t z = t >> 4;
+    const int64_t m = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+    return static_cast<double>(m) / kPow10[k];
+  }
+  /// A varint length and that many bytes.
+  std::string_view Bytes() {
+    const uint64_t n = Varint();
+    if (!Need(n)) return {};
+    std::string_view s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
   std::string_view Str() {
     uint32_t n = U32();
     if (!Need(n)) return {};

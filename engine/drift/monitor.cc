@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -21,10 +22,15 @@ namespace {
 // Version 3: winsorized moments, fences, the CUSUM, look-back windows, incident evidence and
 // seasonal phases; version 4 the value sample of each open event-time window of a warmup;
 // version 5 keeps the frozen baseline in a key of its own ("<series>/base", kBaseEncodingVersion)
-// and the warmup values in blocks ("<series>/w<k>"), the record only their count. Versions 1
-// and 2 (no such fields; 2 adds the open event-time windows) are still read: their baselines
-// are taken as unwinsorized and normal-shaped. Versions 1 to 4 hold everything in one record.
-constexpr uint8_t kSeriesEncodingVersion = 5;
+// and the warmup values in blocks ("<series>/w<k>"), the record only their count. Version 6
+// splits a series between the model's record (what every value changes: counts, the current
+// window, the CUSUM; kModelEncodingVersion) and its own record (what changes when a window
+// closes or an alert moves), writes only the sections that differ from a new series', and
+// keeps warmup values in per-model segments ("<model>/%w<seq>") in a compact decimal form.
+// Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are still read: their
+// baselines are taken as unwinsorized and normal-shaped. Versions 1 to 4 hold everything in one
+// record. Every older version is rewritten in version 6 when its model is next written.
+constexpr uint8_t kSeriesEncodingVersion = 6;
 constexpr uint8_t kBaseEncodingVersion = 1;
 constexpr uint8_t kBaseApart = 4;  // series flag: the frozen baseline is in "<series>/base"
 constexpr uint8_t kRollupEncodingVersion = 1;
@@ -126,11 +132,6 @@ Moments RawMoments(const PowerSums& sums) {
                             h.mean() * static_cast<double>(h.count()));
 }
 
-struct Thresholds {
-  double warn = 0;
-  double alert = 0;
-};
-
 /// A closed window's summary: the trailing baseline's memory and a seasonal phase's baseline.
 struct WindowSummary {
   Moments moments;
@@ -184,7 +185,55 @@ struct Incident {
   int64_t error_errors = 0;
 };
 
+/// A series' first warmup values, kept until they fix the bin edges and fences, in the compact
+/// decimal form of drift/codec.h (the values of inference logs are short decimals: 2 to 4 bytes
+/// each instead of 8). Exact: Values() gives back the same doubles in the same order. The bytes
+/// are also what the checkpoint's warmup segments hold, so the values a batch added are written
+/// as they are.
+class WarmupValues {
+ public:
+  void Add(double v) {
+    drift::ByteWriter w(bytes_);
+    w.Decimal(v, digits_);
+    ++count_;
+  }
+  /// Appends `count` values encoded as Add() encodes them (from a checkpoint); false when the
+  /// bytes do not hold exactly that many.
+  bool Append(std::string_view encoded, uint32_t count) {
+    drift::ByteReader r(encoded);
+    for (uint32_t i = 0; i < count; ++i) (void)r.Decimal();
+    if (r.failed() || !r.at_end()) return false;
+    bytes_.append(encoded);
+    count_ += count;
+    return true;
+  }
+  void Clear() {
+    std::string().swap(bytes_);
+    count_ = 0;
+  }
+  uint32_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  const std::string& bytes() const { return bytes_; }
+  /// The values, in the order they were added, into `out` (replaced).
+  void Values(std::vector<double>& out) const {
+    out.clear();
+    out.reserve(count_);
+    drift::ByteReader r(bytes_);
+    for (uint32_t i = 0; i < count_; ++i) out.push_back(r.Decimal());
+  }
+
+ private:
+  std::string bytes_;
+  uint32_t count_ = 0;
+  int digits_ = 0;  // ToDecimal's hint: the digits of the last value that needed a search
+};
+
 }  // namespace
+
+struct DriftMonitor::Thresholds {
+  double warn = 0;
+  double alert = 0;
+};
 
 struct DriftMonitor::SeriesState {
   // ---- what every value touches, first (a few cache lines) ----
@@ -192,9 +241,17 @@ struct DriftMonitor::SeriesState {
   bool dirty = false;
   /// Derived from the baseline (Prepare), not persisted.
   bool prepared = false;
+  bool edges_ready = false;
+  /// While the edges are not fixed, `baseline` is not kept up to date: it is the moments of
+  /// `warmup`'s values added in order, computed when the edges are fixed (BaselineOf), so a
+  /// warmup value costs an append. False only for state restored from a layout whose baseline
+  /// did not match its values (then `baseline` is kept).
+  bool baseline_from_warmup = true;
   AlertLevel cusum_seen = AlertLevel::kOk;
   /// Values (or labeled records, for the error series) accepted so far: the next value's index.
   int64_t seen = 0;
+  /// First warmup values, for the bin edges and the fences; released once these are fixed.
+  WarmupValues warmup;
   /// The current record window: raw values and winsorized values (clamped to [clip_lo,
   /// clip_hi], Tukey's outer fences of the first warmup values), as power sums around the
   /// baseline's mean (no division per value).
@@ -218,9 +275,6 @@ struct DriftMonitor::SeriesState {
   double cusum_alert_h = kInf;
   // ---- the rest ----
   int64_t first_event_us = INT64_MIN;
-  /// First warmup values, for the bin edges and the fences; released once these are fixed.
-  std::vector<double> warmup;
-  bool edges_ready = false;
   Moments baseline;
   /// Baseline of winsorized values: what the mean, spread and CUSUM tests compare with.
   HigherMoments baseline_c;
@@ -248,21 +302,32 @@ struct DriftMonitor::SeriesState {
   std::vector<OpenWindow> open;
 
   // ---- persistence bookkeeping (not persisted) ----
-  /// Warmup values already in block keys, and block keys in the checkpoint (0..blocks-1).
+  /// Something of the series record ("cold" state: what changes when a window closes, an alert
+  /// moves or the baseline freezes, not with every value) may have changed since it was last
+  /// written. Set by MarkDirty; values that only touch the model record's part (MarkHot) do
+  /// not set it.
+  bool cold_dirty = false;
+  /// The series record in the checkpoint (absent while all its sections are defaults), and the
+  /// hash of its bytes as last written (0: none).
+  bool cold_in_store = false;
+  uint64_t cold_hash = 0;
+  /// Warmup values already in the model's warmup segments (and their encoded bytes).
   uint32_t warmup_saved = 0;
+  uint32_t warmup_saved_bytes = 0;
+  /// Warmup blocks of the version-5 layout in the checkpoint (0..blocks-1), deleted at the
+  /// series' next write.
   uint32_t warmup_blocks = 0;
   /// Hash of the frozen baseline's record as last written (0: none written).
   uint64_t base_hash = 0;
   bool base_in_store = false;
-  /// Pieces of the series read by Restore until the record and what it refers to are there.
+  /// Keys of the series read by Restore, put together once every key was read.
   struct RestorePieces {
-    bool done = false;        // put together (later pieces are left-overs)
-    bool record = false;      // the series record was read
-    bool base_apart = false;  // it keeps the frozen baseline in the base key
-    bool base = false;        // the base key was read
-    uint32_t warmup = 0;      // warmup values the record counts
-    std::vector<std::vector<double>> blocks;
+    std::string record;  // "<series>": the series record, any version
+    std::string base;    // "<series>/base"
+    std::vector<std::string> blocks;  // "<series>/w<k>" (version 5)
     std::vector<bool> have_block;
+    bool has_record = false;
+    bool has_base = false;
   };
   std::unique_ptr<RestorePieces> restoring;
 
@@ -273,13 +338,43 @@ struct DriftMonitor::ModelState {
   std::string name;
   /// Value series in series_names order, then the error series.
   std::vector<SeriesState> series;
-  /// [series * detectors + detector]
-  std::vector<Thresholds> thresholds;
+  /// [series * detectors + detector]: the monitor's shared table, or own_thresholds when an
+  /// override names this model.
+  const Thresholds* thresholds = nullptr;
+  std::vector<Thresholds> own_thresholds;
   AlertStateMachine rollup;
   uint64_t rollup_incident = 0;
   bool rollup_dirty = false;
   std::vector<uint32_t> dirty;
+  // ---- persistence bookkeeping ----
+  /// Warmup segments "<model>/%w<seq>" in the checkpoint: seq in [seg_first, seg_next), and
+  /// the values they hold (live or not).
+  uint32_t seg_first = 0;
+  uint32_t seg_next = 0;
+  int64_t seg_values = 0;
+  /// The next write rewrites the live warmup values into one segment (a series started over).
+  bool consolidate = false;
+  /// Segment keys outside [seg_first, seg_next) found by Restore, deleted at the next write.
+  std::vector<uint32_t> stale_segments;
+  /// The model record is in the checkpoint (version 2, or the roll-up of version 1).
+  bool record_in_store = false;
+  /// Keys read by Restore for the model as a whole, put together once every key was read.
+  struct RestorePieces {
+    std::string record;  // version 2 model record
+    std::map<uint32_t, std::string> segments;
+  };
+  std::unique_ptr<RestorePieces> restoring;
 };
+
+namespace {
+
+/// Values in the series' baseline so far.
+int64_t BaselineCount(const DriftMonitor::SeriesState& s) {
+  return !s.edges_ready && s.baseline_from_warmup ? static_cast<int64_t>(s.warmup.size())
+                                                  : s.baseline.count();
+}
+
+}  // namespace
 
 /// One evaluation's outcome before the state machine: readings, the worst level, the lead.
 struct DriftMonitor::Verdict {
@@ -407,24 +502,38 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
   if (auto it = pending_.find(model_name); it != pending_.end()) {
     state = std::move(it->second);
     pending_.erase(it);
-    // Normally done by FinishRestore; a series whose pieces do not fit starts afresh.
-    for (size_t i = 0; i < state->series.size(); ++i) {
-      if (auto done = CompleteRestore(state->series[i], i, true); !done) {
-        SeriesState fresh;
-        fresh.warmup_blocks = state->series[i].warmup_blocks;
-        fresh.base_in_store = state->series[i].base_in_store;
-        state->series[i] = std::move(fresh);
-      }
-    }
+    // Normally done by FinishRestore; a model whose keys do not fit starts afresh.
+    IgnoreError(CompleteModel(*state, /*lenient=*/true));
   } else {
     state = std::make_unique<ModelState>();
     state->name = model_name;
     state->series.resize(series_names_.size() + 1);
   }
-  // Thresholds are resolved once per model: overrides apply from the least specific
-  // (detector only) to the most specific (model and series).
+  // Models that no override names share one table of thresholds.
   const size_t num_series = series_names_.size() + 1;
-  state->thresholds.resize(num_series * detectors_.size());
+  const bool named = std::any_of(spec_.overrides.begin(), spec_.overrides.end(),
+                                 [&](const ThresholdOverride& ov) { return ov.model == model_name; });
+  if (named) {
+    ResolveThresholds(model_name, state->own_thresholds);
+    state->thresholds = state->own_thresholds.data();
+  } else {
+    if (!shared_thresholds_ready_) {
+      ResolveThresholds({}, shared_thresholds_);
+      shared_thresholds_ready_ = true;
+    }
+    state->thresholds = shared_thresholds_.data();
+  }
+  state->dirty.reserve(num_series);
+  models_[model] = std::move(state);
+  return *models_[model];
+}
+
+void DriftMonitor::ResolveThresholds(std::string_view model_name,
+                                     std::vector<Thresholds>& out) const {
+  // Overrides apply from the least specific (detector only) to the most specific (model and
+  // series); an empty `model_name` takes none that names a model.
+  const size_t num_series = series_names_.size() + 1;
+  out.resize(num_series * detectors_.size());
   for (size_t s = 0; s < num_series; ++s) {
     const std::string_view series_name =
         s < series_names_.size() ? std::string_view(series_names_[s]) : kErrorSeries;
@@ -438,7 +547,7 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
           if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
             continue;
           }
-          if (!ov.model.empty() && ov.model != model_name) continue;
+          if (!ov.model.empty() && (model_name.empty() || ov.model != model_name)) continue;
           if (!ov.series.empty() && ov.series != series_name &&
               !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
                 series_name[ov.series.size()] == '[')) {
@@ -448,20 +557,22 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
           if (ov.alert) t.alert = *ov.alert;
         }
       }
-      state->thresholds[s * detectors_.size() + d] = t;
+      out[s * detectors_.size() + d] = t;
     }
   }
-  state->dirty.reserve(num_series);
-  models_[model] = std::move(state);
-  return *models_[model];
 }
 
-void DriftMonitor::MarkDirty(ModelState& m, size_t series) {
+void DriftMonitor::MarkHot(ModelState& m, size_t series) {
   SeriesState& s = m.series[series];
   if (!s.dirty) {
     s.dirty = true;
     m.dirty.push_back(static_cast<uint32_t>(series));
   }
+}
+
+void DriftMonitor::MarkDirty(ModelState& m, size_t series) {
+  MarkHot(m, series);
+  m.series[series].cold_dirty = true;
 }
 
 int64_t DriftMonitor::WindowClockMs(int64_t window_end_us) const {
@@ -486,6 +597,28 @@ void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t
   ModelState& m = ModelFor(model, model_name);
   if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
   AddValue(m, series, value, event_time_us, late_before_us);
+}
+
+void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t first_series,
+                           std::span<const double> values, int64_t event_time_us,
+                           int64_t late_before_us) {
+  if (first_series > series_names_.size() ||
+      values.size() > series_names_.size() - first_series) {
+    return;  // caller bug; nothing sensible to record
+  }
+  ModelState* m = nullptr;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double value = values[i];
+    if (!std::isfinite(value)) {
+      ++skipped_values_;
+      continue;
+    }
+    if (m == nullptr) {
+      m = &ModelFor(model, model_name);
+      if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
+    }
+    AddValue(*m, first_series + i, value, event_time_us, late_before_us);
+  }
 }
 
 void DriftMonitor::UseEventTimeWindows(int64_t size_ms, int64_t delay_ms) {
@@ -612,8 +745,8 @@ void DriftMonitor::CloseEventWindow(ModelState& m, size_t series) {
     const bool enough =
         by_duration ? w.start_us + et_size_us_ - s.first_event_us >=
                               spec_.baseline.duration_ms * 1000 &&
-                          s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples)
-                    : s.baseline.count() >= spec_.baseline.records;
+                          BaselineCount(s) >= std::max<int64_t>(1, spec_.min_samples)
+                    : BaselineCount(s) >= spec_.baseline.records;
     if (!enough) return;
     FreezeBaseline(s);
     // Windows still open were sampled: their sums and counts, now that the baseline is known.
@@ -654,12 +787,13 @@ size_t DriftMonitor::EdgeValues() const {
 }
 
 void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
-  s.baseline.Add(value);
   if (!s.edges_ready) {
-    s.warmup.push_back(value);
+    if (!s.baseline_from_warmup) s.baseline.Add(value);
+    s.warmup.Add(value);
     if (s.warmup.size() >= EdgeValues()) FixEdges(s);
     return;
   }
+  s.baseline.Add(value);
   s.baseline_c.Add(s.Clip(value));
   if (has_histogram_ && !s.ref_counts.empty()) ++s.ref_counts[s.edges.BinOf(value)];
 }
@@ -667,7 +801,9 @@ void DriftMonitor::AddBaselineValue(SeriesState& s, double value) {
 void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
                             int64_t late_before_us) {
   SeriesState& s = m.series[series];
-  MarkDirty(m, series);
+  // What a value changes is in the model record; what else it may change (a window closing,
+  // the baseline freezing) marks the series record itself.
+  MarkHot(m, series);
   if (et_size_us_ > 0) {
     // Warmup and evaluation windows alike are event-time windows (see UseEventTimeWindows).
     AddToEventWindow(m, series, value, event_time_us, late_before_us);
@@ -682,10 +818,10 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       if (ValidTime(event_time_us)) {
         if (!ValidTime(s.first_event_us)) s.first_event_us = event_time_us;
         freeze_now = event_time_us >= s.first_event_us + spec_.baseline.duration_ms * 1000 &&
-                     s.baseline.count() >= std::max<int64_t>(1, spec_.min_samples);
+                     BaselineCount(s) >= std::max<int64_t>(1, spec_.min_samples);
       } else {
         // No clock to measure the duration by: fall back to the record count.
-        freeze_now = s.baseline.count() >= spec_.baseline.records;
+        freeze_now = BaselineCount(s) >= spec_.baseline.records;
       }
     }
     if (freeze_now) {
@@ -694,7 +830,7 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     } else {
       ++s.seen;
       AddBaselineValue(s, value);
-      if (!by_duration && s.baseline.count() >= spec_.baseline.records) FreezeBaseline(s);
+      if (!by_duration && BaselineCount(s) >= spec_.baseline.records) FreezeBaseline(s);
       return;
     }
   }
@@ -734,7 +870,14 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
 
 void DriftMonitor::FixEdges(SeriesState& s) {
   if (s.edges_ready) return;
-  std::vector<double>& values = s.warmup;
+  s.cold_dirty = true;  // the fences and edges are in the series record
+  std::vector<double>& values = edge_values_;
+  s.warmup.Values(values);
+  if (s.baseline_from_warmup) {
+    // The warmup's moments, as adding each value on arrival would have made them.
+    s.baseline.Clear();
+    for (double v : values) s.baseline.Add(v);
+  }
   std::sort(values.begin(), values.end());
   if (has_histogram_) s.edges = BinEdges::FromQuantiles(values, histogram_bins_);
   // Winsorizing fences: Tukey's outer fences, Q1 - 3 IQR and Q3 + 3 IQR. A normal feature is
@@ -759,12 +902,13 @@ void DriftMonitor::FixEdges(SeriesState& s) {
   if (has_histogram_) {
     for (double v : values) ++s.ref_counts[s.edges.BinOf(v)];
   }
-  std::vector<double>().swap(s.warmup);
+  s.warmup.Clear();
   s.edges_ready = true;
 }
 
 void DriftMonitor::FreezeBaseline(SeriesState& s) {
   FixEdges(s);
+  s.cold_dirty = true;  // the baseline moves to its own key
   if (has_histogram_) s.window_counts.assign(s.edges.bins(), 0);
   if (spec_.baseline.kind == BaselineKind::kTrailing) {
     s.trailing.clear();
@@ -817,6 +961,7 @@ void DriftMonitor::SequentialCheck(ModelState& m, size_t series, int64_t event_t
                                                    : AlertLevel::kOk;
   if (level <= s.cusum_seen) return;
   s.cusum_seen = level;
+  MarkDirty(m, series);
   const AlertLevel before = s.alert.state();
   if (before == AlertLevel::kAlert || (before == AlertLevel::kWarn && level == AlertLevel::kWarn)) {
     return;
@@ -949,6 +1094,7 @@ void AddToIncident(Incident& inc, int64_t loc_n, double loc_u, int64_t spread_do
 
 void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
   SeriesState& s = m.series[series];
+  MarkDirty(m, series);
   ++windows_evaluated_;
   const HigherMoments window_c = s.window_sums.ToMoments();
   const Moments window = RawMoments(s.window_raw);
@@ -1313,12 +1459,15 @@ void DriftMonitor::ObserveLabel(uint32_t model, double prediction, double label,
   ModelState& m = *models_[model];
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
-  MarkDirty(m, series);
+  MarkHot(m, series);
   const double threshold = error_threshold_;
   if (!s.frozen) {
     ++s.seen;
     s.err_baseline.Add(prediction, label, threshold);
-    if (s.err_baseline.count() >= spec_.baseline.records) s.frozen = true;
+    if (s.err_baseline.count() >= spec_.baseline.records) {
+      s.frozen = true;
+      s.cold_dirty = true;  // the baseline moves to its own key
+    }
     return;
   }
   if (s.err_window.count() == 0) {
@@ -1342,6 +1491,7 @@ void DriftMonitor::ObserveLabel(uint32_t model, double prediction, double label,
 void DriftMonitor::CloseErrorWindow(ModelState& m) {
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
+  MarkDirty(m, series);
   ++windows_evaluated_;
   size_t d = detectors_.size();
   for (size_t i = 0; i < detectors_.size(); ++i) {
@@ -1540,106 +1690,109 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
 
 namespace {
 
-void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out);
-void EncodeBase(const DriftMonitor::SeriesState& s, std::string& out);
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
-                    bool& base_apart, uint32_t& warmup_count);
-Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit);
-Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key);
-
 constexpr std::string_view kBaseSuffix = "/base";
 constexpr std::string_view kWarmupSuffix = "/w";
+// "<model>/%w<seq>": a warmup segment (escaped series names never start with a bare '%').
+constexpr std::string_view kSegmentTag = "%w";
+// The series table: every series name the model records and segments refer to by position.
+// Escaped model names never start with a bare '%', so no model's key is this one.
+constexpr std::string_view kTableKey = "drift/%series";
+constexpr uint8_t kTableEncodingVersion = 1;
+constexpr uint8_t kModelEncodingVersion = 2;  // version 1 (kRollupEncodingVersion): roll-up only
+constexpr uint8_t kSegmentEncodingVersion = 1;
+constexpr uint8_t kLastOneRecordVersion = 5;  // versions 1 to 5 hold a whole series in its record
+// A model's warmup segments are rewritten as one when they hold more values of series that no
+// longer keep them than of series that do (and at least this many): what a segment rewrite
+// costs is then paid for by the dead values it drops, so warmup values are written at most
+// about twice.
+constexpr int64_t kMinSegmentValues = 256;
+constexpr size_t kBinsLimit = 1'000'001;
 
 uint64_t HashBytes(std::string_view bytes) {
   uint64_t h = std::hash<std::string_view>{}(bytes);
   return h == 0 ? 1 : h;
 }
 
-}  // namespace
+// Sections of a series' part of the model record: what values change. Each is written only
+// when it differs from a new series' (so a series in its warmup costs a few bytes).
+enum HotSection : uint32_t {
+  kHotState = 1u << 0,        // frozen, edges ready; values seen
+  kHotFirstEvent = 1u << 1,   // first event time (duration warmups)
+  kHotWarmup = 1u << 2,       // warmup values kept (the values are in segments)
+  kHotBaseline = 1u << 3,     // the baseline's moments while warming up, unless those of the
+                              // warmup values kept (recomputed on restore)
+  kHotClipped = 1u << 4,      // winsorized baseline and reference counts (edges fixed)
+  kHotWindow = 1u << 5,       // the current window's sums and counts
+  kHotSpan = 1u << 6,         // its first value index and event-time span
+  kHotCusum = 1u << 7,        // the CUSUM's sums
+  kHotErrBaseline = 1u << 8,  // the error series' baseline while warming up
+  kHotErrWindow = 1u << 9,    // the error series' window
+  kHotOpen = 1u << 10,        // open event-time windows (with their samples)
+  kHotAll = (1u << 11) - 1,
+};
 
-void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
-  std::vector<std::string> deletes;
-  CollectDirty(puts, deletes);
+// Sections of the series record (version 6): what changes when a window closes, an alert moves
+// or the baseline freezes. Absent sections hold a new series' values; a record without any is
+// not written.
+enum ColdSection : uint32_t {
+  kColdFences = 1u << 0,    // fences and bin edges (fixed, baseline not frozen yet)
+  kColdTrailing = 1u << 1,  // trailing window summaries
+  kColdPhases = 1u << 2,    // seasonal phases
+  kColdRecent = 1u << 3,    // look-back windows
+  kColdCusumSd = 1u << 4,   // the last window's own sd for the CUSUM
+  kColdAlert = 1u << 5,     // alert state machine and incident id
+  kColdIncident = 1u << 6,  // the open incident's evidence
+  kColdAll = (1u << 7) - 1,
+};
+
+// Event times: 0 for none (INT64_MIN), else zigzag + 1.
+void PutTime(drift::ByteWriter& w, int64_t us) {
+  if (us == INT64_MIN) {
+    w.Varint(0);
+    return;
+  }
+  w.Varint(((static_cast<uint64_t>(us) << 1) ^ static_cast<uint64_t>(us >> 63)) + 1);
 }
 
-void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
-                                std::vector<std::string>& deletes) {
-  last_write_ = {};
-  const size_t first_put = puts.size();
-  for (auto& mp : models_) {
-    if (!mp) continue;
-    ModelState& m = *mp;
-    if (m.dirty.empty() && !m.rollup_dirty) continue;
-    const std::string model_key = std::string(kStateKeyPrefix) + EscapeName(m.name);
-    for (uint32_t series : m.dirty) {
-      SeriesState& s = m.series[series];
-      s.dirty = false;
-      const std::string_view name =
-          series < series_names_.size() ? std::string_view(series_names_[series]) : kErrorSeries;
-      std::string key = model_key + "/" + EscapeName(name);
-      ++last_write_.dirty_series;
-      // The frozen baseline: written when it changes, which is once, when it freezes.
-      if (s.frozen) {
-        scratch_.clear();
-        EncodeBase(s, scratch_);
-        const uint64_t hash = HashBytes(scratch_);
-        if (hash != s.base_hash) {
-          last_write_.dirty_bytes += static_cast<int64_t>(scratch_.size());
-          puts.emplace_back(key + std::string(kBaseSuffix), scratch_);
-          s.base_hash = hash;
-          s.base_in_store = true;
-        }
-      } else {
-        s.base_hash = 0;
-        if (s.base_in_store) {
-          deletes.push_back(key + std::string(kBaseSuffix));
-          s.base_in_store = false;
-        }
-      }
-      // Warmup values: the blocks holding values added since the last write.
-      const uint32_t kept = s.edges_ready ? 0 : static_cast<uint32_t>(s.warmup.size());
-      const uint32_t blocks =
-          static_cast<uint32_t>((kept + kWarmupBlockValues - 1) / kWarmupBlockValues);
-      if (kept < s.warmup_saved) s.warmup_saved = 0;  // started over
-      if (kept > s.warmup_saved) {
-        last_write_.dirty_bytes += 8 * static_cast<int64_t>(kept - s.warmup_saved);
-        for (uint32_t b = s.warmup_saved / kWarmupBlockValues; b < blocks; ++b) {
-          const size_t from = static_cast<size_t>(b) * kWarmupBlockValues;
-          const size_t to = std::min<size_t>(kept, from + kWarmupBlockValues);
-          std::string value;
-          drift::ByteWriter w(value);
-          for (size_t i = from; i < to; ++i) w.F64(s.warmup[i]);
-          puts.emplace_back(fmt::format("{}{}{}", key, kWarmupSuffix, b), std::move(value));
-        }
-      }
-      for (uint32_t b = blocks; b < s.warmup_blocks; ++b) {
-        deletes.push_back(fmt::format("{}{}{}", key, kWarmupSuffix, b));
-      }
-      s.warmup_saved = kept;
-      s.warmup_blocks = blocks;
-      std::string value;
-      EncodeSeries(s, value);
-      last_write_.dirty_bytes += static_cast<int64_t>(value.size());
-      puts.emplace_back(std::move(key), std::move(value));
-    }
-    m.dirty.clear();
-    if (m.rollup_dirty) {
-      m.rollup_dirty = false;
-      std::string value;
-      drift::ByteWriter w(value);
-      w.U8(kRollupEncodingVersion);
-      m.rollup.Encode(value);
-      w.U64(m.rollup_incident);
-      last_write_.dirty_bytes += static_cast<int64_t>(value.size());
-      puts.emplace_back(model_key, std::move(value));
-    }
-  }
-  for (size_t i = first_put; i < puts.size(); ++i) {
-    last_write_.put_bytes += static_cast<int64_t>(puts[i].first.size() + puts[i].second.size());
-  }
+int64_t GetTime(drift::ByteReader& r) {
+  const uint64_t t = r.Varint();
+  if (t == 0) return INT64_MIN;
+  const uint64_t z = t - 1;
+  return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
 }
 
-namespace {
+void PutCounts(drift::ByteWriter& w, const std::vector<int64_t>& counts) {
+  w.Varint(counts.size());
+  for (int64_t c : counts) w.Varint(static_cast<uint64_t>(c));
+}
+
+bool GetCounts(drift::ByteReader& r, std::vector<int64_t>& counts, size_t limit) {
+  const uint64_t n = r.Varint();
+  if (r.failed() || n > limit || n > r.remaining()) return false;
+  counts.resize(n);
+  for (auto& c : counts) c = static_cast<int64_t>(r.Varint());
+  return !r.failed();
+}
+
+bool IsDefault(const Incident& inc) {
+  static const Incident kNone;
+  return inc.families == kNone.families && inc.lead == kNone.lead &&
+         inc.evidence == kNone.evidence && inc.loc_n == 0 && inc.loc_sum == 0 &&
+         inc.spread_dof == 0 && inc.spread_sum == 0 && inc.shape_n == 0 &&
+         inc.shape_delta.empty() && inc.error_n == 0 && inc.error_errors == 0;
+}
+
+/// A warmup's moments are those of its kept values (in order), so they need not be written.
+bool BaselineFromWarmup(const DriftMonitor::SeriesState& s) {
+  return !s.edges_ready && s.baseline_from_warmup;
+}
+
+Moments MomentsOf(const WarmupValues& warmup, std::vector<double>& scratch) {
+  warmup.Values(scratch);
+  Moments m;
+  for (double v : scratch) m.Add(v);
+  return m;
+}
 
 bool ReadMoments(drift::ByteReader& r, Moments& m) {
   std::array<char, Moments::kEncodedSize> buf{};
@@ -1655,12 +1808,6 @@ bool ReadFixed(drift::ByteReader& r, size_t n, std::string& buf) {
   buf.clear();
   for (size_t i = 0; i < n; ++i) buf.push_back(static_cast<char>(r.U8()));
   return !r.failed();
-}
-
-void EncodeSummary(drift::ByteWriter& w, std::string& out, const WindowSummary& t) {
-  t.moments.Encode(out);
-  t.clipped.Encode(w);
-  EncodeCounts(w, t.counts);
 }
 
 bool DecodeSummary(drift::ByteReader& r, WindowSummary& t) {
@@ -1687,78 +1834,6 @@ void EncodeBase(const DriftMonitor::SeriesState& s, std::string& out) {
   s.err_baseline.abs_error.Encode(out);
 }
 
-/// The series record. The warmup values are in block keys (CollectDirty), a frozen baseline in
-/// the base key.
-void EncodeSeries(const DriftMonitor::SeriesState& s, std::string& out) {
-  drift::ByteWriter w(out);
-  const bool apart = s.frozen;
-  w.U8(kSeriesEncodingVersion);
-  w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (s.edges_ready ? 2 : 0) | (apart ? kBaseApart : 0)));
-  w.I64(s.seen);
-  w.I64(s.first_event_us);
-  w.U32(static_cast<uint32_t>(s.edges_ready ? 0 : s.warmup.size()));
-  if (!apart) EncodeBaseFields(w, out, s);
-  w.U32(static_cast<uint32_t>(s.trailing.size()));
-  w.U32(s.trailing_next);
-  for (const WindowSummary& t : s.trailing) EncodeSummary(w, out, t);
-  w.U32(static_cast<uint32_t>(s.phases.size()));
-  w.I64(s.season_end_us);
-  for (const WindowSummary& p : s.phases) EncodeSummary(w, out, p);
-  s.window_raw.Encode(w);
-  s.window_sums.Encode(w);
-  EncodeCounts(w, s.window_counts);
-  w.I64(s.window_start);
-  w.I64(s.window_min_us);
-  w.I64(s.window_max_us);
-  w.U32(static_cast<uint32_t>(s.recent.size()));
-  w.U32(s.recent_next);
-  for (const RecentWindow& r : s.recent) {
-    w.I64(r.n);
-    w.F64(r.sum);
-    w.F64(r.m2);
-  }
-  w.F64(s.cusum_up);
-  w.F64(s.cusum_down);
-  w.F64(s.cusum_sd);
-  s.alert.Encode(out);
-  w.U64(s.incident);
-  const Incident& inc = s.inc;
-  w.U8(inc.families);
-  w.U32(static_cast<uint32_t>(inc.lead));
-  for (double e : inc.evidence) w.F64(e);
-  w.I64(inc.loc_n);
-  w.F64(inc.loc_sum);
-  w.I64(inc.spread_dof);
-  w.F64(inc.spread_sum);
-  w.I64(inc.shape_n);
-  w.U32(static_cast<uint32_t>(inc.shape_delta.size()));
-  for (double d : inc.shape_delta) w.F64(d);
-  w.I64(inc.error_n);
-  w.I64(inc.error_errors);
-  if (!apart) {
-    w.I64(s.err_baseline.errors);
-    s.err_baseline.abs_error.Encode(out);
-  }
-  w.I64(s.err_window.errors);
-  s.err_window.abs_error.Encode(out);
-  w.U32(static_cast<uint32_t>(s.open.size()));
-  for (const OpenWindow& o : s.open) {
-    w.I64(o.start_us);
-    w.I64(o.first_index);
-    o.raw.Encode(w);
-    o.sums.Encode(w);
-    EncodeCounts(w, o.counts);
-    w.I64(o.min_us);
-    w.I64(o.max_us);
-  }
-  std::string sample;
-  for (const OpenWindow& o : s.open) {
-    sample.clear();
-    o.sample.Encode(sample);
-    w.Str(sample);
-  }
-}
-
 HigherMoments NormalShaped(const Moments& m) {
   return HigherMoments::Normal(m.count(), m.count() > 0 ? m.mean() : 0, m.m2());
 }
@@ -1773,9 +1848,8 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   s.first_event_us = r.I64();
   const uint32_t warmup = r.U32();
   if (warmup > r.remaining() / 8) return corrupt("truncated warmup values");
-  s.warmup.clear();
-  s.warmup.reserve(warmup);
-  for (uint32_t i = 0; i < warmup; ++i) s.warmup.push_back(r.F64());
+  s.warmup.Clear();
+  for (uint32_t i = 0; i < warmup; ++i) s.warmup.Add(r.F64());
   if (!ReadMoments(r, s.baseline)) return corrupt("bad baseline moments");
   const uint32_t edges = r.U32();
   if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
@@ -1895,7 +1969,8 @@ Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key)
   return Ok();
 }
 
-/// `warmup_count`: for version 5, the warmup values the record counts (they are in block keys).
+/// Versions 1 to 5 of the series record (one record per series). `warmup_count`: for version
+/// 5, the warmup values the record counts (they are in block keys).
 Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
                     bool& base_apart, uint32_t& warmup_count) {
   base_apart = false;
@@ -1908,7 +1983,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   const uint8_t version = r.U8();
   if (version == 1 || version == 2) {
     DRIFTD_TRY(DecodeLegacySeries(r, version, s, bins_limit, corrupt));
-  } else if (version >= 3 && version <= kSeriesEncodingVersion) {
+  } else if (version >= 3 && version <= kLastOneRecordVersion) {
     const uint8_t flags = r.U8();
     s.frozen = (flags & 1) != 0;
     s.edges_ready = (flags & 2) != 0;
@@ -1917,7 +1992,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     s.seen = r.I64();
     s.first_event_us = r.I64();
     const uint32_t warmup = r.U32();
-    s.warmup.clear();
+    s.warmup.Clear();
     if (version >= 5) {
       if (warmup > DriftMonitor::kMaxWarmupValues || (warmup > 0 && s.edges_ready)) {
         return corrupt("bad warmup count");
@@ -1925,8 +2000,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
       warmup_count = warmup;
     } else {
       if (warmup > r.remaining() / 8) return corrupt("truncated warmup values");
-      s.warmup.reserve(warmup);
-      for (uint32_t i = 0; i < warmup; ++i) s.warmup.push_back(r.F64());
+      for (uint32_t i = 0; i < warmup; ++i) s.warmup.Add(r.F64());
     }
     if (!base_apart) DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
     const uint32_t trailing = r.U32();
@@ -2032,11 +2106,673 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   return Ok();
 }
 
+
+// ---- Version 6: the model record, the series record, warmup segments, the series table ----
+
+uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s) {
+  uint32_t bits = 0;
+  if (s.frozen || s.edges_ready || s.seen != 0) bits |= kHotState;
+  if (ValidTime(s.first_event_us)) bits |= kHotFirstEvent;
+  if (!s.edges_ready && !s.warmup.empty()) bits |= kHotWarmup;
+  if (!s.frozen && s.baseline.count() > 0 && !BaselineFromWarmup(s)) bits |= kHotBaseline;
+  if (!s.frozen && s.edges_ready) bits |= kHotClipped;
+  if (s.window_raw.count() > 0 || s.window_sums.count() > 0) bits |= kHotWindow;
+  if (s.window_raw.count() > 0 || s.err_window.count() > 0) bits |= kHotSpan;
+  if (s.cusum_up != 0 || s.cusum_down != 0) bits |= kHotCusum;
+  if (!s.frozen && (s.err_baseline.count() > 0 || s.err_baseline.errors != 0)) {
+    bits |= kHotErrBaseline;
+  }
+  if (s.err_window.count() > 0 || s.err_window.errors != 0) bits |= kHotErrWindow;
+  if (!s.open.empty()) bits |= kHotOpen;
+  return bits;
+}
+
+/// A series' entry of the model record: its sections bits, then the sections.
+void EncodeHot(const DriftMonitor::SeriesState& s, uint32_t bits, std::string& out) {
+  drift::ByteWriter w(out);
+  w.Varint(bits);
+  if (bits & kHotState) {
+    w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (s.edges_ready ? 2 : 0)));
+    w.Varint(static_cast<uint64_t>(s.seen));
+  }
+  if (bits & kHotFirstEvent) PutTime(w, s.first_event_us);
+  if (bits & kHotWarmup) w.Varint(s.warmup.size());
+  if (bits & kHotBaseline) s.baseline.Encode(out);
+  if (bits & kHotClipped) {
+    s.baseline_c.Encode(w);
+    PutCounts(w, s.ref_counts);
+  }
+  if (bits & kHotWindow) {
+    s.window_raw.Encode(w);
+    s.window_sums.Encode(w);
+    PutCounts(w, s.window_counts);
+  }
+  if (bits & kHotSpan) {
+    w.Zigzag(s.window_start);
+    PutTime(w, s.window_min_us);
+    PutTime(w, s.window_max_us);
+  }
+  if (bits & kHotCusum) {
+    w.F64(s.cusum_up);
+    w.F64(s.cusum_down);
+  }
+  if (bits & kHotErrBaseline) {
+    w.Zigzag(s.err_baseline.errors);
+    s.err_baseline.abs_error.Encode(out);
+  }
+  if (bits & kHotErrWindow) {
+    w.Zigzag(s.err_window.errors);
+    s.err_window.abs_error.Encode(out);
+  }
+  if (bits & kHotOpen) {
+    w.Varint(s.open.size());
+    std::string sample;
+    for (const OpenWindow& o : s.open) {
+      w.Zigzag(o.start_us);
+      w.Zigzag(o.first_index);
+      o.raw.Encode(w);
+      o.sums.Encode(w);
+      PutCounts(w, o.counts);
+      PutTime(w, o.min_us);
+      PutTime(w, o.max_us);
+      sample.clear();
+      o.sample.Encode(sample);
+      w.Bytes(sample);
+    }
+  }
+}
+
+/// Reads a series' entry of the model record into `s` (its other fields untouched).
+/// `bits_out`: the sections read; `warmup`: the warmup values the segments must give.
+Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, uint32_t& bits_out,
+                 uint32_t& warmup) {
+  auto corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift model record: {}", what);
+  };
+  const uint64_t bits = r.Varint();
+  if (r.failed() || (bits & ~uint64_t{kHotAll}) != 0) return corrupt("unknown sections");
+  bits_out = static_cast<uint32_t>(bits);
+  warmup = 0;
+  if (bits & kHotState) {
+    const uint8_t flags = r.U8();
+    if ((flags & ~3u) != 0) return corrupt("bad flags");
+    s.frozen = (flags & 1) != 0;
+    s.edges_ready = (flags & 2) != 0;
+    s.seen = static_cast<int64_t>(r.Varint());
+    if (s.seen < 0) return corrupt("bad value count");
+  }
+  if (bits & kHotFirstEvent) s.first_event_us = GetTime(r);
+  if (bits & kHotWarmup) {
+    const uint64_t count = r.Varint();
+    if (count == 0 || count > DriftMonitor::kMaxWarmupValues || s.edges_ready) {
+      return corrupt("bad warmup count");
+    }
+    warmup = static_cast<uint32_t>(count);
+  }
+  if ((bits & kHotBaseline) && !ReadMoments(r, s.baseline)) return corrupt("bad baseline");
+  if ((bits & kHotClipped) &&
+      (!s.baseline_c.Decode(r) || !GetCounts(r, s.ref_counts, kBinsLimit))) {
+    return corrupt("bad winsorized baseline");
+  }
+  if ((bits & kHotWindow) && (!s.window_raw.Decode(r) || !s.window_sums.Decode(r) ||
+                              !GetCounts(r, s.window_counts, kBinsLimit))) {
+    return corrupt("bad window");
+  }
+  if (bits & kHotSpan) {
+    s.window_start = r.Zigzag();
+    s.window_min_us = GetTime(r);
+    s.window_max_us = GetTime(r);
+  }
+  if (bits & kHotCusum) {
+    s.cusum_up = r.F64();
+    s.cusum_down = r.F64();
+    if (!(s.cusum_up >= 0) || !(s.cusum_down >= 0)) return corrupt("bad cusum");
+  }
+  if (bits & kHotErrBaseline) {
+    s.err_baseline.errors = r.Zigzag();
+    if (!ReadMoments(r, s.err_baseline.abs_error)) return corrupt("bad error baseline");
+  }
+  if (bits & kHotErrWindow) {
+    s.err_window.errors = r.Zigzag();
+    if (!ReadMoments(r, s.err_window.abs_error)) return corrupt("bad error window");
+  }
+  if (bits & kHotOpen) {
+    const uint64_t open = r.Varint();
+    if (open == 0 || open > 100'000 || open > r.remaining()) return corrupt("bad open windows");
+    s.open.resize(open);
+    int64_t previous_start = INT64_MIN;
+    for (OpenWindow& o : s.open) {
+      o.start_us = r.Zigzag();
+      o.first_index = r.Zigzag();
+      if (!o.raw.Decode(r) || !o.sums.Decode(r) || !GetCounts(r, o.counts, kBinsLimit)) {
+        return corrupt("bad open window");
+      }
+      o.min_us = GetTime(r);
+      o.max_us = GetTime(r);
+      auto sample = ValueSample::Decode(r.Bytes());
+      if (r.failed() || !sample || o.start_us <= previous_start) {
+        return corrupt("bad open window");
+      }
+      o.sample = std::move(*sample);
+      previous_start = o.start_us;
+    }
+  }
+  if (r.failed()) return corrupt("truncated");
+  s.prepared = false;
+  return Ok();
+}
+
+void EncodeSummaryCompact(drift::ByteWriter& w, std::string& out, const WindowSummary& t) {
+  t.moments.Encode(out);
+  t.clipped.Encode(w);
+  PutCounts(w, t.counts);
+}
+
+bool DecodeSummaryCompact(drift::ByteReader& r, WindowSummary& t) {
+  return ReadMoments(r, t.moments) && t.clipped.Decode(r) && GetCounts(r, t.counts, kBinsLimit);
+}
+
+uint32_t ColdSectionsOf(const DriftMonitor::SeriesState& s) {
+  static const AlertStateMachine kNoAlert;
+  uint32_t bits = 0;
+  if (!s.frozen && s.edges_ready) bits |= kColdFences;
+  if (!s.trailing.empty() || s.trailing_next != 0) bits |= kColdTrailing;
+  if (!s.phases.empty() || ValidTime(s.season_end_us)) bits |= kColdPhases;
+  if (!s.recent.empty() || s.recent_next != 0) bits |= kColdRecent;
+  if (s.cusum_sd != 0) bits |= kColdCusumSd;
+  if (!(s.alert == kNoAlert) || s.incident != 0) bits |= kColdAlert;
+  if (!IsDefault(s.inc)) bits |= kColdIncident;
+  return bits;
+}
+
+/// The series record (version 6): the sections that differ from a new series'; nothing at all
+/// when none does (no record is kept then).
+void EncodeCold(const DriftMonitor::SeriesState& s, std::string& out) {
+  const uint32_t bits = ColdSectionsOf(s);
+  if (bits == 0) return;
+  drift::ByteWriter w(out);
+  w.U8(kSeriesEncodingVersion);
+  w.Varint(bits);
+  if (bits & kColdFences) {
+    w.F64(s.clip_lo);
+    w.F64(s.clip_hi);
+    w.Varint(s.edges.inner().size());
+    for (double e : s.edges.inner()) w.F64(e);
+  }
+  if (bits & kColdTrailing) {
+    w.Varint(s.trailing.size());
+    w.Varint(s.trailing_next);
+    for (const WindowSummary& t : s.trailing) EncodeSummaryCompact(w, out, t);
+  }
+  if (bits & kColdPhases) {
+    w.Varint(s.phases.size());
+    PutTime(w, s.season_end_us);
+    for (const WindowSummary& p : s.phases) EncodeSummaryCompact(w, out, p);
+  }
+  if (bits & kColdRecent) {
+    w.Varint(s.recent.size());
+    w.Varint(s.recent_next);
+    for (const RecentWindow& rw : s.recent) {
+      w.Zigzag(rw.n);
+      w.F64(rw.sum);
+      w.F64(rw.m2);
+    }
+  }
+  if (bits & kColdCusumSd) w.F64(s.cusum_sd);
+  if (bits & kColdAlert) {
+    s.alert.Encode(out);
+    w.U64(s.incident);
+  }
+  if (bits & kColdIncident) {
+    const Incident& inc = s.inc;
+    w.U8(inc.families);
+    w.Zigzag(inc.lead);
+    for (double e : inc.evidence) w.F64(e);
+    w.Zigzag(inc.loc_n);
+    w.F64(inc.loc_sum);
+    w.Zigzag(inc.spread_dof);
+    w.F64(inc.spread_sum);
+    w.Zigzag(inc.shape_n);
+    w.Varint(inc.shape_delta.size());
+    for (double d : inc.shape_delta) w.F64(d);
+    w.Zigzag(inc.error_n);
+    w.Zigzag(inc.error_errors);
+  }
+}
+
+Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  if (r.U8() != kSeriesEncodingVersion) return corrupt("unknown version");
+  const uint64_t bits = r.Varint();
+  if (r.failed() || bits == 0 || (bits & ~uint64_t{kColdAll}) != 0) {
+    return corrupt("unknown sections");
+  }
+  if (bits & kColdFences) {
+    s.clip_lo = r.F64();
+    s.clip_hi = r.F64();
+    if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
+      return corrupt("bad fences");
+    }
+    const uint64_t edges = r.Varint();
+    if (edges > r.remaining() / 8 || edges + 1 > kBinsLimit) return corrupt("bad bin edges");
+    std::vector<double> inner(edges);
+    for (auto& e : inner) e = r.F64();
+    s.edges = BinEdges(std::move(inner));
+    if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+  }
+  if (bits & kColdTrailing) {
+    const uint64_t trailing = r.Varint();
+    s.trailing_next = static_cast<uint32_t>(r.Varint());
+    if (trailing > 10'000 || trailing > r.remaining() || r.failed()) {
+      return corrupt("bad trailing windows");
+    }
+    s.trailing.assign(trailing, {});
+    for (WindowSummary& t : s.trailing) {
+      if (!DecodeSummaryCompact(r, t)) return corrupt("bad trailing window");
+    }
+    if (s.trailing_next >= std::max<size_t>(1, s.trailing.size() + 1)) {
+      return corrupt("bad trailing position");
+    }
+  }
+  if (bits & kColdPhases) {
+    const uint64_t phases = r.Varint();
+    s.season_end_us = GetTime(r);
+    if (phases > 100'000 || phases > r.remaining() || r.failed()) {
+      return corrupt("bad seasonal phases");
+    }
+    s.phases.assign(phases, {});
+    for (WindowSummary& p : s.phases) {
+      if (!DecodeSummaryCompact(r, p)) return corrupt("bad seasonal phase");
+    }
+  }
+  if (bits & kColdRecent) {
+    const uint64_t recent = r.Varint();
+    s.recent_next = static_cast<uint32_t>(r.Varint());
+    if (recent > DriftMonitor::kLookbackWindows || s.recent_next > recent ||
+        recent > r.remaining() / 17) {
+      return corrupt("bad look-back windows");
+    }
+    s.recent.resize(recent);
+    for (RecentWindow& rw : s.recent) {
+      rw.n = r.Zigzag();
+      rw.sum = r.F64();
+      rw.m2 = r.F64();
+    }
+  }
+  if (bits & kColdCusumSd) {
+    s.cusum_sd = r.F64();
+    if (!(s.cusum_sd >= 0)) return corrupt("bad cusum");
+  }
+  if (bits & kColdAlert) {
+    std::string buf;
+    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
+    auto alert = AlertStateMachine::Decode(buf);
+    if (!alert) return tl::unexpected(alert.error());
+    s.alert = *alert;
+    s.incident = r.U64();
+  }
+  if (bits & kColdIncident) {
+    Incident& inc = s.inc;
+    inc.families = r.U8();
+    inc.lead = static_cast<int32_t>(r.Zigzag());
+    for (double& e : inc.evidence) e = r.F64();
+    inc.loc_n = r.Zigzag();
+    inc.loc_sum = r.F64();
+    inc.spread_dof = r.Zigzag();
+    inc.spread_sum = r.F64();
+    inc.shape_n = r.Zigzag();
+    const uint64_t delta = r.Varint();
+    if (delta > r.remaining() / 8 || delta > kBinsLimit) return corrupt("bad incident");
+    inc.shape_delta.resize(delta);
+    for (double& d : inc.shape_delta) d = r.F64();
+    inc.error_n = r.Zigzag();
+    inc.error_errors = r.Zigzag();
+    if (inc.lead < -1 || inc.loc_n < 0 || inc.spread_dof < 0 || inc.shape_n < 0 ||
+        inc.error_n < 0) {
+      return corrupt("bad incident");
+    }
+  }
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  s.prepared = false;
+  return Ok();
+}
+
+/// The model record (version 2): the roll-up, the warmup segments' range, and each series'
+/// entry (table index, then EncodeHot). `entry` reads one entry's sections.
+struct ModelRecordHead {
+  AlertStateMachine rollup;
+  uint64_t rollup_incident = 0;
+  uint32_t seg_first = 0;
+  uint32_t seg_next = 0;
+};
+
+Status DecodeModelRecord(std::string_view bytes, ModelRecordHead& head,
+                         const std::function<Status(uint32_t, drift::ByteReader&)>& entry) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift model record: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  if (r.U8() != kModelEncodingVersion) return corrupt("unknown version");
+  const uint64_t flags = r.Varint();
+  if ((flags & ~uint64_t{1}) != 0) return corrupt("bad flags");
+  if (flags & 1) {
+    std::string buf;
+    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated roll-up");
+    auto rollup = AlertStateMachine::Decode(buf);
+    if (!rollup) return tl::unexpected(rollup.error());
+    head.rollup = *rollup;
+    head.rollup_incident = r.U64();
+  }
+  const uint64_t first = r.Varint();
+  const uint64_t next = r.Varint();
+  if (r.failed() || first > next || next > UINT32_MAX) return corrupt("bad segment range");
+  head.seg_first = static_cast<uint32_t>(first);
+  head.seg_next = static_cast<uint32_t>(next);
+  const uint64_t entries = r.Varint();
+  if (r.failed() || entries > r.remaining()) return corrupt("bad series count");
+  for (uint64_t i = 0; i < entries; ++i) {
+    const uint64_t index = r.Varint();
+    if (r.failed() || index > UINT32_MAX) return corrupt("bad series index");
+    DRIFTD_TRY(entry(static_cast<uint32_t>(index), r));
+  }
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  return Ok();
+}
+
+/// A warmup segment (version 1): pieces (table index, index of the first value in the
+/// series' warmup, count, the values in the compact decimal form).
+Status DecodeSegment(
+    std::string_view bytes,
+    const std::function<Status(uint32_t, uint32_t, uint32_t, std::string_view)>& piece) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift warmup segment: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  if (r.U8() != kSegmentEncodingVersion) return corrupt("unknown version");
+  const uint64_t pieces = r.Varint();
+  if (r.failed() || pieces > r.remaining()) return corrupt("bad piece count");
+  for (uint64_t i = 0; i < pieces; ++i) {
+    const uint64_t index = r.Varint();
+    const uint64_t first = r.Varint();
+    const uint64_t count = r.Varint();
+    const std::string_view values = r.Bytes();
+    if (r.failed() || index > UINT32_MAX || count == 0 ||
+        first + count > DriftMonitor::kMaxWarmupValues) {
+      return corrupt("bad piece");
+    }
+    // The values must decode to exactly `count` doubles.
+    drift::ByteReader v(values);
+    for (uint64_t k = 0; k < count; ++k) (void)v.Decimal();
+    if (v.failed() || !v.at_end()) return corrupt("bad values");
+    DRIFTD_TRY(piece(static_cast<uint32_t>(index), static_cast<uint32_t>(first),
+                     static_cast<uint32_t>(count), values));
+  }
+  if (!r.at_end()) return corrupt("trailing bytes");
+  return Ok();
+}
+
+Result<std::vector<std::string>> DecodeTable(std::string_view bytes) {
+  drift::ByteReader r(bytes);
+  std::vector<std::string> names;
+  if (r.U8() != kTableEncodingVersion) {
+    return MakeError(ErrorCode::kCorruption, "drift series table: unknown version");
+  }
+  const uint64_t n = r.Varint();
+  if (r.failed() || n > r.remaining()) {
+    return MakeError(ErrorCode::kCorruption, "drift series table: bad count");
+  }
+  for (uint64_t i = 0; i < n; ++i) names.emplace_back(r.Bytes());
+  if (r.failed() || !r.at_end()) {
+    return MakeError(ErrorCode::kCorruption, "drift series table: truncated");
+  }
+  return names;
+}
+
 }  // namespace
+
+std::string_view DriftMonitor::SeriesName(size_t index) const {
+  return index < series_names_.size() ? std::string_view(series_names_[index]) : kErrorSeries;
+}
+
+void DriftMonitor::ResolveTable() {
+  if (table_resolved_) return;
+  table_resolved_ = true;
+  // Positions of names already in the checkpoint stay; new series are appended.
+  table_ = std::move(restored_table_);
+  restored_table_.clear();
+  const size_t n = series_names_.size() + 1;
+  series_table_index_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string_view name = SeriesName(i);
+    auto it = std::find(table_.begin(), table_.end(), name);
+    if (it == table_.end()) {
+      table_.emplace_back(name);
+      it = table_.end() - 1;
+      table_dirty_ = true;
+    }
+    series_table_index_[i] = static_cast<uint32_t>(it - table_.begin());
+  }
+  table_series_.assign(table_.size(), -1);
+  for (size_t i = 0; i < n; ++i) table_series_[series_table_index_[i]] = static_cast<int32_t>(i);
+}
+
+void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
+  std::vector<std::string> deletes;
+  CollectDirty(puts, deletes);
+}
+
+void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
+                                std::vector<std::string>& deletes) {
+  last_write_ = {};
+  const size_t first_put = puts.size();
+  ResolveTable();
+  for (auto& mp : models_) {
+    if (!mp) continue;
+    ModelState& m = *mp;
+    if (m.dirty.empty() && !m.rollup_dirty && !m.consolidate) continue;
+    if (table_dirty_) {
+      std::string table;
+      drift::ByteWriter w(table);
+      w.U8(kTableEncodingVersion);
+      w.Varint(table_.size());
+      for (const std::string& name : table_) w.Bytes(name);
+      last_write_.dirty_bytes += static_cast<int64_t>(table.size());
+      puts.emplace_back(std::string(kTableKey), std::move(table));
+      table_dirty_ = false;
+    }
+    WriteModel(m, puts, deletes);
+  }
+  for (size_t i = first_put; i < puts.size(); ++i) {
+    last_write_.put_bytes += static_cast<int64_t>(puts[i].first.size() + puts[i].second.size());
+  }
+}
+
+void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, std::string>>& puts,
+                              std::vector<std::string>& deletes) {
+  const std::string model_key = std::string(kStateKeyPrefix) + EscapeName(m.name);
+  last_write_.dirty_series += static_cast<int64_t>(m.dirty.size());
+  for (uint32_t series : m.dirty) m.series[series].dirty = false;
+  m.dirty.clear();
+  m.rollup_dirty = false;
+
+  // Series records and frozen baselines: written when they changed, which a value alone does
+  // not do (MarkHot).
+  for (size_t i = 0; i < m.series.size(); ++i) {
+    SeriesState& s = m.series[i];
+    if (!s.cold_dirty && s.warmup_blocks == 0) {
+#ifndef NDEBUG
+      // What changed of the series record must have been marked (MarkDirty), or a restart
+      // would lose it: debug builds (the sanitizer tests) check every write.
+      scratch_.clear();
+      EncodeCold(s, scratch_);
+      assert((scratch_.empty() ? 0 : HashBytes(scratch_)) == (s.cold_in_store ? s.cold_hash : 0) &&
+             "a field of the series record changed without MarkDirty");
+#endif
+      continue;
+    }
+    const std::string key = model_key + "/" + EscapeName(SeriesName(i));
+    for (uint32_t b = 0; b < s.warmup_blocks; ++b) {
+      deletes.push_back(fmt::format("{}{}{}", key, kWarmupSuffix, b));
+    }
+    s.warmup_blocks = 0;
+    if (!s.cold_dirty) continue;
+    s.cold_dirty = false;
+    if (s.frozen) {
+      scratch_.clear();
+      EncodeBase(s, scratch_);
+      const uint64_t hash = HashBytes(scratch_);
+      if (hash != s.base_hash) {
+        last_write_.dirty_bytes += static_cast<int64_t>(scratch_.size());
+        puts.emplace_back(key + std::string(kBaseSuffix), scratch_);
+        s.base_hash = hash;
+        s.base_in_store = true;
+      }
+    } else {
+      s.base_hash = 0;
+      if (s.base_in_store) {
+        deletes.push_back(key + std::string(kBaseSuffix));
+        s.base_in_store = false;
+      }
+    }
+    scratch_.clear();
+    EncodeCold(s, scratch_);
+    if (scratch_.empty()) {
+      if (s.cold_in_store) deletes.push_back(key);
+      s.cold_in_store = false;
+      s.cold_hash = 0;
+      continue;
+    }
+    const uint64_t hash = HashBytes(scratch_);
+    if (s.cold_in_store && hash == s.cold_hash) continue;
+    last_write_.dirty_bytes += static_cast<int64_t>(scratch_.size());
+    puts.emplace_back(key, scratch_);
+    s.cold_in_store = true;
+    s.cold_hash = hash;
+  }
+
+  // Warmup segments: the values each series added since the last write, in one new key. When
+  // the segments hold more values of series that no longer keep them than of series that do,
+  // or a series started over, the values still kept are rewritten into one segment instead.
+  int64_t saved_live = 0;
+  int64_t kept = 0;
+  bool restart = m.consolidate;
+  for (SeriesState& s : m.series) {
+    if (s.edges_ready) {
+      s.warmup_saved = 0;
+      s.warmup_saved_bytes = 0;
+      continue;
+    }
+    if (s.warmup.size() < s.warmup_saved) restart = true;
+    saved_live += s.warmup_saved;
+    kept += s.warmup.size();
+  }
+  m.consolidate = false;
+  const int64_t dead = m.seg_values - saved_live;
+  if (m.seg_first != m.seg_next &&
+      (restart || kept == 0 || (dead > saved_live && m.seg_values >= kMinSegmentValues))) {
+    for (uint32_t seq = m.seg_first; seq < m.seg_next; ++seq) {
+      deletes.push_back(fmt::format("{}/{}{}", model_key, kSegmentTag, seq));
+    }
+    m.seg_first = m.seg_next;
+    m.seg_values = 0;
+    for (SeriesState& s : m.series) {
+      // Values new since the last write count as changes; those rewritten do not.
+      const uint32_t rewritten = std::min(s.warmup_saved, s.warmup.size());
+      s.warmup_saved = 0;
+      s.warmup_saved_bytes = 0;
+      if (rewritten > 0) {
+        drift::ByteReader r(s.warmup.bytes());
+        for (uint32_t k = 0; k < rewritten; ++k) (void)r.Decimal();
+        last_write_.dirty_bytes -= static_cast<int64_t>(s.warmup.bytes().size() - r.remaining());
+      }
+    }
+  }
+  for (uint32_t seq : m.stale_segments) {
+    deletes.push_back(fmt::format("{}/{}{}", model_key, kSegmentTag, seq));
+  }
+  m.stale_segments.clear();
+  std::string segment;
+  uint32_t pieces = 0;
+  for (size_t i = 0; i < m.series.size(); ++i) {
+    const SeriesState& s = m.series[i];
+    if (!s.edges_ready && s.warmup.size() > s.warmup_saved) ++pieces;
+  }
+  if (pieces > 0) {
+    drift::ByteWriter w(segment);
+    w.U8(kSegmentEncodingVersion);
+    w.Varint(pieces);
+    for (size_t i = 0; i < m.series.size(); ++i) {
+      SeriesState& s = m.series[i];
+      if (s.edges_ready || s.warmup.size() <= s.warmup_saved) continue;
+      const std::string_view values =
+          std::string_view(s.warmup.bytes()).substr(s.warmup_saved_bytes);
+      w.Varint(series_table_index_[i]);
+      w.Varint(s.warmup_saved);
+      w.Varint(s.warmup.size() - s.warmup_saved);
+      w.Bytes(values);
+      last_write_.dirty_bytes += static_cast<int64_t>(values.size());
+      m.seg_values += s.warmup.size() - s.warmup_saved;
+      s.warmup_saved = s.warmup.size();
+      s.warmup_saved_bytes = static_cast<uint32_t>(s.warmup.bytes().size());
+    }
+    puts.emplace_back(fmt::format("{}/{}{}", model_key, kSegmentTag, m.seg_next), std::move(segment));
+    ++m.seg_next;
+  }
+
+  // The model record: the roll-up, the segments' range and what values changed of each series.
+  std::string record;
+  drift::ByteWriter w(record);
+  w.U8(kModelEncodingVersion);
+  static const AlertStateMachine kNoRollup;
+  const bool rollup = !(m.rollup == kNoRollup) || m.rollup_incident != 0;
+  w.Varint(rollup ? 1 : 0);
+  if (rollup) {
+    m.rollup.Encode(record);
+    w.U64(m.rollup_incident);
+  }
+  w.Varint(m.seg_first);
+  w.Varint(m.seg_next);
+  uint32_t entries = 0;
+  std::string& body = scratch_;
+  body.clear();
+  drift::ByteWriter b(body);
+  for (size_t i = 0; i < m.series.size(); ++i) {
+    const uint32_t bits = HotSectionsOf(m.series[i]);
+    if (bits == 0) continue;
+    ++entries;
+    b.Varint(series_table_index_[i]);
+    EncodeHot(m.series[i], bits, body);
+  }
+  w.Varint(entries);
+  record.append(body);
+  last_write_.dirty_bytes += static_cast<int64_t>(record.size());
+  puts.emplace_back(model_key, std::move(record));
+  m.record_in_store = true;
+}
 
 Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   if (!key.starts_with(kStateKeyPrefix)) {
     return MakeError(ErrorCode::kInvalidArgument, "drift: not a drift state key: '{}'", key);
+  }
+  if (key == kTableKey) {
+    auto names = DecodeTable(value);
+    if (!names) return tl::unexpected(names.error().Wrap(std::string(key)));
+    if (table_resolved_) {
+      // Read after the state was first used (unusual): it must be what is in use.
+      if (names->size() > table_.size() || !std::equal(names->begin(), names->end(), table_.begin())) {
+        return MakeError(ErrorCode::kCorruption, "drift: the series table was read too late");
+      }
+      return Ok();
+    }
+    restored_table_ = std::move(*names);
+    table_from_store_ = true;
+    return Ok();
   }
   const std::string_view rest = key.substr(kStateKeyPrefix.size());
   const size_t slash = rest.find('/');
@@ -2057,8 +2793,27 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
     }
     m = slot.get();
   }
+  auto model_pieces = [&]() -> ModelState::RestorePieces& {
+    if (!m->restoring) m->restoring = std::make_unique<ModelState::RestorePieces>();
+    return *m->restoring;
+  };
 
   if (slash == std::string_view::npos) {
+    m->record_in_store = true;
+    if (!value.empty() && static_cast<uint8_t>(value[0]) == kModelEncodingVersion) {
+      // Read once the whole state is there (it refers to series by the table's positions).
+      ModelRecordHead head;
+      SeriesState scratch;
+      uint32_t bits = 0;
+      uint32_t warmup = 0;
+      auto checked = DecodeModelRecord(value, head, [&](uint32_t, drift::ByteReader& r) {
+        scratch = SeriesState();
+        return DecodeHot(r, scratch, bits, warmup);
+      });
+      if (!checked) return tl::unexpected(checked.error().Wrap(std::string(key)));
+      model_pieces().record.assign(value);
+      return Ok();
+    }
     drift::ByteReader r(value);
     std::string buf;
     if (r.U8() != kRollupEncodingVersion || !ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) {
@@ -2077,8 +2832,23 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
     return Ok();
   }
 
-  // "<series>", "<series>/base" or "<series>/w<block>" (series names are escaped: no '/').
+  // "<series>", "<series>/base", "<series>/w<block>" (series names are escaped: no '/') or a
+  // warmup segment "%w<seq>".
   std::string_view series_part = rest.substr(slash + 1);
+  if (series_part.starts_with(kSegmentTag)) {
+    const std::string_view digits = series_part.substr(kSegmentTag.size());
+    uint32_t seq = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+      return MakeError(ErrorCode::kCorruption, "drift: bad warmup segment key '{}'", key);
+    }
+    auto checked = DecodeSegment(value, [](uint32_t, uint32_t, uint32_t, std::string_view) {
+      return Ok();
+    });
+    if (!checked) return tl::unexpected(checked.error().Wrap(std::string(key)));
+    model_pieces().segments[seq].assign(value);
+    return Ok();
+  }
   std::string_view piece;
   if (const size_t sub = series_part.find('/'); sub != std::string_view::npos) {
     piece = series_part.substr(sub);
@@ -2097,14 +2867,13 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   SeriesState::RestorePieces& pieces = *target.restoring;
 
   if (piece == kBaseSuffix) {
-    target.base_in_store = true;
-    // A base key beside a record that holds its own baseline is left over: ignored, deleted at
-    // the next write.
-    if (pieces.record && !pieces.base_apart) return Ok();
-    if (auto st = DecodeBase(value, target, 1'000'001); !st) {
+    SeriesState scratch;
+    if (auto st = DecodeBase(value, scratch, kBinsLimit); !st) {
       return tl::unexpected(st.error().Wrap(std::string(key)));
     }
-    pieces.base = true;
+    target.base_in_store = true;
+    pieces.base.assign(value);
+    pieces.has_base = true;
   } else if (piece.starts_with(kWarmupSuffix)) {
     const std::string_view digits = piece.substr(kWarmupSuffix.size());
     uint32_t block = 0;
@@ -2121,123 +2890,251 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
       pieces.blocks.resize(block + 1);
       pieces.have_block.resize(block + 1, false);
     }
-    drift::ByteReader r(value);
-    std::vector<double>& values = pieces.blocks[block];
-    values.resize(value.size() / 8);
-    for (double& v : values) v = r.F64();
+    pieces.blocks[block].assign(value);
     pieces.have_block[block] = true;
   } else if (piece.empty()) {
-    SeriesState decoded;
-    bool base_apart = false;
-    uint32_t warmup = 0;
-    if (auto st = DecodeSeries(value, decoded, 1'000'001, base_apart, warmup); !st) {
-      return tl::unexpected(st.error().Wrap(std::string(key)));
+    SeriesState scratch;
+    Status checked = Ok();
+    if (!value.empty() && static_cast<uint8_t>(value[0]) == kSeriesEncodingVersion) {
+      checked = DecodeCold(value, scratch);
+    } else {
+      bool base_apart = false;
+      uint32_t warmup = 0;
+      checked = DecodeSeries(value, scratch, kBinsLimit, base_apart, warmup);
     }
-    if (base_apart && pieces.base) {
-      decoded.baseline = target.baseline;
-      decoded.baseline_c = target.baseline_c;
-      decoded.clip_lo = target.clip_lo;
-      decoded.clip_hi = target.clip_hi;
-      decoded.edges = std::move(target.edges);
-      decoded.ref_counts = std::move(target.ref_counts);
-      decoded.err_baseline = target.err_baseline;
-    }
-    decoded.warmup_blocks = target.warmup_blocks;
-    decoded.base_in_store = target.base_in_store;
-    decoded.restoring = std::move(target.restoring);
-    target = std::move(decoded);
-    target.restoring->record = true;
-    target.restoring->base_apart = base_apart;
-    target.restoring->warmup = warmup;
-    // Records of earlier layouts hold their warmup values themselves: none is in a block key
-    // yet, so the next write puts them there.
-    target.warmup_saved = 0;
+    if (!checked) return tl::unexpected(checked.error().Wrap(std::string(key)));
+    target.cold_in_store = true;
+    pieces.record.assign(value);
+    pieces.has_record = true;
   } else {
     return MakeError(ErrorCode::kCorruption, "drift: unknown state key '{}'", key);
-  }
-  target.dirty = false;
-  if (auto done = CompleteRestore(target, index, false); !done) {
-    return tl::unexpected(done.error().Wrap(std::string(key)));
   }
   return Ok();
 }
 
-Result<bool> DriftMonitor::CompleteRestore(SeriesState& s, size_t index, bool final) {
-  if (!s.restoring) return true;
-  SeriesState::RestorePieces& pieces = *s.restoring;
-  if (pieces.done) {
-    if (final) s.restoring.reset();
-    return true;
-  }
-  const auto incomplete = [&](std::string_view what) -> Result<bool> {
-    if (!final) return false;
-    return MakeError(ErrorCode::kCorruption, "drift series state: {}", what);
-  };
-  if (!pieces.record) {
-    if (!final) return false;
-    // Left-over pieces of a series without a record: a fresh series, whose first write
-    // deletes them.
-    SeriesState fresh;
-    fresh.warmup_blocks = s.warmup_blocks;
-    fresh.base_in_store = s.base_in_store;
-    s = std::move(fresh);
-    return true;
-  }
-  if (pieces.base_apart && !pieces.base) return incomplete("the frozen baseline is missing");
-  if (!s.edges_ready && pieces.warmup > 0) {
-    const uint32_t blocks =
-        static_cast<uint32_t>((pieces.warmup + kWarmupBlockValues - 1) / kWarmupBlockValues);
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const size_t need = std::min<size_t>(kWarmupBlockValues,
-                                           pieces.warmup - static_cast<size_t>(b) * kWarmupBlockValues);
-      if (b >= pieces.blocks.size() || !pieces.have_block[b] || pieces.blocks[b].size() < need) {
-        return incomplete("warmup values are missing");
-      }
-    }
-    s.warmup.clear();
-    s.warmup.reserve(pieces.warmup);
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const size_t need = std::min<size_t>(kWarmupBlockValues,
-                                           pieces.warmup - static_cast<size_t>(b) * kWarmupBlockValues);
-      s.warmup.insert(s.warmup.end(), pieces.blocks[b].begin(), pieces.blocks[b].begin() + need);
-    }
-    s.warmup_saved = pieces.warmup;
-  }
-  if (pieces.base_apart) {
-    scratch_.clear();
-    EncodeBase(s, scratch_);
-    s.base_hash = HashBytes(scratch_);
-  }
-  pieces.done = true;
-  pieces.blocks.clear();
-  pieces.have_block.clear();
-  if (final) s.restoring.reset();
-  DRIFTD_TRY(CheckHistograms(s, index < series_names_.size() ? series_names_[index] : kErrorSeries));
-  // A histogram that the current configuration does not use is dropped; one it needs but the
-  // state lacks is rebuilt empty (the baseline then has no reference shares).
-  if (has_histogram_ && index < series_names_.size() && s.frozen &&
-      s.window_counts.size() != s.edges.bins()) {
-    s.window_counts.assign(s.edges.bins(), 0);
-    s.ref_counts.assign(s.edges.bins(), 0);
-  }
-  return true;
-}
+Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
+  const bool any_series = std::any_of(m.series.begin(), m.series.end(),
+                                      [](const SeriesState& s) { return s.restoring != nullptr; });
+  if (!m.restoring && !any_series) return Ok();
+  ResolveTable();
+  std::unique_ptr<ModelState::RestorePieces> model = std::move(m.restoring);
+  const size_t n = m.series.size();
+  std::vector<std::unique_ptr<SeriesState::RestorePieces>> pieces(n);
+  for (size_t i = 0; i < n; ++i) pieces[i] = std::move(m.series[i].restoring);
 
-Status DriftMonitor::FinishRestore() {
-  auto finish = [&](ModelState& m) -> Status {
-    for (size_t i = 0; i < m.series.size(); ++i) {
-      auto done = CompleteRestore(m.series[i], i, true);
-      if (!done) {
-        return tl::unexpected(done.error().Wrap(fmt::format(
-            "model '{}' series '{}'", m.name,
-            i < series_names_.size() ? std::string_view(series_names_[i]) : kErrorSeries)));
+  // What each series' keys say, and the model's segments.
+  struct Info {
+    bool legacy = false;      // a record of versions 1 to 5 (everything in it)
+    bool v6 = false;          // a series record of version 6
+    bool base_apart = false;  // version 5: the frozen baseline is in the base key
+    bool hot = false;         // an entry in the model record
+    uint32_t hot_bits = 0;
+    uint32_t warmup = 0;      // warmup values the record or the model record counts
+  };
+  std::vector<Info> info(n);
+  auto fresh_series = [](const SeriesState& old) {
+    SeriesState fresh;
+    fresh.warmup_blocks = old.warmup_blocks;
+    fresh.base_in_store = old.base_in_store;
+    fresh.cold_in_store = old.cold_in_store;
+    return fresh;
+  };
+  auto name_of = [&](size_t i) { return std::string(SeriesName(i)); };
+
+  auto assemble = [&]() -> Status {
+    // 1. Series records (the series starts from what its record holds).
+    bool any_v6 = false;
+    for (size_t i = 0; i < n; ++i) {
+      SeriesState& s = m.series[i];
+      s = fresh_series(s);
+      if (!pieces[i] || !pieces[i]->has_record) continue;
+      const std::string& record = pieces[i]->record;
+      Status st = Ok();
+      if (static_cast<uint8_t>(record[0]) == kSeriesEncodingVersion) {
+        info[i].v6 = any_v6 = true;
+        st = DecodeCold(record, s);
+      } else {
+        info[i].legacy = true;
+        st = DecodeSeries(record, s, kBinsLimit, info[i].base_apart, info[i].warmup);
       }
+      if (!st) return tl::unexpected(st.error().Wrap(fmt::format("series '{}'", name_of(i))));
+    }
+    // 2. The model record: the roll-up, the segments' range, each series' changing part.
+    if (model && !model->record.empty()) {
+      if (!table_from_store_) {
+        return MakeError(ErrorCode::kCorruption, "drift: the series table is missing");
+      }
+      ModelRecordHead head;
+      SeriesState scratch;
+      DRIFTD_TRY(DecodeModelRecord(model->record, head,
+                                   [&](uint32_t t, drift::ByteReader& r) -> Status {
+        const int32_t i = t < table_series_.size() ? table_series_[t] : -1;
+        uint32_t bits = 0;
+        uint32_t warmup = 0;
+        if (i < 0 || info[static_cast<size_t>(i)].legacy || info[static_cast<size_t>(i)].hot) {
+          scratch = SeriesState();
+          return DecodeHot(r, scratch, bits, warmup);
+        }
+        Info& in = info[static_cast<size_t>(i)];
+        in.hot = true;
+        return DecodeHot(r, m.series[static_cast<size_t>(i)], in.hot_bits, in.warmup);
+      }));
+      m.rollup = head.rollup;
+      m.rollup_incident = head.rollup_incident;
+      m.seg_first = head.seg_first;
+      m.seg_next = head.seg_next;
+    } else if (any_v6) {
+      return MakeError(ErrorCode::kCorruption, "drift: the model record is missing");
+    }
+    // 3. Frozen baselines.
+    for (size_t i = 0; i < n; ++i) {
+      SeriesState& s = m.series[i];
+      const bool needs_base = s.frozen && (info[i].v6 || info[i].hot || info[i].base_apart);
+      const bool has_base = pieces[i] && pieces[i]->has_base;
+      if (needs_base && !has_base) {
+        return MakeError(ErrorCode::kCorruption,
+                         "drift series state: the frozen baseline is missing (series '{}')",
+                         name_of(i));
+      }
+      if (needs_base) {
+        if (auto st = DecodeBase(pieces[i]->base, s, kBinsLimit); !st) {
+          return tl::unexpected(st.error().Wrap(fmt::format("series '{}'", name_of(i))));
+        }
+      }
+    }
+    // 4. Warmup values: version-5 blocks, or the segments of the model record's range.
+    for (size_t i = 0; i < n; ++i) {
+      SeriesState& s = m.series[i];
+      if (!info[i].legacy || s.edges_ready || info[i].warmup == 0) continue;
+      const uint32_t count = info[i].warmup;
+      const uint32_t blocks = (count + kWarmupBlockValues - 1) / kWarmupBlockValues;
+      for (uint32_t b = 0; b < blocks; ++b) {
+        const size_t need = std::min<size_t>(kWarmupBlockValues, count - b * kWarmupBlockValues);
+        if (b >= pieces[i]->blocks.size() || !pieces[i]->have_block[b] ||
+            pieces[i]->blocks[b].size() < 8 * need) {
+          return MakeError(ErrorCode::kCorruption,
+                           "drift series state: warmup values are missing (series '{}')",
+                           name_of(i));
+        }
+        drift::ByteReader r(pieces[i]->blocks[b]);
+        for (size_t k = 0; k < need; ++k) s.warmup.Add(r.F64());
+      }
+    }
+    if (model) {
+      for (auto& [seq, bytes] : model->segments) {
+        if (seq < m.seg_first || seq >= m.seg_next) {
+          m.stale_segments.push_back(seq);
+          continue;
+        }
+        DRIFTD_TRY(DecodeSegment(bytes, [&](uint32_t t, uint32_t first, uint32_t count,
+                                            std::string_view values) -> Status {
+          m.seg_values += count;
+          const int32_t i = t < table_series_.size() ? table_series_[t] : -1;
+          if (i < 0 || !info[static_cast<size_t>(i)].hot) return Ok();
+          SeriesState& s = m.series[static_cast<size_t>(i)];
+          if (s.edges_ready) return Ok();  // values of a warmup that is over
+          if (first != s.warmup.size() || !s.warmup.Append(values, count)) {
+            return MakeError(ErrorCode::kCorruption,
+                             "drift series state: warmup values out of order (series '{}')",
+                             name_of(static_cast<size_t>(i)));
+          }
+          return Ok();
+        }));
+      }
+    }
+    // New segments are numbered past any left-over one (a put and a delete of one key in a
+    // batch would leave it deleted).
+    if (!m.stale_segments.empty()) {
+      const uint32_t top =
+          *std::max_element(m.stale_segments.begin(), m.stale_segments.end()) + 1;
+      if (top > m.seg_next) {
+        if (m.seg_first == m.seg_next) m.seg_first = top;
+        m.seg_next = top;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      SeriesState& s = m.series[i];
+      if (info[i].hot && !s.edges_ready && s.warmup.size() != info[i].warmup) {
+        return MakeError(ErrorCode::kCorruption,
+                         "drift series state: warmup values are missing (series '{}')",
+                         name_of(i));
+      }
+    }
+    // 5. What follows from the rest, and the bookkeeping of what is in the store.
+    for (size_t i = 0; i < n; ++i) {
+      SeriesState& s = m.series[i];
+      if (!s.frozen && !s.edges_ready && !(info[i].hot && !(info[i].hot_bits & kHotBaseline))) {
+        // A baseline read with the values it was made of: kept up to date from now on only if
+        // it is not theirs.
+        s.baseline_from_warmup = s.baseline == MomentsOf(s.warmup, edge_values_);
+        if (s.baseline_from_warmup) s.baseline.Clear();
+      }
+      if (has_histogram_ && i < series_names_.size() && s.frozen && s.window_counts.empty() &&
+          !(info[i].hot_bits & kHotWindow) && (info[i].v6 || info[i].hot)) {
+        s.window_counts.assign(s.edges.bins(), 0);  // an empty window
+      }
+      DRIFTD_TRY(CheckHistograms(s, name_of(i)));
+      // A histogram that the current configuration does not use is dropped; one it needs but
+      // the state lacks is rebuilt empty (the baseline then has no reference shares).
+      if (has_histogram_ && i < series_names_.size() && s.frozen &&
+          s.window_counts.size() != s.edges.bins()) {
+        s.window_counts.assign(s.edges.bins(), 0);
+        s.ref_counts.assign(s.edges.bins(), 0);
+      }
+      if (s.frozen && pieces[i] && pieces[i]->has_base &&
+          (info[i].v6 || info[i].hot || info[i].base_apart)) {
+        scratch_.clear();
+        EncodeBase(s, scratch_);
+        s.base_hash = HashBytes(scratch_);
+      }
+      if (info[i].legacy) {
+        // Written in the current layout when the model is next written: the record, a baseline
+        // key, the warmup values into a segment, the blocks deleted.
+        s.cold_dirty = true;
+        s.warmup_saved = 0;
+        s.warmup_saved_bytes = 0;
+      } else {
+        scratch_.clear();
+        EncodeCold(s, scratch_);
+        s.cold_hash = scratch_.empty() ? 0 : HashBytes(scratch_);
+        if (s.cold_in_store && !info[i].v6) s.cold_dirty = true;  // a left-over record
+        s.warmup_saved = s.warmup.size();
+        s.warmup_saved_bytes = static_cast<uint32_t>(s.warmup.bytes().size());
+      }
+      if (s.base_in_store && s.base_hash == 0) s.cold_dirty = true;  // a left-over base key
+      if (s.warmup_blocks > 0 && !info[i].legacy) s.cold_dirty = true;
+      s.dirty = false;
     }
     return Ok();
   };
-  for (auto& [name, m] : pending_) DRIFTD_TRY(finish(*m));
+
+  Status st = assemble();
+  if (st) return Ok();
+  if (!lenient) return tl::unexpected(st.error().Wrap(fmt::format("model '{}'", m.name)));
+  // The model starts afresh; its keys go with its first write.
+  for (SeriesState& s : m.series) {
+    s = fresh_series(s);
+    s.cold_dirty = s.cold_in_store || s.base_in_store || s.warmup_blocks > 0;
+  }
+  m.rollup = AlertStateMachine();
+  m.rollup_incident = 0;
+  m.stale_segments.clear();
+  uint32_t top = 0;
+  if (model) {
+    for (const auto& [seq, bytes] : model->segments) {
+      m.stale_segments.push_back(seq);
+      top = std::max(top, seq + 1);
+    }
+  }
+  m.seg_first = m.seg_next = std::max(top, m.seg_next);
+  m.seg_values = 0;
+  return Ok();
+}
+
+Status DriftMonitor::FinishRestore() {
+  for (auto& [name, m] : pending_) DRIFTD_TRY(CompleteModel(*m, /*lenient=*/false));
   for (auto& m : models_) {
-    if (m) DRIFTD_TRY(finish(*m));
+    if (m) DRIFTD_TRY(CompleteModel(*m, /*lenient=*/false));
   }
   return Ok();
 }
@@ -2341,7 +3238,7 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
   s.edges = std::move(edges);
   s.ref_counts = std::move(counts);
   s.window_counts.assign(s.edges.bins(), 0);
-  std::vector<double>().swap(s.warmup);
+  s.warmup.Clear();
   s.edges_ready = true;
   s.frozen = true;
   s.prepared = false;
@@ -2373,7 +3270,7 @@ Status DriftMonitor::FreezeReferences() {
     for (size_t i = 0; i < m.series.size(); ++i) {
       SeriesState& s = m.series[i];
       const bool is_error = i == series_names_.size();
-      const int64_t n = is_error ? s.err_baseline.count() : s.baseline.count();
+      const int64_t n = is_error ? s.err_baseline.count() : BaselineCount(s);
       if (s.frozen || n == 0) continue;
       if (n < std::max<int64_t>(1, spec_.min_samples)) {
         return MakeError(ErrorCode::kConfig,
@@ -2463,10 +3360,15 @@ bool DriftMonitor::ResetBaselines(const std::string& model) {
     // The keys it wrote, for the next write to replace or delete.
     fresh.warmup_blocks = s.warmup_blocks;
     fresh.base_in_store = s.base_in_store;
+    fresh.base_hash = s.base_hash;
+    fresh.cold_in_store = s.cold_in_store;
+    fresh.cold_hash = s.cold_hash;
     s = std::move(fresh);
     s.dirty = false;
     MarkDirty(*m, i);
   }
+  // Warmups start again at their first value: the segments' values are rewritten.
+  m->consolidate = true;
   return true;
 }
 

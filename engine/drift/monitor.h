@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -208,6 +209,12 @@ class DriftMonitor {
   void Observe(uint32_t model, const std::string& model_name, size_t series, double value,
                int64_t event_time_us, int64_t late_before_us = INT64_MIN);
 
+  /// As above, for the values of consecutive series `first_series`, `first_series + 1`, ...
+  /// (the elements of an array column) of one record: the model is looked up once.
+  void Observe(uint32_t model, const std::string& model_name, size_t first_series,
+               std::span<const double> values, int64_t event_time_us,
+               int64_t late_before_us = INT64_MIN);
+
   /// A labeled outcome for the error series of `model` (call after Observe saw the model).
   /// `event_time_us` as for Observe.
   void ObserveLabel(uint32_t model, double prediction, double label,
@@ -225,27 +232,29 @@ class DriftMonitor {
   /// (no cost).
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
 
-  /// Appends (key, value) for every (model, series) and model roll-up changed since the last
-  /// call, and to `deletes` the keys that no longer hold anything. Keys (names with '%' and
-  /// '/' percent-encoded):
-  ///   "drift/<model>"                  the roll-up
-  ///   "drift/<model>/<series>"         what changes as values arrive (counts, windows, CUSUM,
-  ///                                    alert state; the baseline itself until it freezes)
+  /// Appends (key, value) for every model changed since the last call, and to `deletes` the
+  /// keys that no longer hold anything. Keys (names with '%' and '/' percent-encoded):
+  ///   "drift/<model>"                  the model record: the roll-up, and what values change of
+  ///                                    each series (counts, the current window, the CUSUM; the
+  ///                                    baseline until it freezes)
+  ///   "drift/<model>/<series>"         what changes when a window closes or an alert moves
+  ///                                    (absent while it is a new series')
   ///   "drift/<model>/<series>/base"    the frozen baseline (moments, fences, bin edges,
   ///                                    reference counts): written once, when it freezes
-  ///   "drift/<model>/<series>/w<k>"    warmup values k*kWarmupBlockValues onwards, kept until
-  ///                                    the bin edges are fixed; only the last block is
-  ///                                    rewritten as values arrive
+  ///   "drift/<model>/%w<k>"            warmup values added by one batch, kept until the bin
+  ///                                    edges are fixed
+  ///   "drift/%series"                  the series names the model records refer to
   /// so a batch writes what its values changed, not the whole state of every series it saw.
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes);
-  /// As above, for callers that apply puts only (stale keys are ignored by Restore).
+  /// As above, dropping the deletes: only for a state restored from one call's puts (tests);
+  /// a checkpoint that keeps keys the monitor deleted may read back what they held.
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
-  /// Warmup values per block key.
+  /// Warmup values per block key of the version-5 layout (still read).
   static constexpr size_t kWarmupBlockValues = 32;
-  /// What the last CollectDirty wrote: series records, their encoded size (the records plus the
-  /// warmup values added since the call before; the baseline when it froze), and the bytes of
-  /// the puts (keys and values).
+  /// What the last CollectDirty wrote: the series whose values changed, the encoded size of the
+  /// changes (model records, series records and baselines written, the warmup values added
+  /// since the call before), and the bytes of the puts (keys and values).
   struct WriteStats {
     int64_t dirty_series = 0;
     int64_t dirty_bytes = 0;
@@ -255,11 +264,12 @@ class DriftMonitor {
 
   /// Loads one persisted entry (a key CollectDirty produced, in any order). Call before the
   /// model's first Observe; entries for series no longer configured are ignored. Series
-  /// records of earlier layouts (versions 1 to 4, one key per series) are read as they are and
-  /// written in the current layout when their series next changes.
+  /// records of earlier layouts (versions 1 to 5, one record per series) are read as they are
+  /// and written in the current layout when their model next changes.
   Status Restore(std::string_view key, std::string_view value);
-  /// After every entry was restored: fails (kCorruption) when a series' record lacks the
-  /// frozen baseline or warmup values it refers to.
+  /// After every entry was restored: puts each model together, and fails (kCorruption) when a
+  /// record lacks the frozen baseline, warmup values, model record or series table it refers
+  /// to.
   Status FinishRestore();
 
   // ---- File baseline (before the first Observe) ------------------------------------------
@@ -337,12 +347,16 @@ class DriftMonitor {
 
  private:
   struct Verdict;
+  struct Thresholds;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
   void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
                 int64_t late_before_us);
   void AddBaselineValue(SeriesState& s, double value);
   size_t EdgeValues() const;
   void FixEdges(SeriesState& s);
+  /// The warn and alert levels of every (series, detector) for `model_name` (empty: a model no
+  /// override names), [series * detectors + detector].
+  void ResolveThresholds(std::string_view model_name, std::vector<Thresholds>& out) const;
   void FreezeBaseline(SeriesState& s);
   void Prepare(ModelState& m, size_t series);
   void SetupCusum(SeriesState& s, const HigherMoments& ref, double warn, double alert,
@@ -356,16 +370,28 @@ class DriftMonitor {
   void Transition(ModelState& m, size_t series, AlertLevel previous, AlertLevel level,
                   AlertEvent event);
   void UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent& trigger);
+  /// A value changed what the model record holds of the series.
+  void MarkHot(ModelState& m, size_t series);
+  /// Anything of the series changed, its own record included.
   void MarkDirty(ModelState& m, size_t series);
-  /// Restore: puts the pieces read so far together once the series record and what it refers
-  /// to are there (false: not yet). `final`: what is missing now is missing for good.
-  Result<bool> CompleteRestore(SeriesState& s, size_t index, bool final);
+  /// Restore: puts a model's keys together once every key was read. `lenient`: a model whose
+  /// keys do not fit starts afresh instead of failing.
+  Status CompleteModel(ModelState& m, bool lenient);
+  void WriteModel(ModelState& m, std::vector<std::pair<std::string, std::string>>& puts,
+                  std::vector<std::string>& deletes);
+  /// The table of series names that model records and segments refer to by position: the
+  /// restored one, with the series it lacks appended.
+  void ResolveTable();
+  std::string_view SeriesName(size_t index) const;
   int64_t WindowClockMs(int64_t window_end_us) const;
   bool PerValueCusum() const;
 
   DriftSpec spec_;
   std::vector<std::string> series_names_;
   std::vector<DetectorConfig> detectors_;
+  /// Thresholds of the models no override names (never resized once made).
+  std::vector<Thresholds> shared_thresholds_;
+  bool shared_thresholds_ready_ = false;
   AlertPolicy policy_;
   int histogram_bins_ = 10;
   bool has_histogram_ = false;
@@ -404,6 +430,15 @@ class DriftMonitor {
   std::vector<DetectorReading> readings_;
   WriteStats last_write_;
   std::string scratch_;
+  std::vector<double> edge_values_;
+  // The series table (ResolveTable).
+  std::vector<std::string> restored_table_;
+  bool table_from_store_ = false;
+  bool table_resolved_ = false;
+  bool table_dirty_ = false;
+  std::vector<std::string> table_;
+  std::vector<uint32_t> series_table_index_;  // by series index (the error series last)
+  std::vector<int32_t> table_series_;          // by table position: series index, or -1
 };
 
 }  // namespace driftd

@@ -9,7 +9,10 @@ namespace driftd {
 
 namespace {
 
-constexpr uint8_t kEncodingVersion = 1;
+// Version 2: the values in the compact decimal form (drift/codec.h) and varint counts, the
+// threshold only when something was sampled out. Version 1 (fixed 8-byte values, counts and
+// threshold) is still read.
+constexpr uint8_t kEncodingVersion = 2;
 
 uint64_t BitsOf(double value) {
   if (value == 0) value = 0;  // -0.0 and 0.0 are one value
@@ -93,13 +96,19 @@ std::vector<std::pair<double, int64_t>> ValueSample::InHashOrder() const {
 void ValueSample::Encode(std::string& out) const {
   drift::ByteWriter w(out);
   w.U8(kEncodingVersion);
-  w.U64(threshold_);
+  if (exact()) {
+    w.Varint(0);
+  } else {
+    w.Varint(1);
+    w.U64(threshold_);
+  }
   // In value order, so equal samples encode to equal bytes.
   const auto sorted = Sorted();
-  w.U32(static_cast<uint32_t>(sorted.size()));
+  w.Varint(sorted.size());
+  int digits = 0;
   for (const auto& [value, count] : sorted) {
-    w.F64(value);
-    w.I64(count);
+    w.Decimal(value, digits);
+    w.Varint(static_cast<uint64_t>(count));
   }
 }
 
@@ -109,16 +118,32 @@ Result<ValueSample> ValueSample::Decode(std::string_view bytes) {
     return MakeError(ErrorCode::kCorruption, "value sample of {} bytes is unreadable",
                      bytes.size());
   };
-  if (r.U8() != kEncodingVersion) return corrupt();
+  const uint8_t version = r.U8();
   ValueSample sample;
-  sample.threshold_ = r.U64();
-  const uint32_t n = r.U32();
-  if (r.failed() || n > r.remaining() / 16 || n > sample.capacity_) return corrupt();
-  for (uint32_t i = 0; i < n; ++i) {
-    const double value = r.F64();
-    const int64_t count = r.I64();
-    if (count <= 0 || value != value) return corrupt();
-    sample.counts_[BitsOf(value)] += count;
+  if (version == 1) {
+    sample.threshold_ = r.U64();
+    const uint32_t n = r.U32();
+    if (r.failed() || n > r.remaining() / 16 || n > sample.capacity_) return corrupt();
+    for (uint32_t i = 0; i < n; ++i) {
+      const double value = r.F64();
+      const int64_t count = r.I64();
+      if (count <= 0 || value != value) return corrupt();
+      sample.counts_[BitsOf(value)] += count;
+    }
+  } else if (version == kEncodingVersion) {
+    const uint64_t sampled = r.Varint();
+    if (sampled > 1) return corrupt();
+    if (sampled == 1) sample.threshold_ = r.U64();
+    const uint64_t n = r.Varint();
+    if (r.failed() || n > r.remaining() / 2 || n > sample.capacity_) return corrupt();
+    for (uint64_t i = 0; i < n; ++i) {
+      const double value = r.Decimal();
+      const int64_t count = static_cast<int64_t>(r.Varint());
+      if (count <= 0 || value != value) return corrupt();
+      sample.counts_[BitsOf(value)] += count;
+    }
+  } else {
+    return corrupt();
   }
   if (r.failed() || !r.at_end()) return corrupt();
   return sample;

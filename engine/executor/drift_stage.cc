@@ -73,7 +73,7 @@ class DriftStage::Impl {
     size_t width = 1;         // 1 for a scalar; array length from the layout
   };
 
-  Status Init(const PipelineSpec& spec) {
+  Status Init(const PipelineSpec& spec, std::shared_ptr<KeyInterner> keys) {
     spec_ = spec.drift;
     for (const SinkSpec& sink : spec.sinks) {
       if (sink.stream == StreamKind::kEvaluations) want_evaluation_rows_ = true;
@@ -93,6 +93,10 @@ class DriftStage::Impl {
     if (model_column_ < 0) {
       return MakeError(ErrorCode::kConfig,
                        "drift needs a model column: set drift.modelColumn or query.groupBy");
+    }
+    if (keys && keys->column() == model_column_ &&
+        schema_.fields[static_cast<size_t>(model_column_)].type == FieldType::kString) {
+      keys_ = std::move(keys);
     }
     for (const std::string& name : spec_.series) {
       int index = schema_.IndexOf(name);
@@ -627,6 +631,7 @@ class DriftStage::Impl {
 
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes, StageProgress& progress) {
+    const size_t first_put = puts.size();
     for (const auto& series_key : dirty_evaluations_) {
       auto it = latest_.find(series_key);
       if (it == latest_.end()) continue;
@@ -645,7 +650,11 @@ class DriftStage::Impl {
       puts.emplace_back(std::string(kLayoutKey), layout);
       layout_dirty_ = false;
     }
+    for (size_t i = first_put; i < puts.size(); ++i) {
+      progress.state_dirty_bytes += static_cast<int64_t>(puts[i].second.size());
+    }
     monitor_->CollectDirty(puts, deletes);
+    progress.state_dirty_bytes += monitor_->last_write().dirty_bytes;
     progress.drift_dirty_series += monitor_->last_write().dirty_series;
     progress.drift_dirty_bytes += monitor_->last_write().dirty_bytes;
     progress.drift_put_bytes += monitor_->last_write().put_bytes;
@@ -674,16 +683,20 @@ class DriftStage::Impl {
   template <bool kReference>
   void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us) {
     const Column& models = batch.columns[model_column_];
+    // The ids the aggregation looked up already (or looks up for both).
+    const std::vector<uint32_t>* ids = keys_ ? &keys_->Ids(batch) : nullptr;
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (models.IsNull(row)) continue;
       uint32_t model = 0;
-      if (models.type == FieldType::kString) {
+      if (ids) {
+        model = (*ids)[row];
+      } else if (models.type == FieldType::kString) {
         model = Intern(models.String(row));
       } else {
         name_ = std::to_string(models.i64[row]);
         model = Intern(name_);
       }
-      const std::string& name = names_[model];
+      const std::string& name = NameOf(model);
       if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
       const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
       // Event-time windows need the record's own time; record-count windows date a record
@@ -710,7 +723,12 @@ class DriftStage::Impl {
         }
         size_t size = std::min(column.ArraySize(row), series.width);
         const double* data = column.ArrayData(row);
-        for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
+        if constexpr (kReference) {
+          for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
+        } else {
+          monitor_->Observe(model, name, series.first_series, std::span<const double>(data, size),
+                            event_time, late_before);
+        }
       }
       if (prediction_column_ >= 0 && label_column_ >= 0) {
         const Column& prediction = batch.columns[prediction_column_];
@@ -766,13 +784,15 @@ class DriftStage::Impl {
           "drift: model '{}' has records in more than one Kafka partition: its record-count "
           "windows (drift.windowRecords) then depend on batching and read order. Key the input "
           "records by model, or use event-time windows (query.window) for results that do not",
-          names_[model]);
+          NameOf(model));
     }
   }
 
   // The model's dense id: one hash lookup of the record's bytes (no copy), none when the
-  // record is of the same model as the one before.
+  // record is of the same model as the one before. With `keys_`, its ids: the monitor's ids
+  // must come from one place.
   uint32_t Intern(std::string_view name) {
+    if (keys_) return keys_->Intern(name);
     if (last_id_ != UINT32_MAX && name == names_[last_id_]) return last_id_;
     auto it = ids_.find(name);
     if (it == ids_.end()) {
@@ -782,6 +802,8 @@ class DriftStage::Impl {
     last_id_ = it->second;
     return last_id_;
   }
+
+  const std::string& NameOf(uint32_t id) const { return keys_ ? keys_->Name(id) : names_[id]; }
 
   struct NameHash {
     using is_transparent = void;
@@ -810,8 +832,9 @@ class DriftStage::Impl {
   std::vector<SeriesColumn> columns_;
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
+  std::shared_ptr<KeyInterner> keys_;  // the query's model ids, shared with the aggregation
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids_;
-  std::vector<std::string> names_;  // by id
+  std::vector<std::string> names_;  // by id (without keys_)
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
@@ -821,9 +844,10 @@ class DriftStage::Impl {
   std::set<std::pair<std::string, std::string>> dirty_evaluations_;
 };
 
-Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec) {
+Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec,
+                                                      std::shared_ptr<KeyInterner> keys) {
   auto impl = std::make_unique<Impl>();
-  DRIFTD_TRY(impl->Init(spec));
+  DRIFTD_TRY(impl->Init(spec, std::move(keys)));
   return std::unique_ptr<DriftStage>(new DriftStage(std::move(impl)));
 }
 
@@ -858,7 +882,7 @@ Result<std::string> DriftStage::BuildReferenceStatistics(const PipelineSpec& spe
   copy.drift.baseline.kind = BaselineKind::kWarmup;
   copy.drift.baseline.duration_ms = 0;
   auto impl = std::make_unique<Impl>();
-  DRIFTD_TRY(impl->Init(copy));
+  DRIFTD_TRY(impl->Init(copy, nullptr));
   DRIFTD_TRY(impl->LoadReferenceRecords(records));
   return impl->ExportReference();
 }

@@ -19,6 +19,7 @@
 #include "engine/batch.h"
 #include "engine/drift/monitor.h"
 #include "engine/executor/stage.h"
+#include "engine/key_interner.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 #include "engine/sink.h"
@@ -27,7 +28,10 @@ namespace driftd {
 
 class DriftStage final : public Stage {
  public:
-  static Result<std::unique_ptr<DriftStage>> Create(const PipelineSpec& spec);
+  /// `keys`: ids of the values of the query's model column, shared with the aggregation, so a
+  /// row's model is looked up once; used when it interns drift's model column (a string).
+  static Result<std::unique_ptr<DriftStage>> Create(const PipelineSpec& spec,
+                                                    std::shared_ptr<KeyInterner> keys = nullptr);
   ~DriftStage() override;
 
   std::string_view state_namespace() const override { return "drift"; }

@@ -722,6 +722,7 @@ class QueryExecutor::Impl {
     progress.drift_dirty_series = stage_progress.drift_dirty_series;
     progress.drift_dirty_bytes = stage_progress.drift_dirty_bytes;
     progress.drift_put_bytes = stage_progress.drift_put_bytes;
+    progress.state_dirty_bytes = stage_progress.state_dirty_bytes;
     progress.state_keys_written = static_cast<int64_t>(puts.size());
     progress.state_keys_deleted = static_cast<int64_t>(deletes.size());
     for (const auto& [key, value] : puts) {
@@ -804,6 +805,7 @@ class QueryExecutor::Impl {
     progress.drift_dirty_series = report.stages.drift_dirty_series;
     progress.drift_dirty_bytes = report.stages.drift_dirty_bytes;
     progress.drift_put_bytes = report.stages.drift_put_bytes;
+    progress.state_dirty_bytes = report.stages.state_dirty_bytes;
     progress.state_keys_written = report.state_keys_written;
     progress.state_bytes_written = report.state_bytes_written;
     progress.state_keys_deleted = report.state_keys_deleted;

@@ -116,6 +116,7 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   op.Int("memoryUsedBytes", p.state.bytes);
   op.Int("numKeysWritten", p.state_keys_written);
   op.Int("bytesWritten", p.state_bytes_written);
+  op.Int("bytesChanged", p.state_dirty_bytes);
   op.Int("numKeysDeleted", p.state_keys_deleted);
   op.Close();
   root.Raw("stateOperators", "[" + state + "]");

@@ -36,9 +36,11 @@ struct ProgressRecord {
   std::string source_description;
   StateStats state;
   /// State written by the batch's commit: keys put and their bytes (keys and values), keys
-  /// deleted; drift series changed and the encoded size of their changes.
+  /// deleted, the encoded size of what the batch changed (StageProgress::state_dirty_bytes);
+  /// drift series changed and the encoded size of their changes.
   int64_t state_keys_written = 0;
   int64_t state_bytes_written = 0;
+  int64_t state_dirty_bytes = 0;
   int64_t state_keys_deleted = 0;
   int64_t drift_dirty_series = 0;
   int64_t drift_dirty_bytes = 0;

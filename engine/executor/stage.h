@@ -54,6 +54,9 @@ struct StageProgress {
   int64_t drift_dirty_series = 0;
   int64_t drift_dirty_bytes = 0;
   int64_t drift_put_bytes = 0;
+  /// The encoded size of the state the stage changed: the values it puts (drift: its records'
+  /// changed parts, drift_dirty_bytes, and its evaluations), beside what the commit writes.
+  int64_t state_dirty_bytes = 0;
 };
 
 class Stage {

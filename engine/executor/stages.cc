@@ -83,7 +83,11 @@ class AggregationStage final : public Stage {
     progress.rows_updated += aggregator_->rows_updated_last_batch();
     progress.dropped_by_watermark += aggregator_->TakeRowsDroppedByWatermark();
     progress.without_event_time += aggregator_->TakeRowsWithoutEventTime();
+    const size_t first_put = changes.puts.size();
     aggregator_->EndBatch(context.watermark_us, !modes_.complete, changes.puts, changes.deletes);
+    for (size_t i = first_put; i < changes.puts.size(); ++i) {
+      progress.state_dirty_bytes += static_cast<int64_t>(changes.puts[i].second.size());
+    }
     progress.num_groups += static_cast<int64_t>(aggregator_->num_groups());
     progress.num_open_windows += static_cast<int64_t>(aggregator_->num_open_windows());
   }
@@ -158,15 +162,28 @@ class SelectStage final : public Stage {
 Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec) {
   std::vector<std::unique_ptr<Stage>> stages;
   const StatsModes modes(spec);
+  // The model column (drift's, else the first group-by column), when it is a string: one id
+  // lookup per row for the aggregation and drift, which both key by it.
+  const Schema schema = QuerySchema(spec);
+  std::string model_column =
+      spec.drift.enabled && !spec.drift.model_column.empty() ? spec.drift.model_column : "";
+  if (model_column.empty() && !spec.query.group_by.empty()) model_column = spec.query.group_by[0];
+  const int model_index = model_column.empty() ? -1 : schema.IndexOf(model_column);
+  std::shared_ptr<KeyInterner> keys;
+  if (model_index >= 0 &&
+      schema.fields[static_cast<size_t>(model_index)].type == FieldType::kString) {
+    keys = std::make_shared<KeyInterner>(model_index);
+  }
   if (spec.query.IsAggregation()) {
-    auto aggregator = Aggregator::Create(spec.query, QuerySchema(spec));
+    auto aggregator = Aggregator::Create(spec.query, schema);
     if (!aggregator) return tl::unexpected(aggregator.error());
+    (*aggregator)->ShareKeys(keys);
     stages.push_back(std::make_unique<AggregationStage>(std::move(*aggregator), modes));
   } else {
     stages.push_back(std::make_unique<SelectStage>(spec, modes));
   }
   if (spec.drift.enabled) {
-    auto drift = DriftStage::Create(spec);
+    auto drift = DriftStage::Create(spec, keys);
     if (!drift) return tl::unexpected(drift.error());
     stages.push_back(std::move(*drift));
   }

@@ -3,20 +3,24 @@
 // beside the raw simdjson on-demand parse rate of the same bytes, measured in the same run.
 //
 //   bench_pipeline [--records N[,N...]] [--models M] [--features F] [--dir DIR]
-//                  [--drift] [--batch-records B]
+//                  [--drift] [--batch-records B] [--keep] [--driftd PATH]
 //
 // For each record count it writes generated inference logs, runs `driftd run` with the
 // availableNow trigger pinned to CPU 0, and prints records/s, the ratio to the raw parse rate,
-// and the daemon's peak RSS. Then it appends one more file and restarts on the same checkpoint
+// the daemon's CPU time (all its threads) and records per CPU second, and its peak RSS. Then it appends one more file and restarts on the same checkpoint
 // with the once trigger, printing the time from process start to the first committed batch.
 //
 // --drift adds drift detection on every feature and the prediction (default detectors and
 // warmup). --batch-records B writes files of B records and reads one file per batch. For every
 // run the bench then prints, per batch: the drift series whose state changed, the encoded size
-// of those changes (the series records, warmup values added, baselines that froze), what the
-// commit put into the checkpoint (keys and values, from the progress records), and the bytes the
-// daemon wrote to files (write(2) bytes from /proc/<pid>/io: RocksDB's WAL, flushes and
-// compactions, less the sink's output and the log), with their ratios to the encoded changes.
+// of those changes (model and series records, warmup values added, baselines that froze) and
+// what drift put; the encoded size of all the state the batch changed (aggregates and drift,
+// bytesChanged), what the commit put into the checkpoint (keys and values, from the progress
+// records), and the bytes the daemon wrote to files (write(2) bytes from /proc/<pid>/io:
+// RocksDB's WAL, flushes and compactions, less the sink's output and the log), with their
+// ratios to the encoded changes.
+// --keep leaves the input, pipeline and checkpoint in --dir (for profiling the daemon on them);
+// --driftd runs another build of the daemon (an earlier one, to compare on the same machine).
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -47,7 +51,10 @@ struct ChildRun {
   double seconds = 0;
   long max_rss_kb = 0;
   long long write_bytes = 0;  // wchar of /proc/<pid>/io, last sample before exit
+  double cpu_seconds = 0;     // user + system time of all its threads
 };
+
+std::string driftd_binary = DRIFTD_BINARY;
 
 void PinToCpu0() {
   cpu_set_t set;
@@ -67,8 +74,7 @@ ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_
       dup2(fileno(log), 2);
     }
     std::vector<char*> argv;
-    std::string binary = DRIFTD_BINARY;
-    argv.push_back(binary.data());
+    argv.push_back(driftd_binary.data());
     for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
@@ -81,7 +87,8 @@ ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_
   std::string status_path = fmt::format("/proc/{}/status", pid);
   std::string exe_path = fmt::format("/proc/{}/exe", pid);
   std::string io_path = fmt::format("/proc/{}/io", pid);
-  while (waitpid(pid, &status, WNOHANG) == 0) {
+  struct rusage usage {};
+  while (wait4(pid, &status, WNOHANG, &usage) == 0) {
     // Until exec, the child's figures are this process's (copy-on-write pages).
     std::error_code error;
     if (fs::read_symlink(exe_path, error).filename() != "driftd") {
@@ -100,6 +107,8 @@ ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_
   }
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
   return run;
 }
 
@@ -145,6 +154,7 @@ struct BatchWrites {
   long long dirty_series = 0;
   long long dirty_bytes = 0;
   long long drift_bytes = 0;
+  long long changed_bytes = 0;  // every stage's changed state, encoded (bytesChanged)
 };
 
 long long FieldOf(const std::string& line, const std::string& name) {
@@ -165,6 +175,7 @@ BatchWrites ReadProgress(const fs::path& log) {
     out.dirty_series += FieldOf(line, "driftDirtySeries");
     out.dirty_bytes += FieldOf(line, "driftDirtyBytes");
     out.drift_bytes += FieldOf(line, "driftBytesWritten");
+    out.changed_bytes += FieldOf(line, "bytesChanged");
   }
   return out;
 }
@@ -216,12 +227,18 @@ int main(int argc, char** argv) {
   int models = 8;
   int features = 8;
   bool drift = false;
+  bool keep = false;
   uint64_t batch_records = 0;
   fs::path base = fs::temp_directory_path() / fmt::format("driftd-bench-{}", getpid());
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--drift") {
       drift = true;
+      --i;
+      continue;
+    }
+    if (flag == "--keep") {
+      keep = true;
       --i;
       continue;
     }
@@ -239,6 +256,8 @@ int main(int argc, char** argv) {
       features = std::stoi(value);
     } else if (flag == "--dir") {
       base = value;
+    } else if (flag == "--driftd") {
+      driftd_binary = value;
     }
   }
 
@@ -256,8 +275,8 @@ int main(int argc, char** argv) {
   std::printf("pipeline: file -> count/mean/stddev per model (%d models x %d features)%s -> file%s\n",
               models, features, drift ? " + drift" : "",
               batch_records > 0 ? fmt::format(", {} records per batch", batch_records).c_str() : "");
-  std::printf("%12s %12s %14s %14s %8s %12s %16s\n", "records", "MB", "raw parse/s",
-              "driftd rec/s", "ratio", "peak RSS MB", "restart->commit");
+  std::printf("%12s %12s %14s %14s %8s %8s %14s %12s %16s\n", "records", "MB", "raw parse/s",
+              "driftd rec/s", "ratio", "CPU s", "rec/CPU-s", "peak RSS MB", "restart->commit");
   for (uint64_t count : counts) {
     fs::path dir = base / std::to_string(count);
     fs::remove_all(dir);
@@ -314,27 +333,37 @@ int main(int argc, char** argv) {
     ChildRun restart = RunDaemon({"run", (dir / "pipeline-once.yaml").string(), "--quiet-progress"},
                                  (dir / "restart.log").string());
 
-    std::printf("%12llu %12.1f %14.0f %14.0f %7.0f%% %12.1f %14.3f s\n",
+    std::printf("%12llu %12.1f %14.0f %14.0f %7.0f%% %8.1f %14.0f %12.1f %14.3f s\n",
                 static_cast<unsigned long long>(count), bytes / 1e6, raw_rate, rate,
-                100.0 * rate / raw_rate, run.max_rss_kb / 1024.0, restart.seconds);
+                100.0 * rate / raw_rate, run.cpu_seconds, count / run.cpu_seconds,
+                run.max_rss_kb / 1024.0, restart.seconds);
     if (writes.batches > 0) {
       const double n = static_cast<double>(writes.batches);
-      auto ratio = [&](long long bytes) {
-        return writes.dirty_bytes > 0 ? static_cast<double>(bytes) / writes.dirty_bytes : 0.0;
+      auto ratio = [&](long long put) {
+        return writes.dirty_bytes > 0 ? static_cast<double>(put) / writes.dirty_bytes : 0.0;
       };
       std::printf("%12s per batch (%lld batches): drift: %.0f series changed, their changes "
                   "encoded %.2f MB, put %.2f MB (%.2fx)\n",
                   "", writes.batches, writes.dirty_series / n, writes.dirty_bytes / n / 1e6,
                   writes.drift_bytes / n / 1e6, ratio(writes.drift_bytes));
-      std::printf("%12s checkpoint (drift, aggregates, evaluations, commit): %.0f keys, %.2f MB put "
-                  "(%.2fx); %.2f MB written to files (WAL, flushes, compactions; %.2fx)\n",
-                  "", writes.keys / n, writes.bytes / n / 1e6, ratio(writes.bytes),
-                  checkpoint_written / n / 1e6, ratio(checkpoint_written));
+      auto of_changed = [&](long long put) {
+        return writes.changed_bytes > 0 ? static_cast<double>(put) / writes.changed_bytes : 0.0;
+      };
+      std::printf("%12s checkpoint (drift, aggregates, evaluations): state changed %.2f MB "
+                  "encoded, %.0f keys and %.2f MB put (%.2fx); %.2f MB written to files (WAL, "
+                  "flushes, compactions; %.2fx)\n",
+                  "", writes.changed_bytes / n / 1e6, writes.keys / n, writes.bytes / n / 1e6,
+                  of_changed(writes.bytes), checkpoint_written / n / 1e6,
+                  of_changed(checkpoint_written));
     }
     std::fflush(stdout);
-    fs::remove_all(dir);
+    if (!keep) fs::remove_all(dir);
   }
-  fs::remove_all(base);
+  if (keep) {
+    std::printf("kept in %s\n", base.c_str());
+  } else {
+    fs::remove_all(base);
+  }
   std::printf("(driftd figures are whole-process: start-up, checkpoint open, fsync'd commits "
               "and the sink included; raw parse is in-process, best of 3.)\n");
   return 0;

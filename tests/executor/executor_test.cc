@@ -217,6 +217,7 @@ trigger: {availableNow: true}
 struct RunResult {
   Delivered delivered;
   int64_t dropped = 0;
+  std::vector<std::string> progress;  // one JSON record per batch
 };
 
 RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder order,
@@ -240,6 +241,7 @@ RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder
   };
   ExecutorOptions options;
   options.sync_commits = false;
+  options.on_progress = [&](const std::string& json) { result.progress.push_back(json); };
   auto executor = QueryExecutor::Create(*spec, std::move(options), std::move(io));
   REQUIRE(executor);
   REQUIRE((*executor)->Start());
@@ -322,6 +324,29 @@ TEST_CASE("the same partitioned input gives the same alerts and window statistic
       if (variant.max_per_batch > 100'000) CHECK(run.delivered.batches < reference.delivered.batches);
     }
   }
+}
+
+TEST_CASE("each batch's progress says the encoded size of the state it changed beside what "
+          "its commit wrote",
+          "[executor][progress]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  const RunResult run = RunQuery(data, 20'000, ReadOrder::kInterleaved, dir / "a");
+  simdjson::dom::parser parser;
+  int64_t batches = 0;
+  for (const std::string& json : run.progress) {
+    simdjson::dom::element op = parser.parse(json)["stateOperators"].at(0);
+    const int64_t written = op["bytesWritten"];
+    const int64_t changed = op["bytesChanged"];
+    if (int64_t(op["numKeysWritten"]) == 0) continue;
+    ++batches;
+    INFO(json);
+    // The changed state, encoded, is in what the commit put, beside the keys.
+    CHECK(changed > 0);
+    CHECK(changed <= written);
+    CHECK(written <= 2 * changed);
+  }
+  CHECK(batches >= 5);
 }
 
 // Inference logs as producers that key records by model write them: each of four models in a
