@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,6 +48,8 @@ class Aggregator {
   /// Folds a batch into the groups. With a watermark, rows that are late by `times` (see the
   /// header comment; RowTimes::late_before) are dropped and counted instead.
   void Add(const RecordBatch& batch, const RowTimes& times);
+  /// As Add, for the rows `rows` of `batch` only (ascending indexes).
+  void AddRows(const RecordBatch& batch, const RowTimes& times, std::span<const uint32_t> rows);
   /// Rows dropped by the watermark since the last call.
   int64_t TakeRowsDroppedByWatermark();
   /// Rows of a windowed query whose window column was null since the last call: they cannot be
@@ -59,6 +62,14 @@ class Aggregator {
   void EmitAll(EmittedRows& out) const;
   /// Output mode append: windows whose end is at or behind the watermark and not yet emitted.
   void EmitClosed(int64_t watermark_us, EmittedRows& out) const;
+
+  /// Aggregators of one query that hold disjoint groups (shards of one result table, as the
+  /// executor keeps them to fold a batch on several threads) emit as one aggregator holding
+  /// every group would: the same rows in the same order, under the same columns.
+  static void EmitUpdated(std::span<const Aggregator* const> parts, EmittedRows& out);
+  static void EmitAll(std::span<const Aggregator* const> parts, EmittedRows& out);
+  static void EmitClosed(std::span<const Aggregator* const> parts, int64_t watermark_us,
+                         EmittedRows& out);
 
   /// Ends the batch: windows closed by `watermark_us` are evicted (state deleted) if `evict`
   /// (every output mode but complete), else marked emitted; changed groups and evicted keys are
@@ -113,7 +124,15 @@ class Aggregator {
   void EncodeGroup(const Group& group, std::string& out) const;
   void RenderGroup(const Group& group, EmittedRows& out) const;
   void BuildColumns(const Group* sample, std::vector<std::string>& columns) const;
-  void RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const;
+  // A group of one of several aggregators (parts of one result table).
+  struct PartGroup {
+    const Aggregator* part = nullptr;
+    uint32_t slot = 0;
+    const Group& group() const { return part->groups_[slot]; }
+  };
+  static void Render(std::span<const PartGroup> order, EmittedRows& out);
+  template <typename Rows>
+  void AddEach(const RecordBatch& batch, const RowTimes& times, const Rows& rows);
   void TrackOpenWindow(uint32_t slot);
 
   QuerySpec query_;
