@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <span>
 #include <thread>
 
+#include <sched.h>
 #include <simdjson.h>
 
+#include "engine/executor/chunk_pipeline.h"
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/event_clock.h"
 #include "engine/expr/projection.h"
@@ -115,6 +118,14 @@ std::string_view LegacyNamespaceOf(std::string_view key) {
   return "";
 }
 
+// The cores this process may run on (its CPU affinity, as taskset or a cpuset sets it).
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 EventClockOptions ClockOptions(const PipelineSpec& spec) {
   EventClockOptions options;
   const QuerySpec& query = spec.query;
@@ -145,13 +156,11 @@ class QueryExecutor::Impl {
         metadata_(spec.query.metadata) {}
 
   Status Init() {
-    if (io_.create_decoder) {
-      auto decoder = io_.create_decoder(spec_);
-      if (!decoder) return tl::unexpected(decoder.error());
-      decoder_ = std::move(*decoder);
-    } else {
-      decoder_ = std::make_unique<JsonDecoder>(spec_.schema, spec_.source.malformed);
-    }
+    // A scaled-out process runs its tasks on one thread.
+    threads_ = spec_.scale_out.enabled ? 1 : (spec_.threads > 0 ? spec_.threads : AvailableCores());
+    auto decoder = CreateDecoder();
+    if (!decoder) return tl::unexpected(decoder.error());
+    decoder_ = std::move(*decoder);
     auto source = io_.create_source(spec_);
     if (!source) return tl::unexpected(source.error());
     source_ = std::move(*source);
@@ -161,12 +170,48 @@ class QueryExecutor::Impl {
     auto projection = Projection::Create(spec_);
     if (!projection) return tl::unexpected(projection.error());
     projection_ = std::move(*projection);
-    auto stages = CreateStages(spec_);
+    auto stages = CreateStages(spec_, static_cast<uint32_t>(threads_));
     if (!stages) return tl::unexpected(stages.error());
     stages_ = std::move(*stages);
     for (auto& stage : stages_) {
       if (auto* drift = dynamic_cast<DriftStage*>(stage.get())) drift_ = drift;
     }
+    if (threads_ > 1) DRIFTD_TRY(InitThreads());
+    return Ok();
+  }
+
+  Result<std::unique_ptr<ValueDecoder>> CreateDecoder() {
+    if (io_.create_decoder) return io_.create_decoder(spec_);
+    return std::unique_ptr<ValueDecoder>(
+        std::make_unique<JsonDecoder>(spec_.schema, spec_.source.malformed));
+  }
+
+  // threads > 1: a decoder, projection and metadata filler per thread (the executor's own for
+  // thread 0), a lane per stage shard, and the pipeline's workers.
+  Status InitThreads() {
+    contexts_.push_back({decoder_.get(), projection_.get(), &metadata_});
+    for (int thread = 1; thread < threads_; ++thread) {
+      auto decoder = CreateDecoder();
+      if (!decoder) return tl::unexpected(decoder.error());
+      auto projection = Projection::Create(spec_);
+      if (!projection) return tl::unexpected(projection.error());
+      auto& owned = thread_parts_.emplace_back();
+      owned.decoder = std::move(*decoder);
+      owned.projection = std::move(*projection);
+      owned.metadata = std::make_unique<MetadataFiller>(spec_.query.metadata);
+      contexts_.push_back(
+          {owned.decoder.get(), owned.projection.get(), owned.metadata.get()});
+    }
+    for (auto& stage : stages_) {
+      const uint32_t shards = stage->shard_count();
+      for (uint32_t shard = 0; shard < shards; ++shard) {
+        lanes_.push_back({stage.get(), shard, shards > 1});
+      }
+    }
+    // Two chunks in flight per thread keep every thread busy while the slowest lane catches
+    // up, at 2 x chunk_bytes of input (and its decoded rows) per thread.
+    pipeline_ = std::make_unique<ChunkPipeline>(static_cast<size_t>(threads_), lanes_.size(),
+                                                2 * static_cast<size_t>(threads_));
     return Ok();
   }
 
@@ -200,6 +245,10 @@ class QueryExecutor::Impl {
     } else {
       log_->info("pipeline {}: starting with an empty checkpoint at {}", spec_.name,
                  spec_.checkpoint_location);
+    }
+    if (threads_ > 1) {
+      log_->info("pipeline {}: batches run on {} threads ({} lanes)", spec_.name, threads_,
+                 lanes_.size());
     }
 
     for (auto& sink : sinks_) {
@@ -561,12 +610,13 @@ class QueryExecutor::Impl {
     output.batch_id = next_batch_id_;
     output.source_end = end;
     int64_t input_rows = 0;
-    int64_t malformed_before = decoder_->counts().total();
+    int64_t malformed_before = MalformedTotal();
     Clock::time_point read_start = Clock::now();
     if (has_data) {
       auto reader = source_->Read(position_, end);
       if (!reader) return tl::unexpected(reader.error());
-      bool more = true;
+      bool more = !pipeline_;
+      if (pipeline_) DRIFTD_TRY(ReadInParallel(**reader, output, progress, input_rows));
       while (more) {
         if (stop_requested_.load()) {
           return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
@@ -671,7 +721,7 @@ class QueryExecutor::Impl {
     // Progress.
     progress.start_offsets = position_;
     progress.end_offsets = end;
-    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
+    progress.malformed_in_batch = MalformedTotal() - malformed_before;
     progress.watermark_us = clock_.watermark_us();
     progress.lag = std::move(lag);
     if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
@@ -681,6 +731,90 @@ class QueryExecutor::Impl {
     return true;
   }
 
+  // The chunks of a batch on the pipeline's threads (engine/executor/chunk_pipeline.h): the
+  // steps of RunBatch's loop, each lane of the stages fed the same rows in the same order.
+  // Threads other than this one reach the source only under source_mutex_, which this thread
+  // holds while it reads.
+  Status ReadInParallel(SourceReader& reader, BatchOutput& output, ProgressRecord& progress,
+                        int64_t& input_rows) {
+    const DescribePosition describe = [this](const RecordPosition& position) {
+      std::lock_guard<std::mutex> lock(source_mutex_);
+      return source_->DescribePosition(position);
+    };
+    const std::function<std::optional<TopicPartition>(uint32_t)> topic_partition_of =
+        [this](uint32_t index) {
+          std::lock_guard<std::mutex> lock(source_mutex_);
+          return source_->TopicPartitionOf(index);
+        };
+    ChunkPipeline::Steps steps;
+    steps.read = [&](InputChunk& input) -> Result<bool> {
+      if (stop_requested_.load()) {
+        return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
+      }
+      Result<bool> more = false;
+      {
+        std::lock_guard<std::mutex> lock(source_mutex_);
+        more = reader.Next(input, options_.chunk_bytes);
+      }
+      if (!more) return more;
+      if (options_.metrics) options_.metrics->LoopProgress();
+      input.Seal();
+      input_rows += static_cast<int64_t>(input.size());
+      return more;
+    };
+    steps.decode = [&](size_t thread, ChunkPipeline::Chunk& chunk) -> Status {
+      const ThreadContext& context = contexts_[thread];
+      chunk.records.Reset(spec_.schema);
+      chunk.dead_letters.clear();
+      DRIFTD_TRY(context.decoder->Decode(chunk.input, chunk.records, &chunk.dead_letters,
+                                         describe));
+      context.metadata->Fill(chunk.input, topic_partition_of, chunk.records);
+      chunk.filtered_rows = context.projection->Apply(chunk.records);
+      chunk.lane_rows.resize(lanes_.size());
+      for (size_t lane = 0; lane < lanes_.size(); ++lane) {
+        const Lane& at = lanes_[lane];
+        if (!at.sharded || at.shard != 0) continue;
+        const std::span<std::vector<uint32_t>> shards(chunk.lane_rows.data() + lane,
+                                                      at.stage->shard_count());
+        for (std::vector<uint32_t>& rows : shards) rows.clear();
+        at.stage->Route(chunk.records, shards);
+      }
+      return Ok();
+    };
+    steps.sequence = [&](ChunkPipeline::Chunk& chunk) {
+      for (const DeadLetter& dead : chunk.dead_letters) {
+        output.dead_letters.Add("", DeadLetterRow(dead, describe(dead.position)));
+      }
+      // Filtered rows leave before the clock: they neither advance nor are judged by it.
+      progress.filtered_rows += chunk.filtered_rows;
+      clock_.Stamp(
+          chunk.records,
+          [&](uint32_t index) {
+            std::lock_guard<std::mutex> lock(source_mutex_);
+            return ClockPartitionName(index);
+          },
+          chunk.times);
+    };
+    steps.fold = [&](size_t lane, const ChunkPipeline::Chunk& chunk) {
+      const Lane& at = lanes_[lane];
+      if (at.sharded) {
+        at.stage->ProcessShard(at.shard, chunk.records, chunk.times, chunk.lane_rows[lane]);
+      } else {
+        // Only the select stage writes rows here, and no other step writes them.
+        at.stage->Process(chunk.records, chunk.times, output);
+      }
+    };
+    return pipeline_->Run(steps);
+  }
+
+  // Malformed records counted by every thread's decoder.
+  MalformedCounts Malformed() const {
+    MalformedCounts counts = decoder_->counts();
+    for (const ThreadParts& parts : thread_parts_) counts.Add(parts.decoder->counts());
+    return counts;
+  }
+  int64_t MalformedTotal() const { return Malformed().total(); }
+
   // A scaled-out batch (engine/executor/scale_out.h).
   Result<bool> RunScaledOutBatch() {
     Clock::time_point batch_start = Clock::now();
@@ -689,7 +823,7 @@ class QueryExecutor::Impl {
     progress.timestamp_ms = NowMs();
     progress.id = checkpoint_id_;
     progress.run_id = run_id_;
-    const int64_t malformed_before = decoder_->counts().total();
+    const int64_t malformed_before = MalformedTotal();
     BatchOutput output;
     ScaleOutRunner::BatchReport report;
     auto ran = scale_out_->RunBatch(next_batch_id_, output, report);
@@ -713,7 +847,7 @@ class QueryExecutor::Impl {
     progress.state_keys_deleted = report.state_keys_deleted;
     progress.max_event_time_us = report.max_event_us;
     progress.watermark_us = report.watermark_us;
-    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
+    progress.malformed_in_batch = MalformedTotal() - malformed_before;
     progress.filtered_rows = report.filtered_rows;
     progress.scale_out_tasks = report.tasks;
     progress.restored_tasks = report.restored_tasks;
@@ -730,7 +864,7 @@ class QueryExecutor::Impl {
     progress.num_input_rows = input_rows;
     progress.num_output_rows = output_rows;
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
-    progress.malformed = decoder_->counts();
+    progress.malformed = Malformed();
     progress.trigger_execution_ms = MillisSince(batch_start);
     progress.processed_rows_per_second =
         input_rows / std::max(SecondsSince(batch_start), 1e-6);
@@ -801,6 +935,32 @@ class QueryExecutor::Impl {
   /// scaleOut: the batch loop of a query shared by several processes.
   std::unique_ptr<ScaleOutRunner> scale_out_;
   std::atomic<int64_t> tasks_owned_{0};
+
+  /// The batch's threads (the pipeline's `threads`, or the cores available); 1: the loop in
+  /// RunBatch on this thread alone.
+  int threads_ = 1;
+  struct ThreadContext {
+    ValueDecoder* decoder = nullptr;
+    Projection* projection = nullptr;
+    MetadataFiller* metadata = nullptr;
+  };
+  struct ThreadParts {
+    std::unique_ptr<ValueDecoder> decoder;
+    std::unique_ptr<Projection> projection;
+    std::unique_ptr<MetadataFiller> metadata;
+  };
+  /// What each thread decodes with: index 0 the executor's own, then thread_parts_.
+  std::vector<ThreadContext> contexts_;
+  std::vector<ThreadParts> thread_parts_;
+  /// A lane folds one stage, or one shard of a stage with several.
+  struct Lane {
+    Stage* stage = nullptr;
+    uint32_t shard = 0;
+    bool sharded = false;
+  };
+  std::vector<Lane> lanes_;
+  std::unique_ptr<ChunkPipeline> pipeline_;  // threads_ > 1
+  std::mutex source_mutex_;
 
   InputChunk chunk_;
   RecordBatch records_;
