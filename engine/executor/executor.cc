@@ -180,10 +180,16 @@ class QueryExecutor::Impl {
     return Ok();
   }
 
+  // A decoder of the source's value format that converts only the columns the pipeline reads.
   Result<std::unique_ptr<ValueDecoder>> CreateDecoder() {
-    if (io_.create_decoder) return io_.create_decoder(spec_);
-    return std::unique_ptr<ValueDecoder>(
-        std::make_unique<JsonDecoder>(spec_.schema, spec_.source.malformed));
+    auto used = ColumnsUsed(spec_);
+    if (!used) return tl::unexpected(used.error());
+    Result<std::unique_ptr<ValueDecoder>> decoder =
+        io_.create_decoder ? io_.create_decoder(spec_)
+                           : std::unique_ptr<ValueDecoder>(std::make_unique<JsonDecoder>(
+                                 spec_.schema, spec_.source.malformed));
+    if (decoder) (*decoder)->Project(*used);
+    return decoder;
   }
 
   // threads > 1: a decoder, projection and metadata filler per thread (the executor's own for
