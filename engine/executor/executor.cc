@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <span>
 #include <thread>
@@ -306,6 +307,7 @@ class QueryExecutor::Impl {
       if (options_.metrics) options_.metrics->LoopIdle();
       if (!ran) {
         if (ran.error().code() == ErrorCode::kCancelled) break;
+        IgnoreError(FinishDelivery());  // the batch before it stays committed; this one fails
         return tl::unexpected(ran.error());
       }
       if (trigger.kind == TriggerKind::kOnce) break;
@@ -314,6 +316,7 @@ class QueryExecutor::Impl {
         continue;
       }
       if (*ran && !(interval.count() > 0)) continue;
+      DRIFTD_TRY(AwaitDelivery());
       // processingTime: the next batch starts at the next interval boundary; an overrun batch is
       // followed at once. With no data, poll again after the interval (or 100 ms if it is 0).
       Clock::time_point next = trigger_start + (interval.count() > 0
@@ -322,6 +325,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
     }
+    DRIFTD_TRY(AwaitDelivery());
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();
   }
@@ -337,12 +341,15 @@ class QueryExecutor::Impl {
       if (options_.metrics) options_.metrics->LoopIdle();
       if (!ran) {
         if (ran.error().code() == ErrorCode::kCancelled) break;
+        IgnoreError(FinishDelivery());  // the batch before it stays committed; this one fails
         return tl::unexpected(ran.error());
       }
       if (*ran) continue;
+      DRIFTD_TRY(AwaitDelivery());
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
+    DRIFTD_TRY(AwaitDelivery());
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();
   }
@@ -703,38 +710,126 @@ class QueryExecutor::Impl {
     write.outbox.batch_id = next_batch_id_;
     for (const auto& sink : sinks_) write.outbox.pending_sinks.push_back(sink->name());
     if (!write.outbox.pending_sinks.empty()) write.outbox.payload = EncodeBatchOutput(output);
+    // The previous batch's delivery ends (and is marked) before this one commits: one batch at
+    // a time in the outbox, as on one thread.
+    DRIFTD_TRY(FinishDelivery());
     DRIFTD_TRY(store_->Commit(write));
     progress.wal_commit_ms = MillisSince(commit_start);
-
-    // Deliver, then mark delivered.
-    Clock::time_point deliver_start = Clock::now();
-    int64_t output_rows = 0;
-    for (const SinkSpec& spec : spec_.sinks) {
-      output_rows += static_cast<int64_t>(output.For(spec.stream, spec.output_mode).rows.size());
-    }
-    for (auto& sink : sinks_) {
-      DRIFTD_TRY(DeliverWithRetry(*sink, output));
-      DRIFTD_TRY(store_->MarkDelivered(next_batch_id_, sink->name()));
-    }
-    progress.delivery_ms = MillisSince(deliver_start);
-    Status committed = source_->OnCommitted(end);
-    if (!committed) {
-      log_->warn("batch {}: source could not record the commit: {}", next_batch_id_,
-                 committed.error().message());
-    }
     clock_.CommitBatch();
 
-    // Progress.
+    // Progress, then delivery: on this thread, or (threads > 1) on a thread of its own while
+    // the next batch is read, decoded and folded.
     progress.start_offsets = position_;
     progress.end_offsets = end;
     progress.malformed_in_batch = MalformedTotal() - malformed_before;
     progress.watermark_us = clock_.watermark_us();
     progress.lag = std::move(lag);
     if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
-    ReportBatch(progress, output, input_rows, output_rows, batch_start);
+    auto delivery = std::make_unique<Delivery>();
+    delivery->batch_id = next_batch_id_;
+    delivery->end = end;
+    delivery->input_rows = input_rows;
+    for (const SinkSpec& spec : spec_.sinks) {
+      delivery->output_rows +=
+          static_cast<int64_t>(output.For(spec.stream, spec.output_mode).rows.size());
+    }
+    delivery->batch_start = batch_start;
+    delivery->drift = DriftReport(!output.alerts.empty());
+    delivery->output = std::move(output);
+    delivery->progress = std::move(progress);
     position_ = end;
     ++next_batch_id_;
+    if (threads_ > 1) {
+      Delivery* pending = delivery.get();
+      delivery->thread = std::thread([this, pending] { Deliver(*pending); });
+      delivery_ = std::move(delivery);
+      return true;
+    }
+    Deliver(*delivery);
+    delivery_ = std::move(delivery);
+    DRIFTD_TRY(FinishDelivery());
     return true;
+  }
+
+  // What the metrics need of drift after a batch, taken when it ends (its delivery may be
+  // reported after the next batch's values were observed).
+  struct DriftSnapshot {
+    bool taken = false;
+    std::vector<AlertEvent> events;
+    std::vector<Evaluation> evaluations;
+    std::optional<std::vector<DriftMonitor::ModelStats>> models;
+  };
+  DriftSnapshot DriftReport(bool alerts) const {
+    DriftSnapshot snapshot;
+    if (!drift_ || !options_.metrics) return snapshot;
+    snapshot.taken = true;
+    snapshot.events = drift_->LastEvents();
+    snapshot.evaluations = drift_->LastEvaluations();
+    // Levels change only with an alert event; value counts are refreshed with the report.
+    if (alerts || WouldReport()) snapshot.models = drift_->ModelStats();
+    return snapshot;
+  }
+
+  // A committed batch on its way to the sinks.
+  struct Delivery {
+    int64_t batch_id = 0;
+    SourceOffsets end;
+    BatchOutput output;
+    ProgressRecord progress;
+    DriftSnapshot drift;
+    int64_t input_rows = 0;
+    int64_t output_rows = 0;
+    Clock::time_point batch_start;
+    Clock::time_point delivered_at;
+    Status status;
+    std::thread thread;  // when delivering on a thread of its own
+
+    ~Delivery() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+
+  // Delivers to every sink and marks each delivered. The only use of the sinks and the store
+  // while it runs (FinishDelivery comes first in every path that uses them).
+  void Deliver(Delivery& delivery) {
+    const Clock::time_point start = Clock::now();
+    for (auto& sink : sinks_) {
+      delivery.status = DeliverWithRetry(*sink, delivery.output);
+      if (!delivery.status) return;
+      delivery.status = store_->MarkDelivered(delivery.batch_id, sink->name());
+      if (!delivery.status) return;
+    }
+    delivery.delivered_at = Clock::now();
+    delivery.progress.delivery_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(delivery.delivered_at - start)
+            .count();
+  }
+
+  // FinishDelivery outside RunBatch: a delivery that hangs is a batch that hangs (liveness).
+  Status AwaitDelivery() {
+    if (!delivery_) return Ok();
+    if (options_.metrics) options_.metrics->LoopBusy();
+    Status status = FinishDelivery();
+    if (options_.metrics) options_.metrics->LoopIdle();
+    return status;
+  }
+
+  // Waits for the batch being delivered, if any, and reports it: the source learns of the
+  // commit, counters, metrics and the progress record follow.
+  Status FinishDelivery() {
+    if (!delivery_) return Ok();
+    std::unique_ptr<Delivery> delivery = std::move(delivery_);
+    if (delivery->thread.joinable()) delivery->thread.join();
+    DRIFTD_TRY(delivery->status);
+    Status committed = source_->OnCommitted(delivery->end);
+    if (!committed) {
+      log_->warn("batch {}: source could not record the commit: {}", delivery->batch_id,
+                 committed.error().message());
+    }
+    ReportBatch(delivery->progress, delivery->output, delivery->input_rows,
+                delivery->output_rows, delivery->batch_start, delivery->delivered_at,
+                delivery->drift);
+    return Ok();
   }
 
   // The chunks of a batch on the pipeline's threads (engine/executor/chunk_pipeline.h): the
@@ -859,28 +954,39 @@ class QueryExecutor::Impl {
     progress.restored_tasks = report.restored_tasks;
     progress.restore_ms = report.restore_ms;
     progress.aborted_batches = report.aborted;
-    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start);
+    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start, Clock::now(),
+                DriftReport(!output.alerts.empty()));
     ++next_batch_id_;
     return true;
   }
 
-  // Counters, metrics and the progress record of a batch that committed.
+  // Continuous epochs can run hundreds of times a second: a progress record once per interval.
+  bool WouldReport() const {
+    return spec_.trigger.kind != TriggerKind::kContinuous || last_report_ == Clock::time_point{} ||
+           Clock::now() - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
+  }
+
+  // Counters, metrics and the progress record of a batch that committed and was delivered at
+  // `end`.
   void ReportBatch(ProgressRecord& progress, const BatchOutput& output, int64_t input_rows,
-                   int64_t output_rows, Clock::time_point batch_start) {
+                   int64_t output_rows, Clock::time_point batch_start, Clock::time_point end,
+                   const DriftSnapshot& drift) {
+    auto seconds = [&](Clock::time_point from) {
+      return std::chrono::duration<double>(end - from).count();
+    };
     progress.num_input_rows = input_rows;
     progress.num_output_rows = output_rows;
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
     progress.malformed = Malformed();
-    progress.trigger_execution_ms = MillisSince(batch_start);
-    progress.processed_rows_per_second =
-        input_rows / std::max(SecondsSince(batch_start), 1e-6);
-    double since_last = last_batch_end_ == Clock::time_point{}
-                            ? SecondsSince(batch_start)
-                            : SecondsSince(last_batch_end_);
+    progress.trigger_execution_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - batch_start).count();
+    progress.processed_rows_per_second = input_rows / std::max(seconds(batch_start), 1e-6);
+    double since_last = last_batch_end_ == Clock::time_point{} ? seconds(batch_start)
+                                                               : seconds(last_batch_end_);
     progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
     progress.state = store_->Stats();
     progress.source_description = source_->Describe();
-    last_batch_end_ = Clock::now();
+    last_batch_end_ = end;
 
     counters_.batches.fetch_add(1);
     counters_.input_rows.fetch_add(input_rows);
@@ -893,22 +999,12 @@ class QueryExecutor::Impl {
     counters_.last_batch_id.store(progress.batch_id);
 
     // Continuous epochs can run hundreds of times a second: report once per interval.
-    bool report = true;
-    if (spec_.trigger.kind == TriggerKind::kContinuous) {
-      auto now = Clock::now();
-      report = last_report_ == Clock::time_point{} ||
-               now - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
-      if (report) last_report_ = now;
-    }
+    const bool report = WouldReport();
+    if (report && spec_.trigger.kind == TriggerKind::kContinuous) last_report_ = Clock::now();
     if (options_.metrics) {
       options_.metrics->RecordBatch(progress);
-      if (drift_) {
-        options_.metrics->RecordDrift(drift_->LastEvents(), drift_->LastEvaluations(), NowMs());
-      }
-      // Levels change only with an alert event; value counts are refreshed with the report.
-      if (drift_ && (report || !output.alerts.empty())) {
-        options_.metrics->RecordDriftModels(drift_->ModelStats());
-      }
+      if (drift.taken) options_.metrics->RecordDrift(drift.events, drift.evaluations, NowMs());
+      if (drift.models) options_.metrics->RecordDriftModels(*drift.models);
     }
     std::string json = RenderProgress(spec_, progress);
     {
@@ -983,6 +1079,9 @@ class QueryExecutor::Impl {
   std::condition_variable wake_;
   std::string last_progress_;
   std::vector<std::string> baseline_resets_;  // guarded by mutex_
+  /// The last committed batch while it is delivered (threads > 1: on a thread of its own).
+  /// Last, so that it is joined before the sinks and the store go.
+  std::unique_ptr<Delivery> delivery_;
 };
 
 Result<std::unique_ptr<QueryExecutor>> QueryExecutor::Create(const PipelineSpec& spec,

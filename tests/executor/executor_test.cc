@@ -4,6 +4,8 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -629,6 +631,128 @@ TEST_CASE("a malformed record under the fail policy stops a batch on several thr
       CHECK(two.state == one.state);
     }
   }
+}
+
+
+// A sink whose deliveries a test controls.
+class ScriptedSink final : public Sink {
+ public:
+  explicit ScriptedSink(std::function<Status(const BatchOutput&)> deliver)
+      : deliver_(std::move(deliver)) {}
+  const std::string& name() const override { return name_; }
+  Status Open() override { return Ok(); }
+  Result<bool> IsDelivered(int64_t) override { return false; }
+  Status Deliver(const BatchOutput& output) override { return deliver_(output); }
+
+ private:
+  std::string name_ = "scripted";
+  std::function<Status(const BatchOutput&)> deliver_;
+};
+
+// A FakeSource that counts the batches read.
+class CountingSource final : public Source {
+ public:
+  CountingSource(const PartitionedData& data, int64_t max_per_batch, std::atomic<int>& reads)
+      : inner_(data, max_per_batch, ReadOrder::kPartitionAfterPartition), reads_(reads) {}
+  Status Start(const SourceOffsets& committed) override { return inner_.Start(committed); }
+  Result<SourceOffsets> InitialOffsets() override { return inner_.InitialOffsets(); }
+  Result<SourceOffsets> PlanBatch(const SourceOffsets& start) override {
+    return inner_.PlanBatch(start);
+  }
+  Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
+                                             const SourceOffsets& end) override {
+    ++reads_;
+    return inner_.Read(start, end);
+  }
+  bool HasIndependentPartitions() const override { return true; }
+  std::string PartitionKeyOf(uint32_t index) const override { return inner_.PartitionKeyOf(index); }
+  std::string DescribePosition(const RecordPosition& position) const override {
+    return inner_.DescribePosition(position);
+  }
+  std::string Describe() const override { return "Counting"; }
+
+ private:
+  FakeSource inner_;
+  std::atomic<int>& reads_;
+};
+
+// Runs kPipeline on `threads` threads with `deliver` as its only sink; Run's status.
+Status RunScripted(const PartitionedData& data, const std::string& checkpoint, int threads,
+                   std::atomic<int>& reads, std::function<Status(const BatchOutput&)> deliver) {
+  auto spec = ParsePipeline(kPipeline, "partitioned.yaml", LoadOptions{});
+  REQUIRE(spec);
+  spec->checkpoint_location = checkpoint;
+  spec->threads = threads;
+  QueryIo io;
+  io.create_source = [&](const PipelineSpec&) -> Result<std::unique_ptr<Source>> {
+    return std::unique_ptr<Source>(std::make_unique<CountingSource>(data, 20'000, reads));
+  };
+  io.create_sinks = [&](const PipelineSpec&,
+                        Source&) -> Result<std::vector<std::unique_ptr<Sink>>> {
+    std::vector<std::unique_ptr<Sink>> sinks;
+    sinks.push_back(std::make_unique<ScriptedSink>(deliver));
+    return sinks;
+  };
+  io.open_checkpoint = [](const std::string& directory, const CheckpointOptions& options) {
+    return OpenCheckpointStore(directory, options);
+  };
+  ExecutorOptions options;
+  options.sync_commits = false;
+  auto executor = QueryExecutor::Create(*spec, std::move(options), std::move(io));
+  REQUIRE(executor);
+  REQUIRE((*executor)->Start());
+  return (*executor)->Run();
+}
+
+TEST_CASE("on two threads the next batch is read while one is delivered, and commits only "
+          "after that delivery",
+          "[executor][threads][delivery]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  std::atomic<int> reads{0};
+  std::vector<int64_t> delivered;
+  int overlapped = 0;
+  const Status ran = RunScripted(data, dir / "a", 2, reads, [&](const BatchOutput& output) {
+    // Wait (a bounded while) for the next batch's read to start: it does not wait for this.
+    // 120,000 records in batches of 20,000: batches 0 to 4 have a next batch that reads.
+    const int reads_before = static_cast<int>(output.batch_id) + 1;
+    if (output.batch_id < 5 && testing::WaitFor([&] { return reads.load() > reads_before; },
+                                                std::chrono::seconds(10))) {
+      ++overlapped;
+    }
+    delivered.push_back(output.batch_id);
+    return Ok();
+  });
+  REQUIRE(ran);
+  REQUIRE(delivered.size() >= 6);  // and no-data batches that close the last windows
+  for (size_t i = 0; i < delivered.size(); ++i) CHECK(delivered[i] == static_cast<int64_t>(i));
+  CHECK(reads.load() >= 6);
+  CHECK(overlapped == 5);
+}
+
+TEST_CASE("a delivery that fails on two threads stops the query before the next batch commits",
+          "[executor][threads][delivery]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  std::atomic<int> reads{0};
+  const Status ran = RunScripted(data, dir / "a", 2, reads, [&](const BatchOutput& output) {
+    if (output.batch_id < 2) return Ok();
+    // Batch 2 fails for good once batch 3 has been read.
+    testing::WaitFor([&] { return reads.load() > 3; }, std::chrono::seconds(5));
+    return Status(MakeError(ErrorCode::kConfig, "refused batch {}", output.batch_id));
+  });
+  REQUIRE(!ran);
+  CHECK_THAT(ran.error().message(), Catch::Contains("refused batch 2"));
+  auto store = OpenCheckpointStore(dir / "a", CheckpointOptions{});
+  REQUIRE(store);
+  auto last = (*store)->LastCommit();
+  REQUIRE(last);
+  REQUIRE(*last);
+  CHECK((*last)->batch_id == 2);  // batch 3 was read and folded, never committed
+  auto pending = (*store)->PendingOutbox();
+  REQUIRE(pending);
+  REQUIRE(pending->size() == 1);
+  CHECK(pending->front().batch_id == 2);
 }
 
 }  // namespace
