@@ -25,8 +25,9 @@ struct RecordPosition {
 
 /// Raw records read from a source, packed into one buffer.
 ///
-/// Sources append with Append(); readers see `bytes` (with kInputPadding readable bytes after
-/// data().size()) and `records`. Not thread-safe.
+/// Sources append with Append(), or read straight into the buffer (Extend, AddRecord); readers
+/// see `bytes` (with kInputPadding readable bytes after data().size()) and `records`. Not
+/// thread-safe.
 class InputChunk {
  public:
   struct Record {
