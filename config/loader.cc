@@ -252,9 +252,9 @@ class PipelineParser {
     MapReader top(reader_, root, "", {1, 1},
                   std::vector<std::string_view>{"name", "schema", "source", "query", "drift",
                                                 "sinks", "trigger", "checkpointLocation",
-                                                "scaleOut"},
+                                                "scaleOut", "threads"},
                   " (a pipeline: name, schema, source, query, drift, sinks, trigger, "
-                  "checkpointLocation, scaleOut)");
+                  "checkpointLocation, scaleOut, threads)");
     if (!top.valid()) return spec_;
     ParseName(top);
     ParseSchema(top);
@@ -267,6 +267,7 @@ class PipelineParser {
     ParseTrigger(top);
     ParseCheckpoint(top);
     ParseScaleOut(top);
+    ParseThreads(top);
     CheckOutputModes();
     CheckOrderDependence();
     CheckDeadLetter();
@@ -1938,6 +1939,12 @@ class PipelineParser {
       spec_.checkpoint_location += "/" + scale.instance;
     }
   }
+
+  // threads: N. Results do not depend on it, so it is not part of the fingerprint.
+  void ParseThreads(const MapReader& top) {
+    if (auto threads = top.Int("threads", 1, kMaxThreads)) spec_.threads = static_cast<int>(*threads);
+  }
+  static constexpr int64_t kMaxThreads = 256;
 
   // Results must not depend on batching: say where a Kafka pipeline's would.
   void CheckOrderDependence() {

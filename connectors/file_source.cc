@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
@@ -24,6 +25,8 @@ namespace driftd {
 namespace {
 
 constexpr size_t kBlockBytes = 1 << 20;
+// Reads into a chunk that is nearly full are still this large.
+constexpr size_t kMinBlockBytes = 64 << 10;
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 constexpr size_t kScanBlockBytes = 64 << 10;
 
@@ -82,7 +85,9 @@ struct FileRange {
   int64_t end = 0;
 };
 
-// Streams the lines of a list of byte ranges, each starting and ending at a line boundary.
+// Streams the lines of a list of byte ranges, each starting and ending at a line boundary. The
+// file's bytes are read straight into the chunk, whose records point into them (no copy per
+// record); only a line that the chunk's end cuts is copied, to the start of the next chunk.
 class FileReader final : public SourceReader {
  public:
   FileReader(std::vector<FileRange> ranges, int64_t max_record_bytes)
@@ -92,25 +97,51 @@ class FileReader final : public SourceReader {
     while (current_ < ranges_.size()) {
       const FileRange& range = ranges_[current_];
       if (!fd_.valid()) DRIFTD_TRY(OpenRange(range));
+      // The line the previous chunk ended inside of starts this one. `delta` maps the chunk's
+      // unread bytes to the file: file position = chunk offset + delta.
+      size_t line_begin = chunk.byte_size();
+      int64_t delta = carry_pos_ - static_cast<int64_t>(line_begin);
+      if (!carry_.empty()) std::memcpy(chunk.Extend(carry_.size()), carry_.data(), carry_.size());
+      size_t scan_from = chunk.byte_size();
       bool range_done = false;
-      while (!range_done && chunk.byte_size() < max_bytes) {
-        if (!skipping_) {
-          size_t newline = buffer_.find('\n', scan_from_);
-          if (newline != std::string::npos) {
-            EmitLine(chunk, range,
-                     std::string_view(buffer_).substr(line_begin_, newline - line_begin_));
-            line_begin_ = scan_from_ = newline + 1;
-            continue;
+      while (true) {
+        const size_t end = chunk.byte_size();
+        while (scan_from < end) {
+          const char* data = chunk.bytes().data();
+          const void* found = std::memchr(data + scan_from, '\n', end - scan_from);
+          if (found == nullptr) {
+            scan_from = end;
+            break;
           }
-          scan_from_ = buffer_.size();
-          if (static_cast<int64_t>(buffer_.size() - line_begin_) > max_record_bytes_) {
-            CutOversizedLine(chunk, range);
-            continue;
+          const size_t newline = static_cast<size_t>(static_cast<const char*>(found) - data);
+          if (skipping_) {
+            skipping_ = false;  // the end of an oversized line
+          } else {
+            EmitLine(chunk, range, line_begin, newline - line_begin,
+                     static_cast<int64_t>(line_begin) + delta);
           }
+          line_begin = scan_from = newline + 1;
+        }
+        if (skipping_) {
+          // Inside an oversized line: its bytes are dropped as they are read.
+          delta += static_cast<int64_t>(end - line_begin);
+          chunk.DropBack(end - line_begin);
+          scan_from = line_begin;
+        } else if (static_cast<int64_t>(end - line_begin) > max_record_bytes_) {
+          // An unfinished line past the limit reaches the decoder cut to max + 1 bytes (it
+          // reports it as too large); the rest of it is skipped, so memory stays bounded.
+          const size_t kept = line_begin + static_cast<size_t>(max_record_bytes_) + 1;
+          chunk.AddRecord(line_begin, static_cast<uint32_t>(kept - line_begin),
+                          RecordPosition{range.index, static_cast<int64_t>(line_begin) + delta},
+                          /*cut=*/true);
+          delta += static_cast<int64_t>(end - kept);
+          chunk.DropBack(end - kept);
+          line_begin = scan_from = kept;
+          skipping_ = true;
         }
         if (read_pos_ >= range.end) {
           // Planning ends ranges at a newline; a remainder means the file changed under us.
-          if (!skipping_ && line_begin_ < buffer_.size()) {
+          if (!skipping_ && line_begin < chunk.byte_size()) {
             return MakeError(ErrorCode::kDataLoss,
                              "file {} was rewritten: byte {} is no longer the end of a line",
                              range.path, range.end);
@@ -118,10 +149,30 @@ class FileReader final : public SourceReader {
           range_done = true;
           break;
         }
-        DRIFTD_TRY(Refill(range));
+        if (chunk.byte_size() >= max_bytes) break;
+        // The next block, no larger than what the chunk still takes (nor than a small block).
+        const size_t room = std::max(max_bytes - chunk.byte_size(), kMinBlockBytes);
+        const size_t size = static_cast<size_t>(
+            std::min<int64_t>(range.end - read_pos_, static_cast<int64_t>(std::min(room, kBlockBytes))));
+        size_t got = 0;
+        Status read = ReadAt(fd_, range.path, read_pos_, size, chunk.Extend(size), got);
+        if (!read || got < size) {
+          chunk.DropBack(size);
+          if (!read) return tl::unexpected(read.error());
+          return MakeError(ErrorCode::kDataLoss, "file {} shrank below byte {} while being read",
+                           range.path, range.end);
+        }
+        read_pos_ += static_cast<int64_t>(size);
       }
-      if (!range_done) return true;  // chunk full; the range continues at the next call
+      if (!range_done) {
+        // The chunk is full: the unfinished line moves to the next one.
+        carry_.assign(chunk.bytes(), line_begin, chunk.byte_size() - line_begin);
+        carry_pos_ = static_cast<int64_t>(line_begin) + delta;
+        chunk.DropBack(chunk.byte_size() - line_begin);
+        return true;
+      }
       fd_ = UniqueFd();
+      carry_.clear();
       ++current_;
     }
     return false;
@@ -145,80 +196,36 @@ class FileReader final : public SourceReader {
     }
     fd_ = std::move(*fd);
     read_pos_ = range.begin;
-    buffer_.clear();
-    buffer_begin_ = range.begin;
-    line_begin_ = scan_from_ = 0;
+    carry_.clear();
+    carry_pos_ = range.begin;
     skipping_ = false;
     return Ok();
   }
 
-  // Reads the next block, first dropping consumed lines; cuts a line that grows past the record
-  // limit so memory stays bounded whatever the file holds.
-  Status Refill(const FileRange& range) {
-    if (line_begin_ > 0) {
-      buffer_.erase(0, line_begin_);
-      buffer_begin_ += static_cast<int64_t>(line_begin_);
-      scan_from_ -= line_begin_;
-      line_begin_ = 0;
-    }
-    size_t size = static_cast<size_t>(std::min<int64_t>(range.end - read_pos_, kBlockBytes));
-    DRIFTD_TRY(ReadAt(fd_, range.path, read_pos_, size, block_));
-    if (block_.size() < size) {
-      return MakeError(ErrorCode::kDataLoss, "file {} shrank below byte {} while being read",
-                       range.path, range.end);
-    }
-    read_pos_ += static_cast<int64_t>(block_.size());
-    if (skipping_) {
-      // Still inside an oversized line: drop bytes up to its newline.
-      size_t newline = block_.find('\n');
-      buffer_begin_ +=
-          static_cast<int64_t>(newline == std::string::npos ? block_.size() : newline + 1);
-      if (newline == std::string::npos) return Ok();
-      skipping_ = false;
-      buffer_.assign(block_, newline + 1);
-      scan_from_ = 0;
-      return Ok();
-    }
-    buffer_ += block_;
-    return Ok();
-  }
-
-  // An oversized pending line is emitted cut to max + 1 bytes (the decoder reports it as too
-  // large) and the rest of it is skipped.
-  void CutOversizedLine(InputChunk& chunk, const FileRange& range) {
-    chunk.Append(
-        std::string_view(buffer_).substr(line_begin_, static_cast<size_t>(max_record_bytes_) + 1),
-        RecordPosition{range.index, buffer_begin_ + static_cast<int64_t>(line_begin_)},
-        INT64_MIN, /*cut=*/true);
-    buffer_begin_ += static_cast<int64_t>(buffer_.size());
-    buffer_.clear();
-    line_begin_ = scan_from_ = 0;
-    skipping_ = true;
-  }
-
-  void EmitLine(InputChunk& chunk, const FileRange& range, std::string_view line) {
-    int64_t position = buffer_begin_ + static_cast<int64_t>(line.data() - buffer_.data());
+  // The line at [begin, begin + size) of the chunk, at file position `position`.
+  void EmitLine(InputChunk& chunk, const FileRange& range, size_t begin, size_t size,
+                int64_t position) {
+    std::string_view line(chunk.bytes().data() + begin, size);
     // A UTF-8 byte order mark (editors on Windows write one) is not part of the first record.
     if (position == 0 && line.substr(0, 3) == kUtf8Bom) {
       line.remove_prefix(3);
+      begin += 3;
       position = 3;
     }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || IsBlank(line)) return;
-    chunk.Append(line, RecordPosition{range.index, position});
+    chunk.AddRecord(begin, static_cast<uint32_t>(line.size()),
+                    RecordPosition{range.index, position});
   }
 
   std::vector<FileRange> ranges_;
   int64_t max_record_bytes_;
   size_t current_ = 0;
   UniqueFd fd_;
-  int64_t read_pos_ = 0;  // next file byte to read
-  std::string buffer_;    // file bytes from buffer_begin_ on, not yet emitted
-  int64_t buffer_begin_ = 0;
-  size_t line_begin_ = 0;  // start of the current line in buffer_
-  size_t scan_from_ = 0;   // buffer_ before this has no '\n' after line_begin_
-  bool skipping_ = false;
-  std::string block_;
+  int64_t read_pos_ = 0;   // next file byte to read
+  std::string carry_;      // the line the last chunk ended inside of
+  int64_t carry_pos_ = 0;  // its file position
+  bool skipping_ = false;  // inside an oversized line, already emitted cut
 };
 
 class FileSource final : public Source {

@@ -114,17 +114,24 @@ Status ReadAt(const UniqueFd& fd, const std::string& path, int64_t offset, size_
               std::string& out) {
   out.resize(size);
   size_t done = 0;
-  while (done < size) {
-    ssize_t got = ::pread(fd.get(), out.data() + done, size - done,
-                          static_cast<off_t>(offset + static_cast<int64_t>(done)));
-    if (got < 0) {
+  DRIFTD_TRY(ReadAt(fd, path, offset, size, out.data(), done));
+  out.resize(done);
+  return Ok();
+}
+
+Status ReadAt(const UniqueFd& fd, const std::string& path, int64_t offset, size_t size,
+              char* out, size_t& got) {
+  got = 0;
+  while (got < size) {
+    ssize_t n = ::pread(fd.get(), out + got, size - got,
+                        static_cast<off_t>(offset + static_cast<int64_t>(got)));
+    if (n < 0) {
       if (errno == EINTR) continue;
       return IoError("reading", path, errno);
     }
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
   }
-  out.resize(done);
   return Ok();
 }
 

@@ -60,6 +60,10 @@ Result<UniqueFd> OpenForReading(const std::string& path);
 /// end of file).
 Status ReadAt(const UniqueFd& fd, const std::string& path, int64_t offset, size_t size,
               std::string& out);
+/// Reads up to `size` bytes at `offset` into out[0, size); `got` is how many (fewer only at end
+/// of file).
+Status ReadAt(const UniqueFd& fd, const std::string& path, int64_t offset, size_t size,
+              char* out, size_t& got);
 
 /// Reads a whole (small) file.
 Result<std::string> ReadWholeFile(const std::string& path);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <ranges>
 #include <span>
 
 #include "engine/json_writer.h"
@@ -288,6 +289,16 @@ void Aggregator::ShareKeys(std::shared_ptr<KeyInterner> keys) {
 }
 
 void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
+  AddEach(batch, times, std::views::iota(size_t{0}, batch.num_rows));
+}
+
+void Aggregator::AddRows(const RecordBatch& batch, const RowTimes& times,
+                         std::span<const uint32_t> rows) {
+  AddEach(batch, times, rows);
+}
+
+template <typename Rows>
+void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const Rows& rows) {
   std::string& key = key_buffer_;
   uint32_t last_slot = UINT32_MAX;
   std::string& last_key = last_key_buffer_;
@@ -304,7 +315,7 @@ void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
   // window closes when the watermark reaches its end); otherwise per row on the watermark column.
   const bool row_lateness =
       watermark_column_ >= 0 && (window_column_ < 0 || watermark_column_ != window_column_);
-  for (size_t row = 0; row < batch.num_rows; ++row) {
+  for (const size_t row : rows) {
     // Without a declared watermark nothing is late (Spark's rule).
     const int64_t watermark_us = watermark_column_ >= 0 ? times.late_before[row] : INT64_MIN;
     const bool has_watermark = watermark_us != INT64_MIN;
@@ -570,50 +581,95 @@ RowShape Aggregator::Shape() const {
   return ShapeType::Record("Stats", std::move(fields));
 }
 
-void Aggregator::RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const {
-  // Deterministic output: by key, which sorts a key's windows by start time.
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
-  const Group* widest = nullptr;
-  for (uint32_t slot : order) {
-    RenderGroup(groups_[slot], out);
-    if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+void Aggregator::Render(std::span<const PartGroup> order, EmittedRows& out) {
+  const PartGroup* widest = nullptr;
+  for (const PartGroup& entry : order) {
+    entry.part->RenderGroup(entry.group(), out);
+    if (!widest || ArrayWidth(entry.group()) > ArrayWidth(widest->group())) widest = &entry;
   }
-  BuildColumns(widest, out.columns);
+  if (widest) {
+    widest->part->BuildColumns(&widest->group(), out.columns);
+  } else if (!order.empty()) {
+    order[0].part->BuildColumns(nullptr, out.columns);
+  }
 }
 
 void Aggregator::EmitUpdated(EmittedRows& out) const {
-  std::vector<uint32_t> order(updated_);
-  RenderSorted(order, out);
+  const Aggregator* self = this;
+  EmitUpdated(std::span<const Aggregator* const>(&self, 1), out);
 }
 
 void Aggregator::EmitAll(EmittedRows& out) const {
-  std::vector<uint32_t> order;
-  for (uint32_t slot = 0; slot < groups_.size(); ++slot) {
-    if (groups_[slot].live) order.push_back(slot);
-  }
-  RenderSorted(order, out);
+  const Aggregator* self = this;
+  EmitAll(std::span<const Aggregator* const>(&self, 1), out);
 }
 
 void Aggregator::EmitClosed(int64_t watermark_us, EmittedRows& out) const {
-  if (window_column_ < 0 || watermark_us == INT64_MIN) {
-    BuildColumns(nullptr, out.columns);
+  const Aggregator* self = this;
+  EmitClosed(std::span<const Aggregator* const>(&self, 1), watermark_us, out);
+}
+
+namespace {
+
+// Deterministic output: by key, which sorts a key's windows by start time.
+template <typename Entry>
+void SortByKey(std::vector<Entry>& order) {
+  std::sort(order.begin(), order.end(),
+            [](const Entry& a, const Entry& b) { return a.group().key < b.group().key; });
+}
+
+}  // namespace
+
+void Aggregator::EmitUpdated(std::span<const Aggregator* const> parts, EmittedRows& out) {
+  std::vector<PartGroup> order;
+  for (const Aggregator* part : parts) {
+    for (uint32_t slot : part->updated_) order.push_back({part, slot});
+  }
+  SortByKey(order);
+  Render(order, out);
+  if (order.empty() && !parts.empty()) parts[0]->BuildColumns(nullptr, out.columns);
+}
+
+void Aggregator::EmitAll(std::span<const Aggregator* const> parts, EmittedRows& out) {
+  std::vector<PartGroup> order;
+  for (const Aggregator* part : parts) {
+    for (uint32_t slot = 0; slot < part->groups_.size(); ++slot) {
+      if (part->groups_[slot].live) order.push_back({part, slot});
+    }
+  }
+  SortByKey(order);
+  Render(order, out);
+  if (order.empty() && !parts.empty()) parts[0]->BuildColumns(nullptr, out.columns);
+}
+
+void Aggregator::EmitClosed(std::span<const Aggregator* const> parts, int64_t watermark_us,
+                            EmittedRows& out) {
+  if (parts.empty()) return;
+  if (parts[0]->window_column_ < 0 || watermark_us == INT64_MIN) {
+    parts[0]->BuildColumns(nullptr, out.columns);
     return;
   }
   // Windows in order of their end (= start), then by key.
-  std::vector<uint32_t> order;
-  const Group* widest = nullptr;
-  for (auto it = open_by_end_.begin(); it != open_by_end_.end() && it->first <= watermark_us;
-       ++it) {
-    order = it->second;
-    std::sort(order.begin(), order.end(),
-              [&](uint32_t a, uint32_t b) { return groups_[a].key < groups_[b].key; });
-    for (uint32_t slot : order) {
-      RenderGroup(groups_[slot], out);
-      if (!widest || ArrayWidth(groups_[slot]) > ArrayWidth(*widest)) widest = &groups_[slot];
+  struct Closed {
+    int64_t end = 0;
+    PartGroup entry;
+    const Group& group() const { return entry.group(); }
+  };
+  std::vector<Closed> closed;
+  for (const Aggregator* part : parts) {
+    for (auto it = part->open_by_end_.begin();
+         it != part->open_by_end_.end() && it->first <= watermark_us; ++it) {
+      for (uint32_t slot : it->second) closed.push_back({it->first, {part, slot}});
     }
   }
-  BuildColumns(widest, out.columns);
+  std::sort(closed.begin(), closed.end(), [](const Closed& a, const Closed& b) {
+    return a.end != b.end ? a.end < b.end : a.group().key < b.group().key;
+  });
+  std::vector<PartGroup> order;
+  order.reserve(closed.size());
+  for (const Closed& entry : closed) order.push_back(entry.entry);
+  Render(order, out);
+  if (order.empty()) parts[0]->BuildColumns(nullptr, out.columns);
 }
 
 bool Aggregator::HasClosableWindows(int64_t watermark_us) const {

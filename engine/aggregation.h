@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -53,6 +54,8 @@ class Aggregator {
   /// other stages keyed by it (drift), instead of hashing the row's key: when the query groups
   /// by that column alone and has no window. Call before the first Add.
   void ShareKeys(std::shared_ptr<KeyInterner> keys);
+  /// As Add, for the rows `rows` of `batch` only (ascending indexes).
+  void AddRows(const RecordBatch& batch, const RowTimes& times, std::span<const uint32_t> rows);
   /// Rows dropped by the watermark since the last call.
   int64_t TakeRowsDroppedByWatermark();
   /// Rows of a windowed query whose window column was null since the last call: they cannot be
@@ -69,6 +72,13 @@ class Aggregator {
   /// The shape of the rows Emit* renders (RenderGroup): the key columns, the window, the
   /// aggregates; an aggregate over an array<double> column as numbered members.
   RowShape Shape() const;
+  /// Aggregators of one query that hold disjoint groups (shards of one result table, as the
+  /// executor keeps them to fold a batch on several threads) emit as one aggregator holding
+  /// every group would: the same rows in the same order, under the same columns.
+  static void EmitUpdated(std::span<const Aggregator* const> parts, EmittedRows& out);
+  static void EmitAll(std::span<const Aggregator* const> parts, EmittedRows& out);
+  static void EmitClosed(std::span<const Aggregator* const> parts, int64_t watermark_us,
+                         EmittedRows& out);
 
   /// Ends the batch: windows closed by `watermark_us` are evicted (state deleted) if `evict`
   /// (every output mode but complete), else marked emitted; changed groups and evicted keys are
@@ -123,7 +133,15 @@ class Aggregator {
   void EncodeGroup(const Group& group, std::string& out) const;
   void RenderGroup(const Group& group, EmittedRows& out) const;
   void BuildColumns(const Group* sample, std::vector<std::string>& columns) const;
-  void RenderSorted(std::vector<uint32_t>& order, EmittedRows& out) const;
+  // A group of one of several aggregators (parts of one result table).
+  struct PartGroup {
+    const Aggregator* part = nullptr;
+    uint32_t slot = 0;
+    const Group& group() const { return part->groups_[slot]; }
+  };
+  static void Render(std::span<const PartGroup> order, EmittedRows& out);
+  template <typename Rows>
+  void AddEach(const RecordBatch& batch, const RowTimes& times, const Rows& rows);
   void TrackOpenWindow(uint32_t slot);
 
   QuerySpec query_;

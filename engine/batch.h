@@ -25,8 +25,9 @@ struct RecordPosition {
 
 /// Raw records read from a source, packed into one buffer.
 ///
-/// Sources append with Append(); readers see `bytes` (with kInputPadding readable bytes after
-/// data().size()) and `records`. Not thread-safe.
+/// Sources append with Append(), or read straight into the buffer (Extend, AddRecord); readers
+/// see `bytes` (with kInputPadding readable bytes after data().size()) and `records`. Not
+/// thread-safe.
 class InputChunk {
  public:
   struct Record {
@@ -64,6 +65,25 @@ class InputChunk {
     added.source_timestamp_us = source_timestamp_us;
     added.cut = cut;
     bytes_.append(record);
+  }
+
+  /// Reading straight into the chunk, without a copy per record: `n` more bytes at the end of
+  /// the buffer for the caller to fill (where they start is returned; earlier pointers into the
+  /// buffer may be invalidated), then AddRecord for the records among them, and DropBack for
+  /// bytes at the end that belong to no record of this chunk.
+  char* Extend(size_t n) {
+    const size_t at = bytes_.size();
+    bytes_.resize(at + n);
+    return bytes_.data() + at;
+  }
+  void DropBack(size_t n) { bytes_.resize(bytes_.size() - n); }
+  /// A record at [begin, begin + size) of the buffer.
+  void AddRecord(uint64_t begin, uint32_t size, RecordPosition position, bool cut = false) {
+    Record& added = records_.emplace_back();
+    added.begin = begin;
+    added.size = size;
+    added.position = position;
+    added.cut = cut;
   }
 
   /// Metadata of the record appended last: Kafka's timestamp type.

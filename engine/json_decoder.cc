@@ -268,6 +268,11 @@ class JsonDecoder::Impl {
                 const std::function<std::string(const RecordPosition&)>& describe);
 
   const Schema& schema() const { return schema_; }
+  void Project(const std::vector<bool>& used) {
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      fields_[f].decode = !fields_[f].nullable || f >= used.size() || used[f];
+    }
+  }
   MalformedCounts counts;
 
  private:
@@ -291,6 +296,7 @@ class JsonDecoder::Impl {
   struct FieldInfo {
     FieldType type = FieldType::kString;
     bool nullable = true;
+    bool decode = true;  // false: projected out (Project), the value is walked, not converted
     bool plain_name = true;  // comparable with raw key bytes
     int16_t next_same_first_byte = -1;
     // A plain name of up to 15 bytes is compared as name + '"' in two masked 8-byte words,
@@ -963,6 +969,11 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row) {
     seen_stamp_[index] = stamp_;
     if (!fields_[index].nullable) ++required_seen_;
     hint = index + 1;
+    if (!fields_[index].decode) [[unlikely]] {
+      // Projected out: null, as a field outside the schema but for its name.
+      if (!SkipValue(field.value(), 2)) return false;
+      continue;
+    }
     if (!DecodeField(index, field.value(), row)) return false;
   }
   return true;
@@ -1189,6 +1200,8 @@ Status JsonDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
                            const DescribePosition& describe) {
   return impl_->Decode(chunk, out, dead_letters, describe);
 }
+
+void JsonDecoder::Project(const std::vector<bool>& used) { impl_->Project(used); }
 
 const MalformedCounts& JsonDecoder::counts() const { return impl_->counts; }
 void JsonDecoder::ResetCounts() { impl_->counts = MalformedCounts{}; }

@@ -69,6 +69,11 @@ class JsonDecoder final : public ValueDecoder {
   Status Decode(const InputChunk& chunk, RecordBatch& out, std::vector<DeadLetter>* dead_letters,
                 const DescribePosition& describe = {}) override;
 
+  /// A field left out (used[f] false, and nullable) is null in every row; its value is walked
+  /// as a field outside the schema is (valid JSON within max_depth) and not checked against its
+  /// type: a value of the wrong type there does not make the record malformed.
+  void Project(const std::vector<bool>& used) override;
+
   const MalformedCounts& counts() const override;
   void ResetCounts() override;
   const Schema& schema() const override;

@@ -53,13 +53,14 @@ Schema WithMetadataColumns(const Schema& schema, const std::vector<MetadataColum
   return columns;
 }
 
-const MetadataFiller::Partition& MetadataFiller::PartitionOf(const Source& source,
-                                                             uint32_t index) {
+const MetadataFiller::Partition& MetadataFiller::PartitionOf(
+    const std::function<std::optional<TopicPartition>(uint32_t)>& topic_partition_of,
+    uint32_t index) {
   if (index >= partitions_.size()) partitions_.resize(index + 1);
   Partition& partition = partitions_[index];
   if (!partition.known) {
     partition.known = true;
-    if (auto named = source.TopicPartitionOf(index)) {
+    if (auto named = topic_partition_of(index)) {
       partition.topic = std::move(named->topic);
       partition.number = named->partition;
     }
@@ -82,6 +83,15 @@ void MetadataFiller::FillNulls(RecordBatch& batch) const {
 }
 
 void MetadataFiller::Fill(const InputChunk& chunk, const Source& source, RecordBatch& batch) {
+  if (metadata_.empty()) return;
+  Fill(
+      chunk, [&source](uint32_t index) { return source.TopicPartitionOf(index); }, batch);
+}
+
+void MetadataFiller::Fill(
+    const InputChunk& chunk,
+    const std::function<std::optional<TopicPartition>(uint32_t)>& topic_partition_of,
+    RecordBatch& batch) {
   if (metadata_.empty()) return;
   const size_t rows = batch.num_rows;
   // Rows follow the chunk's records in order, skipping the malformed ones: match positions.
@@ -120,7 +130,7 @@ void MetadataFiller::Fill(const InputChunk& chunk, const Source& source, RecordB
           }
           break;
         case MetadataColumn::kTopic: {
-          const Partition& partition = PartitionOf(source, batch.positions[row].partition);
+          const Partition& partition = PartitionOf(topic_partition_of, batch.positions[row].partition);
           if (partition.number >= 0) {
             column.str_data.append(partition.topic);
           } else {
@@ -129,7 +139,7 @@ void MetadataFiller::Fill(const InputChunk& chunk, const Source& source, RecordB
           break;
         }
         case MetadataColumn::kPartition: {
-          const Partition& partition = PartitionOf(source, batch.positions[row].partition);
+          const Partition& partition = PartitionOf(topic_partition_of, batch.positions[row].partition);
           if (partition.number >= 0) {
             column.i64[row] = partition.number;
           } else {

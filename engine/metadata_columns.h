@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 namespace driftd {
 
 class Source;
+struct TopicPartition;
 
 enum class MetadataColumn : uint8_t {
   kKey,            // string: the record's key bytes as they are (Spark: binary); null without one
@@ -58,6 +60,11 @@ class MetadataFiller {
 
   bool empty() const { return metadata_.empty(); }
   void Fill(const InputChunk& chunk, const Source& source, RecordBatch& batch);
+  /// As above, with `topic_partition_of` in place of Source::TopicPartitionOf (called at most
+  /// once per partition index and chunk): for a thread that must not call the source itself.
+  void Fill(const InputChunk& chunk,
+            const std::function<std::optional<TopicPartition>(uint32_t)>& topic_partition_of,
+            RecordBatch& batch);
   /// Appends the columns all null, for rows that come from no source record (reference
   /// records read from a file).
   void FillNulls(RecordBatch& batch) const;
@@ -68,7 +75,9 @@ class MetadataFiller {
     std::string topic;
     int32_t number = -1;
   };
-  const Partition& PartitionOf(const Source& source, uint32_t index);
+  const Partition& PartitionOf(
+      const std::function<std::optional<TopicPartition>(uint32_t)>& topic_partition_of,
+      uint32_t index);
 
   std::vector<MetadataColumn> metadata_;
   std::vector<size_t> record_of_row_;

@@ -284,6 +284,10 @@ struct PipelineSpec {
   /// secret, the texts secret environment variables put into any value, and URL passwords.
   std::vector<std::string> secrets;
   ScaleOutSpec scale_out;
+  /// `threads`: how many threads decode and aggregate a batch (engine/executor/chunk_pipeline.h);
+  /// 1 runs everything on the executor's thread. Results do not depend on it. Default: 0, the
+  /// cores available to the process.
+  int threads = 0;
 };
 
 /// The columns the query's stages see: the schema's fields, the metadata columns it reads,

@@ -115,6 +115,13 @@ class ValueDecoder {
                         std::vector<DeadLetter>* dead_letters,
                         const DescribePosition& describe = {}) = 0;
 
+  /// Projection: only the schema fields with `used[f]` true need their values (ColumnsUsed in
+  /// engine/expr/projection.h). A format may then leave the others null without converting
+  /// them, still checking that the record is well-formed; it must still decode a non-nullable
+  /// field (a missing or null one makes the record malformed). Call before Decode. Default:
+  /// every field is decoded.
+  virtual void Project(const std::vector<bool>& used) { (void)used; }
+
   /// Malformed records seen since construction or ResetCounts().
   virtual const MalformedCounts& counts() const = 0;
   virtual void ResetCounts() = 0;

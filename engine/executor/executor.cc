@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
+#include <span>
 #include <thread>
 
+#include <sched.h>
 #include <simdjson.h>
 
+#include "engine/executor/chunk_pipeline.h"
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/event_clock.h"
 #include "engine/expr/projection.h"
@@ -91,6 +95,14 @@ std::string_view LegacyNamespaceOf(std::string_view key) {
   return "";
 }
 
+// The cores this process may run on (its CPU affinity, as taskset or a cpuset sets it).
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 EventClockOptions ClockOptions(const PipelineSpec& spec) {
   EventClockOptions options;
   const QuerySpec& query = spec.query;
@@ -121,13 +133,11 @@ class QueryExecutor::Impl {
         metadata_(spec.query.metadata) {}
 
   Status Init() {
-    if (io_.create_decoder) {
-      auto decoder = io_.create_decoder(spec_);
-      if (!decoder) return tl::unexpected(decoder.error());
-      decoder_ = std::move(*decoder);
-    } else {
-      decoder_ = std::make_unique<JsonDecoder>(spec_.schema, spec_.source.malformed);
-    }
+    // A scaled-out process runs its tasks on one thread.
+    threads_ = spec_.scale_out.enabled ? 1 : (spec_.threads > 0 ? spec_.threads : AvailableCores());
+    auto decoder = CreateDecoder();
+    if (!decoder) return tl::unexpected(decoder.error());
+    decoder_ = std::move(*decoder);
     auto source = io_.create_source(spec_);
     if (!source) return tl::unexpected(source.error());
     source_ = std::move(*source);
@@ -137,12 +147,54 @@ class QueryExecutor::Impl {
     auto projection = Projection::Create(spec_);
     if (!projection) return tl::unexpected(projection.error());
     projection_ = std::move(*projection);
-    auto stages = CreateStages(spec_);
+    auto stages = CreateStages(spec_, static_cast<uint32_t>(threads_));
     if (!stages) return tl::unexpected(stages.error());
     stages_ = std::move(*stages);
     for (auto& stage : stages_) {
       if (auto* drift = dynamic_cast<DriftStage*>(stage.get())) drift_ = drift;
     }
+    if (threads_ > 1) DRIFTD_TRY(InitThreads());
+    return Ok();
+  }
+
+  // A decoder of the source's value format that converts only the columns the pipeline reads.
+  Result<std::unique_ptr<ValueDecoder>> CreateDecoder() {
+    auto used = ColumnsUsed(spec_);
+    if (!used) return tl::unexpected(used.error());
+    Result<std::unique_ptr<ValueDecoder>> decoder =
+        io_.create_decoder ? io_.create_decoder(spec_)
+                           : std::unique_ptr<ValueDecoder>(std::make_unique<JsonDecoder>(
+                                 spec_.schema, spec_.source.malformed));
+    if (decoder) (*decoder)->Project(*used);
+    return decoder;
+  }
+
+  // threads > 1: a decoder, projection and metadata filler per thread (the executor's own for
+  // thread 0), a lane per stage shard, and the pipeline's workers.
+  Status InitThreads() {
+    contexts_.push_back({decoder_.get(), projection_.get(), &metadata_});
+    for (int thread = 1; thread < threads_; ++thread) {
+      auto decoder = CreateDecoder();
+      if (!decoder) return tl::unexpected(decoder.error());
+      auto projection = Projection::Create(spec_);
+      if (!projection) return tl::unexpected(projection.error());
+      auto& owned = thread_parts_.emplace_back();
+      owned.decoder = std::move(*decoder);
+      owned.projection = std::move(*projection);
+      owned.metadata = std::make_unique<MetadataFiller>(spec_.query.metadata);
+      contexts_.push_back(
+          {owned.decoder.get(), owned.projection.get(), owned.metadata.get()});
+    }
+    for (auto& stage : stages_) {
+      const uint32_t shards = stage->shard_count();
+      for (uint32_t shard = 0; shard < shards; ++shard) {
+        lanes_.push_back({stage.get(), shard, shards > 1});
+      }
+    }
+    // Two chunks in flight per thread keep every thread busy while the slowest lane catches
+    // up, at 2 x chunk_bytes of input (and its decoded rows) per thread.
+    pipeline_ = std::make_unique<ChunkPipeline>(static_cast<size_t>(threads_), lanes_.size(),
+                                                2 * static_cast<size_t>(threads_));
     return Ok();
   }
 
@@ -176,6 +228,10 @@ class QueryExecutor::Impl {
     } else {
       log_->info("pipeline {}: starting with an empty checkpoint at {}", spec_.name,
                  spec_.checkpoint_location);
+    }
+    if (threads_ > 1) {
+      log_->info("pipeline {}: batches run on {} threads ({} lanes)", spec_.name, threads_,
+                 lanes_.size());
     }
 
     for (auto& sink : sinks_) {
@@ -227,6 +283,7 @@ class QueryExecutor::Impl {
       if (options_.metrics) options_.metrics->LoopIdle();
       if (!ran) {
         if (ran.error().code() == ErrorCode::kCancelled) break;
+        IgnoreError(FinishDelivery());  // the batch before it stays committed; this one fails
         return tl::unexpected(ran.error());
       }
       if (trigger.kind == TriggerKind::kOnce) break;
@@ -235,6 +292,7 @@ class QueryExecutor::Impl {
         continue;
       }
       if (*ran && !(interval.count() > 0)) continue;
+      DRIFTD_TRY(AwaitDelivery());
       // processingTime: the next batch starts at the next interval boundary; an overrun batch is
       // followed at once. With no data, poll again after the interval (or 100 ms if it is 0).
       Clock::time_point next = trigger_start + (interval.count() > 0
@@ -243,6 +301,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
     }
+    DRIFTD_TRY(AwaitDelivery());
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();
   }
@@ -277,13 +336,20 @@ class QueryExecutor::Impl {
       if (options_.metrics) options_.metrics->LoopIdle();
       if (!status) break;
       if (!ran) {
-        if (ran.error().code() != ErrorCode::kCancelled) status = tl::unexpected(ran.error());
+        if (ran.error().code() != ErrorCode::kCancelled) {
+          IgnoreError(FinishDelivery());  // the batch before it stays committed; this one fails
+          status = tl::unexpected(ran.error());
+        }
         break;
       }
       if (*ran) continue;
+      status = AwaitDelivery();
+      if (!status) break;
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
+    Status awaited = AwaitDelivery();
+    if (status) status = awaited;
     // The last epochs are made durable before the query ends, so a clean stop leaves no
     // pending output.
     if (status && !undurable_batches_.empty()) {
@@ -655,12 +721,13 @@ class QueryExecutor::Impl {
     output.batch_id = next_batch_id_;
     output.source_end = end;
     int64_t input_rows = 0;
-    int64_t malformed_before = decoder_->counts().total();
+    int64_t malformed_before = MalformedTotal();
     Clock::time_point read_start = Clock::now();
     if (has_data) {
       auto reader = source_->Read(position_, end);
       if (!reader) return tl::unexpected(reader.error());
-      bool more = true;
+      bool more = !pipeline_;
+      if (pipeline_) DRIFTD_TRY(ReadInParallel(**reader, output, progress, input_rows));
       while (more) {
         if (stop_requested_.load()) {
           return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
@@ -743,40 +810,213 @@ class QueryExecutor::Impl {
     write.outbox.batch_id = next_batch_id_;
     for (const auto& sink : sinks_) write.outbox.pending_sinks.push_back(sink->name());
     if (!write.outbox.pending_sinks.empty()) write.outbox.payload = EncodeBatchOutput(output);
+    // The previous batch's delivery ends (and is marked) before this one commits: one batch at
+    // a time in the outbox, as on one thread.
+    DRIFTD_TRY(FinishDelivery());
     DRIFTD_TRY(store_->Commit(write));
     progress.wal_commit_ms = MillisSince(commit_start);
-
-    // Deliver, then mark delivered.
-    Clock::time_point deliver_start = Clock::now();
-    int64_t output_rows = 0;
-    for (const SinkSpec& spec : spec_.sinks) {
-      output_rows += static_cast<int64_t>(output.For(spec.stream, spec.output_mode).rows.size());
-    }
-    for (auto& sink : sinks_) {
-      DRIFTD_TRY(DeliverWithRetry(*sink, output));
-      if (!defer_durability_) DRIFTD_TRY(store_->MarkDelivered(next_batch_id_, sink->name()));
-    }
-    if (defer_durability_) undurable_batches_.push_back(next_batch_id_);
-    progress.delivery_ms = MillisSince(deliver_start);
-    Status committed = source_->OnCommitted(end);
-    if (!committed) {
-      log_->warn("batch {}: source could not record the commit: {}", next_batch_id_,
-                 committed.error().message());
-    }
     clock_.CommitBatch();
 
-    // Progress.
+    // Progress, then delivery: on this thread, or (threads > 1) on a thread of its own while
+    // the next batch is read, decoded and folded.
     progress.start_offsets = position_;
     progress.end_offsets = end;
-    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
+    progress.malformed_in_batch = MalformedTotal() - malformed_before;
     progress.watermark_us = clock_.watermark_us();
     progress.lag = std::move(lag);
     if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
-    ReportBatch(progress, output, input_rows, output_rows, batch_start);
+    auto delivery = std::make_unique<Delivery>();
+    delivery->batch_id = next_batch_id_;
+    delivery->end = end;
+    delivery->input_rows = input_rows;
+    for (const SinkSpec& spec : spec_.sinks) {
+      delivery->output_rows +=
+          static_cast<int64_t>(output.For(spec.stream, spec.output_mode).rows.size());
+    }
+    delivery->batch_start = batch_start;
+    delivery->drift = DriftReport(!output.alerts.empty());
+    delivery->output = std::move(output);
+    delivery->progress = std::move(progress);
     position_ = end;
     ++next_batch_id_;
+    if (threads_ > 1) {
+      Delivery* pending = delivery.get();
+      delivery->thread = std::thread([this, pending] { Deliver(*pending); });
+      delivery_ = std::move(delivery);
+      return true;
+    }
+    Deliver(*delivery);
+    delivery_ = std::move(delivery);
+    DRIFTD_TRY(FinishDelivery());
     return true;
   }
+
+  // What the metrics need of drift after a batch, taken when it ends (its delivery may be
+  // reported after the next batch's values were observed).
+  struct DriftSnapshot {
+    bool taken = false;
+    std::vector<AlertEvent> events;
+    std::vector<Evaluation> evaluations;
+    std::optional<std::vector<DriftMonitor::ModelStats>> models;
+  };
+  DriftSnapshot DriftReport(bool alerts) const {
+    DriftSnapshot snapshot;
+    if (!drift_ || !options_.metrics) return snapshot;
+    snapshot.taken = true;
+    snapshot.events = drift_->LastEvents();
+    snapshot.evaluations = drift_->LastEvaluations();
+    // Levels change only with an alert event; value counts are refreshed with the report.
+    if (alerts || WouldReport()) snapshot.models = drift_->ModelStats();
+    return snapshot;
+  }
+
+  // A committed batch on its way to the sinks.
+  struct Delivery {
+    int64_t batch_id = 0;
+    SourceOffsets end;
+    BatchOutput output;
+    ProgressRecord progress;
+    DriftSnapshot drift;
+    int64_t input_rows = 0;
+    int64_t output_rows = 0;
+    Clock::time_point batch_start;
+    Clock::time_point delivered_at;
+    Status status;
+    std::thread thread;  // when delivering on a thread of its own
+
+    ~Delivery() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+
+  // Delivers to every sink and marks each delivered. The only use of the sinks and the store
+  // while it runs (FinishDelivery comes first in every path that uses them).
+  void Deliver(Delivery& delivery) {
+    const Clock::time_point start = Clock::now();
+    for (auto& sink : sinks_) {
+      delivery.status = DeliverWithRetry(*sink, delivery.output);
+      if (!delivery.status) return;
+      if (defer_durability_) continue;  // marked once synced (RunContinuous)
+      delivery.status = store_->MarkDelivered(delivery.batch_id, sink->name());
+      if (!delivery.status) return;
+    }
+    delivery.delivered_at = Clock::now();
+    delivery.progress.delivery_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(delivery.delivered_at - start)
+            .count();
+  }
+
+  // FinishDelivery outside RunBatch: a delivery that hangs is a batch that hangs (liveness).
+  Status AwaitDelivery() {
+    if (!delivery_) return Ok();
+    if (options_.metrics) options_.metrics->LoopBusy();
+    Status status = FinishDelivery();
+    if (options_.metrics) options_.metrics->LoopIdle();
+    return status;
+  }
+
+  // Waits for the batch being delivered, if any, and reports it: the source learns of the
+  // commit, counters, metrics and the progress record follow.
+  Status FinishDelivery() {
+    if (!delivery_) return Ok();
+    std::unique_ptr<Delivery> delivery = std::move(delivery_);
+    if (delivery->thread.joinable()) delivery->thread.join();
+    DRIFTD_TRY(delivery->status);
+    if (defer_durability_) undurable_batches_.push_back(delivery->batch_id);
+    Status committed = source_->OnCommitted(delivery->end);
+    if (!committed) {
+      log_->warn("batch {}: source could not record the commit: {}", delivery->batch_id,
+                 committed.error().message());
+    }
+    ReportBatch(delivery->progress, delivery->output, delivery->input_rows,
+                delivery->output_rows, delivery->batch_start, delivery->delivered_at,
+                delivery->drift);
+    return Ok();
+  }
+
+  // The chunks of a batch on the pipeline's threads (engine/executor/chunk_pipeline.h): the
+  // steps of RunBatch's loop, each lane of the stages fed the same rows in the same order.
+  // Threads other than this one reach the source only under source_mutex_, which this thread
+  // holds while it reads.
+  Status ReadInParallel(SourceReader& reader, BatchOutput& output, ProgressRecord& progress,
+                        int64_t& input_rows) {
+    const DescribePosition describe = [this](const RecordPosition& position) {
+      std::lock_guard<std::mutex> lock(source_mutex_);
+      return source_->DescribePosition(position);
+    };
+    const std::function<std::optional<TopicPartition>(uint32_t)> topic_partition_of =
+        [this](uint32_t index) {
+          std::lock_guard<std::mutex> lock(source_mutex_);
+          return source_->TopicPartitionOf(index);
+        };
+    ChunkPipeline::Steps steps;
+    steps.read = [&](InputChunk& input) -> Result<bool> {
+      if (stop_requested_.load()) {
+        return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
+      }
+      Result<bool> more = false;
+      {
+        std::lock_guard<std::mutex> lock(source_mutex_);
+        more = reader.Next(input, options_.chunk_bytes);
+      }
+      if (!more) return more;
+      if (options_.metrics) options_.metrics->LoopProgress();
+      input.Seal();
+      input_rows += static_cast<int64_t>(input.size());
+      return more;
+    };
+    steps.decode = [&](size_t thread, ChunkPipeline::Chunk& chunk) -> Status {
+      const ThreadContext& context = contexts_[thread];
+      chunk.records.Reset(spec_.schema);
+      chunk.dead_letters.clear();
+      DRIFTD_TRY(context.decoder->Decode(chunk.input, chunk.records, &chunk.dead_letters,
+                                         describe));
+      context.metadata->Fill(chunk.input, topic_partition_of, chunk.records);
+      chunk.filtered_rows = context.projection->Apply(chunk.records);
+      chunk.lane_rows.resize(lanes_.size());
+      for (size_t lane = 0; lane < lanes_.size(); ++lane) {
+        const Lane& at = lanes_[lane];
+        if (!at.sharded || at.shard != 0) continue;
+        const std::span<std::vector<uint32_t>> shards(chunk.lane_rows.data() + lane,
+                                                      at.stage->shard_count());
+        for (std::vector<uint32_t>& rows : shards) rows.clear();
+        at.stage->Route(chunk.records, shards);
+      }
+      return Ok();
+    };
+    steps.sequence = [&](ChunkPipeline::Chunk& chunk) {
+      for (const DeadLetter& dead : chunk.dead_letters) {
+        output.dead_letters.Add("", DeadLetterToJson(dead, describe(dead.position)));
+      }
+      // Filtered rows leave before the clock: they neither advance nor are judged by it.
+      progress.filtered_rows += chunk.filtered_rows;
+      clock_.Stamp(
+          chunk.records,
+          [&](uint32_t index) {
+            std::lock_guard<std::mutex> lock(source_mutex_);
+            return ClockPartitionName(index);
+          },
+          chunk.times);
+    };
+    steps.fold = [&](size_t lane, const ChunkPipeline::Chunk& chunk) {
+      const Lane& at = lanes_[lane];
+      if (at.sharded) {
+        at.stage->ProcessShard(at.shard, chunk.records, chunk.times, chunk.lane_rows[lane]);
+      } else {
+        // Only the select stage writes rows here, and no other step writes them.
+        at.stage->Process(chunk.records, chunk.times, output);
+      }
+    };
+    return pipeline_->Run(steps);
+  }
+
+  // Malformed records counted by every thread's decoder.
+  MalformedCounts Malformed() const {
+    MalformedCounts counts = decoder_->counts();
+    for (const ThreadParts& parts : thread_parts_) counts.Add(parts.decoder->counts());
+    return counts;
+  }
+  int64_t MalformedTotal() const { return Malformed().total(); }
 
   // A scaled-out batch (engine/executor/scale_out.h).
   Result<bool> RunScaledOutBatch() {
@@ -786,7 +1026,7 @@ class QueryExecutor::Impl {
     progress.timestamp_ms = NowMs();
     progress.id = checkpoint_id_;
     progress.run_id = run_id_;
-    const int64_t malformed_before = decoder_->counts().total();
+    const int64_t malformed_before = MalformedTotal();
     BatchOutput output;
     ScaleOutRunner::BatchReport report;
     auto ran = scale_out_->RunBatch(next_batch_id_, output, report);
@@ -811,34 +1051,45 @@ class QueryExecutor::Impl {
     progress.state_keys_deleted = report.state_keys_deleted;
     progress.max_event_time_us = report.max_event_us;
     progress.watermark_us = report.watermark_us;
-    progress.malformed_in_batch = decoder_->counts().total() - malformed_before;
+    progress.malformed_in_batch = MalformedTotal() - malformed_before;
     progress.filtered_rows = report.filtered_rows;
     progress.scale_out_tasks = report.tasks;
     progress.restored_tasks = report.restored_tasks;
     progress.restore_ms = report.restore_ms;
     progress.aborted_batches = report.aborted;
-    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start);
+    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start, Clock::now(),
+                DriftReport(!output.alerts.empty()));
     ++next_batch_id_;
     return true;
   }
 
-  // Counters, metrics and the progress record of a batch that committed.
+  // Continuous epochs can run hundreds of times a second: a progress record once per interval.
+  bool WouldReport() const {
+    return spec_.trigger.kind != TriggerKind::kContinuous || last_report_ == Clock::time_point{} ||
+           Clock::now() - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
+  }
+
+  // Counters, metrics and the progress record of a batch that committed and was delivered at
+  // `end`.
   void ReportBatch(ProgressRecord& progress, const BatchOutput& output, int64_t input_rows,
-                   int64_t output_rows, Clock::time_point batch_start) {
+                   int64_t output_rows, Clock::time_point batch_start, Clock::time_point end,
+                   const DriftSnapshot& drift) {
+    auto seconds = [&](Clock::time_point from) {
+      return std::chrono::duration<double>(end - from).count();
+    };
     progress.num_input_rows = input_rows;
     progress.num_output_rows = output_rows;
     progress.num_alerts = static_cast<int64_t>(output.alerts.rows.size());
-    progress.malformed = decoder_->counts();
-    progress.trigger_execution_ms = MillisSince(batch_start);
-    progress.processed_rows_per_second =
-        input_rows / std::max(SecondsSince(batch_start), 1e-6);
-    double since_last = last_batch_end_ == Clock::time_point{}
-                            ? SecondsSince(batch_start)
-                            : SecondsSince(last_batch_end_);
+    progress.malformed = Malformed();
+    progress.trigger_execution_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - batch_start).count();
+    progress.processed_rows_per_second = input_rows / std::max(seconds(batch_start), 1e-6);
+    double since_last = last_batch_end_ == Clock::time_point{} ? seconds(batch_start)
+                                                               : seconds(last_batch_end_);
     progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
     progress.state = store_->Stats();
     progress.source_description = source_->Describe();
-    last_batch_end_ = Clock::now();
+    last_batch_end_ = end;
 
     counters_.batches.fetch_add(1);
     counters_.input_rows.fetch_add(input_rows);
@@ -851,22 +1102,12 @@ class QueryExecutor::Impl {
     counters_.last_batch_id.store(progress.batch_id);
 
     // Continuous epochs can run hundreds of times a second: report once per interval.
-    bool report = true;
-    if (spec_.trigger.kind == TriggerKind::kContinuous) {
-      auto now = Clock::now();
-      report = last_report_ == Clock::time_point{} ||
-               now - last_report_ >= std::chrono::milliseconds(spec_.trigger.interval_ms);
-      if (report) last_report_ = now;
-    }
+    const bool report = WouldReport();
+    if (report && spec_.trigger.kind == TriggerKind::kContinuous) last_report_ = Clock::now();
     if (options_.metrics) {
       options_.metrics->RecordBatch(progress);
-      if (drift_) {
-        options_.metrics->RecordDrift(drift_->LastEvents(), drift_->LastEvaluations(), NowMs());
-      }
-      // Levels change only with an alert event; value counts are refreshed with the report.
-      if (drift_ && (report || !output.alerts.empty())) {
-        options_.metrics->RecordDriftModels(drift_->ModelStats());
-      }
+      if (drift.taken) options_.metrics->RecordDrift(drift.events, drift.evaluations, NowMs());
+      if (drift.models) options_.metrics->RecordDriftModels(*drift.models);
     }
     std::string json = RenderProgress(spec_, progress);
     {
@@ -900,6 +1141,32 @@ class QueryExecutor::Impl {
   std::unique_ptr<ScaleOutRunner> scale_out_;
   std::atomic<int64_t> tasks_owned_{0};
 
+  /// The batch's threads (the pipeline's `threads`, or the cores available); 1: the loop in
+  /// RunBatch on this thread alone.
+  int threads_ = 1;
+  struct ThreadContext {
+    ValueDecoder* decoder = nullptr;
+    Projection* projection = nullptr;
+    MetadataFiller* metadata = nullptr;
+  };
+  struct ThreadParts {
+    std::unique_ptr<ValueDecoder> decoder;
+    std::unique_ptr<Projection> projection;
+    std::unique_ptr<MetadataFiller> metadata;
+  };
+  /// What each thread decodes with: index 0 the executor's own, then thread_parts_.
+  std::vector<ThreadContext> contexts_;
+  std::vector<ThreadParts> thread_parts_;
+  /// A lane folds one stage, or one shard of a stage with several.
+  struct Lane {
+    Stage* stage = nullptr;
+    uint32_t shard = 0;
+    bool sharded = false;
+  };
+  std::vector<Lane> lanes_;
+  std::unique_ptr<ChunkPipeline> pipeline_;  // threads_ > 1
+  std::mutex source_mutex_;
+
   InputChunk chunk_;
   RecordBatch records_;
   RowTimes times_;
@@ -919,6 +1186,9 @@ class QueryExecutor::Impl {
   std::condition_variable wake_;
   std::string last_progress_;
   std::vector<std::string> baseline_resets_;  // guarded by mutex_
+  /// The last committed batch while it is delivered (threads > 1: on a thread of its own).
+  /// Last, so that it is joined before the sinks and the store go.
+  std::unique_ptr<Delivery> delivery_;
 };
 
 Result<std::unique_ptr<QueryExecutor>> QueryExecutor::Create(const PipelineSpec& spec,

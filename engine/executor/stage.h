@@ -6,11 +6,14 @@
 //
 // Lifecycle: created by CreateStages; Restore() for every persisted key of its namespace before
 // the first Process(); then per batch any number of Process() calls and one Finish(). All calls
-// on the executor's thread.
+// on the executor's thread, except when the executor runs a batch on several threads
+// (engine/executor/chunk_pipeline.h): then a stage with shards has Route() called from any
+// thread and ProcessShard() for different shards at once, one call at a time per shard.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +79,28 @@ class Stage {
   /// Folds decoded rows into the stage. `times` has one entry per row.
   virtual void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) = 0;
 
+  /// Shards: a stage whose state is a set of independent groups may split it in shards by a
+  /// property of the row alone (its group), so that several threads fold one batch, each shard
+  /// seeing its rows in their input order, as Process would. Default: one shard (Process).
+  virtual uint32_t shard_count() const { return 1; }
+  /// Appends the index of each row of `batch` to the list of its shard (rows_of_shard holds
+  /// shard_count() lists). Reads only what the stage was created with: may run on any thread
+  /// while shards fold other batches.
+  virtual void Route(const RecordBatch& batch,
+                     std::span<std::vector<uint32_t>> rows_of_shard) const {
+    (void)batch;
+    (void)rows_of_shard;
+  }
+  /// Folds the rows `rows` (ascending indexes into `batch`, all routed to `shard`) into shard
+  /// `shard`. Calls for different shards may run at once on different threads.
+  virtual void ProcessShard(uint32_t shard, const RecordBatch& batch, const RowTimes& times,
+                            std::span<const uint32_t> rows) {
+    (void)shard;
+    (void)batch;
+    (void)times;
+    (void)rows;
+  }
+
   /// Whether a batch without input is due: a window not yet closed ends at or before
   /// `watermark_us`, so a batch must run to emit or evict it.
   virtual bool HasClosableWindows(int64_t watermark_us) const {
@@ -91,7 +116,9 @@ class Stage {
 
 /// The stages a pipeline needs, in the order the executor runs them: the aggregation (or a
 /// select of the input rows), then drift detection when configured. The spec must have passed
-/// validation.
-Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec);
+/// validation. `shards` >= 1: how many shards a stage that can split its state uses (the
+/// aggregation when it has groupBy keys); its results are the same for any number.
+Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec,
+                                                         uint32_t shards = 1);
 
 }  // namespace driftd

@@ -1,4 +1,7 @@
 // The aggregation and select stages, and CreateStages. The drift stage is drift_stage.cc.
+#include <algorithm>
+#include <cstring>
+#include <functional>
 #include <iterator>
 #include <memory>
 
@@ -45,56 +48,129 @@ struct StatsModes {
   }
 };
 
+// Which shard a row's group belongs to: a hash of its first groupBy value, as the aggregation
+// encodes it in the group's key (engine/aggregation.cc), so that a row and a restored key of
+// one group go to the same shard. The hash lives only in memory: shards are never persisted.
+uint32_t ShardOfValue(std::string_view encoded, uint32_t shards) {
+  return static_cast<uint32_t>(std::hash<std::string_view>{}(encoded) % shards);
+}
+
 // group by + aggregates (+ window): the result table, in every output mode a sink asks for.
+// With several shards, each holds the groups of its first groupBy values (the drift model, in
+// the usual query), folded in input order: the same numbers as one aggregator, to the last bit.
 class AggregationStage final : public Stage {
  public:
-  AggregationStage(std::unique_ptr<Aggregator> aggregator, StatsModes modes)
-      : aggregator_(std::move(aggregator)), modes_(modes) {}
+  AggregationStage(std::vector<std::unique_ptr<Aggregator>> shards, int shard_column,
+                   FieldType shard_type, StatsModes modes)
+      : shards_(std::move(shards)),
+        shard_column_(shard_column),
+        shard_type_(shard_type),
+        modes_(modes) {
+    for (const auto& shard : shards_) parts_.push_back(shard.get());
+  }
 
   std::string_view state_namespace() const override { return "agg"; }
 
   Status Restore(std::string_view key, std::string_view value) override {
-    return aggregator_->Restore(key, value);
+    return shards_[ShardOfKey(key)]->Restore(key, value);
   }
 
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) override {
-    aggregator_->Add(batch, times);
+    if (shards_.size() == 1) {
+      shards_[0]->Add(batch, times);
+      return;
+    }
+    rows_.resize(shards_.size());
+    for (auto& rows : rows_) rows.clear();
+    Route(batch, rows_);
+    for (uint32_t shard = 0; shard < shards_.size(); ++shard) {
+      shards_[shard]->AddRows(batch, times, rows_[shard]);
+    }
+  }
+
+  uint32_t shard_count() const override { return static_cast<uint32_t>(shards_.size()); }
+
+  void Route(const RecordBatch& batch,
+             std::span<std::vector<uint32_t>> rows_of_shard) const override {
+    const uint32_t shards = shard_count();
+    const Column& column = batch.columns[shard_column_];
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      uint32_t shard = 0;
+      if (!column.IsNull(row)) {
+        if (shard_type_ == FieldType::kString) {
+          shard = ShardOfValue(column.String(row), shards);
+        } else {
+          const int64_t value = column.i64[row];
+          shard = ShardOfValue(
+              std::string_view(reinterpret_cast<const char*>(&value), sizeof value), shards);
+        }
+      }
+      rows_of_shard[shard].push_back(static_cast<uint32_t>(row));
+    }
+  }
+
+  void ProcessShard(uint32_t shard, const RecordBatch& batch, const RowTimes& times,
+                    std::span<const uint32_t> rows) override {
+    shards_[shard]->AddRows(batch, times, rows);
   }
 
   bool HasClosableWindows(int64_t watermark_us) const override {
-    return aggregator_->HasClosableWindows(watermark_us);
+    for (const auto& shard : shards_) {
+      if (shard->HasClosableWindows(watermark_us)) return true;
+    }
+    return false;
   }
 
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
               StageProgress& progress) override {
     EmittedRows rows;
     if (modes_.update) {
-      aggregator_->EmitUpdated(rows);
+      Aggregator::EmitUpdated(parts_, rows);
       MoveRows(rows, output.stats_update);
     }
     if (modes_.complete) {
-      aggregator_->EmitAll(rows);
+      Aggregator::EmitAll(parts_, rows);
       MoveRows(rows, output.stats_complete);
     }
     if (modes_.append) {
-      aggregator_->EmitClosed(context.watermark_us, rows);
+      Aggregator::EmitClosed(parts_, context.watermark_us, rows);
       MoveRows(rows, output.stats_append);
     }
-    progress.rows_updated += aggregator_->rows_updated_last_batch();
-    progress.dropped_by_watermark += aggregator_->TakeRowsDroppedByWatermark();
-    progress.without_event_time += aggregator_->TakeRowsWithoutEventTime();
     const size_t first_put = changes.puts.size();
-    aggregator_->EndBatch(context.watermark_us, !modes_.complete, changes.puts, changes.deletes);
+    for (const auto& shard : shards_) {
+      progress.rows_updated += shard->rows_updated_last_batch();
+      progress.dropped_by_watermark += shard->TakeRowsDroppedByWatermark();
+      progress.without_event_time += shard->TakeRowsWithoutEventTime();
+      shard->EndBatch(context.watermark_us, !modes_.complete, changes.puts, changes.deletes);
+      progress.num_groups += static_cast<int64_t>(shard->num_groups());
+      progress.num_open_windows += static_cast<int64_t>(shard->num_open_windows());
+    }
     for (size_t i = first_put; i < changes.puts.size(); ++i) {
       progress.state_dirty_bytes += static_cast<int64_t>(changes.puts[i].second.size());
     }
-    progress.num_groups += static_cast<int64_t>(aggregator_->num_groups());
-    progress.num_open_windows += static_cast<int64_t>(aggregator_->num_open_windows());
   }
 
  private:
-  std::unique_ptr<Aggregator> aggregator_;
+  // The shard of a group's key: its first groupBy value as encoded after the key's prefix
+  // byte (a validity byte, then a u32 length and the bytes of a string, or 8 bytes).
+  uint32_t ShardOfKey(std::string_view key) const {
+    if (shards_.size() == 1 || key.size() < 2 || key[1] == '\0') return 0;
+    key.remove_prefix(2);
+    if (shard_type_ != FieldType::kString) {
+      return key.size() < 8 ? 0 : ShardOfValue(key.substr(0, 8), shard_count());
+    }
+    uint32_t size = 0;
+    if (key.size() < 4) return 0;
+    std::memcpy(&size, key.data(), 4);
+    return ShardOfValue(key.substr(4, size), shard_count());
+  }
+
+  std::vector<std::unique_ptr<Aggregator>> shards_;
+  std::vector<const Aggregator*> parts_;
+  int shard_column_ = -1;
+  FieldType shard_type_ = FieldType::kString;
   StatsModes modes_;
+  std::vector<std::vector<uint32_t>> rows_;  // Process's routing, reused
 };
 
 // A query without aggregation: its input rows (the selected columns) as the stats stream, in
@@ -159,7 +235,8 @@ class SelectStage final : public Stage {
 
 }  // namespace
 
-Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec) {
+Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec,
+                                                         uint32_t shards) {
   std::vector<std::unique_ptr<Stage>> stages;
   const StatsModes modes(spec);
   // The model column (drift's, else the first group-by column), when it is a string: one id
@@ -175,10 +252,24 @@ Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spe
     keys = std::make_shared<KeyInterner>(model_index);
   }
   if (spec.query.IsAggregation()) {
-    auto aggregator = Aggregator::Create(spec.query, schema);
-    if (!aggregator) return tl::unexpected(aggregator.error());
-    (*aggregator)->ShareKeys(keys);
-    stages.push_back(std::make_unique<AggregationStage>(std::move(*aggregator), modes));
+    // Groups are told apart by their first groupBy value; without one there is one group per
+    // window, and one shard.
+    const int shard_column =
+        spec.query.group_by.empty() ? -1 : schema.IndexOf(spec.query.group_by[0]);
+    // The interner is not thread-safe: on several threads drift alone uses it.
+    const bool share_keys = shards <= 1;
+    if (shard_column < 0) shards = 1;
+    std::vector<std::unique_ptr<Aggregator>> aggregators;
+    for (uint32_t i = 0; i < std::max<uint32_t>(shards, 1); ++i) {
+      auto aggregator = Aggregator::Create(spec.query, schema);
+      if (!aggregator) return tl::unexpected(aggregator.error());
+      if (share_keys) (*aggregator)->ShareKeys(keys);
+      aggregators.push_back(std::move(*aggregator));
+    }
+    const FieldType shard_type =
+        shard_column < 0 ? FieldType::kString : schema.fields[shard_column].type;
+    stages.push_back(std::make_unique<AggregationStage>(std::move(aggregators), shard_column,
+                                                        shard_type, modes));
   } else {
     stages.push_back(std::make_unique<SelectStage>(spec, modes));
   }

@@ -32,6 +32,72 @@ Result<std::unique_ptr<Projection>> Projection::Create(const PipelineSpec& spec)
   return projection;
 }
 
+Result<std::vector<bool>> ColumnsUsed(const PipelineSpec& spec) {
+  const Schema& schema = spec.schema;
+  std::vector<bool> used(schema.fields.size(), false);
+  auto use = [&](const std::string& name) {
+    const int index = schema.IndexOf(name);
+    if (index >= 0) used[static_cast<size_t>(index)] = true;
+  };
+  const QuerySpec& query = spec.query;
+  for (const std::string& name : query.group_by) use(name);
+  if (query.window) use(query.window->column);
+  if (query.watermark) use(query.watermark->column);
+  for (const AggregateSpec& aggregate : query.aggregates) use(aggregate.column);
+  if (!query.IsAggregation()) {
+    // A select stage emits its columns, or every schema column.
+    if (query.select.empty()) used.assign(used.size(), true);
+    for (const std::string& name : query.select) use(name);
+  }
+  // Derived columns and the filter: the schema columns their expressions read (indexes past
+  // the schema's fields are metadata or earlier derived columns).
+  Schema columns = WithMetadataColumns(schema, query.metadata);
+  auto read = [&](const expr::Expression& expression) {
+    for (int index : expression.ColumnsRead()) {
+      if (index >= 0 && static_cast<size_t>(index) < used.size()) used[index] = true;
+    }
+  };
+  for (const DerivedColumnSpec& derived : query.derived) {
+    auto item = expr::CompileSelectItem(derived.text, columns);
+    if (!item) {
+      return MakeError(ErrorCode::kConfig, "query.select '{}': {}", derived.text,
+                       item.error().message);
+    }
+    read(item->expression);
+    columns.fields.push_back({derived.name, item->expression.type(), true});
+  }
+  if (!query.where.empty()) {
+    auto where = expr::Expression::Compile(query.where, columns);
+    if (!where) return MakeError(ErrorCode::kConfig, "query.where: {}", where.error().message);
+    read(*where);
+  }
+  const DriftSpec& drift = spec.drift;
+  if (drift.enabled) {
+    use(drift.model_column.empty() && !query.group_by.empty() ? query.group_by[0]
+                                                               : drift.model_column);
+    for (const std::string& name : drift.series) use(name);
+    use(drift.prediction_column);
+    use(drift.label_column);
+    // Drift dates its values by the window or watermark column, else by the first timestamp
+    // column (engine/executor/drift_stage.cc).
+    if (!query.window && !query.watermark) {
+      const Schema query_schema = QuerySchema(spec);
+      for (const Field& field : query_schema.fields) {
+        if (field.type == FieldType::kTimestamp) {
+          use(field.name);
+          break;
+        }
+      }
+    }
+  }
+  // A scaled-out query routes rows by the model column (engine/executor/scale_out.cc).
+  if (spec.scale_out.enabled) {
+    use(drift.model_column.empty() && !query.group_by.empty() ? query.group_by[0]
+                                                               : drift.model_column);
+  }
+  return used;
+}
+
 int64_t Projection::Apply(RecordBatch& batch) {
   for (expr::Expression& derived : derived_) {
     Column column = derived.Evaluate(batch);

@@ -37,6 +37,13 @@ class Projection {
   std::vector<uint8_t> keep_;
 };
 
+/// The fields of `spec.schema` that something in the pipeline reads: groupBy, window and
+/// watermark columns, aggregated columns, the columns a query without aggregation emits, what
+/// derived columns and the filter read, and drift's model, series, prediction, label and
+/// event-time columns. The decoder need not convert the others (ValueDecoder::Project).
+/// Indexes follow spec.schema.fields; the spec must have passed validation.
+Result<std::vector<bool>> ColumnsUsed(const PipelineSpec& spec);
+
 /// Keeps the rows of `batch` whose `keep` entry is non-zero, in order.
 void KeepRows(RecordBatch& batch, const std::vector<uint8_t>& keep);
 

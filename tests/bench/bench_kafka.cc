@@ -2,7 +2,7 @@
 //
 //   bench_kafka [--records N] [--partitions P] [--rounds R] [--max-offsets M]
 //               [--models M] [--features F] [--keep 1] [--kafka name=value]...
-//               [--topic EXISTING]
+//               [--topic EXISTING] [--threads T[,T...]]
 //
 // Produces N inference-log records (the project's generator, with one injected drift so that
 // alerts are raised) to a fresh input topic on the broker at DRIFTD_KAFKA_BOOTSTRAP (default
@@ -11,9 +11,9 @@
 //   raw-poll   a plain librdkafka consumer, rd_kafka_consumer_poll loop, library defaults;
 //   raw-batch  the same with rd_kafka_consume_batch_queue;
 //   source     the KafkaSource alone (plan + read in the executor's chunk size, no decoding);
-//   driftd     the real daemon, `driftd run` with trigger availableNow: Kafka source -> count,
-//              mean, stddev per model -> drift detectors -> two Kafka sinks, one transaction per
-//              batch, from process start to exit.
+//   driftd/T   the real daemon, `driftd run` with trigger availableNow and `threads: T` (default
+//              1 and 2): Kafka source -> count, mean, stddev per model -> drift detectors -> two
+//              Kafka sinks, one transaction per batch, from process start to exit.
 // Each daemon round is checked: exit 0, every input record counted in the progress records,
 // the consumer group's committed offsets at the end of every partition, stats and alerts on
 // the output topics for a read_committed consumer. Prints records per wall-clock second and
@@ -55,6 +55,8 @@ struct Settings {
   int features = 8;
   // Keep the daemon's pipelines and logs and the topics (for profiling).
   bool keep = false;
+  // The daemon's `threads`, one run per round each.
+  std::vector<int> threads = {1, 2};
   // Extra librdkafka settings for the kafka source (driftd and source readers), without the
   // "kafka." prefix: tuning experiments.
   std::map<std::string, std::string> source_client;
@@ -313,7 +315,7 @@ Rate SourceRead(const std::string& topic, const Settings& settings, const std::s
 
 std::string PipelineYaml(const std::string& name, const std::string& input,
                          const std::string& stats, const std::string& alerts,
-                         const fs::path& checkpoint, const Settings& settings) {
+                         const fs::path& checkpoint, const Settings& settings, int threads) {
   std::string extra;
   for (const auto& [setting, value] : settings.source_client) {
     extra += fmt::format("\n    kafka.{}: \"{}\"", setting, value);
@@ -356,11 +358,13 @@ sinks:
     options: {{kafka.bootstrap.servers: "{bootstrap}", topic: {alerts}}}
 trigger: {{availableNow: true}}
 checkpointLocation: {checkpoint}
+threads: {threads}
 )",
                      fmt::arg("name", name), fmt::arg("bootstrap", Bootstrap()),
                      fmt::arg("input", input), fmt::arg("max_offsets", settings.max_offsets),
                      fmt::arg("stats", stats), fmt::arg("alerts", alerts),
-                     fmt::arg("checkpoint", checkpoint.string()), fmt::arg("extra", extra));
+                     fmt::arg("checkpoint", checkpoint.string()), fmt::arg("extra", extra),
+                     fmt::arg("threads", threads));
 }
 
 // The integer after `"key":` in `text` (0 when absent).
@@ -470,6 +474,13 @@ void CheckCommittedOffsets(const std::string& group, const std::string& topic,
   rd_kafka_destroy(rk);
 }
 
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   size_t n = values.size();
@@ -504,6 +515,13 @@ int main(int argc, char** argv) {
       settings.features = static_cast<int>(value);
     } else if (flag == "--keep") {
       settings.keep = value != 0;
+    } else if (flag == "--threads") {
+      settings.threads.clear();
+      std::stringstream list(text);
+      for (std::string item; std::getline(list, item, ',');) {
+        settings.threads.push_back(std::atoi(item.c_str()));
+      }
+      if (settings.threads.empty()) Die("--threads needs a list of thread counts");
     } else {
       Die("unknown flag " + flag);
     }
@@ -555,10 +573,12 @@ int main(int argc, char** argv) {
               "fetch.wait.max.ms=10; every partition of a batch assigned and fetched at once, "
               "read one after the other), availableNow plan + read in 4 MiB chunks, no "
               "decoding\n");
-  std::printf("  driftd     `driftd run`: the same source, maxOffsetsPerTrigger %lld -> count, "
-              "mean, stddev per model, mean_shift + PSI on %d features + prediction -> 2 kafka "
-              "sinks, one transaction per batch; availableNow, process start to exit\n",
+  std::printf("  driftd/T   `driftd run` with threads: T: the same source, maxOffsetsPerTrigger "
+              "%lld -> count, mean, stddev per model, mean_shift + PSI on %d features + "
+              "prediction -> 2 kafka sinks, one transaction per batch; availableNow, process "
+              "start to exit\n",
               static_cast<long long>(settings.max_offsets), settings.features);
+  std::printf("load average at start: %s\n", LoadAverage().c_str());
   for (const auto& [name, value] : settings.source_client) {
     std::printf("  source and driftd also: kafka.%s=%s\n", name.c_str(), value.c_str());
   }
@@ -566,14 +586,19 @@ int main(int argc, char** argv) {
               "driftd: batches; ms in plan / read+process / commit / deliver / outside batches");
   std::fflush(stdout);
 
-  const char* kReaders[] = {"raw-poll", "raw-batch", "source", "driftd"};
+  std::vector<std::string> readers = {"raw-poll", "raw-batch", "source"};
+  for (int threads : settings.threads) readers.push_back(fmt::format("driftd/{}", threads));
   std::map<std::string, std::vector<Rate>> rates;
-  std::vector<double> wall_ratios, cpu_ratios, batch_ratios;
+  // Per thread count: driftd / raw-poll (wall, CPU), driftd / raw-batch, driftd / driftd/1.
+  std::map<int, std::vector<double>> wall_ratios, cpu_ratios, batch_ratios, thread_ratios;
   for (int round = 0; round < settings.rounds; ++round) {
     std::map<std::string, Rate> rate;
-    DaemonRun daemon;
-    const std::string name = fmt::format("bench-kafka-{}-r{}", run_id, round);
-    auto run_daemon = [&] {
+    std::map<std::string, DaemonRun> daemons;
+    const std::string round_name = fmt::format("bench-kafka-{}-r{}", run_id, round);
+    auto run_daemon = [&](int threads) {
+      const std::string name = fmt::format("{}-t{}", round_name, threads);
+      const std::string reader = fmt::format("driftd/{}", threads);
+      DaemonRun& daemon = daemons[reader];
       const std::string stats = name + "-stats";
       const std::string alerts = name + "-alerts";
       CreateTopic(admin, stats, 1);
@@ -582,7 +607,7 @@ int main(int argc, char** argv) {
       topics.push_back(alerts);
       const fs::path yaml = dir / (name + ".yaml");
       std::ofstream(yaml) << PipelineYaml(name, input, stats, alerts, dir / (name + "-checkpoint"),
-                                          settings);
+                                          settings, threads);
       daemon = RunDaemon(yaml, dir / (name + ".log"));
       if (daemon.input_rows != settings.records) {
         Die(fmt::format("driftd's progress counts {} input rows of {}", daemon.input_rows,
@@ -591,25 +616,37 @@ int main(int argc, char** argv) {
       CheckCommittedOffsets("driftd-" + name, input, settings);
       if (CountCommitted(stats) == 0) Die("no committed stats rows");
       if (CountCommitted(alerts) == 0) Die("no committed alerts");
-      rate["driftd"] = MakeRate(settings.records, daemon.seconds, daemon.cpu_seconds);
+      rate[reader] = MakeRate(settings.records, daemon.seconds, daemon.cpu_seconds);
+    };
+    auto run_daemons = [&] {
+      // The thread counts' order alternates too.
+      if (round % 2 == 0) {
+        for (int threads : settings.threads) run_daemon(threads);
+      } else {
+        for (auto it = settings.threads.rbegin(); it != settings.threads.rend(); ++it) {
+          run_daemon(*it);
+        }
+      }
     };
     auto run_readers = [&] {
-      rate["raw-poll"] = RawConsume(input, settings, false, name + "-poll");
-      rate["raw-batch"] = RawConsume(input, settings, true, name + "-batch");
-      rate["source"] = SourceRead(input, settings, name + "-source");
+      rate["raw-poll"] = RawConsume(input, settings, false, round_name + "-poll");
+      rate["raw-batch"] = RawConsume(input, settings, true, round_name + "-batch");
+      rate["source"] = SourceRead(input, settings, round_name + "-source");
     };
     // Alternate the order so that neither side alone enjoys warm caches or a quiet moment.
     if (round % 2 == 0) {
       run_readers();
-      run_daemon();
+      run_daemons();
     } else {
-      run_daemon();
+      run_daemons();
       run_readers();
     }
-    for (const char* reader : kReaders) {
+    for (const std::string& reader : readers) {
       rates[reader].push_back(rate[reader]);
-      std::printf("%5d %-10s %12.0f %12.0f", round, reader, rate[reader].wall, rate[reader].cpu);
-      if (std::string(reader) == "driftd") {
+      std::printf("%5d %-10s %12.0f %12.0f", round, reader.c_str(), rate[reader].wall,
+                  rate[reader].cpu);
+      if (daemons.count(reader)) {
+        const DaemonRun& daemon = daemons[reader];
         std::printf("  %d; %lld / %lld / %lld / %lld / %.0f", daemon.batches,
                     static_cast<long long>(daemon.plan_ms),
                     static_cast<long long>(daemon.read_process_ms),
@@ -622,26 +659,37 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const Rate& poll = rate["raw-poll"];
     const Rate& batch = rate["raw-batch"];
-    const Rate& driftd = rate["driftd"];
-    wall_ratios.push_back(driftd.wall / poll.wall);
-    cpu_ratios.push_back(driftd.cpu / poll.cpu);
-    batch_ratios.push_back(driftd.wall / batch.wall);
+    for (int threads : settings.threads) {
+      const Rate& driftd = rate[fmt::format("driftd/{}", threads)];
+      wall_ratios[threads].push_back(driftd.wall / poll.wall);
+      cpu_ratios[threads].push_back(driftd.cpu / poll.cpu);
+      batch_ratios[threads].push_back(driftd.wall / batch.wall);
+      if (rate.count("driftd/1")) thread_ratios[threads].push_back(driftd.wall / rate["driftd/1"].wall);
+    }
   }
   std::printf("median over %d rounds:\n", settings.rounds);
-  for (const char* reader : kReaders) {
+  for (const std::string& reader : readers) {
     std::vector<double> wall, cpu;
     for (const Rate& r : rates[reader]) {
       wall.push_back(r.wall);
       cpu.push_back(r.cpu);
     }
-    std::printf("      %-10s %12.0f %12.0f\n", reader, Median(wall), Median(cpu));
+    std::printf("      %-10s %12.0f %12.0f\n", reader.c_str(), Median(wall), Median(cpu));
   }
-  std::printf("driftd end to end / plain consumer (raw-poll), records/s:  %.0f%% (target 70%%)\n",
-              100 * Median(wall_ratios));
-  std::printf("driftd end to end / plain consumer (raw-poll), per CPU-s:  %.0f%%\n",
-              100 * Median(cpu_ratios));
-  std::printf("driftd end to end / batch consumer (raw-batch), records/s: %.0f%%\n",
-              100 * Median(batch_ratios));
+  for (int threads : settings.threads) {
+    std::printf("driftd/%d end to end / batch consumer (raw-batch), records/s: %.0f%% (target "
+                "70%%)\n",
+                threads, 100 * Median(batch_ratios[threads]));
+    std::printf("driftd/%d end to end / plain consumer (raw-poll), records/s:  %.0f%%\n", threads,
+                100 * Median(wall_ratios[threads]));
+    std::printf("driftd/%d end to end / plain consumer (raw-poll), per CPU-s:  %.0f%%\n", threads,
+                100 * Median(cpu_ratios[threads]));
+    if (!thread_ratios[threads].empty() && threads != 1) {
+      std::printf("driftd/%d / driftd/1, records/s: %.2fx\n", threads,
+                  Median(thread_ratios[threads]));
+    }
+  }
+  std::printf("load average at the end: %s\n", LoadAverage().c_str());
   std::printf("(ratios are medians of per-round ratios; driftd is the whole process: start-up, "
               "checkpoint, transactions, shutdown)\n");
 

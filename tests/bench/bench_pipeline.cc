@@ -1,13 +1,18 @@
-// End-to-end throughput and footprint of the daemon on one core:
+// End-to-end throughput and footprint of the daemon on one core and on every core:
 //   file source -> mean/stddev per model and feature -> file sink,
 // beside the raw simdjson on-demand parse rate of the same bytes, measured in the same run.
 //
 //   bench_pipeline [--records N[,N...]] [--models M] [--features F] [--dir DIR]
-//                  [--drift] [--batch-records B] [--keep] [--driftd PATH]
+//                  [--drift] [--batch-records B] [--threads T[,T...]] [--rounds R]
+//                  [--keep] [--driftd PATH]
 //
-// For each record count it writes generated inference logs, runs `driftd run` with the
-// availableNow trigger pinned to CPU 0, and prints records/s, the ratio to the raw parse rate,
-// the daemon's CPU time (all its threads) and records per CPU second, and its peak RSS. Then it appends one more file and restarts on the same checkpoint
+// For each record count it writes generated inference logs and runs `driftd run` with the
+// availableNow trigger once per thread count (default 1 and 2; `threads: T` in the pipeline),
+// R rounds alternating between them (default 1; the medians are printed). A 1-thread run is
+// pinned to CPU 0, the others may use every CPU. It prints records/s, the 1-thread rate's ratio
+// to the raw parse rate (one core), each other rate's ratio to the 1-thread rate and to T times
+// the raw rate, CPU time per record, and the daemon's peak RSS; the output files of every run
+// are compared byte for byte. Then it appends one more file and restarts on the same checkpoint
 // with the once trigger, printing the time from process start to the first committed batch.
 //
 // --drift adds drift detection on every feature and the prediction (default detectors and
@@ -19,20 +24,23 @@
 // records), and the bytes the daemon wrote to files (write(2) bytes from /proc/<pid>/io:
 // RocksDB's WAL, flushes and compactions, less the sink's output and the log), with their
 // ratios to the encoded changes.
-// --keep leaves the input, pipeline and checkpoint in --dir (for profiling the daemon on them);
+// --keep leaves the input, pipelines and checkpoints in --dir (for profiling the daemon on them);
 // --driftd runs another build of the daemon (an earlier one, to compare on the same machine).
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,9 +57,9 @@ namespace {
 struct ChildRun {
   int exit_code = -1;
   double seconds = 0;
+  double cpu_seconds = 0;  // user + system, every thread
   long max_rss_kb = 0;
   long long write_bytes = 0;  // wchar of /proc/<pid>/io, last sample before exit
-  double cpu_seconds = 0;     // user + system time of all its threads
 };
 
 std::string driftd_binary = DRIFTD_BINARY;
@@ -63,11 +71,19 @@ void PinToCpu0() {
   sched_setaffinity(0, sizeof(set), &set);
 }
 
-ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_path) {
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_path,
+                   bool pin = true) {
   auto start = Clock::now();
   pid_t pid = fork();
   if (pid == 0) {
-    PinToCpu0();
+    if (pin) PinToCpu0();
     FILE* log = std::fopen(log_path.c_str(), "w");
     if (log) {
       dup2(fileno(log), 1);
@@ -106,17 +122,24 @@ ChildRun RunDaemon(const std::vector<std::string>& args, const std::string& log_
     usleep(5000);
   }
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-                    1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+                    (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
 }
 
+double ThreadCpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + now.tv_nsec / 1e9;
+}
+
 // Parses every record of `text` (JSON lines) with simdjson on-demand, touching every value:
-// the raw parse limit a decoder can approach.
-double RawParseSeconds(const std::string& text, size_t& records) {
+// the raw parse limit a decoder can approach. `cpu_seconds`: the CPU time it took.
+double RawParseSeconds(const std::string& text, size_t& records, double& cpu_seconds) {
   simdjson::ondemand::parser parser;
   simdjson::padded_string padded(text);
+  const double cpu_start = ThreadCpuSeconds();
   auto start = Clock::now();
   records = 0;
   double checksum = 0;
@@ -142,6 +165,7 @@ double RawParseSeconds(const std::string& text, size_t& records) {
     begin = end + 1;
   }
   auto seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  cpu_seconds = ThreadCpuSeconds() - cpu_start;
   if (checksum == 42.4242) std::puts("");  // keep the work observable
   return seconds;
 }
@@ -190,7 +214,8 @@ long long BytesUnder(const fs::path& path) {
   return total;
 }
 
-std::string Pipeline(const fs::path& dir, int features, bool drift, bool one_file_per_batch) {
+std::string Pipeline(const fs::path& dir, const std::string& run, int threads, int features,
+                     bool drift, bool one_file_per_batch) {
   const std::string drift_section =
       drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
   const std::string source_options =
@@ -212,18 +237,45 @@ sinks:
   - {{name: stats, format: file, stream: stats, outputMode: update, options: {{path: {output}}}}}
 {drift}trigger: {{availableNow: true}}
 checkpointLocation: {checkpoint}
+threads: {threads}
 )",
                      fmt::arg("input", (dir / "input").string()),
                      fmt::arg("source_options", source_options), fmt::arg("drift", drift_section),
-                     fmt::arg("output", (dir / "output").string()),
-                     fmt::arg("checkpoint", (dir / "checkpoint").string()));
+                     fmt::arg("output", (dir / ("output" + run)).string()),
+                     fmt::arg("checkpoint", (dir / ("checkpoint" + run)).string()),
+                     fmt::arg("threads", threads));
   (void)features;
+}
+
+// The bytes of every file under `dir` but the sink's manifest (whose entries carry times),
+// by relative path.
+std::map<std::string, std::string> OutputFiles(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  std::error_code error;
+  for (const auto& entry : fs::recursive_directory_iterator(dir, error)) {
+    if (!entry.is_regular_file(error)) continue;
+    const std::string name = fs::relative(entry.path(), dir).string();
+    if (name.find("manifest") != std::string::npos) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    files[name] = buffer.str();
+  }
+  return files;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<uint64_t> counts = {1'000'000, 10'000'000};
+  std::vector<int> thread_counts = {1, 2};
+  int rounds = 1;
   int models = 8;
   int features = 8;
   bool drift = false;
@@ -250,6 +302,12 @@ int main(int argc, char** argv) {
       counts.clear();
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');) counts.push_back(std::stoull(item));
+    } else if (flag == "--threads") {
+      thread_counts.clear();
+      std::stringstream list(value);
+      for (std::string item; std::getline(list, item, ',');) thread_counts.push_back(std::stoi(item));
+    } else if (flag == "--rounds") {
+      rounds = std::max(1, std::stoi(value));
     } else if (flag == "--models") {
       models = std::stoi(value);
     } else if (flag == "--features") {
@@ -275,8 +333,8 @@ int main(int argc, char** argv) {
   std::printf("pipeline: file -> count/mean/stddev per model (%d models x %d features)%s -> file%s\n",
               models, features, drift ? " + drift" : "",
               batch_records > 0 ? fmt::format(", {} records per batch", batch_records).c_str() : "");
-  std::printf("%12s %12s %14s %14s %8s %8s %14s %12s %16s\n", "records", "MB", "raw parse/s",
-              "driftd rec/s", "ratio", "CPU s", "rec/CPU-s", "peak RSS MB", "restart->commit");
+  std::printf("load average at start: %s (%ld CPUs online)\n", LoadAverage().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN));
   for (uint64_t count : counts) {
     fs::path dir = base / std::to_string(count);
     fs::remove_all(dir);
@@ -295,49 +353,103 @@ int main(int argc, char** argv) {
       std::ofstream(dir / "input" / fmt::format("part-{:05}.jsonl", f)) << text;
       if (f == 0) first_file = std::move(text);
     }
-    std::ofstream(dir / "pipeline.yaml") << Pipeline(dir, features, drift, batch_records > 0);
 
     size_t raw_records = 0;
     double raw_seconds = 1e9;
-    for (int rep = 0; rep < 3; ++rep) raw_seconds = std::min(raw_seconds, RawParseSeconds(first_file, raw_records));
-    double raw_rate = raw_records / raw_seconds;
-
-    // Progress records stay on: the bench reads what each batch wrote from them.
-    ChildRun run = RunDaemon({"run", (dir / "pipeline.yaml").string()}, (dir / "run.log").string());
-    if (run.exit_code != 0) {
-      std::fprintf(stderr, "driftd exited with %d; see %s\n", run.exit_code,
-                   (dir / "run.log").c_str());
-      return 1;
+    double raw_cpu_seconds = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      double cpu = 0;
+      raw_seconds = std::min(raw_seconds, RawParseSeconds(first_file, raw_records, cpu));
+      raw_cpu_seconds = std::min(raw_cpu_seconds, cpu);
     }
-    double rate = count / run.seconds;
-    const BatchWrites writes = ReadProgress(dir / "run.log");
-    // Bytes written to files other than the sink's output and the log: the checkpoint's.
-    const long long checkpoint_written =
-        run.write_bytes - BytesUnder(dir / "output") - BytesUnder(dir / "run.log");
+    const double raw_rate = raw_records / raw_seconds;
+    const double raw_cpu_us = raw_cpu_seconds / raw_records * 1e6;
 
-    // Restart on the same state with one more small file: time to the first committed batch
-    // (the once trigger exits right after committing and delivering it).
+    // Rounds alternate between the thread counts, so that a change of the machine's load
+    // falls on every count alike.
+    struct Runs {
+      std::vector<double> rates;
+      std::vector<double> cpu_per_record;
+      long max_rss_kb = 0;
+      ChildRun first;
+    };
+    std::map<int, Runs> runs;
+    std::map<std::string, std::string> reference_output;
+    bool outputs_equal = true;
+    for (int round = 0; round < rounds; ++round) {
+      for (int threads : thread_counts) {
+        const std::string name = fmt::format("-t{}-r{}", threads, round);
+        const fs::path pipeline = dir / fmt::format("pipeline{}.yaml", name);
+        std::ofstream(pipeline) << Pipeline(dir, name, threads, features, drift, batch_records > 0);
+        // Progress records stay on: the bench reads what each batch wrote from them.
+        ChildRun run = RunDaemon({"run", pipeline.string()}, (dir / ("run" + name + ".log")).string(),
+                                 /*pin=*/threads == 1);
+        if (run.exit_code != 0) {
+          std::fprintf(stderr, "driftd exited with %d; see %s\n", run.exit_code,
+                       (dir / ("run" + name + ".log")).c_str());
+          return 1;
+        }
+        Runs& of = runs[threads];
+        if (of.rates.empty()) of.first = run;
+        of.rates.push_back(count / run.seconds);
+        of.cpu_per_record.push_back(run.cpu_seconds / count * 1e6);
+        of.max_rss_kb = std::max(of.max_rss_kb, run.max_rss_kb);
+        const auto output = OutputFiles(dir / ("output" + name));
+        if (reference_output.empty()) {
+          reference_output = output;
+        } else if (output != reference_output) {
+          outputs_equal = false;
+        }
+        if (round + 1 < rounds || threads != thread_counts.back()) {
+          fs::remove_all(dir / ("checkpoint" + name));
+          fs::remove_all(dir / ("output" + name));
+        }
+      }
+    }
+    const std::string last = fmt::format("-t{}-r{}", thread_counts.back(), rounds - 1);
+    const ChildRun& first_run = runs[thread_counts.front()].first;
+    const std::string first_name = fmt::format("-t{}-r0", thread_counts.front());
+    const BatchWrites writes = ReadProgress(dir / ("run" + first_name + ".log"));
+
+    // Restart on the last run's state with one more small file: time to the first committed
+    // batch (the once trigger exits right after committing and delivering it).
     std::string extra;
     generator->AppendJsonLines(count, 1000, extra);
     std::ofstream(dir / "input" / "part-99999.jsonl") << extra;
-    std::string pipeline_text;
-    {
-      std::ifstream in(dir / "pipeline.yaml");
-      std::stringstream buffer;
-      buffer << in.rdbuf();
-      pipeline_text = buffer.str();
-    }
+    std::string pipeline_text = Pipeline(dir, last, thread_counts.back(), features, drift,
+                                         batch_records > 0);
     auto at = pipeline_text.find("{availableNow: true}");
     pipeline_text.replace(at, std::string("{availableNow: true}").size(), "{once: true}");
     std::ofstream(dir / "pipeline-once.yaml") << pipeline_text;
     ChildRun restart = RunDaemon({"run", (dir / "pipeline-once.yaml").string(), "--quiet-progress"},
-                                 (dir / "restart.log").string());
+                                 (dir / "restart.log").string(), thread_counts.back() == 1);
 
-    std::printf("%12llu %12.1f %14.0f %14.0f %7.0f%% %8.1f %14.0f %12.1f %14.3f s\n",
-                static_cast<unsigned long long>(count), bytes / 1e6, raw_rate, rate,
-                100.0 * rate / raw_rate, run.cpu_seconds, count / run.cpu_seconds,
-                run.max_rss_kb / 1024.0, restart.seconds);
-    if (writes.batches > 0) {
+    std::printf("\n%llu records, %.1f MB; raw parse (one core, in-process, best of 3): %.0f rec/s, "
+                "%.3f CPU us/rec\n",
+                static_cast<unsigned long long>(count), bytes / 1e6, raw_rate, raw_cpu_us);
+    // "of raw": records/s against the raw parse's (wall clock, both); "raw CPU": the raw
+    // parse's CPU time per record against the daemon's (what a busy machine changes least).
+    std::printf("%8s %14s %10s %10s %12s %13s %9s %12s\n", "threads", "driftd rec/s", "of raw",
+                "x 1 thread", "of T x raw", "CPU us/rec", "raw CPU", "peak RSS MB");
+    const double single = runs.count(1) ? Median(runs[1].rates) : 0;
+    for (int threads : thread_counts) {
+      const Runs& of = runs[threads];
+      const double rate = Median(of.rates);
+      const double cpu_us = Median(of.cpu_per_record);
+      std::printf("%8d %14.0f %9.0f%% %9.2fx %11.0f%% %13.3f %8.0f%% %12.1f\n", threads, rate,
+                  100.0 * rate / raw_rate, single > 0 ? rate / single : 0.0,
+                  100.0 * rate / (threads * raw_rate), cpu_us, 100.0 * raw_cpu_us / cpu_us,
+                  of.max_rss_kb / 1024.0);
+    }
+    std::printf("output files of every run identical: %s; restart to first commit: %.3f s; "
+                "load average now: %s\n",
+                outputs_equal ? "yes" : "NO", restart.seconds, LoadAverage().c_str());
+    if (!outputs_equal) return 1;
+    // Bytes written to files other than the sink's output and the log: the checkpoint's.
+    const long long checkpoint_written = first_run.write_bytes -
+                                         BytesUnder(dir / ("output" + first_name)) -
+                                         BytesUnder(dir / ("run" + first_name + ".log"));
+    if (writes.batches > 0 && drift) {
       const double n = static_cast<double>(writes.batches);
       auto ratio = [&](long long put) {
         return writes.dirty_bytes > 0 ? static_cast<double>(put) / writes.dirty_bytes : 0.0;
@@ -365,6 +477,7 @@ int main(int argc, char** argv) {
     fs::remove_all(base);
   }
   std::printf("(driftd figures are whole-process: start-up, checkpoint open, fsync'd commits "
-              "and the sink included; raw parse is in-process, best of 3.)\n");
+              "and the sink included; raw parse is in-process, best of 3. The drift figures "
+              "are the first run's.)\n");
   return 0;
 }

@@ -193,6 +193,7 @@ TEST_CASE("omitted keys take their documented defaults", "[config][loader]") {
   // An aggregation without a watermark never finalises rows: update, as Spark requires.
   CHECK(result->sinks[0].output_mode == OutputMode::kUpdate);
   CHECK_FALSE(result->drift.enabled);
+  CHECK(result->threads == 0);  // the cores available
 
   auto without_state_dir = ParseText(kMinimalPipeline);
   REQUIRE(without_state_dir);
@@ -480,6 +481,23 @@ TEST_CASE("each trigger kind is read", "[config][loader][trigger]") {
   CHECK(continuous.kind == TriggerKind::kContinuous);
   CHECK(continuous.interval_ms == 1000);
   CHECK(continuous.mark.line == 15);
+}
+
+TEST_CASE("threads is a count from 1 to 256, checked at its line", "[config][loader][threads]") {
+  auto parse = [](std::string_view value) {
+    return ParseText(std::string(kMinimalPipeline) + "threads: " + std::string(value) + "\n");
+  };
+  auto two = parse("2");
+  INFO(ProblemText(two));
+  REQUIRE(two);
+  CHECK(two->threads == 2);
+  for (const char* bad : {"0", "257", "two", "1.5", "-1"}) {
+    INFO(bad);
+    auto result = parse(bad);
+    REQUIRE_FALSE(result);
+    CHECK(ErrorCount(result) == 1);
+    CHECK_THAT(ProblemText(result), Catch::Contains("threads") && Catch::Contains(":15:"));
+  }
 }
 
 TEST_CASE("record size limits accept byte counts and binary or decimal units", "[config][loader]") {

@@ -166,6 +166,38 @@ TEST_CASE("re-reading a planned range yields identical records whatever the chun
   CHECK(all == expected);
 }
 
+TEST_CASE("records, positions and cut lines are the same whatever the chunk size", "[file][source]") {
+  TempDir dir;
+  std::string text = "\xEF\xBB\xBF{\"n\":1}\r\n\r\n   \n";
+  for (int i = 2; i < 200; ++i) {
+    text += fmt::format("{{\"n\":{},\"pad\":\"{}\"}}{}\n", i, std::string(i % 37, 'x'),
+                        i % 5 == 0 ? "\r" : "");
+    if (i % 50 == 0) text += "{\"long\":\"" + std::string(2500 + i, 'y') + "\"}\n";
+  }
+  WriteText(dir.Sub("a.jsonl"), text);
+  WriteText(dir.Sub("b.jsonl"), "{\"n\":\"b\"}\n" + std::string(3000, 'z') + "\n{\"n\":\"c\"}\n");
+  auto source = StartedFiles(dir, {}, 2000);
+  SourceOffsets end = Plan(*source, {});
+  const auto whole = ReadRange(*source, {}, end, 1 << 20);
+  // a: n=1 (its mark and the blank lines are not records), n=2..199, three long lines cut;
+  // b: two records and a line of z cut.
+  REQUIRE(whole.size() == 1 + 198 + 3 + 3);
+  CHECK(whole[0].text == "{\"n\":1}");
+  CHECK(whole[0].position.offset == 3);
+  for (size_t max_bytes : {size_t{1}, size_t{13}, size_t{300}, size_t{2001}, size_t{4096}}) {
+    INFO("chunks of " << max_bytes << " bytes");
+    const auto chunked = ReadRange(*source, {}, end, max_bytes);
+    REQUIRE(chunked.size() == whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      INFO("record " << i);
+      CHECK(chunked[i].text == whole[i].text);
+      CHECK(chunked[i].position.partition == whole[i].position.partition);
+      CHECK(chunked[i].position.offset == whole[i].position.offset);
+      CHECK(chunked[i].cut == whole[i].cut);
+    }
+  }
+}
+
 TEST_CASE("a file that shrank or vanished under a committed position is data loss",
           "[file][source]") {
   TempDir dir;

@@ -1,8 +1,9 @@
 // Crash tests with event-time windows open across the crashes: a pipeline killed with SIGKILL
 // at random moments 20+ times emits exactly the windows of a crash-free run, under the
-// availableNow and the continuous trigger. The aggregates include percentiles of a sketch small
-// enough (accuracy 10: k = 30) to compact many times in every window, so the restored sketches
-// are proven to go on exactly as uninterrupted ones.
+// availableNow and the continuous trigger, on two threads against a reference run on one. The
+// aggregates include percentiles of a sketch small enough (accuracy 10: k = 30) to compact many
+// times in every window, so the restored sketches are proven to go on exactly as uninterrupted
+// ones.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -35,7 +36,8 @@ void WriteJitteredFiles(const std::string& dir) {
   }
 }
 
-std::string CrashPipeline(const TempDir& dir, const std::string& trigger) {
+// `threads`: the crash-free reference runs on one thread, the crashed lives on two.
+std::string CrashPipeline(const TempDir& dir, const std::string& trigger, int threads) {
   std::string path = dir / "pipeline.yaml";
   WriteFile(path, fmt::format(R"yaml(name: window-crash
 {schema}
@@ -53,11 +55,13 @@ sinks:
   - {{name: changed, format: file, stream: stats, outputMode: update, options: {{path: {update}}}}}
 trigger: {trigger}
 checkpointLocation: {checkpoint}
+threads: {threads}
 )yaml",
                               fmt::arg("schema", kValueSchema), fmt::arg("input", dir / "input"),
                               fmt::arg("append", dir / "out-append"),
                               fmt::arg("update", dir / "out-update"), fmt::arg("trigger", trigger),
-                              fmt::arg("checkpoint", dir / "checkpoint")));
+                              fmt::arg("checkpoint", dir / "checkpoint"),
+                              fmt::arg("threads", threads)));
   return path;
 }
 
@@ -98,7 +102,7 @@ struct Reference {
 
   Reference() {
     WriteJitteredFiles(dir / "input");
-    RunResult run = RunDriftd({"run", CrashPipeline(dir, "{availableNow: true}")});
+    RunResult run = RunDriftd({"run", CrashPipeline(dir, "{availableNow: true}", 1)});
     INFO(run.output);
     REQUIRE(run.exit_code == 0);
     append = CommittedRows(dir / "out-append");
@@ -124,7 +128,7 @@ TEST_CASE("windows open across 20+ SIGKILLs are emitted exactly as in a crash-fr
   Reference reference;
   TempDir dir;
   WriteJitteredFiles(dir / "input");
-  std::string pipeline = CrashPipeline(dir, "{availableNow: true}");
+  std::string pipeline = CrashPipeline(dir, "{availableNow: true}", 2);
   int kills = KillUntilDone(dir, pipeline, [] { return false; });
   INFO("kills " << kills);
   CHECK(kills >= 20);
@@ -145,7 +149,7 @@ TEST_CASE(
   Reference reference;
   TempDir dir;
   WriteJitteredFiles(dir / "input");
-  std::string pipeline = CrashPipeline(dir, "{continuous: 1 second}");
+  std::string pipeline = CrashPipeline(dir, "{continuous: 1 second}", 2);
   auto done = [&] { return ManifestSize(dir / "out-append") >= reference.batches; };
   int kills = KillUntilDone(dir, pipeline, done);
   INFO("kills " << kills);

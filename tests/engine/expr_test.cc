@@ -394,5 +394,50 @@ TEST_CASE("a filtered row is the same row however the input is batched", "[expr]
   CHECK(run(1) == whole);
 }
 
+
+// The schema fields ColumnsUsed marks, by name.
+std::vector<std::string> UsedNames(const PipelineSpec& spec) {
+  auto used = ColumnsUsed(spec);
+  REQUIRE(used);
+  std::vector<std::string> names;
+  for (size_t f = 0; f < used->size(); ++f) {
+    if ((*used)[f]) names.push_back(spec.schema.fields[f].name);
+  }
+  return names;
+}
+
+TEST_CASE("the columns a pipeline reads are those of its groupBy, aggregates, expressions and "
+          "drift",
+          "[expr][projection]") {
+  PipelineSpec spec;
+  spec.schema = InferenceSchema();
+  spec.query.group_by = {"model_id"};
+  spec.query.aggregates = {{AggregateFn::kCount, {}, false, 0, "", "count", {}},
+                           {AggregateFn::kMean, {}, false, 0, "prediction", "mean(prediction)", {}}};
+  CHECK(UsedNames(spec) == std::vector<std::string>{"model_id", "prediction"});
+
+  // Derived columns and the filter read theirs (through earlier derived columns too).
+  spec.query.derived = {
+      {"abs_error", "abs(prediction - ground_truth) AS abs_error", FieldType::kDouble, {}},
+      {"scaled", "abs_error * clicks AS scaled", FieldType::kDouble, {}}};
+  spec.query.where = "ok";
+  CHECK(UsedNames(spec) ==
+        std::vector<std::string>{"model_id", "prediction", "ground_truth", "clicks", "ok"});
+
+  // Drift: its series, and without a window the first timestamp column dates its values.
+  spec.drift.enabled = true;
+  spec.drift.series = {"features"};
+  CHECK(UsedNames(spec) == std::vector<std::string>{"model_id", "prediction", "ground_truth",
+                                                    "clicks", "ok", "event_time", "features"});
+
+  // A query without aggregation emits its select list, or every column.
+  PipelineSpec rows;
+  rows.schema = InferenceSchema();
+  rows.query.select = {"model_id", "shown"};
+  CHECK(UsedNames(rows) == std::vector<std::string>{"model_id", "shown"});
+  rows.query.select.clear();
+  CHECK(UsedNames(rows).size() == rows.schema.fields.size());
+}
+
 }  // namespace
 }  // namespace driftd

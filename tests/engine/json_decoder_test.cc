@@ -680,3 +680,81 @@ TEST_CASE("an array longer than maxArrayLength is too_large: dropped, or null un
 }
 
 }  // namespace driftd
+
+namespace driftd {
+namespace {
+
+// Decodes `records` with only the `used` fields of the inference schema (Project).
+Decoded DecodeProjected(const std::vector<bool>& used, const MalformedSpec& spec,
+                        const std::vector<std::string>& records) {
+  const Schema schema = InferenceSchema();
+  JsonDecoder decoder(schema, spec);
+  decoder.Project(used);
+  Decoded decoded;
+  decoded.batch.Reset(schema);
+  const InputChunk chunk = MakeChunk(records);
+  decoded.status = decoder.Decode(chunk, decoded.batch, &decoded.dead_letters, Describe);
+  decoded.counts = decoder.counts();
+  return decoded;
+}
+
+TEST_CASE("columns left out of a projection are null and not type-checked, but still JSON",
+          "[decoder][projection]") {
+  // model_id and prediction used; event_time, feature_vector and ground_truth not.
+  const std::vector<bool> used = {true, false, false, true, false};
+  const Decoded good = DecodeProjected(used, Policy(MalformedPolicy::kDrop), {kGood0});
+  REQUIRE(good.status);
+  REQUIRE(good.batch.num_rows == 1);
+  CHECK(good.batch.columns[0].String(0) == "model-1");
+  CHECK(good.batch.columns[3].f64[0] == 0.73);
+  for (int field : {1, 2, 4}) CHECK(good.batch.columns[field].IsNull(0));
+  CHECK(good.batch.columns[2].ArraySize(0) == 0);
+
+  // A value of the wrong type in a column nobody reads is not a malformed record...
+  const std::vector<std::string> records = {
+      R"({"model_id":"a","event_time":12.5e999,"feature_vector":"none","prediction":0.5,)"
+      R"("ground_truth":"yes"})",
+      R"({"model_id":"b","event_time":"not a time","prediction":0.25})",
+      // ...but a value that is not JSON is, wherever it is,
+      R"({"model_id":"c","ground_truth":01,"prediction":0.5})",
+      R"({"model_id":"d","feature_vector":[1,tru],"prediction":0.5})",
+      // as are a duplicate field, a bad used column and a missing non-nullable one.
+      R"({"model_id":"e","ground_truth":1,"ground_truth":2,"prediction":0.5})",
+      R"({"model_id":"f","prediction":"x"})",
+      R"({"prediction":0.5})",
+  };
+  const Decoded decoded = DecodeProjected(used, Policy(MalformedPolicy::kDrop), records);
+  REQUIRE(decoded.status);
+  REQUIRE(decoded.batch.num_rows == 2);
+  CHECK(decoded.batch.columns[0].String(0) == "a");
+  CHECK(decoded.batch.columns[0].String(1) == "b");
+  CHECK(decoded.batch.columns[3].f64[1] == 0.25);
+  CHECK(decoded.counts[MalformedReason::kNotJson] == 2);
+  CHECK(decoded.counts[MalformedReason::kDuplicateField] == 1);
+  CHECK(decoded.counts[MalformedReason::kWrongType] == 1);
+  CHECK(decoded.counts[MalformedReason::kMissingField] == 1);
+  CHECK(decoded.counts.total() == 5);
+
+  // Without the projection, the first two are malformed too.
+  const Decoded full =
+      DecodeProjected({true, true, true, true, true}, Policy(MalformedPolicy::kDrop), records);
+  CHECK(full.batch.num_rows == 0);
+  CHECK(full.counts.total() == 7);
+}
+
+TEST_CASE("a non-nullable column is decoded and checked even when nothing reads it",
+          "[decoder][projection]") {
+  const Decoded decoded = DecodeProjected({false, false, false, true, false},
+                                          Policy(MalformedPolicy::kDrop),
+                                          {R"({"model_id":[7],"prediction":0.5})",
+                                           R"({"model_id":null,"prediction":0.5})",
+                                           R"({"model_id":"m","prediction":0.5})"});
+  REQUIRE(decoded.status);
+  REQUIRE(decoded.batch.num_rows == 1);
+  CHECK(decoded.batch.columns[0].String(0) == "m");
+  CHECK(decoded.counts[MalformedReason::kWrongType] == 1);
+  CHECK(decoded.counts[MalformedReason::kMissingField] == 1);
+}
+
+}  // namespace
+}  // namespace driftd

@@ -4,6 +4,8 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -129,6 +131,11 @@ struct Delivered {
   std::vector<std::string> stats;
   std::vector<std::string> alerts;
   int64_t batches = 0;
+  // The other streams, and every batch's rows with its id, for comparisons byte for byte.
+  std::vector<std::string> updates;
+  std::vector<std::string> dead_letters;
+  std::vector<std::string> evaluations;
+  std::vector<std::string> batch_log;
 };
 
 class CollectingSink final : public Sink {
@@ -141,6 +148,18 @@ class CollectingSink final : public Sink {
     ++into_.batches;
     for (const std::string& row : output.stats_append.rows) into_.stats.push_back(row);
     for (const std::string& row : output.alerts.rows) into_.alerts.push_back(row);
+    for (const std::string& row : output.stats_update.rows) into_.updates.push_back(row);
+    for (const std::string& row : output.dead_letters.rows) into_.dead_letters.push_back(row);
+    for (const std::string& row : output.evaluations.rows) into_.evaluations.push_back(row);
+    for (const OutputRows* rows : {&output.stats_append, &output.stats_update,
+                                   &output.stats_complete, &output.alerts, &output.dead_letters,
+                                   &output.evaluations}) {
+      into_.batch_log.push_back(fmt::format("batch {} columns {}", output.batch_id,
+                                            fmt::join(rows->columns, ",")));
+      for (size_t i = 0; i < rows->rows.size(); ++i) {
+        into_.batch_log.push_back(fmt::format("{} {}", rows->keys[i], rows->rows[i]));
+      }
+    }
     return Ok();
   }
 
@@ -218,13 +237,30 @@ struct RunResult {
   Delivered delivered;
   int64_t dropped = 0;
   std::vector<std::string> progress;  // one JSON record per batch
+  int64_t malformed = 0;
+  int64_t filtered = 0;
+  int64_t input = 0;
+  /// The checkpoint's state after the run: encoded key -> value.
+  std::map<std::string, std::string> state;
+  /// Run's error, if it failed.
+  std::string error;
+};
+
+/// How a run is executed, beside its data and batching.
+struct Execution {
+  int threads = 1;
+  /// Small chunks, so that a batch is many chunks and threads share it. Default: the
+  /// executor's.
+  size_t chunk_bytes = ExecutorOptions{}.chunk_bytes;
 };
 
 RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder order,
-                   const std::string& checkpoint, std::string_view pipeline = kPipeline) {
+                   const std::string& checkpoint, std::string_view pipeline = kPipeline,
+                   Execution execution = {}) {
   auto spec = ParsePipeline(pipeline, "partitioned.yaml", LoadOptions{});
   REQUIRE(spec);
   spec->checkpoint_location = checkpoint;
+  spec->threads = execution.threads;
   RunResult result;
   QueryIo io;
   io.create_source = [&](const PipelineSpec&) -> Result<std::unique_ptr<Source>> {
@@ -242,11 +278,24 @@ RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder
   ExecutorOptions options;
   options.sync_commits = false;
   options.on_progress = [&](const std::string& json) { result.progress.push_back(json); };
-  auto executor = QueryExecutor::Create(*spec, std::move(options), std::move(io));
-  REQUIRE(executor);
-  REQUIRE((*executor)->Start());
-  REQUIRE((*executor)->Run());
-  result.dropped = (*executor)->counters().dropped_by_watermark.load();
+  options.chunk_bytes = execution.chunk_bytes;
+  {
+    auto executor = QueryExecutor::Create(*spec, std::move(options), std::move(io));
+    REQUIRE(executor);
+    REQUIRE((*executor)->Start());
+    const Status ran = (*executor)->Run();
+    if (!ran) result.error = ran.error().message();
+    const QueryCounters& counters = (*executor)->counters();
+    result.dropped = counters.dropped_by_watermark.load();
+    result.malformed = counters.malformed_rows.load();
+    result.filtered = counters.filtered_rows.load();
+    result.input = counters.input_rows.load();
+  }
+  auto store = OpenCheckpointStore(checkpoint, CheckpointOptions{});
+  REQUIRE(store);
+  REQUIRE((*store)->ScanState([&](std::string_view key, std::string_view value) {
+    result.state.emplace(std::string(key), std::string(value));
+  }));
   return result;
 }
 
@@ -422,6 +471,313 @@ TEST_CASE("approx_percentile windows are identical whatever maxOffsetsPerTrigger
       CHECK(run.delivered.stats == rows);
     }
   }
+}
+
+// Records of GeneratedLogs with some that a decoder refuses: not JSON, a wrong type, and one
+// from "shadow" traffic that the query's filter drops.
+PartitionedData WithBadRecords(PartitionedData data) {
+  for (size_t p = 0; p < data.partitions.size(); ++p) {
+    std::vector<std::string>& records = data.partitions[p];
+    for (size_t i = 97 * (p + 1); i < records.size(); i += 997) {
+      switch (i % 3) {
+        case 0: records[i] = "{\"model_id\": \"model-1\", \"prediction\": "; break;
+        case 1: {
+          const size_t at = records[i].find("\"prediction\":") + 13;
+          records[i].replace(at, records[i].find_first_of(",}", at) - at, "\"x\"");
+          break;
+        }
+        case 2: records[i].replace(records[i].find("model-"), 6, "shadow-"); break;
+      }
+    }
+  }
+  return data;
+}
+
+// Record-count drift windows with labels, an update-mode aggregation without a window, a
+// filter and a derived column, malformed records to a dead-letter stream, evaluations.
+constexpr const char* kRecordWindowPipeline = R"yaml(
+name: records
+schema:
+  - {name: model_id, type: string}
+  - {name: event_time, type: timestamp}
+  - {name: feature_vector, type: array<double>}
+  - {name: prediction, type: double}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:1", subscribe: logs}
+  malformed: {policy: dead_letter}
+query:
+  select: ["prediction * 2 AS doubled"]
+  where: "model_id NOT IN ('shadow-0', 'shadow-1', 'shadow-2', 'shadow-3')"
+  groupBy: [model_id]
+  aggregates: [count, mean(feature_vector), stddev(doubled), min(prediction), max(prediction)]
+drift:
+  series: [feature_vector, doubled]
+  windowRecords: 500
+  baseline: {type: warmup, records: 1000}
+  detectors: [{type: mean_shift}, {type: psi}, {type: cusum}]
+sinks:
+  - {name: stats, format: console, stream: stats, outputMode: update}
+  - {name: alerts, format: console, stream: alerts}
+  - {name: dead, format: console, stream: dead_letter}
+  - {name: evaluations, format: console, stream: evaluations}
+trigger: {availableNow: true}
+)yaml";
+
+// Input rows as they are: a query without aggregation.
+constexpr const char* kSelectPipeline = R"(
+name: rows
+schema:
+  - {name: model_id, type: string}
+  - {name: event_time, type: timestamp}
+  - {name: prediction, type: double}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:1", subscribe: logs}
+query:
+  select: [model_id, prediction, "prediction + 1 AS shifted"]
+  where: "prediction > 0.3"
+sinks:
+  - {name: rows, format: console, stream: stats, outputMode: append}
+trigger: {availableNow: true}
+)";
+
+void CheckSameRun(const RunResult& run, const RunResult& reference) {
+  CHECK(run.error == reference.error);
+  CHECK(run.input == reference.input);
+  CHECK(run.malformed == reference.malformed);
+  CHECK(run.filtered == reference.filtered);
+  CHECK(run.dropped == reference.dropped);
+  CHECK(run.delivered.batches == reference.delivered.batches);
+  // Every row of every stream of every batch, byte for byte, and the checkpoint's state.
+  REQUIRE(run.delivered.batch_log.size() == reference.delivered.batch_log.size());
+  for (size_t i = 0; i < run.delivered.batch_log.size(); ++i) {
+    INFO("row " << i);
+    REQUIRE(run.delivered.batch_log[i] == reference.delivered.batch_log[i]);
+  }
+  CHECK(run.state.size() == reference.state.size());
+  CHECK(run.state == reference.state);
+}
+
+TEST_CASE("batches on two and three threads give one thread's rows, alerts and state, byte for "
+          "byte",
+          "[executor][threads][determinism]") {
+  const PartitionedData logs = GeneratedLogs();
+  const PartitionedData bad = WithBadRecords(logs);
+  TempDir dir;
+  struct Case {
+    const char* name;
+    const PartitionedData* data;
+    const char* pipeline;
+  };
+  for (const Case& c : {Case{"event-time windows", &logs, kPipeline},
+                        Case{"record-count windows", &bad, kRecordWindowPipeline},
+                        Case{"percentiles", &logs, kPercentilePipeline},
+                        Case{"select", &logs, kSelectPipeline}}) {
+    for (const auto& [max_per_batch, order] :
+         {std::pair{int64_t{7777}, ReadOrder::kInterleaved},
+          std::pair{int64_t{200'000}, ReadOrder::kPartitionAfterPartition}}) {
+      DYNAMIC_SECTION(c.name << ", maxOffsetsPerTrigger " << max_per_batch << ", order "
+                             << static_cast<int>(order)) {
+        const std::string base =
+            fmt::format("{}-{}-{}", c.pipeline == kPipeline ? 0 : c.name[0], max_per_batch,
+                        static_cast<int>(order));
+        const RunResult reference = RunQuery(*c.data, max_per_batch, order, dir / (base + "-1"),
+                                             c.pipeline, Execution{1, 16 << 10});
+        REQUIRE(reference.error.empty());
+        REQUIRE(reference.delivered.batch_log.size() > 20);
+        if (c.data == &bad) {
+          CHECK(reference.malformed > 0);
+          CHECK(reference.filtered > 0);
+          CHECK(!reference.delivered.dead_letters.empty());
+          CHECK(!reference.delivered.evaluations.empty());
+        }
+        for (int threads : {2, 3}) {
+          INFO(threads << " threads");
+          const RunResult run =
+              RunQuery(*c.data, max_per_batch, order, dir / fmt::format("{}-{}", base, threads),
+                       c.pipeline, Execution{threads, 16 << 10});
+          CheckSameRun(run, reference);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("alerts and statistics on two threads do not depend on the batch size or read order",
+          "[executor][threads][determinism]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  const RunResult reference = RunQuery(data, 1000, ReadOrder::kPartitionAfterPartition,
+                                       dir / "a", kPipeline, Execution{1, 16 << 10});
+  const std::set<std::string> alerts = AlertFacts(reference.delivered.alerts);
+  REQUIRE(!alerts.empty());
+  const auto stats = WindowStats(reference.delivered.stats);
+  for (const auto& [max_per_batch, order] :
+       {std::pair{int64_t{333}, ReadOrder::kInterleaved},
+        std::pair{int64_t{200'000}, ReadOrder::kInterleaved}}) {
+    DYNAMIC_SECTION("maxOffsetsPerTrigger " << max_per_batch) {
+      const RunResult run =
+          RunQuery(data, max_per_batch, order, dir / fmt::format("t{}", max_per_batch),
+                   kPipeline, Execution{2, 4 << 10});
+      CHECK(AlertFacts(run.delivered.alerts) == alerts);
+      CHECK(run.dropped == reference.dropped);
+      const auto other = WindowStats(run.delivered.stats);
+      REQUIRE(other.size() == stats.size());
+      for (const auto& [key, value] : stats) {
+        INFO(key);
+        REQUIRE(other.count(key) == 1);
+        CHECK(other.at(key).first == value.first);
+        CHECK(std::abs(other.at(key).second - value.second) <= 1e-9 * std::abs(value.second));
+      }
+    }
+  }
+}
+
+TEST_CASE("a malformed record under the fail policy stops a batch on several threads with one "
+          "thread's message",
+          "[executor][threads][malformed]") {
+  PartitionedData data = GeneratedLogs();
+  // Two bad records: the one read first is named, whichever thread decodes its chunk first.
+  data.partitions[5][3000] = "{\"model_id\": 7";
+  data.partitions[6][100] = "[1, 2]";
+  std::string pipeline = kPipeline;
+  pipeline.replace(pipeline.find("query:"), 0, "  malformed: {policy: fail}\n");
+  TempDir dir;
+  for (const ReadOrder order : {ReadOrder::kPartitionAfterPartition, ReadOrder::kInterleaved}) {
+    DYNAMIC_SECTION("order " << static_cast<int>(order)) {
+      const std::string base = fmt::format("o{}", static_cast<int>(order));
+      const RunResult one =
+          RunQuery(data, 200'000, order, dir / (base + "-1"), pipeline, Execution{1, 8 << 10});
+      REQUIRE(one.error.find("malformed record at partition") != std::string::npos);
+      const RunResult two =
+          RunQuery(data, 200'000, order, dir / (base + "-2"), pipeline, Execution{2, 8 << 10});
+      CHECK(two.error == one.error);
+      CHECK(two.state == one.state);
+    }
+  }
+}
+
+
+// A sink whose deliveries a test controls.
+class ScriptedSink final : public Sink {
+ public:
+  explicit ScriptedSink(std::function<Status(const BatchOutput&)> deliver)
+      : deliver_(std::move(deliver)) {}
+  const std::string& name() const override { return name_; }
+  Status Open() override { return Ok(); }
+  Result<bool> IsDelivered(int64_t) override { return false; }
+  Status Deliver(const BatchOutput& output) override { return deliver_(output); }
+
+ private:
+  std::string name_ = "scripted";
+  std::function<Status(const BatchOutput&)> deliver_;
+};
+
+// A FakeSource that counts the batches read.
+class CountingSource final : public Source {
+ public:
+  CountingSource(const PartitionedData& data, int64_t max_per_batch, std::atomic<int>& reads)
+      : inner_(data, max_per_batch, ReadOrder::kPartitionAfterPartition), reads_(reads) {}
+  Status Start(const SourceOffsets& committed) override { return inner_.Start(committed); }
+  Result<SourceOffsets> InitialOffsets() override { return inner_.InitialOffsets(); }
+  Result<SourceOffsets> PlanBatch(const SourceOffsets& start) override {
+    return inner_.PlanBatch(start);
+  }
+  Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
+                                             const SourceOffsets& end) override {
+    ++reads_;
+    return inner_.Read(start, end);
+  }
+  bool HasIndependentPartitions() const override { return true; }
+  std::string PartitionKeyOf(uint32_t index) const override { return inner_.PartitionKeyOf(index); }
+  std::string DescribePosition(const RecordPosition& position) const override {
+    return inner_.DescribePosition(position);
+  }
+  std::string Describe() const override { return "Counting"; }
+
+ private:
+  FakeSource inner_;
+  std::atomic<int>& reads_;
+};
+
+// Runs kPipeline on `threads` threads with `deliver` as its only sink; Run's status.
+Status RunScripted(const PartitionedData& data, const std::string& checkpoint, int threads,
+                   std::atomic<int>& reads, std::function<Status(const BatchOutput&)> deliver) {
+  auto spec = ParsePipeline(kPipeline, "partitioned.yaml", LoadOptions{});
+  REQUIRE(spec);
+  spec->checkpoint_location = checkpoint;
+  spec->threads = threads;
+  QueryIo io;
+  io.create_source = [&](const PipelineSpec&) -> Result<std::unique_ptr<Source>> {
+    return std::unique_ptr<Source>(std::make_unique<CountingSource>(data, 20'000, reads));
+  };
+  io.create_sinks = [&](const PipelineSpec&,
+                        Source&) -> Result<std::vector<std::unique_ptr<Sink>>> {
+    std::vector<std::unique_ptr<Sink>> sinks;
+    sinks.push_back(std::make_unique<ScriptedSink>(deliver));
+    return sinks;
+  };
+  io.open_checkpoint = [](const std::string& directory, const CheckpointOptions& options) {
+    return OpenCheckpointStore(directory, options);
+  };
+  ExecutorOptions options;
+  options.sync_commits = false;
+  auto executor = QueryExecutor::Create(*spec, std::move(options), std::move(io));
+  REQUIRE(executor);
+  REQUIRE((*executor)->Start());
+  return (*executor)->Run();
+}
+
+TEST_CASE("on two threads the next batch is read while one is delivered, and commits only "
+          "after that delivery",
+          "[executor][threads][delivery]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  std::atomic<int> reads{0};
+  std::vector<int64_t> delivered;
+  int overlapped = 0;
+  const Status ran = RunScripted(data, dir / "a", 2, reads, [&](const BatchOutput& output) {
+    // Wait (a bounded while) for the next batch's read to start: it does not wait for this.
+    // 120,000 records in batches of 20,000: batches 0 to 4 have a next batch that reads.
+    const int reads_before = static_cast<int>(output.batch_id) + 1;
+    if (output.batch_id < 5 && testing::WaitFor([&] { return reads.load() > reads_before; },
+                                                std::chrono::seconds(10))) {
+      ++overlapped;
+    }
+    delivered.push_back(output.batch_id);
+    return Ok();
+  });
+  REQUIRE(ran);
+  REQUIRE(delivered.size() >= 6);  // and no-data batches that close the last windows
+  for (size_t i = 0; i < delivered.size(); ++i) CHECK(delivered[i] == static_cast<int64_t>(i));
+  CHECK(reads.load() >= 6);
+  CHECK(overlapped == 5);
+}
+
+TEST_CASE("a delivery that fails on two threads stops the query before the next batch commits",
+          "[executor][threads][delivery]") {
+  const PartitionedData data = GeneratedLogs();
+  TempDir dir;
+  std::atomic<int> reads{0};
+  const Status ran = RunScripted(data, dir / "a", 2, reads, [&](const BatchOutput& output) {
+    if (output.batch_id < 2) return Ok();
+    // Batch 2 fails for good once batch 3 has been read.
+    testing::WaitFor([&] { return reads.load() > 3; }, std::chrono::seconds(5));
+    return Status(MakeError(ErrorCode::kConfig, "refused batch {}", output.batch_id));
+  });
+  REQUIRE(!ran);
+  CHECK_THAT(ran.error().message(), Catch::Contains("refused batch 2"));
+  auto store = OpenCheckpointStore(dir / "a", CheckpointOptions{});
+  REQUIRE(store);
+  auto last = (*store)->LastCommit();
+  REQUIRE(last);
+  REQUIRE(*last);
+  CHECK((*last)->batch_id == 2);  // batch 3 was read and folded, never committed
+  auto pending = (*store)->PendingOutbox();
+  REQUIRE(pending);
+  REQUIRE(pending->size() == 1);
+  CHECK(pending->front().batch_id == 2);
 }
 
 }  // namespace

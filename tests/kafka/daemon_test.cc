@@ -125,6 +125,8 @@ struct Deployment {
   std::string progress = UniqueName("driftd-progress");
   TempDir checkpoint_root{"driftd-keo"};
   std::map<std::string, std::string> env;
+  /// The pipeline file Start runs by default.
+  std::string pipeline = SeedPipeline();
 
   Deployment(Admin& admin, const InferenceInput& input, std::string_view prefix,
              int64_t max_offsets_per_trigger)
@@ -151,10 +153,16 @@ struct Deployment {
   std::string checkpoint() const { return checkpoint_root / name; }
 
   ChildProcess Start(const std::string& log, const std::map<std::string, std::string>& extra = {},
-                     const std::string& pipeline = SeedPipeline()) const {
+                     const std::string& file = "") const {
     std::map<std::string, std::string> all = env;
     for (const auto& [key, value] : extra) all[key] = value;
-    return ChildProcess::Start({DriftdBinary(), "run", pipeline, "--http", "off"}, log, all);
+    return ChildProcess::Start(
+        {DriftdBinary(), "run", file.empty() ? pipeline : file, "--http", "off"}, log, all);
+  }
+  /// Runs the seed pipeline with `threads: N` (a copy of the file in the checkpoint root).
+  void UseThreads(int threads) {
+    pipeline = checkpoint_root / fmt::format("kafka-drift-{}-threads.yaml", threads);
+    WriteFile(pipeline, ReadFile(SeedPipeline()) + fmt::format("\nthreads: {}\n", threads));
   }
 };
 
@@ -429,7 +437,7 @@ TEST_CASE(
 TEST_CASE(
     "the daemon killed with SIGKILL 20+ times writes exactly the records and state of a "
     "crash-free run",
-    "[kafka][daemon][crash]") {
+    "[kafka][daemon][crash][threads]") {
   Admin admin;
   // 8000 records per model; model-1's feature 2 moves after 10 s (its record 5000), so the
   // output holds alerts as well as stats. 100 records per batch: 160 batches.
@@ -439,7 +447,9 @@ TEST_CASE(
                                .drift = "model-1 feature 2 shifts by 1 sigma after 10 s"});
   TempDir logs("driftd-keo-logs");
 
+  // The reference runs on one thread, the crashed lives on two.
   Deployment reference(admin, input, "reference", 100);
+  reference.UseThreads(1);
   RunToEnd(admin, reference, input, logs / "reference.log");
   const PartitionedRecords reference_stats = ReadCommittedByPartition(reference.stats);
   const PartitionedRecords reference_alerts = ReadCommittedByPartition(reference.alerts);
@@ -447,6 +457,7 @@ TEST_CASE(
   REQUIRE(Count(reference_alerts) >= 1);
 
   Deployment crashed(admin, input, "crashed", 100);
+  crashed.UseThreads(2);
   // Lives that stop themselves inside a delivery, after the batch is committed to the
   // checkpoint: before commit_transaction (the batch must be delivered again) and after it (it
   // must not be).

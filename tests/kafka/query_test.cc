@@ -3,7 +3,8 @@
 // with AS) that drift watches per model, and the statistics and alerts out to Kafka topics,
 // read back with read_committed as a user would. Then the Kafka metadata columns (key,
 // partition, timestamp) driving groupBy, a filter and the event time. Each pipeline runs at two
-// batch sizes (maxOffsetsPerTrigger), which must give the same output.
+// batch sizes (maxOffsetsPerTrigger), which must give the same output; the seed's query also
+// on one and two threads, which must give the same records byte for byte.
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -148,7 +149,7 @@ struct SeedInput {
 
 std::string SeedQueryYaml(const std::string& name, const std::string& input,
                           const std::string& stats, const std::string& alerts,
-                          const std::string& checkpoint, int64_t max_offsets) {
+                          const std::string& checkpoint, int64_t max_offsets, int threads) {
   return fmt::format(R"(name: {name}
 schema:
   - {{name: model_id, type: string, nullable: false}}
@@ -190,11 +191,12 @@ sinks:
     options: {{kafka.bootstrap.servers: "{bootstrap}", topic: {alerts}}}
 trigger: {{availableNow: true}}
 checkpointLocation: {checkpoint}
+threads: {threads}
 )",
                      fmt::arg("name", name), fmt::arg("bootstrap", Bootstrap()),
                      fmt::arg("input", input), fmt::arg("stats", stats),
                      fmt::arg("alerts", alerts), fmt::arg("checkpoint", checkpoint),
-                     fmt::arg("max_offsets", max_offsets));
+                     fmt::arg("max_offsets", max_offsets), fmt::arg("threads", threads));
 }
 
 // The last statistics row of each model: (count, mean(abs_error)).
@@ -210,22 +212,30 @@ std::map<std::string, std::pair<int64_t, double>> FinalStats(const std::string& 
 }
 
 TEST_CASE("the seed's query drops shadow traffic and alerts on the model whose error shifts, "
-          "whatever the batch size",
-          "[kafka][query][e2e]") {
+          "whatever the batch size and thread count",
+          "[kafka][query][e2e][threads]") {
   Admin admin;
   SeedInput input(admin);
   TempDir dir("driftd-seed-query");
   std::vector<std::vector<Alert>> runs;
-  for (int64_t max_offsets : {1'500, 100'000}) {
-    INFO("maxOffsetsPerTrigger " << max_offsets);
+  std::vector<std::vector<std::string>> stats_records;  // key and value of each, in order
+  for (const auto& [max_offsets, threads] :
+       {std::pair{int64_t{1'500}, 1}, std::pair{int64_t{1'500}, 2},
+        std::pair{int64_t{100'000}, 2}}) {
+    INFO("maxOffsetsPerTrigger " << max_offsets << ", threads " << threads);
     const std::string name = UniqueName("seed-query");
     const std::string stats = UniqueName("seed-query-stats");
     const std::string alerts = UniqueName("seed-query-alerts");
     admin.CreateTopic(stats, 1);
     admin.CreateTopic(alerts, 1);
     REQUIRE(RunToExit(dir,
-                      SeedQueryYaml(name, input.topic, stats, alerts, dir / name, max_offsets),
+                      SeedQueryYaml(name, input.topic, stats, alerts, dir / name, max_offsets,
+                                    threads),
                       name) == 0);
+    std::vector<std::string>& records = stats_records.emplace_back();
+    for (const Consumed& record : ReadSettled(stats)) {
+      records.push_back(record.key + " " + record.value);
+    }
 
     // Statistics: shadow rows are not counted, and the shadow-only deployment has no row.
     const auto final_stats = FinalStats(stats);
@@ -252,8 +262,13 @@ TEST_CASE("the seed's query drops shadow traffic and alerts on the model whose e
     }
     runs.push_back(seen);
   }
-  // The same alerts, ids included, from small and large batches.
+  // The same alerts, ids included, from small and large batches, on one and two threads.
   CHECK(runs[0] == runs[1]);
+  CHECK(runs[0] == runs[2]);
+  // Batches of the same size give the same statistics records, byte for byte, on one thread
+  // and on two.
+  REQUIRE(stats_records[0].size() > 10);
+  CHECK(stats_records[0] == stats_records[1]);
 }
 
 // Records keyed "a", "b", "c" over three partitions with Kafka timestamps one second apart;
