@@ -170,8 +170,9 @@ struct CategoryWindow {
 /// fixed, then the set and the baseline's cells, the current window's cells, open event-time
 /// windows, and trailing windows or seasonal phases.
 struct CategoricalState {
-  /// Names of unseen categories a window keeps for its alert.
-  static constexpr size_t kUnseenNames = 16;
+  /// Unseen categories a window counts by name for its alert: exactly up to this many distinct
+  /// ones (a long tail's window holds a few dozen), a hash sample of them beyond.
+  static constexpr size_t kUnseenNames = 256;
   /// The most values the baseline's first part holds (exactly counted, so at most this many
   /// distinct categories).
   static constexpr int64_t kMaxFirstPart = 2000;

@@ -522,6 +522,12 @@ void DriftMonitor::MarkDirty(ModelState& m, size_t series) {
   }
 }
 
+double DriftMonitor::WindowShift(const SeriesState& s, size_t series) const {
+  // A rate series' 0s and 1s sum exactly around 0, so its windows' rates do not depend on the
+  // order their values arrive in, not even in the last bits.
+  return IsDataQuality(series_kinds_[series]) ? 0.0 : s.baseline_c.mean();
+}
+
 int64_t DriftMonitor::WindowClockMs(int64_t window_end_us) const {
   if (!ValidTime(window_end_us)) return last_now_ms_;
   // Floor division, so times before the epoch still order correctly.
@@ -602,8 +608,8 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
     OpenWindow w;
     w.start_us = start;
     if (s.frozen) {
-      w.raw.Reset(s.baseline_c.mean());
-      w.sums.Reset(s.baseline_c.mean());
+      w.raw.Reset(WindowShift(s, series));
+      w.sums.Reset(WindowShift(s, series));
       if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
     }
     // Kept in start order, so closing walks from the front.
@@ -690,8 +696,8 @@ void DriftMonitor::CloseEventWindow(ModelState& m, size_t series) {
     // Windows still open were sampled: their sums and counts, now that the baseline is known.
     for (size_t i = 1; i < s.open.size(); ++i) {
       OpenWindow& later = s.open[i];
-      later.raw.Reset(s.baseline_c.mean());
-      later.sums.Reset(s.baseline_c.mean());
+      later.raw.Reset(WindowShift(s, series));
+      later.sums.Reset(WindowShift(s, series));
       if (has_histogram_) later.counts.assign(s.edges.bins(), 0);
       for (const auto& [value, count] : later.sample.Sorted()) {
         for (int64_t k = 0; k < count; ++k) {
@@ -773,8 +779,8 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     s.window_start = s.seen;
     s.window_min_us = INT64_MIN;
     s.window_max_us = INT64_MIN;
-    s.window_raw.Reset(s.baseline_c.mean());
-    s.window_sums.Reset(s.baseline_c.mean());
+    s.window_raw.Reset(WindowShift(s, series));
+    s.window_sums.Reset(WindowShift(s, series));
     s.cusum_seen = AlertLevel::kOk;
   }
   ++s.seen;
@@ -1024,8 +1030,8 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
   const HigherMoments window_c = s.window_sums.ToMoments();
   const Moments window = RawMoments(s.window_raw);
   auto clear_window = [&] {
-    s.window_raw.Reset(s.baseline_c.mean());
-    s.window_sums.Reset(s.baseline_c.mean());
+    s.window_raw.Reset(WindowShift(s, series));
+    s.window_sums.Reset(WindowShift(s, series));
     std::fill(s.window_counts.begin(), s.window_counts.end(), 0);
     s.cusum_seen = AlertLevel::kOk;
   };

@@ -450,6 +450,8 @@ class DriftMonitor {
   /// to are there (false: not yet). `final`: what is missing now is missing for good.
   Result<bool> CompleteRestore(SeriesState& s, size_t index, bool final);
   int64_t WindowClockMs(int64_t window_end_us) const;
+  /// What a window's power sums are centred on (PowerSums::Reset).
+  double WindowShift(const SeriesState& s, size_t series) const;
   bool PerValueCusum() const;
 
   DriftSpec spec_;
