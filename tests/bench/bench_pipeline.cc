@@ -3,7 +3,7 @@
 // beside the raw simdjson on-demand parse rate of the same bytes, measured in the same run.
 //
 //   bench_pipeline [--records N[,N...]] [--models M] [--features F] [--dir DIR]
-//                  [--drift] [--batch-records B]
+//                  [--drift | --drift-numeric] [--batch-records B]
 //
 // For each record count it writes generated inference logs, runs `driftd run` with the
 // availableNow trigger pinned to CPU 0, and prints records/s, the ratio to the raw parse rate,
@@ -11,7 +11,9 @@
 // with the once trigger, printing the time from process start to the first committed batch.
 //
 // --drift adds drift detection on every feature and the prediction (default detectors and
-// warmup). --batch-records B writes files of B records and reads one file per batch. For every
+// warmup: with the missing-value series of both columns and each model's malformed series).
+// --drift-numeric lists the numeric detectors only (what the default was before the
+// data-quality series), to measure what those series cost in the same run of the machine. --batch-records B writes files of B records and reads one file per batch. For every
 // run the bench then prints, per batch: the drift series whose state changed, the encoded size
 // of those changes (the series records, warmup values added, baselines that froze), what the
 // commit put into the checkpoint (keys and values, from the progress records), and the bytes the
@@ -179,9 +181,14 @@ long long BytesUnder(const fs::path& path) {
   return total;
 }
 
-std::string Pipeline(const fs::path& dir, int features, bool drift, bool one_file_per_batch) {
-  const std::string drift_section =
-      drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
+std::string Pipeline(const fs::path& dir, int features, bool drift, bool numeric_only,
+                     bool one_file_per_batch) {
+  std::string drift_section = drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
+  if (drift && numeric_only) {
+    drift_section +=
+        "  detectors: [{type: mean_shift}, {type: stddev_ratio}, {type: psi}, {type: js}, "
+        "{type: ks}, {type: cusum}, {type: error_rate}]\n";
+  }
   const std::string source_options =
       one_file_per_batch ? ", maxFilesPerTrigger: 1" : "";
   return fmt::format(R"(name: bench
@@ -216,12 +223,14 @@ int main(int argc, char** argv) {
   int models = 8;
   int features = 8;
   bool drift = false;
+  bool numeric_only = false;
   uint64_t batch_records = 0;
   fs::path base = fs::temp_directory_path() / fmt::format("driftd-bench-{}", getpid());
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--drift") {
+    if (flag == "--drift" || flag == "--drift-numeric") {
       drift = true;
+      numeric_only = flag == "--drift-numeric";
       --i;
       continue;
     }
@@ -254,7 +263,7 @@ int main(int argc, char** argv) {
   }
 
   std::printf("pipeline: file -> count/mean/stddev per model (%d models x %d features)%s -> file%s\n",
-              models, features, drift ? " + drift" : "",
+              models, features, drift ? (numeric_only ? " + drift (numeric detectors)" : " + drift") : "",
               batch_records > 0 ? fmt::format(", {} records per batch", batch_records).c_str() : "");
   std::printf("%12s %12s %14s %14s %8s %12s %16s\n", "records", "MB", "raw parse/s",
               "driftd rec/s", "ratio", "peak RSS MB", "restart->commit");
@@ -276,7 +285,7 @@ int main(int argc, char** argv) {
       std::ofstream(dir / "input" / fmt::format("part-{:05}.jsonl", f)) << text;
       if (f == 0) first_file = std::move(text);
     }
-    std::ofstream(dir / "pipeline.yaml") << Pipeline(dir, features, drift, batch_records > 0);
+    std::ofstream(dir / "pipeline.yaml") << Pipeline(dir, features, drift, numeric_only, batch_records > 0);
 
     size_t raw_records = 0;
     double raw_seconds = 1e9;
