@@ -3047,7 +3047,7 @@ void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_nam
     ++skipped_values_;
     return;
   }
-  if (series >= series_names_.size()) return;
+  if (series >= series_names_.size() || series_kinds_[series] == SeriesKind::kCategorical) return;
   ModelState& m = ModelFor(model, model_name);
   SeriesState& s = m.series[series];
   if (s.frozen) return;  // statistics given already, or restored
@@ -3084,6 +3084,9 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
     return MakeError(ErrorCode::kConfig, "reference of model '{}' series '{}': {}", model_name,
                      name, why);
   };
+  if (series_kinds_[series] == SeriesKind::kCategorical) {
+    return bad("a string series' reference gives its categories (\"categories\", \"other\")");
+  }
   if (moments.count() < std::max<int64_t>(1, spec_.min_samples)) {
     return bad(fmt::format("n = {} is below minSamples ({}): it could never be compared with",
                            moments.count(), spec_.min_samples));
