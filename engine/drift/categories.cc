@@ -310,9 +310,12 @@ void CategoricalState::Freeze(size_t max_tracked) {
     ref_unseen_n = held_out;
   } else {
     // The baseline ended with (almost) only its first part: Good-Turing's estimate of the share
-    // of values whose category it did not see, the share of its categories seen once.
-    ref_unseen = first_singletons;
-    ref_unseen_n = first_total;
+    // of values whose category it did not see, the share of its categories seen once. The
+    // estimate varies more than a binomial share of as many values (a category seen twice could
+    // as well have been seen once), so it counts as a share of half as many.
+    ref_unseen_n = std::max<int64_t>(1, first_total / 2);
+    ref_unseen = first_total > 0 ? (first_singletons * ref_unseen_n + first_total / 2) / first_total
+                                 : 0;
   }
   window.assign(set.cells(), 0);
   window_n = 0;

@@ -327,6 +327,49 @@ TEST_CASE("categorical and missing-rate levels are their false-alarm rates",
   check(CategoricalExceedances(DetectorKind::kMissingRate, {}, 1000, 300, level, 2000, 74), 0.3);
 }
 
+TEST_CASE("a baseline too short to hold values out keeps the unseen share's promise",
+          "[drift][categorical][calibration]") {
+  // 600 reference values, all in the first part (a file baseline's is 2000): the unseen share's
+  // reference is Good-Turing's estimate, counted as a share of half as many values. Its
+  // false-alarm rate stays within the promise (below it: conservative).
+  DriftSpec spec;
+  spec.enabled = true;
+  DetectorSpec detector = DefaultDetectorSpec(DetectorKind::kUnseenCategories);
+  detector.warn = 2.054;
+  detector.alert = 2.054;
+  detector.params["minEffect"] = 0;
+  spec.detectors = {detector};
+  spec.baseline.kind = BaselineKind::kFile;
+  spec.window_records = 300;
+  spec.min_samples = 100;
+  spec.hysteresis = 1;
+  spec.model_alert_series = 0;
+  Categories categories = Devices();
+  for (double& share : categories.shares) share *= 0.85;
+  categories.tail_share = 0.15;
+  categories.tail_size = 400;  // a tail that repeats: categories seen twice and more
+  std::mt19937_64 rng(81);
+  const std::vector<SeriesDef> defs = {{"x", SeriesKind::kCategorical}};
+  int hits = 0;
+  int evaluations = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    DriftMonitor monitor(spec, defs);
+    monitor.CollectEvaluations(true);
+    for (int i = 0; i < 600; ++i) monitor.ObserveReferenceCategory(0, "m", 0, categories.Draw(rng));
+    REQUIRE(monitor.FreezeReferences());
+    for (int64_t i = 0; i < 300; ++i) monitor.ObserveCategory(0, "m", 0, categories.Draw(rng), i);
+    std::vector<AlertEvent> events;
+    std::vector<Evaluation> out;
+    monitor.Evaluate(0, 0, events, &out);
+    REQUIRE(out.size() == 1);
+    hits += out[0].detectors.at(0).score >= 2.054 ? 1 : 0;
+    ++evaluations;
+  }
+  const double expected = evaluations * calibration::TailOfScore(2.054);
+  INFO("observed " << hits << " of " << evaluations << ", promised " << expected);
+  CHECK(hits <= expected + 3 * std::sqrt(expected));
+}
+
 TEST_CASE("cells too small for the chi-square's tail join the rest", "[drift][categorical]") {
   // Tracked a, b, c, d then other and unseen. With windows of 100 against 1000 a cell needs 110
   // pooled values to expect 10 in the window: c (40) and d (20) join the rest, and unseen
