@@ -1668,7 +1668,37 @@ void DriftMonitor::ObserveFlag(uint32_t model, const std::string& model_name, si
                                bool flagged, int64_t event_time_us, int64_t late_before_us) {
   if (series >= series_names_.size() || !IsDataQuality(series_kinds_[series])) return;
   // A rate series is a series of 0s and 1s: its baseline's and windows' means are the rates.
-  Observe(model, model_name, series, flagged ? 1.0 : 0.0, event_time_us, late_before_us);
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
+  const double value = flagged ? 1.0 : 0.0;
+  if (et_size_us_ == 0 && s.frozen && s.window_raw.count() > 0) {
+    // Within a record window, what AddValue would do for a value that is never clipped and
+    // has no bins (a rate series' histogram stays empty): a record adds a few instructions to
+    // the model's cost, not a numeric value's.
+    MarkDirty(m, series);
+    ++s.seen;
+    s.window_raw.Add(value);
+    s.window_sums.Add(value);
+    if (ValidTime(event_time_us)) {
+      if (!ValidTime(s.window_min_us) || event_time_us < s.window_min_us) {
+        s.window_min_us = event_time_us;
+      }
+      if (!ValidTime(s.window_max_us) || event_time_us > s.window_max_us) {
+        s.window_max_us = event_time_us;
+      }
+    }
+    if (s.window_raw.count() >= spec_.window_records) CloseWindow(m, series);
+    return;
+  }
+  SkipEdges(s);
+  AddValue(m, series, value, event_time_us, late_before_us);
+}
+
+void DriftMonitor::SkipEdges(SeriesState& s) {
+  // 0s and 1s have nothing to learn bins or fences from (the fences would never clip them), so
+  // a rate series keeps no warmup values: its baseline counts from the first value on.
+  if (!s.edges_ready && !s.frozen) FixEdges(s);
 }
 
 int64_t DriftMonitor::FirstPart() const {
@@ -2002,6 +2032,7 @@ void DriftMonitor::ObserveReferenceCategory(uint32_t model, const std::string& m
 void DriftMonitor::ObserveReferenceFlag(uint32_t model, const std::string& model_name,
                                         size_t series, bool flagged) {
   if (series >= series_names_.size() || !IsDataQuality(series_kinds_[series])) return;
+  SkipEdges(ModelFor(model, model_name).series[series]);
   ObserveReference(model, model_name, series, flagged ? 1.0 : 0.0);
 }
 

@@ -503,6 +503,7 @@ class DriftMonitor {
   size_t max_categories_ = 30;
   int64_t FirstPart() const;
   CategoricalState& CategoricalOf(SeriesState& s);
+  void SkipEdges(SeriesState& s);
   void AddCategory(ModelState& m, size_t series, uint64_t hash, std::string_view category,
                    int64_t event_time_us, int64_t late_before_us);
   void FreezeCategorical(SeriesState& s);
