@@ -105,14 +105,19 @@ class DriftStage::Impl {
                           1, kNoSeries});
     }
     // Data-quality series exist when a detector watches them (every kind when drift.detectors
-    // is not given). A malformed row's flag does not cross a scaled-out query's repartition
-    // topic, so there the malformed series is not kept rather than kept wrong.
+    // is not given), and only where they can see something: a non-nullable column is never
+    // null in a row (a record without it is malformed), and only the permissive policy keeps
+    // malformed records as rows. A malformed row's flag does not cross a scaled-out query's
+    // repartition topic, so there the malformed series is not kept rather than kept wrong.
     const std::vector<DetectorSpec> detectors =
         spec_.detectors.empty() ? DefaultDetectorSpecs() : spec_.detectors;
     for (const DetectorSpec& detector : detectors) {
       const DetectorDefaults& defaults = DefaultsFor(detector.kind);
       if (defaults.Watches(SeriesKind::kMissing)) watch_missing_ = true;
-      if (defaults.Watches(SeriesKind::kMalformed)) watch_malformed_ = !spec.scale_out.enabled;
+      if (defaults.Watches(SeriesKind::kMalformed)) {
+        watch_malformed_ = !spec.scale_out.enabled &&
+                           spec.source.malformed.policy == MalformedPolicy::kPermissive;
+      }
     }
     // Event time of a record: the window or watermark column, else the first timestamp field.
     std::string time_column;
@@ -267,7 +272,8 @@ class DriftStage::Impl {
         const size_t bracket = series.find('[');
         bool known = false;
         for (size_t i = 0; i < columns_.size() && watch_missing_; ++i) {
-          if (series == DriftMonitor::MissingSeriesName(schema_.fields[columns_[i].column].name)) {
+          const Field& field = schema_.fields[columns_[i].column];
+          if (field.nullable && series == DriftMonitor::MissingSeriesName(field.name)) {
             known = true;
           }
         }
@@ -911,7 +917,7 @@ class DriftStage::Impl {
     // elements share their column's), then the model's malformed-record series.
     for (SeriesColumn& series : columns_) {
       series.missing = kNoSeries;
-      if (!watch_missing_) continue;
+      if (!watch_missing_ || !schema_.fields[series.column].nullable) continue;
       series.missing = series_defs.size();
       series_defs.push_back({DriftMonitor::MissingSeriesName(schema_.fields[series.column].name),
                              SeriesKind::kMissing});

@@ -16,7 +16,9 @@
 
 #include "config/loader.h"
 #include "connectors/inference_generator.h"
+#include "engine/executor/drift_stage.h"
 #include "engine/executor/executor.h"
+#include "engine/json_decoder.h"
 #include "state/checkpoint_store.h"
 #include "tests/support/test_support.h"
 
@@ -527,6 +529,64 @@ TEST_CASE("categorical and data-quality alerts are the same whatever the batchin
     CHECK(AlertFacts(both) == alerts);
     CHECK(both.size() == reference.delivered.alerts.size());
   }
+}
+
+// The state keys of the drift series a pipeline's first batch creates (what the checkpoint holds).
+std::set<std::string> DriftSeriesKeys(std::string_view policy) {
+  auto spec = ParsePipeline(fmt::format(R"(
+name: quality
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: device, type: string}}
+  - {{name: amount, type: double, nullable: false}}
+source:
+  format: file
+  options: {{path: /nonexistent}}
+  malformed: {{policy: {}}}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [device, amount]
+sinks:
+  - {{format: console, stream: alerts}}
+)",
+                                        policy),
+                            "quality.yaml", LoadOptions{});
+  REQUIRE(spec);
+  auto stage = DriftStage::Create(*spec);
+  REQUIRE(stage);
+  InputChunk chunk;
+  chunk.Append(R"({"model_id":"m","device":"ios","amount":1.5})", RecordPosition{0, 0});
+  chunk.Seal();
+  RecordBatch batch;
+  batch.Reset(spec->schema);
+  JsonDecoder decoder(spec->schema, spec->source.malformed);
+  REQUIRE(decoder.Decode(chunk, batch, nullptr));
+  RowTimes times;
+  times.event_us.assign(batch.num_rows, INT64_MIN);
+  times.late_before.assign(batch.num_rows, INT64_MIN);
+  BatchOutput output;
+  (*stage)->Process(batch, times, output);
+  StateChanges changes;
+  StageProgress progress;
+  (*stage)->Finish(BatchContext{}, output, changes, progress);
+  std::set<std::string> keys;
+  for (const auto& [key, value] : changes.puts) {
+    // The series records ("drift/m/<series>"), not their warmup blocks or baselines.
+    if (key.starts_with("drift/m/") && key.find('/', 8) == std::string::npos) {
+      keys.insert(key.substr(8));
+    }
+  }
+  return keys;
+}
+
+TEST_CASE("data-quality series exist where they can see something", "[executor][categorical]") {
+  // A nullable column has a missing-value series, a non-nullable one cannot be null in a row;
+  // malformed records are rows (and so counted per model) under the permissive policy only.
+  CHECK(DriftSeriesKeys("permissive") ==
+        std::set<std::string>{"amount", "device", "device:missing", "malformed"});
+  CHECK(DriftSeriesKeys("drop") == std::set<std::string>{"amount", "device", "device:missing"});
 }
 
 }  // namespace
