@@ -251,10 +251,13 @@ class DriftMonitor {
 
   /// One value of a categorical series (SeriesKind::kCategorical), otherwise as Observe: the
   /// value's category is `category`'s bytes (compared whole; names are kept to
-  /// kMaxCategoryNameBytes). A null value is not a category: the caller feeds the series'
-  /// missing-value series instead. Results depend only on the values (and, with event-time
-  /// windows, their event times), never on their order within a window. No allocation once the
-  /// baseline is frozen, except a few names of unseen categories per window.
+  /// kMaxCategoryNameBytes; the bytes are not kept after the call). A null value is not a
+  /// category: the caller feeds the series' missing-value series instead (ObserveFlag). As
+  /// for Observe, record-count windows follow the order of the series' values, and with
+  /// event-time windows everything depends on the values and their event times only. A window
+  /// counts its values exactly, whatever their order within it. No allocation once the
+  /// baseline is frozen, except the names of up to 256 unseen categories per window. Calls for
+  /// a series of another kind are ignored.
   void ObserveCategory(uint32_t model, const std::string& model_name, size_t series,
                        std::string_view category, int64_t event_time_us,
                        int64_t late_before_us = INT64_MIN);
