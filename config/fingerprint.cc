@@ -67,6 +67,14 @@ std::string_view DetectorName(DetectorKind kind) {
       return "cusum";
     case DetectorKind::kErrorRate:
       return "error_rate";
+    case DetectorKind::kChiSquare:
+      return "chi_square";
+    case DetectorKind::kUnseenCategories:
+      return "unseen_categories";
+    case DetectorKind::kMissingRate:
+      return "missing_rate";
+    case DetectorKind::kMalformedRate:
+      return "malformed_rate";
   }
   return "?";
 }
@@ -231,9 +239,25 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     // fingerprints written before they existed).
     if (drift.window_ms > 0) out += fmt::format(",\"windowMs\":{}", drift.window_ms);
     out += ",\"detectors\":[";
+    bool first_detector = true;
     for (size_t i = 0; i < drift.detectors.size(); ++i) {
       const DetectorSpec& detector = drift.detectors[i];
-      if (i > 0) out += ',';
+      // The categorical and data-quality detectors watch series of their own (string columns,
+      // which older checkpoints cannot hold; missing-value and malformed-record series, whose
+      // state starts afresh): adding or removing them leaves every other series' state as it
+      // is, so they are not part of the fingerprint, and pipelines that get them by default
+      // keep the fingerprint their checkpoints were written with.
+      switch (detector.kind) {
+        case DetectorKind::kChiSquare:
+        case DetectorKind::kUnseenCategories:
+        case DetectorKind::kMissingRate:
+        case DetectorKind::kMalformedRate:
+          continue;
+        default:
+          break;
+      }
+      if (!first_detector) out += ',';
+      first_detector = false;
       out += "{\"kind\":" + quote(DetectorName(detector.kind));
       // Histogram state is laid out by bin count; thresholds and gates are not state.
       if (auto bins = detector.params.find("bins"); bins != detector.params.end()) {

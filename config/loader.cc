@@ -26,6 +26,8 @@
 #include "config/suggest.h"
 #include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
+#include "engine/drift/detectors.h"
+#include "engine/drift/monitor.h"
 #include "engine/expr/expr.h"
 #include "engine/quantile_sketch.h"
 #include "engine/redact.h"
@@ -183,6 +185,7 @@ enum class ColumnUse {
   kAny,
   kGroupKey,     // string, long, int, boolean
   kNumericLike,  // double, long, int, array<double>
+  kDriftSeries,  // numeric-like, or string (a categorical series)
   kTimestamp,
   kLabel,  // prediction / label for error rate: numeric or boolean
 };
@@ -196,6 +199,8 @@ bool Accepts(ColumnUse use, FieldType type) {
              type == FieldType::kBoolean;
     case ColumnUse::kNumericLike:
       return IsNumeric(type) || type == FieldType::kDoubleArray;
+    case ColumnUse::kDriftSeries:
+      return IsNumeric(type) || type == FieldType::kDoubleArray || type == FieldType::kString;
     case ColumnUse::kTimestamp:
       return type == FieldType::kTimestamp;
     case ColumnUse::kLabel:
@@ -212,6 +217,8 @@ std::string_view Expected(ColumnUse use) {
       return "a string, long, int or boolean column";
     case ColumnUse::kNumericLike:
       return "a numeric (double, long, int) or array<double> column";
+    case ColumnUse::kDriftSeries:
+      return "a numeric (double, long, int), array<double> or string (categorical) column";
     case ColumnUse::kTimestamp:
       return "a timestamp column";
     case ColumnUse::kLabel:
@@ -1156,7 +1163,7 @@ class PipelineParser {
     const MapReader::Entry* series_entry = drift.Find("series");
     if (series_entry == nullptr || series_entry->value.IsNull()) {
       drift.ReportMissing("series",
-                          " (the numeric or array<double> columns to watch, e.g. "
+                          " (the numeric, array<double> or string columns to watch, e.g. "
                           "[feature_vector, prediction])");
     } else if (auto series = drift.StringList("series", ", e.g. [feature_vector, prediction]")) {
       if (series->empty()) {
@@ -1170,7 +1177,16 @@ class PipelineParser {
                           fmt::format("series {} is listed twice", Show(column)));
           continue;
         }
-        CheckColumn(column, ColumnUse::kNumericLike, "drift series");
+        if (!spec.model_column.empty() && column.value == spec.model_column) {
+          problems_.Error(column.path, column.mark,
+                          fmt::format("drift series {} is the model column: drift is tracked "
+                                      "per model, so within a model it never changes",
+                                      Show(column)));
+          continue;
+        }
+        if (CheckColumn(column, ColumnUse::kDriftSeries, "drift series")) {
+          drift_series_.push_back(column);
+        }
         spec.series.push_back(column.value);
       }
     }
@@ -1524,6 +1540,23 @@ class PipelineParser {
                                  "({} against {}): add {{type: error_rate}} to drift.detectors",
                                  spec_.drift.prediction_column, spec_.drift.label_column));
     }
+    // A string series is watched by its categories: some detector must read them.
+    bool categorical = false;
+    for (const DetectorSpec& d : spec_.drift.detectors) {
+      categorical = categorical || DefaultsFor(d.kind).Watches(SeriesKind::kCategorical);
+    }
+    for (const Scalar& column : drift_series_) {
+      if (categorical || ColumnType(column.value) != FieldType::kString) continue;
+      std::vector<std::string_view> names;
+      for (const auto& d : DetectorDefaultsTable()) {
+        if (d.Watches(SeriesKind::kCategorical)) names.push_back(d.name);
+      }
+      problems_.Error(column.path, column.mark,
+                      fmt::format("drift series {} is a string column, watched by its categories, "
+                                  "but none of drift.detectors reads categories: add one of {}",
+                                  Show(column), Join(names)));
+      break;
+    }
   }
 
   void ParseOverrides(const MapReader& drift) {
@@ -1607,9 +1640,17 @@ class PipelineParser {
     return error;
   }
 
-  // An override names a drift series, or one element of an array<double> series: "col[3]".
+  // An override names a drift series, one element of an array<double> series ("col[3]"), a
+  // series' missing-value series ("col:missing") or the malformed-record series.
   void CheckOverrideSeries(const Scalar& series) {
+    if (series.value == DriftMonitor::kMalformedSeries) return;
     std::string base = series.value;
+    const std::string_view suffix = DriftMonitor::kMissingSuffix;
+    if (base.size() > suffix.size() && base.ends_with(suffix)) {
+      base.resize(base.size() - suffix.size());
+      const auto& watched = spec_.drift.series;
+      if (std::find(watched.begin(), watched.end(), base) != watched.end()) return;
+    }
     bool indexed = false;
     if (size_t open = base.find('['); open != std::string::npos && base.back() == ']') {
       std::string index = base.substr(open + 1, base.size() - open - 2);
@@ -2144,6 +2185,8 @@ class PipelineParser {
   std::vector<std::string> column_names_;
   /// The schema's field names and their lines.
   std::map<std::string, int> schema_lines_;
+  /// drift.series entries whose column exists with a type drift accepts.
+  std::vector<Scalar> drift_series_;
   /// The metadata columns the query reads, and names reported as ambiguous.
   std::set<MetadataColumn> metadata_read_;
   std::set<std::string> reported_ambiguous_;

@@ -21,6 +21,9 @@ inline constexpr size_t kInputPadding = 64;
 struct RecordPosition {
   uint32_t partition = 0;
   int64_t offset = 0;
+  /// Set by the decoder on a row it kept with bad fields nulled (the permissive policy): the
+  /// record was malformed and counted so. The drift stage watches each model's share of them.
+  bool malformed = false;
 };
 
 /// Raw records read from a source, packed into one buffer.

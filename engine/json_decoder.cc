@@ -1156,10 +1156,11 @@ Status JsonDecoder::Impl::Decode(
     if (verdict != Verdict::kRejected) [[likely]] {
       FinishRow(row);
       out.positions[row] = record.position;
-      ++row;
       if (verdict == Verdict::kKeptNulled) {
+        out.positions[row].malformed = true;
         ++counts.by_reason[static_cast<size_t>(problem_.reason)];
       }
+      ++row;
       continue;
     }
     ClearRow(row);

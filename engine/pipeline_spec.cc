@@ -64,6 +64,10 @@ std::string_view ToString(DetectorKind kind) {
     case DetectorKind::kKs: return "ks";
     case DetectorKind::kCusum: return "cusum";
     case DetectorKind::kErrorRate: return "error_rate";
+    case DetectorKind::kChiSquare: return "chi_square";
+    case DetectorKind::kUnseenCategories: return "unseen_categories";
+    case DetectorKind::kMissingRate: return "missing_rate";
+    case DetectorKind::kMalformedRate: return "malformed_rate";
   }
   return "unknown";
 }

@@ -159,11 +159,18 @@ enum class DetectorKind {
   kKs,
   kCusum,
   kErrorRate,
+  // Categorical series (string columns).
+  kChiSquare,
+  kUnseenCategories,
+  // Data quality: the missing-value rate of a series, a model's malformed-record rate.
+  kMissingRate,
+  kMalformedRate,
 };
 
 struct DetectorSpec {
   DetectorKind kind = DetectorKind::kMeanShift;
-  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate
+  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate,
+                     // chi_square, unseen_categories, missing_rate, malformed_rate
   /// Thresholds on the detector's statistic; defaults depend on the detector.
   double warn = 0;
   double alert = 0;
@@ -186,7 +193,8 @@ struct DriftSpec {
   bool enabled = false;
   /// Column identifying the model. Default: the first group_by column.
   std::string model_column;
-  /// Numeric or array<double> columns watched for drift (each array element is a series).
+  /// Numeric, array<double> or string columns watched for drift (each array element is a
+  /// series; a string column is a categorical series).
   std::vector<std::string> series;
   /// Optional label and prediction columns for error-rate drift.
   std::string prediction_column;

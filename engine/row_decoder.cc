@@ -148,8 +148,11 @@ Status RowDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
     if (ok) [[likely]] {
       FinishRow(out, row);
       out.positions[row] = record.position;
+      if (w.nulled_) {
+        out.positions[row].malformed = true;
+        ++counts_.by_reason[static_cast<size_t>(w.reason_)];
+      }
       ++row;
-      if (w.nulled_) ++counts_.by_reason[static_cast<size_t>(w.reason_)];
       continue;
     }
     for (size_t f = 0; f < num_fields; ++f) w.SetNull(static_cast<int>(f));

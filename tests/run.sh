@@ -42,7 +42,8 @@ for build in $builds; do
     #   scale-out tests (each runs the daemon 3 to 9 times over 80k-1M records against the
     #   broker; the executor's unit tests run its event clock and row blocks in both
     #   builds);
-    # - the two false-alarm tests over millions of stationary values (8 models x 8 features):
+    # - the false-alarm tests over millions of stationary values (8 models x 8 features, and
+    #   8 models' categorical and data-quality series):
     #   they measure the detectors' calibration, which the sanitizers cannot change, and the
     #   shorter drift tests run the same code in both builds;
     # - the Kafka tests that spend their time waiting on the broker (its outages) or on 20+
@@ -54,6 +55,7 @@ for build in $builds; do
                 '^e2e:a long windowed run keeps its state bounded and emits every closed window once$'
                 '^kafka:scale-out'
                 '^engine:stationary streams of 8 models x 8 features x 1M records raise no alert$'
+                '^engine:stationary categorical streams of 8 models x 1M records raise no alert$'
                 '^e2e:stationary inference logs of 8 models x 8 features raise no alert line at all$'
                 '^kafka:.*broker outage'
                 '^kafka:the daemon killed with SIGKILL 20\+ times'

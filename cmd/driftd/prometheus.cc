@@ -374,10 +374,12 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       }
     }
     w.Family("driftd_drift_window_mean", "gauge",
-             "Mean of the series over its last evaluated window.");
+             "Mean of the series over its last evaluated window (of a missing-value or "
+             "malformed series: the share of records without a value, or malformed; none for "
+             "a categorical series).");
     for (const View& p : pipelines) {
       for (const auto& [key, e] : p.metrics.evaluations) {
-        if (e.window_n == 0) continue;
+        if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",
                  {{"pipeline", p.name}, {"model", e.model}, {"series", e.series}},
                  e.window_mean);

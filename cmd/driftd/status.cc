@@ -162,7 +162,9 @@ std::string PipelineJson(const PipelineStatus& status) {
         x.Number("alert", worst->alert);
       }
       x.Int("windowN", e->window_n);
-      if (e->window_n > 0) x.Number("windowMean", e->window_mean);
+      if (e->window_n > 0 && e->series_kind != SeriesKind::kCategorical) {
+        x.Number("windowMean", e->window_mean);
+      }
       x.Int("batchId", e->batch_id);
       Time(x, "windowEnd", e->window_end_us);
       x.Raw("detectors", ReadingsJson(e->detectors));

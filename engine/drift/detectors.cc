@@ -343,6 +343,22 @@ void EvaluateCusum(const EvaluationInput& in, const DetectorConfig& config, doub
                 {"allowance", in.cusum_allowance}};
 }
 
+// ---- rises of a rate: error_rate, unseen_categories, missing_rate, malformed_rate ------------
+
+/// The rise over the reference's rate `ref_k` / `ref_n` at which the one-sided two-proportion
+/// test (arcsine scale, as ErrorRiseZ) of `n` window records reaches `level`, with `tests`
+/// look-backs tried.
+double RiseThreshold(double level, size_t tests, int64_t ref_k, int64_t ref_n, int64_t n) {
+  const double z = OneSidedCritical(level, tests);
+  const double nw = static_cast<double>(std::max<int64_t>(1, n));
+  const double nr = static_cast<double>(ref_n);
+  const double ref_rate = static_cast<double>(ref_k) / nr;
+  const double h_r = std::asin(std::sqrt((static_cast<double>(ref_k) + 0.375) / (nr + 0.75)));
+  const double h = std::min(M_PI / 2, h_r + z * std::sqrt(1 / (nw + 0.5) + 1 / (nr + 0.5)) / 2);
+  const double s = std::sin(h);
+  return std::max(0.0, (s * s * (nw + 0.75) - 0.375) / nw) - ref_rate;
+}
+
 // ---- error_rate -----------------------------------------------------------------------------
 
 void EvaluateErrorRate(const EvaluationInput& in, const DetectorConfig& config, double warn,
@@ -370,13 +386,7 @@ void EvaluateErrorRate(const EvaluationInput& in, const DetectorConfig& config, 
   out.score = BonferroniScore(calibration::NormalUpperTail(best_z), tests);
   // The rise at which a level is reached, on the same arcsine scale.
   auto critical = [&](double level) {
-    const double z = OneSidedCritical(level, tests);
-    const double n = static_cast<double>(std::max<int64_t>(1, lb.n));
-    const double nr = static_cast<double>(ref.count());
-    const double h_r = std::asin(std::sqrt((static_cast<double>(ref.errors) + 0.375) / (nr + 0.75)));
-    const double h = std::min(M_PI / 2, h_r + z * std::sqrt(1 / (n + 0.5) + 1 / (nr + 0.5)) / 2);
-    const double s = std::sin(h);
-    return std::max(0.0, (s * s * (n + 0.75) - 0.375) / n) - ref_rate;
+    return RiseThreshold(level, tests, ref.errors, ref.count(), lb.n);
   };
   out.warn_threshold = std::max(critical(warn), out.min_effect);
   out.alert_threshold = std::max(critical(alert), out.min_effect);
@@ -399,7 +409,129 @@ void EvaluateErrorRate(const EvaluationInput& in, const DetectorConfig& config, 
                 {"lookback_windows", static_cast<double>(lb.windows)}};
 }
 
+// ---- chi_square (categorical) ----------------------------------------------------------------
+
+/// The TVD a change along the window's own pattern needs for the chi-square's critical value at
+/// `level` (chi-square grows with the square of a change's size, to first order); without a
+/// pattern (no change at all), that of mass moving between two halves.
+double TvdNeeded(const Homogeneity& h, double tvd, double level) {
+  const double critical = calibration::ChiSquareCritical(h.df, TailOfScore(level));
+  if (h.pearson > 0 && tvd > 0) return tvd * std::sqrt(critical / h.pearson);
+  return std::sqrt(critical * (1 / h.n_w + 1 / h.n_r)) / 2;
+}
+
+void EvaluateChiSquare(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                       double alert, DetectorReading& out) {
+  Begin(config, warn, alert, out);
+  const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
+  if (!(h.df > 0)) return;
+  const double tvd = TotalVariation(in.win_counts, in.ref_counts);
+  out.statistic = tvd;
+  out.effect = tvd;
+  out.score = ScoreOfTail(calibration::ChiSquareUpperTail(h.pearson, h.df));
+  FinishShape(h, TvdNeeded(h, tvd, warn), TvdNeeded(h, tvd, alert), warn, alert, out);
+  out.extras = {{"chi_square", h.pearson},
+                {"df", h.df},
+                {"cramers_v", std::sqrt(h.pearson / (h.n_w + h.n_r))}};
+}
+
+// ---- unseen_categories (categorical) ---------------------------------------------------------
+
+void EvaluateUnseen(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                    double alert, DetectorReading& out) {
+  Begin(config, warn, alert, out);
+  if (in.unseen_n <= 0 || in.ref_unseen_n <= 0) return;
+  const double share = static_cast<double>(in.unseen) / static_cast<double>(in.unseen_n);
+  const double ref_share =
+      static_cast<double>(in.ref_unseen) / static_cast<double>(in.ref_unseen_n);
+  const double z = ErrorRiseZ(in.ref_unseen, in.ref_unseen_n, in.unseen, in.unseen_n);
+  out.statistic = share - ref_share;
+  out.effect = out.statistic;
+  out.score = BonferroniScore(calibration::NormalUpperTail(z), 1);
+  out.warn_threshold = std::max(
+      RiseThreshold(warn, 1, in.ref_unseen, in.ref_unseen_n, in.unseen_n), out.min_effect);
+  out.alert_threshold = std::max(
+      RiseThreshold(alert, 1, in.ref_unseen, in.ref_unseen_n, in.unseen_n), out.min_effect);
+  Judge(warn, alert, out);
+  out.window_level = out.level;
+  out.extras = {{"window_share", share}, {"baseline_share", ref_share}, {"z", z}};
+}
+
+// ---- missing_rate, malformed_rate -------------------------------------------------------------
+
+void EvaluateRate(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                  double alert, DetectorReading& out) {
+  Begin(config, warn, alert, out);
+  const size_t tests = in.rate_lookbacks.size();
+  if (tests == 0 || in.rate_ref_n <= 0) return;
+  size_t best = 0;
+  double best_z = -std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < tests; ++j) {
+    const ErrorLookback& lb = in.rate_lookbacks[j];
+    if (lb.n <= 0) continue;
+    const double z = ErrorRiseZ(in.rate_ref_k, in.rate_ref_n, lb.errors, lb.n);
+    if (z > best_z) {
+      best_z = z;
+      best = j;
+    }
+  }
+  const ErrorLookback& lb = in.rate_lookbacks[best];
+  const double ref_rate = static_cast<double>(in.rate_ref_k) / static_cast<double>(in.rate_ref_n);
+  const double rate = lb.n > 0 ? static_cast<double>(lb.errors) / static_cast<double>(lb.n) : 0;
+  out.statistic = rate - ref_rate;
+  out.effect = out.statistic;
+  out.score = BonferroniScore(calibration::NormalUpperTail(best_z), tests);
+  out.warn_threshold =
+      std::max(RiseThreshold(warn, tests, in.rate_ref_k, in.rate_ref_n, lb.n), out.min_effect);
+  out.alert_threshold =
+      std::max(RiseThreshold(alert, tests, in.rate_ref_k, in.rate_ref_n, lb.n), out.min_effect);
+  Judge(warn, alert, out);
+  const ErrorLookback& now = in.rate_lookbacks[0];
+  DetectorReading current = out;
+  current.score = BonferroniScore(
+      calibration::NormalUpperTail(ErrorRiseZ(in.rate_ref_k, in.rate_ref_n, now.errors, now.n)),
+      tests);
+  current.effect =
+      now.n > 0 ? static_cast<double>(now.errors) / static_cast<double>(now.n) - ref_rate : 0;
+  Judge(warn, alert, current);
+  out.window_level = current.level;
+  out.extras = {{"baseline_rate", ref_rate},
+                {"window_rate", rate},
+                {"z", best_z},
+                {"lookback_windows", static_cast<double>(lb.windows)}};
+}
+
 }  // namespace
+
+std::string_view ToString(SeriesKind kind) {
+  switch (kind) {
+    case SeriesKind::kNumeric:
+      return "numeric";
+    case SeriesKind::kCategorical:
+      return "categorical";
+    case SeriesKind::kMissing:
+      return "missing";
+    case SeriesKind::kMalformed:
+      return "malformed";
+  }
+  return "?";
+}
+
+double TotalVariation(std::span<const int64_t> a, std::span<const int64_t> b) {
+  const size_t k = std::min(a.size(), b.size());
+  double na = 0;
+  double nb = 0;
+  for (size_t i = 0; i < k; ++i) {
+    na += static_cast<double>(a[i]);
+    nb += static_cast<double>(b[i]);
+  }
+  if (!(na > 0) || !(nb > 0)) return 0;
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    sum += std::abs(static_cast<double>(a[i]) / na - static_cast<double>(b[i]) / nb);
+  }
+  return sum / 2;
+}
 
 std::string_view ToString(DetectorFamily family) {
   switch (family) {
@@ -518,6 +650,12 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
   // them against simulated null distributions).
   static const DetectorParamDef kBins{"bins", 10, 2, 1000, true,
                                       "histogram bins frozen from the baseline's quantiles"};
+  static const DetectorParamDef kCategories{
+      "categories", 30, 2, 1000, true,
+      "categories of a string series tracked by name, the baseline's most frequent; the rest "
+      "are counted together"};
+  static constexpr uint8_t kNumericOrCategorical =
+      SeriesBit(SeriesKind::kNumeric) | SeriesBit(SeriesKind::kCategorical);
   static const std::vector<DetectorDefaults> table = {
       {DetectorKind::kMeanShift,
        "mean_shift",
@@ -554,7 +692,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        false,
        false,
        EvaluatePsi,
-       {"chi_square", "df"}},
+       {"chi_square", "df"},
+       kNumericOrCategorical},
       {DetectorKind::kJensenShannon,
        "js",
        DetectorFamily::kShape,
@@ -565,7 +704,8 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        false,
        false,
        EvaluateJs,
-       {"g", "df"}},
+       {"g", "df"},
+       kNumericOrCategorical},
       {DetectorKind::kKs,
        "ks",
        DetectorFamily::kShape,
@@ -605,7 +745,66 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
        true,
        EvaluateErrorRate,
        {"baseline_error_rate", "window_error_rate", "baseline_mae", "window_mae",
-        "error_threshold", "z", "lookback_windows"}},
+        "error_threshold", "z", "lookback_windows"},
+       SeriesBit(SeriesKind::kNumeric)},
+      {DetectorKind::kChiSquare,
+       "chi_square",
+       DetectorFamily::kShape,
+       "total variation distance between the window's and the baseline's category shares "
+       "(tracked categories and the rest); level from Pearson's chi-square test",
+       5,
+       5.5,
+       {{"minEffect", 0.05, 0, 1, false,
+         "smallest total variation distance (share of values that changed category) that may "
+         "raise a level"},
+        kCategories},
+       false,
+       false,
+       EvaluateChiSquare,
+       {"chi_square", "df", "cramers_v"},
+       SeriesBit(SeriesKind::kCategorical)},
+      {DetectorKind::kUnseenCategories,
+       "unseen_categories",
+       DetectorFamily::kShape,
+       "rise of the window's share of values whose category the baseline never saw over the "
+       "baseline's own (held-out) share (two-proportion test)",
+       5,
+       5.5,
+       {{"minEffect", 0.02, 0, 1, false, "smallest rise of the share that may raise a level"},
+        kCategories},
+       false,
+       false,
+       EvaluateUnseen,
+       {"window_share", "baseline_share", "z"},
+       SeriesBit(SeriesKind::kCategorical)},
+      {DetectorKind::kMissingRate,
+       "missing_rate",
+       DetectorFamily::kError,
+       "rise of the share of records without a value (null or absent) of the last 1, 2, 4, 8 or "
+       "16 windows over the baseline's (two-proportion test); a data-quality alert",
+       5,
+       5.5,
+       {{"minEffect", 0.02, 0, 1, false, "smallest rise of the missing share that may raise a "
+                                         "level"}},
+       false,
+       false,
+       EvaluateRate,
+       {"baseline_rate", "window_rate", "z", "lookback_windows"},
+       SeriesBit(SeriesKind::kMissing)},
+      {DetectorKind::kMalformedRate,
+       "malformed_rate",
+       DetectorFamily::kError,
+       "rise of the share of a model's records that were malformed, of the last 1, 2, 4, 8 or "
+       "16 windows over the baseline's (two-proportion test); a data-quality alert",
+       5,
+       5.5,
+       {{"minEffect", 0.02, 0, 1, false, "smallest rise of the malformed share that may raise "
+                                         "a level"}},
+       false,
+       false,
+       EvaluateRate,
+       {"baseline_rate", "window_rate", "z", "lookback_windows"},
+       SeriesBit(SeriesKind::kMalformed)},
   };
   return table;
 }

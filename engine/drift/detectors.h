@@ -31,6 +31,30 @@ enum class DetectorFamily : uint8_t { kLocation = 0, kSpread = 1, kShape = 2, kE
 inline constexpr int kDetectorFamilies = 4;
 std::string_view ToString(DetectorFamily family);
 
+/// What a drift series holds, which decides the detectors that watch it (engine/drift/README.md,
+/// "Series"). The numbering is persisted.
+enum class SeriesKind : uint8_t {
+  /// Numbers: a numeric column or an element of an array<double> (DriftMonitor::Observe).
+  kNumeric = 0,
+  /// Strings: a category per value, watched by its frequencies (DriftMonitor::ObserveCategory).
+  kCategorical = 1,
+  /// Whether another series' value was null or absent in a record (DriftMonitor::ObserveFlag):
+  /// a data-quality series.
+  kMissing = 2,
+  /// Whether a record of the model was malformed (DriftMonitor::ObserveFlag): a data-quality
+  /// series.
+  kMalformed = 3,
+};
+inline constexpr int kSeriesKinds = 4;
+std::string_view ToString(SeriesKind kind);
+/// The bit of a kind in DetectorDefaults::series.
+constexpr uint8_t SeriesBit(SeriesKind kind) { return uint8_t(1u << static_cast<int>(kind)); }
+/// Missing-value and malformed-record series are data quality, the others distribution drift
+/// (the alert payload's "kind").
+constexpr bool IsDataQuality(SeriesKind kind) {
+  return kind == SeriesKind::kMissing || kind == SeriesKind::kMalformed;
+}
+
 /// Mean shift of a window against a reference (the reference example of DESIGN.md).
 struct MeanShiftResult {
   /// (mean_w - mu_ref) / (sigma_ref / sqrt(n_w)): the window mean in reference standard errors.
@@ -151,6 +175,18 @@ struct EvaluationInput {
   ErrorSummary error_window;
   std::span<const ErrorLookback> error_lookbacks;
   double error_threshold = 0.5;
+  /// Categorical series: ref_counts / win_counts are category cells (tracked categories and the
+  /// rest). Values of categories the baseline never saw: `unseen` of the window's `unseen_n`,
+  /// and the baseline's own rate of them, `ref_unseen` of `ref_unseen_n` (its held-out part).
+  int64_t unseen = 0;
+  int64_t unseen_n = 0;
+  int64_t ref_unseen = 0;
+  int64_t ref_unseen_n = 0;
+  /// Rate series (missing values, malformed records): the baseline's flagged records of its
+  /// records, and the windows' look-backs (n records, `errors` flagged).
+  int64_t rate_ref_k = 0;
+  int64_t rate_ref_n = 0;
+  std::span<const ErrorLookback> rate_lookbacks;
 };
 
 /// One configured detector with its parameters resolved.
@@ -196,6 +232,10 @@ struct DetectorDefaults {
   /// The extras its readings carry (DetectorReading::extras), by name, in the order written:
   /// the alert and evaluation rows' shapes (AlertRowShape, engine/row_shape.h) hold them all.
   std::vector<std::string_view> extras = {};
+  /// The kinds of value series it watches (SeriesBit of each; not the error series).
+  uint8_t series = SeriesBit(SeriesKind::kNumeric);
+
+  bool Watches(SeriesKind of) const { return !error_series && (series & SeriesBit(of)) != 0; }
 };
 
 /// The defaults table, one entry per DetectorKind, in DetectorKind order:
@@ -206,6 +246,13 @@ struct DetectorDefaults {
 ///   ks           warn 5  alert 5.5  minEffect 0.05   bins 10 (level: Kolmogorov distribution)
 ///   cusum        warn 5  alert 5.5  allowance 0.15   (per value; levels per windowRecords values)
 ///   error_rate   warn 5  alert 5.5  minEffect 0.02   threshold 0.5 (two-proportion test)
+///   chi_square   warn 5  alert 5.5  minEffect 0.05   categories 30 (categorical; TVD, level:
+///                                                    Pearson chi-square)
+///   unseen_categories warn 5 alert 5.5 minEffect 0.02 categories 30 (categorical; share of
+///                                                    new categories, two-proportion test)
+///   missing_rate warn 5  alert 5.5  minEffect 0.02   (missing-value series; two-proportion)
+///   malformed_rate warn 5 alert 5.5 minEffect 0.02   (malformed-record series; two-proportion)
+/// psi and js watch categorical series too (over the category cells).
 const std::vector<DetectorDefaults>& DetectorDefaultsTable();
 const DetectorDefaults& DefaultsFor(DetectorKind kind);
 std::optional<DetectorKind> ParseDetectorKind(std::string_view name);
@@ -221,6 +268,10 @@ double DetectorParam(const DetectorSpec& spec, std::string_view name, double fal
 
 /// Level of a score against the levels (ALERT if score >= alert, WARN if >= warn).
 AlertLevel LevelOfScore(double score, double warn, double alert);
+
+/// Total variation distance of two count vectors' shares: half the sum of |share_a - share_b|,
+/// the share of values that would have to change cell to turn one into the other.
+double TotalVariation(std::span<const int64_t> a, std::span<const int64_t> b);
 
 // ---- Evidence that a series is back (engine/drift/README.md, "Incidents") -----------------
 // Log-likelihood ratios of "back at the reference" against "still changed as much as during the

@@ -14,17 +14,21 @@ namespace driftd {
 
 namespace {
 
-// Version 2 adds each reading's score, thresholds, effect and floor; version 1 is still read.
-constexpr uint8_t kEncodingVersion = 2;
+// Version 2 adds each reading's score, thresholds, effect and floor; version 3 the series' kind
+// (numeric, categorical, missing, malformed) at the end. Versions 1 and 2 (numeric series only)
+// are still read.
+constexpr uint8_t kEncodingVersion = 3;
 
 // DetectorReading names are string_views into static storage; decoded names are looked up
 // here (the known names first, anything else interned once per process).
 std::string_view StaticName(std::string_view name) {
-  static constexpr std::array<std::string_view, 26> kKnown = {
+  static constexpr std::array<std::string_view, 36> kKnown = {
       "mean_shift", "stddev_ratio", "psi", "js", "ks", "cusum", "error_rate", "z",
       "welch_t", "effect", "baseline_error_rate", "window_error_rate", "baseline_mae",
       "window_mae", "error_threshold", "lookback_windows", "sd_ratio", "kurtosis",
-      "chi_square", "df", "g", "upper", "lower", "allowance", "page_hinkley", "rollup"};
+      "chi_square", "df", "g", "upper", "lower", "allowance", "page_hinkley", "rollup",
+      "unseen_categories", "missing_rate", "malformed_rate", "cramers_v", "window_share",
+      "baseline_share", "baseline_rate", "window_rate", "tvd", "kind"};
   for (std::string_view known : kKnown) {
     if (known == name) return known;
   }
@@ -78,6 +82,7 @@ std::string EvaluationToJson(const Evaluation& e) {
   obj.String("evaluation_id", EvaluationId(e));
   obj.String("model", e.model);
   obj.String("series", e.series);
+  obj.String("kind", IsDataQuality(e.series_kind) ? "data_quality" : "drift");
   obj.Bool("evaluated", e.evaluated);
   obj.String("level", ToString(e.level));
   obj.String("previous_level", ToString(e.previous_level));
@@ -89,7 +94,7 @@ std::string EvaluationToJson(const Evaluation& e) {
     AppendTime(win, "start_time", e.window_start_us);
     AppendTime(win, "end_time", e.window_end_us);
     win.Int("n", e.window_n);
-    if (e.window_n > 0) {
+    if (e.window_n > 0 && e.series_kind != SeriesKind::kCategorical) {
       win.Number("mean", e.window_mean);
       win.Number("stddev", e.window_stddev);
     }
@@ -101,7 +106,7 @@ std::string EvaluationToJson(const Evaluation& e) {
     JsonObject base(b);
     base.String("type", ToString(e.baseline_kind));
     base.Int("n", e.baseline_n);
-    if (e.baseline_n > 0) {
+    if (e.baseline_n > 0 && e.series_kind != SeriesKind::kCategorical) {
       base.Number("mean", e.baseline_mean);
       base.Number("stddev", e.baseline_stddev);
     }
@@ -192,7 +197,8 @@ RowShape EvaluationRowShape() {
   return ShapeType::Record(
       "Evaluation",
       {Member("evaluation_id", Kind::kString), Member("model", Kind::kString),
-       Member("series", Kind::kString), Member("evaluated", Kind::kBoolean),
+       Member("series", Kind::kString), Member("kind", Kind::kString, true),
+       Member("evaluated", Kind::kBoolean),
        Member("level", Kind::kString), Member("previous_level", Kind::kString),
        {"window", EvaluationWindowShape(), {}},
        {"baseline", BaselineShape(/*nullable=*/false), {}},
@@ -241,6 +247,7 @@ std::string EncodeEvaluation(const Evaluation& e) {
       w.F64(value);
     }
   }
+  w.U8(static_cast<uint8_t>(e.series_kind));
   return out;
 }
 
@@ -256,7 +263,7 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     return true;
   };
   const uint8_t version = r.U8();
-  if (version != 1 && version != kEncodingVersion) return corrupt("unknown version");
+  if (version < 1 || version > kEncodingVersion) return corrupt("unknown version");
   Evaluation e;
   e.model = std::string(r.Str());
   e.series = std::string(r.Str());
@@ -302,6 +309,11 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
       reading.extras.emplace_back(name, r.F64());
     }
     e.detectors.push_back(std::move(reading));
+  }
+  if (version >= 3) {
+    const uint8_t series_kind = r.U8();
+    if (series_kind >= kSeriesKinds) return corrupt("bad series kind");
+    e.series_kind = static_cast<SeriesKind>(series_kind);
   }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   return e;

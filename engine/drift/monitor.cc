@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,13 @@ constexpr uint8_t kSeriesEncodingVersion = 6;
 constexpr uint8_t kBaseEncodingVersion = 1;
 constexpr uint8_t kBaseApart = 4;  // series flag: the frozen baseline is in "<series>/base"
 constexpr uint8_t kRollupEncodingVersion = 1;
+// Categorical series write records of their own, told apart from the numeric ones by their first
+// byte: 0x81 is version 1 of the categorical series record and of its baseline key (numeric
+// records count their versions from 1).
+constexpr uint8_t kCategoricalEncodingVersion = 0x81;
+// A categorical window's cells merge into "other" when their expected count is below this: the
+// chi-square's tail, which the levels are read from, holds for cells this large.
+constexpr double kMinExpectedCount = 10;
 constexpr int kTopBins = 3;
 constexpr std::string_view kRollupSeries = "*";
 constexpr std::string_view kRollupDetector = "rollup";
@@ -300,6 +308,8 @@ struct DriftMonitor::SeriesState {
   ErrorSummary err_window;
   /// Event-time windows not closed yet, by start (usually one; more with late data).
   std::vector<OpenWindow> open;
+  /// Categorical series: the categories (engine/drift/categories.h); null for other kinds.
+  std::unique_ptr<CategoricalState> cat;
 
   // ---- persistence bookkeeping (not persisted) ----
   /// Something of the series record ("cold" state: what changes when a window closes, an alert
@@ -411,10 +421,36 @@ struct DriftMonitor::Verdict {
   int64_t error_n = 0;
   int64_t error_errors = 0;
   bool histogram = false;
+  // Categorical series: the categories that moved most, and new ones.
+  std::vector<CategoryChange> top_categories;
+  std::vector<NewCategory> new_categories;
 };
 
+namespace {
+
+std::vector<SeriesDef> NumericSeries(std::vector<std::string> names) {
+  std::vector<SeriesDef> out;
+  out.reserve(names.size());
+  for (std::string& name : names) out.push_back({std::move(name), SeriesKind::kNumeric});
+  return out;
+}
+
+}  // namespace
+
+std::string DriftMonitor::MissingSeriesName(std::string_view series) {
+  return std::string(series) + std::string(kMissingSuffix);
+}
+
 DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> series_names)
-    : spec_(spec), series_names_(std::move(series_names)) {
+    : DriftMonitor(spec, NumericSeries(std::move(series_names))) {}
+
+DriftMonitor::DriftMonitor(const DriftSpec& spec, std::span<const SeriesDef> series)
+    : spec_(spec) {
+  for (const SeriesDef& def : series) {
+    series_names_.push_back(def.name);
+    series_kinds_.push_back(def.kind);
+  }
+  bool has_categories = false;
   std::vector<DetectorSpec> specs =
       spec.detectors.empty() ? DefaultDetectorSpecs() : spec.detectors;
   for (const DetectorSpec& ds : specs) {
@@ -443,6 +479,14 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::vector<std::string> serie
       case DetectorKind::kCusum:
         if (!has_cusum_) cusum_detector_ = static_cast<int>(detectors_.size());
         has_cusum_ = true;
+        break;
+      case DetectorKind::kChiSquare:
+      case DetectorKind::kUnseenCategories:
+        if (!has_categories) {
+          max_categories_ = static_cast<size_t>(
+              std::clamp(DetectorParam(ds, "categories", 30), 2.0, 1000.0));
+        }
+        has_categories = true;
         break;
       default:
         break;
@@ -492,6 +536,21 @@ Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(const DriftSpec& spec
     }
   }
   return std::make_unique<DriftMonitor>(spec, std::move(series_names));
+}
+
+Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(const DriftSpec& spec,
+                                                           std::span<const SeriesDef> series) {
+  for (const SeriesDef& def : series) {
+    if (static_cast<int>(def.kind) >= kSeriesKinds) {
+      return MakeError(ErrorCode::kInvalidArgument, "drift: series '{}' of unknown kind",
+                       def.name);
+    }
+  }
+  std::vector<std::string> names;
+  for (const SeriesDef& def : series) names.push_back(def.name);
+  auto checked = Create(spec, std::move(names));
+  if (!checked) return tl::unexpected(checked.error());
+  return std::make_unique<DriftMonitor>(spec, series);
 }
 
 DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::string& model_name) {
@@ -568,11 +627,21 @@ void DriftMonitor::MarkHot(ModelState& m, size_t series) {
     s.dirty = true;
     m.dirty.push_back(static_cast<uint32_t>(series));
   }
+  // A categorical series has no part in the model record: its record holds everything.
+  if (series < series_kinds_.size() && series_kinds_[series] == SeriesKind::kCategorical) {
+    s.cold_dirty = true;
+  }
 }
 
 void DriftMonitor::MarkDirty(ModelState& m, size_t series) {
   MarkHot(m, series);
   m.series[series].cold_dirty = true;
+}
+
+double DriftMonitor::WindowShift(const SeriesState& s, size_t series) const {
+  // A rate series' 0s and 1s sum exactly around 0, so its windows' rates do not depend on the
+  // order their values arrive in, not even in the last bits.
+  return IsDataQuality(series_kinds_[series]) ? 0.0 : s.baseline_c.mean();
 }
 
 int64_t DriftMonitor::WindowClockMs(int64_t window_end_us) const {
@@ -594,6 +663,7 @@ void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t
     return;
   }
   if (series >= series_names_.size()) return;  // caller bug; nothing sensible to record
+  if (series_kinds_[series] == SeriesKind::kCategorical) return;  // ObserveCategory's
   ModelState& m = ModelFor(model, model_name);
   if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
   AddValue(m, series, value, event_time_us, late_before_us);
@@ -644,6 +714,10 @@ bool DriftMonitor::HasClosableWindows(int64_t watermark_us) const {
     for (size_t series = 0; series < series_names_.size(); ++series) {
       const SeriesState& s = mp->series[series];
       if (!s.open.empty() && s.open.front().start_us + et_size_us_ <= watermark_us) return true;
+      if (s.cat && !s.cat->open.empty() &&
+          s.cat->open.front().start_us + et_size_us_ <= watermark_us) {
+        return true;
+      }
     }
   }
   return false;
@@ -672,8 +746,8 @@ void DriftMonitor::AddToEventWindow(ModelState& m, size_t series, double value,
     OpenWindow w;
     w.start_us = start;
     if (s.frozen) {
-      w.raw.Reset(s.baseline_c.mean());
-      w.sums.Reset(s.baseline_c.mean());
+      w.raw.Reset(WindowShift(s, series));
+      w.sums.Reset(WindowShift(s, series));
       if (has_histogram_) w.counts.assign(s.edges.bins(), 0);
     }
     // Kept in start order, so closing walks from the front.
@@ -713,10 +787,18 @@ void DriftMonitor::CloseEventWindows() {
         if (!s.open.empty() && s.open.front().start_us + et_size_us_ <= watermark_us_) {
           next = std::min(next, s.open.front().start_us);
         }
+        if (s.cat && !s.cat->open.empty() &&
+            s.cat->open.front().start_us + et_size_us_ <= watermark_us_) {
+          next = std::min(next, s.cat->open.front().start_us);
+        }
       }
       if (next == INT64_MAX) break;
       for (size_t series = 0; series < series_names_.size(); ++series) {
         SeriesState& s = m.series[series];
+        if (s.cat && !s.cat->open.empty() && s.cat->open.front().start_us == next) {
+          CloseCategoryEventWindow(m, series);
+          s.cat->open.erase(s.cat->open.begin());
+        }
         if (s.open.empty() || s.open.front().start_us != next) continue;
         CloseEventWindow(m, series);
         s.open.erase(s.open.begin());
@@ -752,8 +834,8 @@ void DriftMonitor::CloseEventWindow(ModelState& m, size_t series) {
     // Windows still open were sampled: their sums and counts, now that the baseline is known.
     for (size_t i = 1; i < s.open.size(); ++i) {
       OpenWindow& later = s.open[i];
-      later.raw.Reset(s.baseline_c.mean());
-      later.sums.Reset(s.baseline_c.mean());
+      later.raw.Reset(WindowShift(s, series));
+      later.sums.Reset(WindowShift(s, series));
       if (has_histogram_) later.counts.assign(s.edges.bins(), 0);
       for (const auto& [value, count] : later.sample.Sorted()) {
         for (int64_t k = 0; k < count; ++k) {
@@ -838,8 +920,8 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     s.window_start = s.seen;
     s.window_min_us = INT64_MIN;
     s.window_max_us = INT64_MIN;
-    s.window_raw.Reset(s.baseline_c.mean());
-    s.window_sums.Reset(s.baseline_c.mean());
+    s.window_raw.Reset(WindowShift(s, series));
+    s.window_sums.Reset(WindowShift(s, series));
     s.cusum_seen = AlertLevel::kOk;
   }
   ++s.seen;
@@ -855,7 +937,7 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
       s.window_max_us = event_time_us;
     }
   }
-  if (PerValueCusum()) {
+  if (PerValueCusum() && series_kinds_[series] == SeriesKind::kNumeric) {
     if (!s.prepared) Prepare(m, series);
     const double z = (clipped - s.cusum_mean) * s.cusum_inv_sd;
     const double cap = 4 * s.cusum_alert_h;
@@ -1099,8 +1181,8 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
   const HigherMoments window_c = s.window_sums.ToMoments();
   const Moments window = RawMoments(s.window_raw);
   auto clear_window = [&] {
-    s.window_raw.Reset(s.baseline_c.mean());
-    s.window_sums.Reset(s.baseline_c.mean());
+    s.window_raw.Reset(WindowShift(s, series));
+    s.window_sums.Reset(WindowShift(s, series));
     std::fill(s.window_counts.begin(), s.window_counts.end(), 0);
     s.cusum_seen = AlertLevel::kOk;
   };
@@ -1175,7 +1257,8 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     }
     const double sigma = FlooredSigma(ref_c.Stddev(), ref_c.mean());
     const double u = (window_c.mean() - ref_c.mean()) / sigma;
-    if (has_cusum_) {
+    const SeriesKind series_kind = series_kinds_[series];
+    if (has_cusum_ && series_kind == SeriesKind::kNumeric) {
       if (PerValueCusum()) {
         if (!s.prepared) Prepare(m, series);
         // The next window's values are standardized by this window's spread if it is wider.
@@ -1201,8 +1284,9 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       for (int64_t b = 0; b < bins; ++b) ref_total += (*ref_counts)[static_cast<size_t>(b)];
     }
     // A baseline restored from a configuration without histograms has no reference shares:
-    // the histogram detectors then stay silent rather than compare against nothing.
-    const bool histogram = ref_total > 0;
+    // the histogram detectors then stay silent rather than compare against nothing. A rate
+    // series (0 or 1 per record) is judged on its rate alone.
+    const bool histogram = ref_total > 0 && series_kind == SeriesKind::kNumeric;
 
     EvaluationInput in;
     in.reference = ref_c;
@@ -1219,6 +1303,20 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     in.cusum_alert_h = s.cusum_alert_h;
     in.cusum_model = s.cusum_model;
     in.cusum_values_per_evaluation = static_cast<double>(spec_.window_records);
+    // A rate series' values are 0 or 1 (never clipped): its counts are the sums.
+    std::vector<ErrorLookback> rate_lookbacks;
+    const bool rate = IsDataQuality(series_kind);
+    if (rate) {
+      in.rate_ref_n = ref_c.count();
+      in.rate_ref_k = std::llround(ref_c.mean() * static_cast<double>(ref_c.count()));
+      if (lookback_tests) {
+        BuildErrorLookbacks(s.recent, s.recent_next, rate_lookbacks);
+      } else {
+        std::vector<RecentWindow> one = {current};
+        BuildErrorLookbacks(one, 0, rate_lookbacks);
+      }
+      in.rate_lookbacks = rate_lookbacks;
+    }
 
     Verdict v;
     v.readings = &readings_;
@@ -1226,7 +1324,7 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     for (size_t d = 0; d < detectors_.size(); ++d) {
       const DetectorConfig& det = detectors_[d];
       const DetectorDefaults& kind = DefaultsFor(det.kind);
-      if (kind.error_series) continue;
+      if (!kind.Watches(series_kind)) continue;
       if (kind.family == DetectorFamily::kShape && !histogram) continue;
       const Thresholds& t = m.thresholds[series * detectors_.size() + d];
       readings_.emplace_back();
@@ -1278,6 +1376,17 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       }
       v.llr[static_cast<int>(DetectorFamily::kShape)] =
           ShapeBackEvidence(in.win_counts, in.ref_counts, delta);
+    }
+    if (rate) {
+      // As the error series: the binomial evidence of the window's rate.
+      const int64_t flagged = std::llround(window_c.mean() * static_cast<double>(n_w));
+      if (s.inc.error_n > 0) {
+        v.llr[static_cast<int>(DetectorFamily::kError)] = ErrorBackEvidence(
+            n_w, flagged, static_cast<double>(in.rate_ref_k) / static_cast<double>(in.rate_ref_n),
+            static_cast<double>(s.inc.error_errors) / static_cast<double>(s.inc.error_n));
+      }
+      v.error_n = n_w;
+      v.error_errors = flagged;
     }
     v.loc_n = n_w;
     v.loc_u = u;
@@ -1419,6 +1528,9 @@ void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
   e.window_mean = v.window_mean;
   e.window_stddev = v.window_stddev;
   e.detectors = readings;
+  e.series_kind = series < series_kinds_.size() ? series_kinds_[series] : SeriesKind::kNumeric;
+  e.top_categories = std::move(v.top_categories);
+  e.new_categories = std::move(v.new_categories);
   if (v.histogram && !v.win_counts.empty()) {
     const size_t bins = v.win_counts.size();
     if (ref_shares_.size() < bins) {
@@ -1643,6 +1755,7 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
   Evaluation e;
   e.model = m.name;
   e.series = is_error ? std::string(kErrorSeries) : series_names_[series];
+  e.series_kind = is_error ? SeriesKind::kNumeric : series_kinds_[series];
   e.evaluated = evaluated;
   e.previous_level = previous;
   e.level = s.alert.state();
@@ -1688,7 +1801,470 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
   evaluations_.push_back(std::move(e));
 }
 
+// ---- Categorical series ------------------------------------------------------------------------
+// A string series counts its values per category cell (engine/drift/categories.h): the
+// baseline's first part fixes the tracked categories and the seen set, then the rest of the
+// baseline and every window count into the cells. Windows, event-time windows, trailing and
+// seasonal baselines, incidents and events work as for numeric series; what differs is what a
+// value adds to and what the detectors read.
+
+void DriftMonitor::ObserveCategory(uint32_t model, const std::string& model_name, size_t series,
+                                   std::string_view category, int64_t event_time_us,
+                                   int64_t late_before_us) {
+  if (series >= series_names_.size() || series_kinds_[series] != SeriesKind::kCategorical) {
+    return;  // caller bug; nothing sensible to record
+  }
+  ModelState& m = ModelFor(model, model_name);
+  if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
+  AddCategory(m, series, CategoryHash(category), category, event_time_us, late_before_us);
+}
+
+void DriftMonitor::ObserveFlag(uint32_t model, const std::string& model_name, size_t series,
+                               bool flagged, int64_t event_time_us, int64_t late_before_us) {
+  if (series >= series_names_.size() || !IsDataQuality(series_kinds_[series])) return;
+  // A rate series is a series of 0s and 1s: its baseline's and windows' means are the rates.
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  if (ValidTime(event_time_us) && event_time_us > max_event_us_) max_event_us_ = event_time_us;
+  const double value = flagged ? 1.0 : 0.0;
+  if (et_size_us_ == 0 && s.frozen && s.window_raw.count() > 0) {
+    // Within a record window, what AddValue would do for a value that is never clipped and
+    // has no bins (a rate series' histogram stays empty): a record adds a few instructions to
+    // the model's cost, not a numeric value's.
+    MarkDirty(m, series);
+    ++s.seen;
+    s.window_raw.Add(value);
+    s.window_sums.Add(value);
+    if (ValidTime(event_time_us)) {
+      if (!ValidTime(s.window_min_us) || event_time_us < s.window_min_us) {
+        s.window_min_us = event_time_us;
+      }
+      if (!ValidTime(s.window_max_us) || event_time_us > s.window_max_us) {
+        s.window_max_us = event_time_us;
+      }
+    }
+    if (s.window_raw.count() >= spec_.window_records) CloseWindow(m, series);
+    return;
+  }
+  SkipEdges(s);
+  AddValue(m, series, value, event_time_us, late_before_us);
+}
+
+void DriftMonitor::SkipEdges(SeriesState& s) {
+  // 0s and 1s have nothing to learn bins or fences from (the fences would never clip them), so
+  // a rate series keeps no warmup values: its baseline counts from the first value on.
+  if (!s.edges_ready && !s.frozen) FixEdges(s);
+}
+
+int64_t DriftMonitor::FirstPart() const {
+  const bool by_duration =
+      spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+  // Half the baseline, so that the other half measures the share of values whose category the
+  // first part did not see: the unseen share's own reference.
+  if (by_duration) return CategoricalState::kMaxFirstPart;
+  return std::clamp<int64_t>(spec_.baseline.records / 2, 1, CategoricalState::kMaxFirstPart);
+}
+
+CategoricalState& DriftMonitor::CategoricalOf(SeriesState& s) {
+  if (!s.cat) s.cat = std::make_unique<CategoricalState>();
+  return *s.cat;
+}
+
+void DriftMonitor::FreezeCategorical(SeriesState& s) {
+  CategoricalState& c = CategoricalOf(s);
+  c.Freeze(max_categories_);
+  if (spec_.baseline.kind == BaselineKind::kTrailing) {
+    c.trailing.clear();
+    c.trailing.push_back(c.ref);
+    c.trailing_next = 1 % static_cast<uint32_t>(spec_.baseline.windows);
+  }
+  s.frozen = true;
+}
+
+void DriftMonitor::AddCategory(ModelState& m, size_t series, uint64_t hash,
+                               std::string_view category, int64_t event_time_us,
+                               int64_t late_before_us) {
+  SeriesState& s = m.series[series];
+  CategoricalState& c = CategoricalOf(s);
+  MarkDirty(m, series);
+  if (et_size_us_ > 0) {
+    if (!ValidTime(event_time_us)) {
+      ++values_without_time_;
+      return;
+    }
+    int64_t start = event_time_us / et_size_us_ * et_size_us_;
+    if (start > event_time_us) start -= et_size_us_;
+    const int64_t closed_before = std::max(late_before_us, watermark_us_);
+    if (ValidTime(closed_before) && start + et_size_us_ <= closed_before) {
+      ++late_values_;
+      return;
+    }
+    CategoryWindow* window = nullptr;
+    for (CategoryWindow& w : c.open) {
+      if (w.start_us == start) window = &w;
+    }
+    if (window == nullptr) {
+      CategoryWindow w;
+      w.start_us = start;
+      if (s.frozen) w.cells.assign(c.set.cells(), 0);
+      auto at = std::find_if(c.open.begin(), c.open.end(),
+                             [&](const CategoryWindow& o) { return o.start_us > start; });
+      window = &*c.open.insert(at, std::move(w));
+    }
+    if (!s.frozen) {
+      window->sample.Add(hash, category);
+    } else {
+      const size_t cell = c.set.CellOf(hash);
+      ++window->cells[cell];
+      if (cell == c.set.unseen()) window->unseen.Add(hash, category);
+    }
+    if (!ValidTime(window->min_us) || event_time_us < window->min_us) window->min_us = event_time_us;
+    if (!ValidTime(window->max_us) || event_time_us > window->max_us) window->max_us = event_time_us;
+    return;
+  }
+  if (!s.frozen) {
+    bool freeze_now = false;
+    const bool by_duration =
+        spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+    if (by_duration) {
+      if (ValidTime(event_time_us)) {
+        if (!ValidTime(s.first_event_us)) s.first_event_us = event_time_us;
+        freeze_now = event_time_us >= s.first_event_us + spec_.baseline.duration_ms * 1000 &&
+                     c.baseline_n() >= std::max<int64_t>(1, spec_.min_samples);
+      } else {
+        freeze_now = c.baseline_n() >= spec_.baseline.records;
+      }
+    }
+    if (freeze_now) {
+      FreezeCategorical(s);  // this value is the first of the first window
+    } else {
+      ++s.seen;
+      c.AddToBaseline(hash, &category, 1, FirstPart(), max_categories_);
+      if (!by_duration && c.baseline_n() >= spec_.baseline.records) FreezeCategorical(s);
+      return;
+    }
+  }
+  if (c.window_n == 0) {
+    s.window_start = s.seen;
+    s.window_min_us = INT64_MIN;
+    s.window_max_us = INT64_MIN;
+  }
+  ++s.seen;
+  ++c.window_n;
+  const size_t cell = c.set.CellOf(hash);
+  ++c.window[cell];
+  if (cell == c.set.unseen()) c.window_unseen.Add(hash, category);
+  if (ValidTime(event_time_us)) {
+    if (!ValidTime(s.window_min_us) || event_time_us < s.window_min_us) {
+      s.window_min_us = event_time_us;
+    }
+    if (!ValidTime(s.window_max_us) || event_time_us > s.window_max_us) {
+      s.window_max_us = event_time_us;
+    }
+  }
+  if (c.window_n >= spec_.window_records) CloseCategoryWindow(m, series, c.window, c.window_unseen);
+}
+
+void DriftMonitor::CloseCategoryEventWindow(ModelState& m, size_t series) {
+  SeriesState& s = m.series[series];
+  CategoricalState& c = *s.cat;
+  CategoryWindow& w = c.open.front();
+  MarkDirty(m, series);
+  const int64_t first_index = s.seen;
+  if (!s.frozen) {
+    // A warmup window: its categories join the baseline in hash order (fixed by the categories
+    // alone), and the baseline freezes after the window that makes it large (or long) enough.
+    if (!ValidTime(s.first_event_us)) s.first_event_us = w.start_us;
+    for (const CategoryCounts::Entry* e : w.sample.InHashOrder()) {
+      const std::string_view name = e->name;
+      c.AddToBaseline(e->hash, &name, e->count, FirstPart(), max_categories_);
+    }
+    if (w.sample.dropped() > 0) {
+      c.AddToBaseline(0, nullptr, w.sample.dropped(), FirstPart(), max_categories_);
+    }
+    s.seen += w.sample.total();
+    const bool by_duration =
+        spec_.baseline.kind == BaselineKind::kWarmup && spec_.baseline.duration_ms > 0;
+    const bool enough =
+        by_duration ? w.start_us + et_size_us_ - s.first_event_us >=
+                              spec_.baseline.duration_ms * 1000 &&
+                          c.baseline_n() >= std::max<int64_t>(1, spec_.min_samples)
+                    : c.baseline_n() >= spec_.baseline.records;
+    if (!enough) return;
+    FreezeCategorical(s);
+    // Windows still open were sampled: their cells, now that the categories are known.
+    for (size_t i = 1; i < c.open.size(); ++i) {
+      CategoryWindow& later = c.open[i];
+      later.cells.assign(c.set.cells(), 0);
+      for (const CategoryCounts::Entry* e : later.sample.InHashOrder()) {
+        const size_t cell = c.set.CellOf(e->hash);
+        later.cells[cell] += e->count;
+        if (cell == c.set.unseen()) later.unseen.Add(e->hash, e->name, e->count);
+      }
+      later.cells[c.set.other()] += later.sample.dropped();
+      later.sample.Clear();
+    }
+    return;
+  }
+  int64_t n = 0;
+  for (int64_t count : w.cells) n += count;
+  s.seen += n;
+  s.window_start = first_index;
+  s.window_min_us = w.start_us;
+  s.window_max_us = w.start_us + et_size_us_;
+  c.window_n = n;
+  CloseCategoryWindow(m, series, w.cells, w.unseen);
+}
+
+void DriftMonitor::CloseCategoryWindow(ModelState& m, size_t series, std::vector<int64_t>& cells,
+                                       CategoryCounts& unseen) {
+  SeriesState& s = m.series[series];
+  CategoricalState& c = *s.cat;
+  ++windows_evaluated_;
+  const int64_t n = c.window_n;
+  auto clear_window = [&] {
+    std::fill(cells.begin(), cells.end(), 0);
+    unseen.Clear();
+    c.window_n = 0;
+  };
+  const size_t width = c.set.cells();
+  if (cells.size() != width) cells.resize(width, 0);
+
+  // Seasonal warm-up: the first `cycles` periods of windows become the phases' baselines.
+  const bool seasonal = spec_.baseline.kind == BaselineKind::kSeasonal && et_size_us_ > 0;
+  size_t phase = 0;
+  if (seasonal) {
+    const int64_t phases = std::max<int64_t>(1, spec_.baseline.period_ms * 1000 / et_size_us_);
+    if (c.phases.size() != static_cast<size_t>(phases)) {
+      c.phases.assign(static_cast<size_t>(phases), std::vector<int64_t>(width, 0));
+    }
+    if (!ValidTime(s.season_end_us)) {
+      s.season_end_us = s.window_min_us + spec_.baseline.cycles * spec_.baseline.period_ms * 1000;
+    }
+    phase = PhaseOf(s.window_min_us);
+    if (s.window_min_us < s.season_end_us) {
+      std::vector<int64_t>& p = c.phases[phase];
+      p.resize(width, 0);
+      for (size_t i = 0; i < width; ++i) p[i] += cells[i];
+      clear_window();
+      return;
+    }
+  }
+
+  // The reference: the frozen baseline's cells, the merge of the previous K windows, or the
+  // phase's.
+  const std::vector<int64_t>* ref = &c.ref;
+  std::vector<int64_t> merged;
+  bool ready = true;
+  if (spec_.baseline.kind == BaselineKind::kTrailing) {
+    ready = c.trailing.size() >= static_cast<size_t>(spec_.baseline.windows);
+    if (ready) {
+      merged.assign(width, 0);
+      for (const auto& t : c.trailing) {
+        for (size_t i = 0; i < width && i < t.size(); ++i) merged[i] += t[i];
+      }
+      ref = &merged;
+    }
+  } else if (seasonal) {
+    ref = &c.phases[phase];
+  }
+  int64_t ref_n = 0;
+  for (int64_t count : *ref) ref_n += count;
+  ready = ready && n >= spec_.min_samples && ref_n >= spec_.min_samples && ref->size() == width;
+
+  Verdict v;
+  v.now_ms = WindowClockMs(s.window_max_us);
+  v.window_start_record = s.window_start;
+  v.window_end_record = s.window_start + n;
+  v.window_start_us = s.window_min_us;
+  v.window_end_us = et_size_us_ > 0 ? s.window_max_us : ExclusiveEndUs(s.window_max_us);
+  v.window_n = n;
+  v.baseline_n = ref_n;
+  if (!ready) {
+    if (collect_evaluations_) RecordEvaluation(m, series, false, s.alert.state(), &v);
+  } else {
+    // The tests' cells: tracked categories large enough for the chi-square, the rest together.
+    MergeCategoryCells(cells, *ref, c.set.other(), kMinExpectedCount, cat_win_, cat_ref_,
+                       cat_cell_of_);
+    // The incident's cells: every tracked category, and the rest together (a fixed layout
+    // across windows).
+    const size_t tracked = c.set.tracked();
+    cat_evid_win_.assign(cells.begin(), cells.begin() + static_cast<std::ptrdiff_t>(tracked));
+    cat_evid_ref_.assign(ref->begin(), ref->begin() + static_cast<std::ptrdiff_t>(tracked));
+    cat_evid_win_.push_back(cells[c.set.other()] + cells[c.set.unseen()]);
+    cat_evid_ref_.push_back((*ref)[c.set.other()] + (*ref)[c.set.unseen()]);
+
+    EvaluationInput in;
+    in.win_counts = cat_win_;
+    in.ref_counts = cat_ref_;
+    in.unseen = cells[c.set.unseen()];
+    in.unseen_n = n;
+    in.ref_unseen = c.ref_unseen;
+    in.ref_unseen_n = c.ref_unseen_n;
+    v.readings = &readings_;
+    readings_.clear();
+    for (size_t d = 0; d < detectors_.size(); ++d) {
+      const DetectorConfig& det = detectors_[d];
+      const DetectorDefaults& kind = DefaultsFor(det.kind);
+      if (!kind.Watches(SeriesKind::kCategorical)) continue;
+      const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+      readings_.emplace_back();
+      kind.evaluate(in, det, t.warn, t.alert, readings_.back());
+      v.detector_of.push_back(d);
+    }
+    double lead_severity = -1;
+    for (size_t i = 0; i < readings_.size(); ++i) {
+      const DetectorReading& r = readings_[i];
+      v.observed = std::max(v.observed, r.level);
+      v.window_level = std::max(v.window_level, r.window_level);
+      if (r.level >= AlertLevel::kWarn) {
+        v.families_now |= 1u << static_cast<int>(DefaultsFor(detectors_[v.detector_of[i]].kind).family);
+      }
+      const double sev = Severity(r);
+      if (sev > lead_severity) {
+        lead_severity = sev;
+        v.lead = static_cast<int>(i);
+      }
+    }
+    v.llr.fill(std::numeric_limits<double>::quiet_NaN());
+    const Incident& inc = s.inc;
+    if (inc.shape_n > 0 && inc.shape_delta.size() == cat_evid_win_.size()) {
+      std::vector<double> delta(inc.shape_delta.size());
+      for (size_t b = 0; b < delta.size(); ++b) {
+        delta[b] = inc.shape_delta[b] / static_cast<double>(inc.shape_n);
+      }
+      v.llr[static_cast<int>(DetectorFamily::kShape)] =
+          ShapeBackEvidence(cat_evid_win_, cat_evid_ref_, delta);
+    }
+    v.win_counts = cat_evid_win_;
+    v.ref_counts = cat_evid_ref_;
+    // The categories that moved most (the rest counted as one), by |PSI term|.
+    const size_t k = cat_evid_win_.size();
+    std::vector<double> r(k), w(k), terms(k);
+    SharesOf(cat_evid_ref_, r);
+    SharesOf(cat_evid_win_, w);
+    Psi(r, w, terms);
+    std::vector<size_t> order(k);
+    for (size_t i = 0; i < k; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::abs(terms[a]) > std::abs(terms[b]);
+    });
+    for (size_t i = 0; i < order.size() && i < static_cast<size_t>(kTopBins); ++i) {
+      const size_t cell = order[i];
+      v.top_categories.push_back({cell < tracked ? c.set.name(cell) : std::string(kOtherCategory),
+                                  r[cell], w[cell], terms[cell]});
+    }
+    for (const CategoryCounts::Entry* e : unseen.Top(static_cast<size_t>(kTopBins))) {
+      v.new_categories.push_back(
+          {e->name, static_cast<double>(e->count) / static_cast<double>(std::max<int64_t>(1, n))});
+    }
+    Decide(m, series, v);
+  }
+
+  if (spec_.baseline.kind == BaselineKind::kTrailing) {
+    const size_t keep = static_cast<size_t>(spec_.baseline.windows);
+    if (c.trailing.size() < keep) {
+      c.trailing.push_back(cells);
+    } else {
+      c.trailing[c.trailing_next] = cells;
+    }
+    c.trailing_next = static_cast<uint32_t>((c.trailing_next + 1) % keep);
+  }
+  clear_window();
+}
+
+void DriftMonitor::ObserveReferenceCategory(uint32_t model, const std::string& model_name,
+                                            size_t series, std::string_view category) {
+  if (series >= series_names_.size() || series_kinds_[series] != SeriesKind::kCategorical) return;
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  if (s.frozen) return;  // statistics given already, or restored
+  MarkDirty(m, series);
+  CategoricalOf(s).AddToBaseline(CategoryHash(category), &category, 1, FirstPart(),
+                                 max_categories_);
+}
+
+void DriftMonitor::ObserveReferenceFlag(uint32_t model, const std::string& model_name,
+                                        size_t series, bool flagged) {
+  if (series >= series_names_.size() || !IsDataQuality(series_kinds_[series])) return;
+  SkipEdges(ModelFor(model, model_name).series[series]);
+  ObserveReference(model, model_name, series, flagged ? 1.0 : 0.0);
+}
+
+Status DriftMonitor::SetCategoricalReference(uint32_t model, const std::string& model_name,
+                                             size_t series,
+                                             const CategoricalReference& reference) {
+  if (series >= series_names_.size() || series_kinds_[series] != SeriesKind::kCategorical) {
+    return MakeError(ErrorCode::kInvalidArgument, "drift: no categorical series {}", series);
+  }
+  const std::string& name = series_names_[series];
+  auto bad = [&](std::string_view why) {
+    return MakeError(ErrorCode::kConfig, "reference of model '{}' series '{}': {}", model_name,
+                     name, why);
+  };
+  int64_t n = reference.other;
+  if (reference.other < 0) return bad("'other' must not be negative");
+  std::vector<std::pair<std::string, int64_t>> categories = reference.categories;
+  std::set<std::string, std::less<>> names;
+  for (const auto& [category, count] : categories) {
+    if (count < 0) return bad(fmt::format("the count of category '{}' is negative", category));
+    if (!names.insert(std::string(CategoryName(category))).second) {
+      return bad(fmt::format("category '{}' is listed twice", category));
+    }
+    n += count;
+  }
+  if (n < std::max<int64_t>(1, spec_.min_samples)) {
+    return bad(fmt::format("n = {} is below minSamples ({}): it could never be compared with", n,
+                           spec_.min_samples));
+  }
+  if (reference.unseen < 0 || reference.unseen_n < 0 || reference.unseen > reference.unseen_n) {
+    return bad("'unseen' must be a count of at most its 'n'");
+  }
+  // The most frequent are tracked (as a warmup's first part would choose), the others count with
+  // the rest; every listed category is seen.
+  std::stable_sort(categories.begin(), categories.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::vector<std::string> tracked;
+  std::vector<uint32_t> seen = reference.seen;
+  int64_t other = reference.other;
+  for (const auto& [category, count] : categories) {
+    if (tracked.size() < max_categories_ && count > 0) {
+      tracked.push_back(category);
+    } else {
+      seen.push_back(CategorySet::Fingerprint(CategoryHash(category)));
+      other += count;
+    }
+  }
+  ModelState& m = ModelFor(model, model_name);
+  SeriesState& s = m.series[series];
+  MarkDirty(m, series);
+  CategoricalState fresh;
+  fresh.set = CategorySet::FromParts(tracked, std::move(seen));
+  fresh.ref.assign(fresh.set.cells(), 0);
+  for (size_t i = 0; i < fresh.set.tracked(); ++i) fresh.ref[i] = categories[i].second;
+  fresh.ref[fresh.set.other()] = other;
+  fresh.baseline_values = n;
+  fresh.set_ready = true;
+  fresh.held_out = reference.unseen_n;
+  fresh.first_total = n;
+  if (reference.unseen_n > 0) {
+    fresh.ref_unseen = reference.unseen;
+    fresh.ref_unseen_n = reference.unseen_n;
+  } else {
+    fresh.ref_unseen = other;
+    fresh.ref_unseen_n = n;
+  }
+  fresh.window.assign(fresh.set.cells(), 0);
+  s.cat = std::make_unique<CategoricalState>(std::move(fresh));
+  s.frozen = true;
+  return Ok();
+}
+
 namespace {
+
+void EncodeCategoricalSeries(const DriftMonitor::SeriesState& s, std::string& out);
+void EncodeCategoricalBase(const DriftMonitor::SeriesState& s, std::string& out);
 
 constexpr std::string_view kBaseSuffix = "/base";
 constexpr std::string_view kWarmupSuffix = "/w";
@@ -1953,6 +2529,214 @@ Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t b
   return Ok();
 }
 
+// ---- categorical series records ------------------------------------------------------------
+// "<series>" (kCategoricalEncodingVersion):
+//   u8 version, u8 flags (1 frozen, 2 category set fixed, 4 baseline in the base key),
+//   i64 seen, first_event_us, window_start, window_min_us, window_max_us, season_end_us,
+//   alert state, u64 incident, incident (u8 families, u32 lead, 4 x f64 evidence, i64 shape_n,
+//   u32 + f64 shape deltas), i64 baseline values,
+//   [not fixed] first part's counts; [fixed, not frozen] the baseline's fields (as in the base
+//   key), then the window's cells, values and unseen names, open event-time windows (start,
+//   min, max, cells, sample, unseen names), trailing windows' cells and their next slot,
+//   seasonal phases' cells.
+// "<series>/base" (kCategoricalEncodingVersion): the category set, the baseline's cells, its
+//   held-out values, first part's size and singletons, and the unseen share's reference.
+
+bool IsCategoricalRecord(std::string_view bytes) {
+  return !bytes.empty() && static_cast<uint8_t>(bytes[0]) == kCategoricalEncodingVersion;
+}
+
+void EncodeCategoricalBaseFields(drift::ByteWriter& w, const CategoricalState& c) {
+  c.set.Encode(w);
+  EncodeCounts(w, c.ref);
+  w.I64(c.held_out);
+  w.I64(c.first_total);
+  w.I64(c.first_singletons);
+  w.I64(c.ref_unseen);
+  w.I64(c.ref_unseen_n);
+}
+
+bool DecodeCategoricalBaseFields(drift::ByteReader& r, CategoricalState& c) {
+  if (!c.set.Decode(r) || !DecodeCounts(r, c.ref)) return false;
+  c.held_out = r.I64();
+  c.first_total = r.I64();
+  c.first_singletons = r.I64();
+  c.ref_unseen = r.I64();
+  c.ref_unseen_n = r.I64();
+  c.set_ready = true;
+  return !r.failed() && c.ref.size() == c.set.cells() && c.held_out >= 0 &&
+         c.first_total >= 0 && c.first_singletons >= 0 && c.ref_unseen >= 0 &&
+         c.ref_unseen <= std::max(c.ref_unseen_n, c.first_total);
+}
+
+void EncodeCategoricalBase(const DriftMonitor::SeriesState& s, std::string& out) {
+  drift::ByteWriter w(out);
+  w.U8(kCategoricalEncodingVersion);
+  EncodeCategoricalBaseFields(w, *s.cat);
+}
+
+Status DecodeCategoricalBase(std::string_view bytes, CategoricalState& c) {
+  drift::ByteReader r(bytes);
+  if (r.U8() != kCategoricalEncodingVersion || !DecodeCategoricalBaseFields(r, c) ||
+      !r.at_end()) {
+    return MakeError(ErrorCode::kCorruption, "drift categorical baseline state: unreadable ({} "
+                     "bytes)", bytes.size());
+  }
+  return Ok();
+}
+
+void EncodeCategoricalSeries(const DriftMonitor::SeriesState& s, std::string& out) {
+  const CategoricalState& c = *s.cat;
+  drift::ByteWriter w(out);
+  w.U8(kCategoricalEncodingVersion);
+  w.U8(static_cast<uint8_t>((s.frozen ? 1 : 0) | (c.set_ready ? 2 : 0) |
+                            (s.frozen ? kBaseApart : 0)));
+  w.I64(s.seen);
+  w.I64(s.first_event_us);
+  w.I64(s.window_start);
+  w.I64(s.window_min_us);
+  w.I64(s.window_max_us);
+  w.I64(s.season_end_us);
+  s.alert.Encode(out);
+  w.U64(s.incident);
+  const Incident& inc = s.inc;
+  w.U8(inc.families);
+  w.U32(static_cast<uint32_t>(inc.lead));
+  for (double e : inc.evidence) w.F64(e);
+  w.I64(inc.shape_n);
+  w.U32(static_cast<uint32_t>(inc.shape_delta.size()));
+  for (double d : inc.shape_delta) w.F64(d);
+  w.I64(c.baseline_values);
+  if (!c.set_ready) {
+    c.first.Encode(w);
+  } else if (!s.frozen) {
+    EncodeCategoricalBaseFields(w, c);
+  }
+  EncodeCounts(w, c.window);
+  w.I64(c.window_n);
+  c.window_unseen.Encode(w);
+  w.U32(static_cast<uint32_t>(c.open.size()));
+  for (const CategoryWindow& o : c.open) {
+    w.I64(o.start_us);
+    w.I64(o.min_us);
+    w.I64(o.max_us);
+    EncodeCounts(w, o.cells);
+    o.sample.Encode(w);
+    o.unseen.Encode(w);
+  }
+  w.U32(static_cast<uint32_t>(c.trailing.size()));
+  w.U32(c.trailing_next);
+  for (const auto& t : c.trailing) EncodeCounts(w, t);
+  w.U32(static_cast<uint32_t>(c.phases.size()));
+  for (const auto& p : c.phases) EncodeCounts(w, p);
+}
+
+Status DecodeCategoricalSeries(std::string_view bytes, DriftMonitor::SeriesState& s,
+                               bool& base_apart) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "drift categorical series state: {} ({} bytes)",
+                     what, bytes.size());
+  };
+  if (r.U8() != kCategoricalEncodingVersion) return corrupt("unknown version");
+  const uint8_t flags = r.U8();
+  s.frozen = (flags & 1) != 0;
+  base_apart = (flags & kBaseApart) != 0;
+  if (base_apart != s.frozen || (s.frozen && (flags & 2) == 0)) return corrupt("bad flags");
+  s.cat = std::make_unique<CategoricalState>();
+  CategoricalState& c = *s.cat;
+  s.seen = r.I64();
+  s.first_event_us = r.I64();
+  s.window_start = r.I64();
+  s.window_min_us = r.I64();
+  s.window_max_us = r.I64();
+  s.season_end_us = r.I64();
+  std::string buf;
+  if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
+  auto alert = AlertStateMachine::Decode(buf);
+  if (!alert) return tl::unexpected(alert.error());
+  s.alert = *alert;
+  s.incident = r.U64();
+  Incident& inc = s.inc;
+  inc.families = r.U8();
+  inc.lead = static_cast<int32_t>(r.U32());
+  for (double& e : inc.evidence) e = r.F64();
+  inc.shape_n = r.I64();
+  const uint32_t delta = r.U32();
+  if (delta > r.remaining() / 8) return corrupt("bad incident");
+  inc.shape_delta.resize(delta);
+  for (double& d : inc.shape_delta) d = r.F64();
+  if (inc.lead < -1 || inc.shape_n < 0) return corrupt("bad incident");
+  c.baseline_values = r.I64();
+  if ((flags & 2) == 0) {
+    if (!c.first.Decode(r)) return corrupt("bad first part");
+  } else if (!s.frozen) {
+    if (!DecodeCategoricalBaseFields(r, c)) return corrupt("bad baseline");
+  } else {
+    c.set_ready = true;  // the rest is in the base key
+  }
+  if (!DecodeCounts(r, c.window)) return corrupt("bad window");
+  c.window_n = r.I64();
+  if (!c.window_unseen.Decode(r)) return corrupt("bad window's unseen categories");
+  const uint32_t open = r.U32();
+  if (r.failed() || open > 100'000 || open > r.remaining() / 24) return corrupt("bad open windows");
+  c.open.resize(open);
+  int64_t previous_start = INT64_MIN;
+  for (CategoryWindow& o : c.open) {
+    o.start_us = r.I64();
+    o.min_us = r.I64();
+    o.max_us = r.I64();
+    if (!DecodeCounts(r, o.cells) || !o.sample.Decode(r) || !o.unseen.Decode(r) ||
+        o.start_us <= previous_start) {
+      return corrupt("bad open window");
+    }
+    previous_start = o.start_us;
+  }
+  const uint32_t trailing = r.U32();
+  c.trailing_next = r.U32();
+  if (r.failed() || trailing > 10'000 || c.trailing_next > trailing) {
+    return corrupt("bad trailing windows");
+  }
+  c.trailing.resize(trailing);
+  for (auto& t : c.trailing) {
+    if (!DecodeCounts(r, t)) return corrupt("bad trailing window");
+  }
+  const uint32_t phases = r.U32();
+  if (r.failed() || phases > 100'000) return corrupt("bad seasonal phases");
+  c.phases.resize(phases);
+  for (auto& p : c.phases) {
+    if (!DecodeCounts(r, p)) return corrupt("bad seasonal phase");
+  }
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  if (s.seen < 0 || c.baseline_values < 0 || c.window_n < 0) return corrupt("bad counts");
+  s.prepared = false;
+  return Ok();
+}
+
+/// Checks of a categorical series that need both its record and its baseline.
+Status CheckCategorical(const DriftMonitor::SeriesState& s, std::string_view key) {
+  const CategoricalState& c = *s.cat;
+  auto bad = [&](std::string_view what) -> Status {
+    return MakeError(ErrorCode::kCorruption, "{}: drift categorical series state: {}", key, what);
+  };
+  const size_t cells = c.set.cells();
+  if (c.set_ready && c.ref.size() != cells) return bad("baseline cells disagree");
+  if (s.frozen && c.window.size() != cells) return bad("window cells disagree");
+  for (const CategoryWindow& o : c.open) {
+    if (s.frozen ? o.cells.size() != cells : !o.cells.empty()) return bad("bad open window");
+  }
+  for (const auto& t : c.trailing) {
+    if (t.size() != cells) return bad("bad trailing window");
+  }
+  for (const auto& p : c.phases) {
+    if (p.size() != cells) return bad("bad seasonal phase");
+  }
+  if (!s.inc.shape_delta.empty() && s.inc.shape_delta.size() != c.set.tracked() + 1) {
+    return bad("bad incident");
+  }
+  return Ok();
+}
+
 /// Checks that need both the series record and its baseline.
 Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key) {
   const size_t bins = s.edges.bins();
@@ -2110,6 +2894,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
 // ---- Version 6: the model record, the series record, warmup segments, the series table ----
 
 uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s) {
+  if (s.cat) return 0;  // a categorical series' record holds it whole
   uint32_t bits = 0;
   if (s.frozen || s.edges_ready || s.seen != 0) bits |= kHotState;
   if (ValidTime(s.first_event_us)) bits |= kHotFirstEvent;
@@ -2605,7 +3390,9 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
   // not do (MarkHot).
   for (size_t i = 0; i < m.series.size(); ++i) {
     SeriesState& s = m.series[i];
+    const bool categorical = i < series_kinds_.size() && series_kinds_[i] == SeriesKind::kCategorical;
     if (!s.cold_dirty && s.warmup_blocks == 0) {
+      if (categorical) continue;
 #ifndef NDEBUG
       // What changed of the series record must have been marked (MarkDirty), or a restart
       // would lose it: debug builds (the sanitizer tests) check every write.
@@ -2623,6 +3410,34 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
     s.warmup_blocks = 0;
     if (!s.cold_dirty) continue;
     s.cold_dirty = false;
+    if (categorical) {
+      // A categorical series is written whole (its counts are small and bounded): the record,
+      // and the frozen baseline's key when it changes, which is once.
+      CategoricalOf(s);
+      if (s.frozen) {
+        scratch_.clear();
+        EncodeCategoricalBase(s, scratch_);
+        const uint64_t hash = HashBytes(scratch_);
+        if (hash != s.base_hash) {
+          last_write_.dirty_bytes += static_cast<int64_t>(scratch_.size());
+          puts.emplace_back(key + std::string(kBaseSuffix), scratch_);
+          s.base_hash = hash;
+          s.base_in_store = true;
+        }
+      } else {
+        s.base_hash = 0;
+        if (s.base_in_store) {
+          deletes.push_back(key + std::string(kBaseSuffix));
+          s.base_in_store = false;
+        }
+      }
+      std::string value;
+      EncodeCategoricalSeries(s, value);
+      last_write_.dirty_bytes += static_cast<int64_t>(value.size());
+      puts.emplace_back(key, std::move(value));
+      s.cold_in_store = true;
+      continue;
+    }
     if (s.frozen) {
       scratch_.clear();
       EncodeBase(s, scratch_);
@@ -2866,9 +3681,19 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   if (!target.restoring) target.restoring = std::make_unique<SeriesState::RestorePieces>();
   SeriesState::RestorePieces& pieces = *target.restoring;
 
+  const bool categorical = index < series_kinds_.size() &&
+                           series_kinds_[index] == SeriesKind::kCategorical;
   if (piece == kBaseSuffix) {
+    if (categorical != IsCategoricalRecord(value)) {
+      return MakeError(ErrorCode::kCorruption, "drift: state key '{}' is not of a {} series", key,
+                       categorical ? "categorical" : "numeric");
+    }
     SeriesState scratch;
-    if (auto st = DecodeBase(value, scratch, kBinsLimit); !st) {
+    if (categorical) {
+      if (auto st = DecodeCategoricalBase(value, CategoricalOf(scratch)); !st) {
+        return tl::unexpected(st.error().Wrap(std::string(key)));
+      }
+    } else if (auto st = DecodeBase(value, scratch, kBinsLimit); !st) {
       return tl::unexpected(st.error().Wrap(std::string(key)));
     }
     target.base_in_store = true;
@@ -2895,7 +3720,14 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   } else if (piece.empty()) {
     SeriesState scratch;
     Status checked = Ok();
-    if (!value.empty() && static_cast<uint8_t>(value[0]) == kSeriesEncodingVersion) {
+    if (categorical != IsCategoricalRecord(value)) {
+      return MakeError(ErrorCode::kCorruption, "drift: state key '{}' is not of a {} series", key,
+                       categorical ? "categorical" : "numeric");
+    }
+    if (categorical) {
+      bool base_apart = false;
+      checked = DecodeCategoricalSeries(value, scratch, base_apart);
+    } else if (!value.empty() && static_cast<uint8_t>(value[0]) == kSeriesEncodingVersion) {
       checked = DecodeCold(value, scratch);
     } else {
       bool base_apart = false;
@@ -2930,6 +3762,7 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
     bool hot = false;         // an entry in the model record
     uint32_t hot_bits = 0;
     uint32_t warmup = 0;      // warmup values the record or the model record counts
+    bool categorical = false;  // a categorical series: its record and base key hold it all
   };
   std::vector<Info> info(n);
   auto fresh_series = [](const SeriesState& old) {
@@ -2947,10 +3780,23 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
     for (size_t i = 0; i < n; ++i) {
       SeriesState& s = m.series[i];
       s = fresh_series(s);
+      info[i].categorical =
+          i < series_kinds_.size() && series_kinds_[i] == SeriesKind::kCategorical;
       if (!pieces[i] || !pieces[i]->has_record) continue;
       const std::string& record = pieces[i]->record;
       Status st = Ok();
-      if (static_cast<uint8_t>(record[0]) == kSeriesEncodingVersion) {
+      if (info[i].categorical) {
+        bool base_apart = false;
+        st = DecodeCategoricalSeries(record, s, base_apart);
+        if (st && base_apart) {
+          if (!pieces[i]->has_base) {
+            return MakeError(ErrorCode::kCorruption,
+                             "drift series state: the frozen baseline is missing (series '{}')",
+                             name_of(i));
+          }
+          st = DecodeCategoricalBase(pieces[i]->base, CategoricalOf(s));
+        }
+      } else if (static_cast<uint8_t>(record[0]) == kSeriesEncodingVersion) {
         info[i].v6 = any_v6 = true;
         st = DecodeCold(record, s);
       } else {
@@ -2971,7 +3817,8 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         const int32_t i = t < table_series_.size() ? table_series_[t] : -1;
         uint32_t bits = 0;
         uint32_t warmup = 0;
-        if (i < 0 || info[static_cast<size_t>(i)].legacy || info[static_cast<size_t>(i)].hot) {
+        if (i < 0 || info[static_cast<size_t>(i)].legacy || info[static_cast<size_t>(i)].hot ||
+            info[static_cast<size_t>(i)].categorical) {
           scratch = SeriesState();
           return DecodeHot(r, scratch, bits, warmup);
         }
@@ -2989,6 +3836,7 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
     // 3. Frozen baselines.
     for (size_t i = 0; i < n; ++i) {
       SeriesState& s = m.series[i];
+      if (info[i].categorical) continue;
       const bool needs_base = s.frozen && (info[i].v6 || info[i].hot || info[i].base_apart);
       const bool has_base = pieces[i] && pieces[i]->has_base;
       if (needs_base && !has_base) {
@@ -3063,6 +3911,21 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
     // 5. What follows from the rest, and the bookkeeping of what is in the store.
     for (size_t i = 0; i < n; ++i) {
       SeriesState& s = m.series[i];
+      if (info[i].categorical) {
+        if (s.cat) DRIFTD_TRY(CheckCategorical(s, name_of(i)));
+        s.base_hash = 0;
+        if (s.frozen && s.cat && pieces[i] && pieces[i]->has_base) {
+          scratch_.clear();
+          EncodeCategoricalBase(s, scratch_);
+          s.base_hash = HashBytes(scratch_);
+        }
+        // The record is rewritten whole when the series next changes (cold_hash 0).
+        s.cold_hash = 0;
+        if (s.base_in_store && s.base_hash == 0) s.cold_dirty = true;  // a left-over base key
+        if (s.warmup_blocks > 0) s.cold_dirty = true;
+        s.dirty = false;
+        continue;
+      }
       if (!s.frozen && !s.edges_ready && !(info[i].hot && !(info[i].hot_bits & kHotBaseline))) {
         // A baseline read with the values it was made of: kept up to date from now on only if
         // it is not theirs.
@@ -3145,7 +4008,7 @@ void DriftMonitor::ObserveReference(uint32_t model, const std::string& model_nam
     ++skipped_values_;
     return;
   }
-  if (series >= series_names_.size()) return;
+  if (series >= series_names_.size() || series_kinds_[series] == SeriesKind::kCategorical) return;
   ModelState& m = ModelFor(model, model_name);
   SeriesState& s = m.series[series];
   if (s.frozen) return;  // statistics given already, or restored
@@ -3182,6 +4045,9 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
     return MakeError(ErrorCode::kConfig, "reference of model '{}' series '{}': {}", model_name,
                      name, why);
   };
+  if (series_kinds_[series] == SeriesKind::kCategorical) {
+    return bad("a string series' reference gives its categories (\"categories\", \"other\")");
+  }
   if (moments.count() < std::max<int64_t>(1, spec_.min_samples)) {
     return bad(fmt::format("n = {} is below minSamples ({}): it could never be compared with",
                            moments.count(), spec_.min_samples));
@@ -3200,7 +4066,8 @@ Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name,
     if (c < 0) return bad("counts must not be negative");
     total += c;
   }
-  if (has_histogram_ && (counts.empty() || total == 0)) {
+  if (has_histogram_ && series_kinds_[series] == SeriesKind::kNumeric &&
+      (counts.empty() || total == 0)) {
     return bad(
         "the psi, js and ks detectors need 'edges' and 'counts' (or remove them from "
         "drift.detectors)");
@@ -3270,7 +4137,9 @@ Status DriftMonitor::FreezeReferences() {
     for (size_t i = 0; i < m.series.size(); ++i) {
       SeriesState& s = m.series[i];
       const bool is_error = i == series_names_.size();
-      const int64_t n = is_error ? s.err_baseline.count() : BaselineCount(s);
+      const int64_t n = is_error ? s.err_baseline.count()
+                        : s.cat  ? s.cat->baseline_n()
+                                 : BaselineCount(s);
       if (s.frozen || n == 0) continue;
       if (n < std::max<int64_t>(1, spec_.min_samples)) {
         return MakeError(ErrorCode::kConfig,
@@ -3281,6 +4150,8 @@ Status DriftMonitor::FreezeReferences() {
       }
       if (is_error) {
         s.frozen = true;
+      } else if (s.cat) {
+        FreezeCategorical(s);
       } else {
         FreezeBaseline(s);
       }
@@ -3326,8 +4197,20 @@ std::vector<DriftMonitor::BaselineExport> DriftMonitor::ExportBaselines() const 
         e.series = std::string(kErrorSeries);
         e.moments = s.err_baseline.abs_error;
         e.errors = s.err_baseline.errors;
+      } else if (s.cat) {
+        const CategoricalState& c = *s.cat;
+        e.series = series_names_[i];
+        e.kind = SeriesKind::kCategorical;
+        for (size_t t = 0; t < c.set.tracked(); ++t) {
+          e.categorical.categories.emplace_back(c.set.name(t), c.ref[t]);
+        }
+        e.categorical.other = c.ref[c.set.other()] + c.ref[c.set.unseen()];
+        e.categorical.seen = c.set.seen();
+        e.categorical.unseen = c.ref_unseen;
+        e.categorical.unseen_n = c.ref_unseen_n;
       } else {
         e.series = series_names_[i];
+        e.kind = series_kinds_[i];
         e.moments = s.baseline;
         e.inner_edges = s.edges.inner();
         e.counts = s.ref_counts;
@@ -3411,6 +4294,9 @@ std::string AlertEvent::ToJson() const {
   obj.String("previous_level", ToString(previous_level));
   obj.String("model", model);
   obj.String("series", series);
+  // Data quality (a feature arriving null, malformed records) or distribution drift: different
+  // owners act on them.
+  obj.String("kind", IsDataQuality(series_kind) ? "data_quality" : "drift");
   obj.String("detector", detector);
   obj.Number("statistic", statistic);
   obj.Number("threshold", threshold);
@@ -3423,7 +4309,8 @@ std::string AlertEvent::ToJson() const {
     AppendTime(win, "start_time", window_start_us);
     AppendTime(win, "end_time", window_end_us);
     win.Int("n", window_n);
-    if (window_n > 0) {
+    // A categorical series has counts, not a mean; a rate series' mean is its rate.
+    if (window_n > 0 && series_kind != SeriesKind::kCategorical) {
       win.Number("mean", window_mean);
       win.Number("stddev", window_stddev);
     }
@@ -3435,8 +4322,10 @@ std::string AlertEvent::ToJson() const {
     JsonObject base(b);
     base.String("type", ToString(baseline_kind));
     base.Int("n", baseline_n);
-    base.Number("mean", baseline_mean);
-    base.Number("stddev", baseline_stddev);
+    if (series_kind != SeriesKind::kCategorical) {
+      base.Number("mean", baseline_mean);
+      base.Number("stddev", baseline_stddev);
+    }
     base.Close();
     obj.Raw("baseline", b);
   }
@@ -3481,6 +4370,33 @@ std::string AlertEvent::ToJson() const {
     arr.push_back(']');
     obj.Raw("top_bins", arr);
   }
+  if (!top_categories.empty()) {
+    std::string arr = "[";
+    for (size_t i = 0; i < top_categories.size(); ++i) {
+      if (i > 0) arr.push_back(',');
+      const CategoryChange& c = top_categories[i];
+      JsonObject d(arr);
+      d.String("category", c.category);
+      d.Number("baseline_share", c.baseline_share);
+      d.Number("window_share", c.window_share);
+      d.Number("psi_term", c.psi_term);
+      d.Close();
+    }
+    arr.push_back(']');
+    obj.Raw("top_categories", arr);
+  }
+  if (!new_categories.empty()) {
+    std::string arr = "[";
+    for (size_t i = 0; i < new_categories.size(); ++i) {
+      if (i > 0) arr.push_back(',');
+      JsonObject d(arr);
+      d.String("category", new_categories[i].category);
+      d.Number("window_share", new_categories[i].window_share);
+      d.Close();
+    }
+    arr.push_back(']');
+    obj.Raw("new_categories", arr);
+  }
   if (!alerting_series.empty()) {
     std::string arr = "[";
     for (size_t i = 0; i < alerting_series.size(); ++i) {
@@ -3508,17 +4424,28 @@ RowShape AlertRowShape() {
                     member("baseline_share", Kind::kDouble, true),
                     member("window_share", Kind::kDouble, true),
                     member("psi_term", Kind::kDouble, true)});
+  ShapeType category = ShapeType::Record(
+      "CategoryChange", {member("category", Kind::kString),
+                         member("baseline_share", Kind::kDouble, true),
+                         member("window_share", Kind::kDouble, true),
+                         member("psi_term", Kind::kDouble, true)});
+  ShapeType new_category = ShapeType::Record(
+      "NewCategory",
+      {member("category", Kind::kString), member("window_share", Kind::kDouble, true)});
   return ShapeType::Record(
       "Alert",
       {member("alert_id", Kind::kString), member("incident_id", Kind::kString),
        member("level", Kind::kString), member("previous_level", Kind::kString),
        member("model", Kind::kString), member("series", Kind::kString),
+       member("kind", Kind::kString, /*nullable=*/true),  // a default for readers of older rows
        member("detector", Kind::kString), member("statistic", Kind::kDouble, true),
        member("threshold", Kind::kDouble, true), member("score", Kind::kDouble, true),
        {"window", EvaluationWindowShape(), {}},
        {"baseline", BaselineShape(/*nullable=*/true), {}},
        {"detectors", ShapeType::Array(DetectorReadingShape(), /*nullable=*/true), {}},
        {"top_bins", ShapeType::Array(std::move(bin), /*nullable=*/true), {}},
+       {"top_categories", ShapeType::Array(std::move(category), /*nullable=*/true), {}},
+       {"new_categories", ShapeType::Array(std::move(new_category), /*nullable=*/true), {}},
        {"alerting_series", ShapeType::Array(ShapeType::Scalar(Kind::kString), true), {}},
        member("trigger_series", Kind::kString, true), member("batch_id", Kind::kLong)});
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/drift/alert_state.h"
+#include "engine/drift/categories.h"
 #include "engine/drift/detectors.h"
 #include "engine/drift/higher_moments.h"
 #include "engine/drift/histogram.h"
@@ -36,6 +37,22 @@ struct BinChange {
   double psi_term = 0;
 };
 
+/// A category whose share changed most (by |PSI term|), for categorical series. The rest of the
+/// categories (seen in the baseline but not tracked, or never seen) count as one, named
+/// kOtherCategory.
+struct CategoryChange {
+  std::string category;
+  double baseline_share = 0;
+  double window_share = 0;
+  double psi_term = 0;
+};
+
+/// A category the baseline never saw, with its share of the window (categorical series).
+struct NewCategory {
+  std::string category;
+  double window_share = 0;
+};
+
 /// A state change of a (model, series) alert, or of a model's roll-up. See engine/drift/README.md
 /// for the JSON payload.
 struct AlertEvent {
@@ -48,6 +65,9 @@ struct AlertEvent {
   AlertLevel previous_level = AlertLevel::kOk;
   std::string model;
   std::string series;    // "*" for a model-level roll-up
+  /// What the series holds: missing-value and malformed-record series are data quality (the
+  /// payload's "kind" says "data_quality"), the others drift.
+  SeriesKind series_kind = SeriesKind::kNumeric;
   /// The detector that raised the incident ("rollup" for a roll-up): for WARN and ALERT the one
   /// furthest past its level, for RESOLVED and OK the one that raised what now clears.
   std::string detector;
@@ -74,6 +94,10 @@ struct AlertEvent {
   std::vector<DetectorReading> detectors;
   /// Up to three bins with the largest |PSI term| (series with histogram detectors).
   std::vector<BinChange> top_bins;
+  /// Categorical series: up to three categories (the rest counted as one) with the largest
+  /// |PSI term|, and the most frequent categories of the window that the baseline never saw.
+  std::vector<CategoryChange> top_categories;
+  std::vector<NewCategory> new_categories;
   /// Roll-up events: the model's series in ALERT, and the series whose change of state raised
   /// or cleared the roll-up (the window fields are that series' window).
   std::vector<std::string> alerting_series;
@@ -96,6 +120,7 @@ RowShape AlertRowShape();
 struct Evaluation {
   std::string model;
   std::string series;
+  SeriesKind series_kind = SeriesKind::kNumeric;
   /// False when the window or the baseline held fewer than minSamples values (no readings).
   bool evaluated = false;
   /// The series' alert state before and after this evaluation.
@@ -131,6 +156,12 @@ struct DriftMonitorStats {
   int64_t values_without_time = 0;
 };
 
+/// A drift series: its name (in events and state keys) and what it holds.
+struct SeriesDef {
+  std::string name;
+  SeriesKind kind = SeriesKind::kNumeric;
+};
+
 /// Drift detection for every model of one pipeline.
 ///
 /// Lifecycle: construct from the DriftSpec; Restore() every persisted key (before the first
@@ -158,11 +189,24 @@ class DriftMonitor {
   static constexpr size_t kMaxWarmupValues = 2'000;
   /// Windows of a series the look-back tests (mean_shift, stddev_ratio, error_rate) remember.
   static constexpr size_t kLookbackWindows = 16;
+  /// Name of a model's malformed-record series (SeriesKind::kMalformed) in events and state
+  /// keys.
+  static constexpr std::string_view kMalformedSeries = "malformed";
+  /// Suffix of a series' missing-value series: "prediction:missing" watches how often
+  /// prediction is null or absent (SeriesKind::kMissing).
+  static constexpr std::string_view kMissingSuffix = ":missing";
+  static std::string MissingSeriesName(std::string_view series);
+  /// Name shared by a categorical series' categories that are not tracked (in top_categories).
+  static constexpr std::string_view kOtherCategory = "(other)";
 
   /// `series_names` already expanded: "feature_vector[0]".."feature_vector[7]", "prediction".
   /// An empty spec.detectors means DefaultDetectorSpecs(); detectors with warn == alert == 0
-  /// get their kind's defaults.
+  /// get their kind's defaults. Every series is numeric.
   DriftMonitor(const DriftSpec& spec, std::vector<std::string> series_names);
+  /// Series of every kind: each is watched by the configured detectors that watch its kind
+  /// (DetectorDefaults::series); a kind no configured detector watches is kept, never
+  /// evaluated.
+  DriftMonitor(const DriftSpec& spec, std::span<const SeriesDef> series);
   ~DriftMonitor();
   DriftMonitor(const DriftMonitor&) = delete;
   DriftMonitor& operator=(const DriftMonitor&) = delete;
@@ -197,6 +241,8 @@ class DriftMonitor {
   /// Validates what the constructor would accept silently (baseline kind, window size).
   static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
                                                       std::vector<std::string> series_names);
+  static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
+                                                      std::span<const SeriesDef> series);
 
   /// One value of series `series` (index into series_names) for `model`, a dense id the
   /// executor interns; `model_name` is read only the first time a model id is seen.
@@ -214,6 +260,26 @@ class DriftMonitor {
   void Observe(uint32_t model, const std::string& model_name, size_t first_series,
                std::span<const double> values, int64_t event_time_us,
                int64_t late_before_us = INT64_MIN);
+
+  /// One value of a categorical series (SeriesKind::kCategorical), otherwise as Observe: the
+  /// value's category is `category`'s bytes (compared whole; names are kept to
+  /// kMaxCategoryNameBytes; the bytes are not kept after the call). A null value is not a
+  /// category: the caller feeds the series' missing-value series instead (ObserveFlag). As
+  /// for Observe, record-count windows follow the order of the series' values, and with
+  /// event-time windows everything depends on the values and their event times only. A window
+  /// counts its values exactly, whatever their order within it. No allocation once the
+  /// baseline is frozen, except the names of up to 256 unseen categories per window. Calls for
+  /// a series of another kind are ignored.
+  void ObserveCategory(uint32_t model, const std::string& model_name, size_t series,
+                       std::string_view category, int64_t event_time_us,
+                       int64_t late_before_us = INT64_MIN);
+
+  /// One record's flag for a rate series: for SeriesKind::kMissing, whether the watched value
+  /// was null or absent in the record; for SeriesKind::kMalformed, whether the record was
+  /// malformed. Call it for every record of the model (flagged or not): the share of flagged
+  /// records is what is watched. Otherwise as Observe.
+  void ObserveFlag(uint32_t model, const std::string& model_name, size_t series, bool flagged,
+                   int64_t event_time_us, int64_t late_before_us = INT64_MIN);
 
   /// A labeled outcome for the error series of `model` (call after Observe saw the model).
   /// `event_time_us` as for Observe.
@@ -286,6 +352,30 @@ class DriftMonitor {
   /// values, as for a warmup.
   void ObserveReference(uint32_t model, const std::string& model_name, size_t series,
                         double value);
+  /// One value of a reference record for a categorical series, or one record's flag for a rate
+  /// series (as ObserveReference).
+  void ObserveReferenceCategory(uint32_t model, const std::string& model_name, size_t series,
+                                std::string_view category);
+  void ObserveReferenceFlag(uint32_t model, const std::string& model_name, size_t series,
+                            bool flagged);
+  /// Reference statistics of a categorical series (engine/drift/README.md's file format).
+  struct CategoricalReference {
+    /// Values per category; the most frequent (up to the `categories` parameter) are tracked,
+    /// the others count with `other`.
+    std::vector<std::pair<std::string, int64_t>> categories;
+    /// Values of categories not listed.
+    int64_t other = 0;
+    /// Fingerprints of every category the baseline saw (CategorySet::Fingerprint); empty: the
+    /// listed categories.
+    std::vector<uint32_t> seen;
+    /// The baseline's own share of values of categories it had not seen: `unseen` of
+    /// `unseen_n` (a held-out part). unseen_n 0: `other` of n (every unlisted category counts
+    /// as unseen).
+    int64_t unseen = 0;
+    int64_t unseen_n = 0;
+  };
+  Status SetCategoricalReference(uint32_t model, const std::string& model_name, size_t series,
+                                 const CategoricalReference& reference);
   /// One labeled reference outcome for the error series of `model`.
   void ObserveReferenceLabel(uint32_t model, const std::string& model_name, double prediction,
                              double label);
@@ -314,6 +404,10 @@ class DriftMonitor {
     std::vector<int64_t> counts;
     int64_t errors = 0;  // error series: labeled records whose error exceeded the threshold
     Winsorized winsorized;  // not for the error series
+    SeriesKind kind = SeriesKind::kNumeric;
+    /// Categorical series: moments are empty; the reference as SetCategoricalReference takes
+    /// it (tracked categories with their counts, the rest in `other`).
+    CategoricalReference categorical;
   };
   /// Every frozen baseline (warmup, reference records or statistics), by model then series.
   std::vector<BaselineExport> ExportBaselines() const;
@@ -340,6 +434,9 @@ class DriftMonitor {
 
   DriftMonitorStats stats() const;
   const std::vector<std::string>& series_names() const { return series_names_; }
+  SeriesKind series_kind(size_t series) const {
+    return series < series_kinds_.size() ? series_kinds_[series] : SeriesKind::kNumeric;
+  }
 
 
   struct SeriesState;
@@ -384,10 +481,14 @@ class DriftMonitor {
   void ResolveTable();
   std::string_view SeriesName(size_t index) const;
   int64_t WindowClockMs(int64_t window_end_us) const;
+  /// What a window's power sums are centred on (PowerSums::Reset).
+  double WindowShift(const SeriesState& s, size_t series) const;
   bool PerValueCusum() const;
 
   DriftSpec spec_;
   std::vector<std::string> series_names_;
+  /// Kind of each series (series_names_ order).
+  std::vector<SeriesKind> series_kinds_;
   std::vector<DetectorConfig> detectors_;
   /// Thresholds of the models no override names (never resized once made).
   std::vector<Thresholds> shared_thresholds_;
@@ -439,6 +540,25 @@ class DriftMonitor {
   std::vector<std::string> table_;
   std::vector<uint32_t> series_table_index_;  // by series index (the error series last)
   std::vector<int32_t> table_series_;          // by table position: series index, or -1
+
+  // ---- categorical series (monitor.cc, "Categorical series") ----
+  /// Tracked categories at most (the first `categories` parameter of a categorical detector).
+  size_t max_categories_ = 30;
+  int64_t FirstPart() const;
+  CategoricalState& CategoricalOf(SeriesState& s);
+  void SkipEdges(SeriesState& s);
+  void AddCategory(ModelState& m, size_t series, uint64_t hash, std::string_view category,
+                   int64_t event_time_us, int64_t late_before_us);
+  void FreezeCategorical(SeriesState& s);
+  void CloseCategoryWindow(ModelState& m, size_t series, std::vector<int64_t>& cells,
+                           CategoryCounts& unseen);
+  void CloseCategoryEventWindow(ModelState& m, size_t series);
+  // Scratch for categorical evaluations.
+  std::vector<int64_t> cat_win_;
+  std::vector<int64_t> cat_ref_;
+  std::vector<int64_t> cat_evid_win_;
+  std::vector<int64_t> cat_evid_ref_;
+  std::vector<size_t> cat_cell_of_;
 };
 
 }  // namespace driftd

@@ -69,9 +69,12 @@ class DriftStage::Impl {
   struct SeriesColumn {
     int column = -1;
     bool is_array = false;
+    bool is_string = false;   // a categorical series
     size_t first_series = 0;  // index of its first series in the monitor
     size_t width = 1;         // 1 for a scalar; array length from the layout
+    size_t missing = kNoSeries;  // its missing-value series, when watched
   };
+  static constexpr size_t kNoSeries = SIZE_MAX;
 
   Status Init(const PipelineSpec& spec, std::shared_ptr<KeyInterner> keys) {
     spec_ = spec.drift;
@@ -101,7 +104,24 @@ class DriftStage::Impl {
     for (const std::string& name : spec_.series) {
       int index = schema_.IndexOf(name);
       if (index < 0) return MakeError(ErrorCode::kConfig, "drift series '{}' is not in the schema", name);
-      columns_.push_back({index, schema_.fields[index].type == FieldType::kDoubleArray, 0, 1});
+      const FieldType type = schema_.fields[index].type;
+      columns_.push_back({index, type == FieldType::kDoubleArray, type == FieldType::kString, 0,
+                          1, kNoSeries});
+    }
+    // Data-quality series exist when a detector watches them (every kind when drift.detectors
+    // is not given), and only where they can see something: a non-nullable column is never
+    // null in a row (a record without it is malformed), and only the permissive policy keeps
+    // malformed records as rows. A malformed row's flag does not cross a scaled-out query's
+    // repartition topic, so there the malformed series is not kept rather than kept wrong.
+    const std::vector<DetectorSpec> detectors =
+        spec_.detectors.empty() ? DefaultDetectorSpecs() : spec_.detectors;
+    for (const DetectorSpec& detector : detectors) {
+      const DetectorDefaults& defaults = DefaultsFor(detector.kind);
+      if (defaults.Watches(SeriesKind::kMissing)) watch_missing_ = true;
+      if (defaults.Watches(SeriesKind::kMalformed)) {
+        watch_malformed_ = !spec.scale_out.enabled &&
+                           spec.source.malformed.policy == MalformedPolicy::kPermissive;
+      }
     }
     // Event time of a record: the window or watermark column, else the first timestamp field.
     std::string time_column;
@@ -252,8 +272,15 @@ class DriftStage::Impl {
       for (auto [name, stats] : series_object) {
         const std::string_view series(name);
         if (series == DriftMonitor::kErrorSeries) continue;
+        if (series == DriftMonitor::kMalformedSeries && watch_malformed_) continue;
         const size_t bracket = series.find('[');
         bool known = false;
+        for (size_t i = 0; i < columns_.size() && watch_missing_; ++i) {
+          const Field& field = schema_.fields[columns_[i].column];
+          if (field.nullable && series == DriftMonitor::MissingSeriesName(field.name)) {
+            known = true;
+          }
+        }
         for (size_t i = 0; i < columns_.size(); ++i) {
           const std::string& column = schema_.fields[columns_[i].column].name;
           if (columns_[i].is_array && bracket != std::string_view::npos &&
@@ -276,9 +303,11 @@ class DriftStage::Impl {
         }
         if (!known) {
           return bad(fmt::format("model '{}': '{}' is not a drift series of this pipeline "
-                                 "(drift.series, an array column's element like {}[0], or "
+                                 "(drift.series, an array column's element like {}[0], a "
+                                 "column's missing-value series like {}:missing, malformed or "
                                  "error)",
                                  std::string_view(model), series,
+                                 schema_.fields[columns_[0].column].name,
                                  schema_.fields[columns_[0].column].name));
         }
       }
@@ -301,6 +330,15 @@ class DriftStage::Impl {
         auto where = [&](std::string_view what) {
           return bad(fmt::format("model '{}' series '{}': {}", model, series, what));
         };
+        const auto named = std::find(names.begin(), names.end(), series);
+        const SeriesKind kind = named == names.end()
+                                    ? SeriesKind::kNumeric
+                                    : monitor_->series_kind(static_cast<size_t>(named - names.begin()));
+        if (kind == SeriesKind::kCategorical) {
+          DRIFTD_TRY(LoadCategoricalStatistics(id, model, static_cast<size_t>(named - names.begin()),
+                                               stats, where));
+          continue;
+        }
         int64_t n = 0;
         if (stats["n"].get_int64().get(n) != simdjson::SUCCESS || n < 1) {
           return where("needs \"n\", the number of reference values (an integer >= 1)");
@@ -317,6 +355,20 @@ class DriftStage::Impl {
           }
           return x;
         };
+        if (IsDataQuality(kind) && named != names.end()) {
+          // {"n": records, "rate": share of them missing (or malformed)}.
+          auto rate = number("rate", 0, true);
+          if (!rate) return tl::unexpected(rate.error());
+          if (*rate < 0 || *rate > 1) return where("\"rate\" must be in [0, 1]");
+          const double k = std::round(*rate * static_cast<double>(n));
+          const double nd = static_cast<double>(n);
+          const Moments moments = Moments::FromParts(n, k / nd, k * (nd - k) / nd,
+                                                     k > 0 && k < nd ? 0.0 : k / nd,
+                                                     k > 0 ? 1.0 : 0.0, k);
+          DRIFTD_TRY(monitor_->SetReference(id, model, static_cast<size_t>(named - names.begin()),
+                                            moments, {}, {}));
+          continue;
+        }
         if (series == DriftMonitor::kErrorSeries) {
           auto rate = number("error_rate", 0, true);
           if (!rate) return tl::unexpected(rate.error());
@@ -416,6 +468,64 @@ class DriftStage::Impl {
       }
     }
     return Ok();
+  }
+
+  // A categorical series' reference statistics: {"categories": {name: count, ...}, "other":
+  // count, "seen": hex fingerprints, "unseen": {"n": values, "count": unseen}} (engine/drift/
+  // README.md).
+  template <typename Where>
+  Status LoadCategoricalStatistics(uint32_t id, const std::string& model, size_t series,
+                                   simdjson::dom::element stats, const Where& where) {
+    DriftMonitor::CategoricalReference reference;
+    simdjson::dom::object categories;
+    if (stats["categories"].get_object().get(categories) != simdjson::SUCCESS) {
+      return where("a string series needs \"categories\", an object of category -> count");
+    }
+    for (auto [category, count] : categories) {
+      int64_t c = 0;
+      if (count.get_int64().get(c) != simdjson::SUCCESS || c < 0) {
+        return where(fmt::format("the count of category '{}' must be an integer >= 0",
+                                 std::string_view(category)));
+      }
+      reference.categories.emplace_back(std::string(category), c);
+    }
+    simdjson::dom::element element;
+    if (stats["other"].get(element) == simdjson::SUCCESS &&
+        (element.get_int64().get(reference.other) != simdjson::SUCCESS || reference.other < 0)) {
+      return where("\"other\" must be an integer >= 0");
+    }
+    if (stats["seen"].get(element) == simdjson::SUCCESS) {
+      std::string_view hex;
+      if (element.get_string().get(hex) != simdjson::SUCCESS || hex.size() % 8 != 0) {
+        return where("\"seen\" must be a string of 8 hex digits per category");
+      }
+      for (size_t at = 0; at < hex.size(); at += 8) {
+        uint32_t fingerprint = 0;
+        const auto [end, ec] =
+            std::from_chars(hex.data() + at, hex.data() + at + 8, fingerprint, 16);
+        if (ec != std::errc() || end != hex.data() + at + 8) {
+          return where("\"seen\" must be a string of 8 hex digits per category");
+        }
+        reference.seen.push_back(fingerprint);
+      }
+    }
+    if (stats["unseen"].get(element) == simdjson::SUCCESS) {
+      if (element["n"].get_int64().get(reference.unseen_n) != simdjson::SUCCESS ||
+          element["count"].get_int64().get(reference.unseen) != simdjson::SUCCESS ||
+          reference.unseen_n < 1 || reference.unseen < 0 ||
+          reference.unseen > reference.unseen_n) {
+        return where("\"unseen\" must be {\"n\": values >= 1, \"count\": of them unseen}");
+      }
+    }
+    int64_t n = reference.other;
+    for (const auto& [category, count] : reference.categories) n += count;
+    int64_t given = 0;
+    if (stats["n"].get(element) == simdjson::SUCCESS &&
+        (element.get_int64().get(given) != simdjson::SUCCESS || given != n)) {
+      return where(fmt::format("\"n\" must be the sum of the categories' counts and other ({})",
+                               n));
+    }
+    return monitor_->SetCategoricalReference(id, model, series, reference);
   }
 
   Status Restore(std::string_view key, std::string_view value) {
@@ -568,9 +678,38 @@ class DriftStage::Impl {
         out += ": ";
         std::string stats;
         JsonObject o(stats);
+        if (b->kind == SeriesKind::kCategorical) {
+          const DriftMonitor::CategoricalReference& c = b->categorical;
+          int64_t n = c.other;
+          std::string categories = "{";
+          for (size_t i = 0; i < c.categories.size(); ++i) {
+            if (i > 0) categories.push_back(',');
+            AppendJsonString(categories, c.categories[i].first);
+            categories += ":" + std::to_string(c.categories[i].second);
+            n += c.categories[i].second;
+          }
+          categories.push_back('}');
+          o.Int("n", n);
+          o.Raw("categories", categories);
+          o.Int("other", c.other);
+          std::string seen;
+          for (uint32_t f : c.seen) seen += fmt::format("{:08x}", f);
+          o.String("seen", seen);
+          std::string unseen;
+          JsonObject u(unseen);
+          u.Int("n", c.unseen_n);
+          u.Int("count", c.unseen);
+          u.Close();
+          o.Raw("unseen", unseen);
+          o.Close();
+          out += stats;
+          continue;
+        }
         const int64_t n = b->moments.count();
         o.Int("n", n);
-        if (b->series == DriftMonitor::kErrorSeries) {
+        if (IsDataQuality(b->kind)) {
+          o.Number("rate", n > 0 ? b->moments.mean() : 0);
+        } else if (b->series == DriftMonitor::kErrorSeries) {
           o.Number("error_rate", n > 0 ? static_cast<double>(b->errors) / static_cast<double>(n) : 0);
           o.Number("mae", b->moments.mean());
           o.Number("mae_stddev", n > 1 ? b->moments.Stddev() : 0);
@@ -712,16 +851,40 @@ class DriftStage::Impl {
           monitor_->Observe(model, name, series, value, event_time, late_before);
         }
       };
+      auto flag = [&](size_t series, bool flagged) {
+        if constexpr (kReference) {
+          monitor_->ObserveReferenceFlag(model, name, series, flagged);
+        } else {
+          monitor_->ObserveFlag(model, name, series, flagged, event_time, late_before);
+        }
+      };
       for (const SeriesColumn& series : columns_) {
         const Column& column = batch.columns[series.column];
-        if (column.IsNull(row)) continue;
+        if (column.IsNull(row)) {
+          if (series.missing != kNoSeries) flag(series.missing, true);
+          continue;
+        }
+        if (series.is_string) {
+          if (series.missing != kNoSeries) flag(series.missing, false);
+          if constexpr (kReference) {
+            monitor_->ObserveReferenceCategory(model, name, series.first_series,
+                                               column.String(row));
+          } else {
+            monitor_->ObserveCategory(model, name, series.first_series, column.String(row),
+                                      event_time, late_before);
+          }
+          continue;
+        }
         if (!series.is_array) {
+          if (series.missing != kNoSeries) flag(series.missing, false);
           observe(series.first_series, column.type == FieldType::kDouble
                                            ? column.f64[row]
                                            : static_cast<double>(column.i64[row]));
           continue;
         }
+        // An array shorter than its series' width misses its last elements.
         size_t size = std::min(column.ArraySize(row), series.width);
+        if (series.missing != kNoSeries) flag(series.missing, size < series.width);
         const double* data = column.ArrayData(row);
         if constexpr (kReference) {
           for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
@@ -729,6 +892,11 @@ class DriftStage::Impl {
           monitor_->Observe(model, name, series.first_series, std::span<const double>(data, size),
                             event_time, late_before);
         }
+      }
+      // Reference records are never malformed (they are read with the fail policy): the
+      // malformed series warms up on the stream.
+      if (!kReference && malformed_series_ != kNoSeries) {
+        flag(malformed_series_, batch.positions[row].malformed);
       }
       if (prediction_column_ >= 0 && label_column_ >= 0) {
         const Column& prediction = batch.columns[prediction_column_];
@@ -748,19 +916,36 @@ class DriftStage::Impl {
   }
 
   Status CreateMonitor(const std::vector<size_t>& widths) {
-    std::vector<std::string> names;
+    std::vector<SeriesDef> series_defs;
     for (size_t i = 0; i < columns_.size(); ++i) {
       SeriesColumn& series = columns_[i];
       const std::string& column = schema_.fields[series.column].name;
-      series.first_series = names.size();
+      series.first_series = series_defs.size();
       series.width = widths[i];
       if (!series.is_array) {
-        names.push_back(column);
+        series_defs.push_back(
+            {column, series.is_string ? SeriesKind::kCategorical : SeriesKind::kNumeric});
         continue;
       }
-      for (size_t e = 0; e < widths[i]; ++e) names.push_back(fmt::format("{}[{}]", column, e));
+      for (size_t e = 0; e < widths[i]; ++e) {
+        series_defs.push_back({fmt::format("{}[{}]", column, e), SeriesKind::kNumeric});
+      }
     }
-    auto monitor = DriftMonitor::Create(spec_, std::move(names));
+    // Data quality: after the value series, each column's missing-value series (an array's
+    // elements share their column's), then the model's malformed-record series.
+    for (SeriesColumn& series : columns_) {
+      series.missing = kNoSeries;
+      if (!watch_missing_ || !schema_.fields[series.column].nullable) continue;
+      series.missing = series_defs.size();
+      series_defs.push_back({DriftMonitor::MissingSeriesName(schema_.fields[series.column].name),
+                             SeriesKind::kMissing});
+    }
+    malformed_series_ = kNoSeries;
+    if (watch_malformed_) {
+      malformed_series_ = series_defs.size();
+      series_defs.push_back({std::string(DriftMonitor::kMalformedSeries), SeriesKind::kMalformed});
+    }
+    auto monitor = DriftMonitor::Create(spec_, series_defs);
     if (!monitor) return tl::unexpected(monitor.error());
     monitor_ = std::move(*monitor);
     monitor_->CollectEvaluations(true);
@@ -830,6 +1015,9 @@ class DriftStage::Impl {
   std::vector<uint32_t> model_partition_;
   int64_t models_across_partitions_ = 0;
   std::vector<SeriesColumn> columns_;
+  bool watch_missing_ = false;
+  bool watch_malformed_ = false;
+  size_t malformed_series_ = kNoSeries;
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
   std::shared_ptr<KeyInterner> keys_;  // the query's model ids, shared with the aggregation

@@ -3,8 +3,8 @@
 // beside the raw simdjson on-demand parse rate of the same bytes, measured in the same run.
 //
 //   bench_pipeline [--records N[,N...]] [--models M] [--features F] [--dir DIR]
-//                  [--drift] [--batch-records B] [--threads T[,T...]] [--rounds R]
-//                  [--keep] [--driftd PATH]
+//                  [--drift | --drift-numeric] [--batch-records B] [--threads T[,T...]]
+//                  [--rounds R] [--keep] [--driftd PATH]
 //
 // For each record count it writes generated inference logs and runs `driftd run` with the
 // availableNow trigger once per thread count (default 1 and 2; `threads: T` in the pipeline),
@@ -16,7 +16,9 @@
 // with the once trigger, printing the time from process start to the first committed batch.
 //
 // --drift adds drift detection on every feature and the prediction (default detectors and
-// warmup). --batch-records B writes files of B records and reads one file per batch. For every
+// warmup: with the missing-value series of both columns and each model's malformed series).
+// --drift-numeric lists the numeric detectors only (what the default was before the
+// data-quality series), to measure what those series cost in the same run of the machine. --batch-records B writes files of B records and reads one file per batch. For every
 // run the bench then prints, per batch: the drift series whose state changed, the encoded size
 // of those changes (model and series records, warmup values added, baselines that froze) and
 // what drift put; the encoded size of all the state the batch changed (aggregates and drift,
@@ -215,9 +217,13 @@ long long BytesUnder(const fs::path& path) {
 }
 
 std::string Pipeline(const fs::path& dir, const std::string& run, int threads, int features,
-                     bool drift, bool one_file_per_batch) {
-  const std::string drift_section =
-      drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
+                     bool drift, bool numeric_only, bool one_file_per_batch) {
+  std::string drift_section = drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
+  if (drift && numeric_only) {
+    drift_section +=
+        "  detectors: [{type: mean_shift}, {type: stddev_ratio}, {type: psi}, {type: js}, "
+        "{type: ks}, {type: cusum}, {type: error_rate}]\n";
+  }
   const std::string source_options =
       one_file_per_batch ? ", maxFilesPerTrigger: 1" : "";
   return fmt::format(R"(name: bench
@@ -280,12 +286,14 @@ int main(int argc, char** argv) {
   int features = 8;
   bool drift = false;
   bool keep = false;
+  bool numeric_only = false;
   uint64_t batch_records = 0;
   fs::path base = fs::temp_directory_path() / fmt::format("driftd-bench-{}", getpid());
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--drift") {
+    if (flag == "--drift" || flag == "--drift-numeric") {
       drift = true;
+      numeric_only = flag == "--drift-numeric";
       --i;
       continue;
     }
@@ -331,7 +339,7 @@ int main(int argc, char** argv) {
   }
 
   std::printf("pipeline: file -> count/mean/stddev per model (%d models x %d features)%s -> file%s\n",
-              models, features, drift ? " + drift" : "",
+              models, features, drift ? (numeric_only ? " + drift (numeric detectors)" : " + drift") : "",
               batch_records > 0 ? fmt::format(", {} records per batch", batch_records).c_str() : "");
   std::printf("load average at start: %s (%ld CPUs online)\n", LoadAverage().c_str(),
               sysconf(_SC_NPROCESSORS_ONLN));
@@ -380,7 +388,7 @@ int main(int argc, char** argv) {
       for (int threads : thread_counts) {
         const std::string name = fmt::format("-t{}-r{}", threads, round);
         const fs::path pipeline = dir / fmt::format("pipeline{}.yaml", name);
-        std::ofstream(pipeline) << Pipeline(dir, name, threads, features, drift, batch_records > 0);
+        std::ofstream(pipeline) << Pipeline(dir, name, threads, features, drift, numeric_only, batch_records > 0);
         // Progress records stay on: the bench reads what each batch wrote from them.
         ChildRun run = RunDaemon({"run", pipeline.string()}, (dir / ("run" + name + ".log")).string(),
                                  /*pin=*/threads == 1);
@@ -417,7 +425,7 @@ int main(int argc, char** argv) {
     generator->AppendJsonLines(count, 1000, extra);
     std::ofstream(dir / "input" / "part-99999.jsonl") << extra;
     std::string pipeline_text = Pipeline(dir, last, thread_counts.back(), features, drift,
-                                         batch_records > 0);
+                                         numeric_only, batch_records > 0);
     auto at = pipeline_text.find("{availableNow: true}");
     pipeline_text.replace(at, std::string("{availableNow: true}").size(), "{once: true}");
     std::ofstream(dir / "pipeline-once.yaml") << pipeline_text;

@@ -141,15 +141,25 @@ TEST_CASE("a computed select item needs a name, and a name is not taken twice", 
              Catch::Matchers::Contains("selected twice"));
 }
 
-TEST_CASE("drift may not watch a derived string column", "[config][expr]") {
-  const ConfigProblem problem = OnlyError(ParseText(WithQuery(R"(  select: ["CAST(prediction AS string) AS p"]
+TEST_CASE("drift watches a derived string column by its categories, not a boolean one",
+          "[config][expr]") {
+  auto categorical = ParseText(WithQuery(R"(  select: ["CASE WHEN prediction > 0.5 THEN 'high' ELSE 'low' END AS band"]
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [band]
+)"));
+  INFO(ProblemText(categorical));
+  REQUIRE(categorical);
+  CHECK(categorical->drift.series == std::vector<std::string>{"band"});
+  const ConfigProblem problem = OnlyError(ParseText(WithQuery(R"(  select: ["prediction > 0.5 AS p"]
   groupBy: [model_id]
   aggregates: [count]
 drift:
   series: [p]
 )")));
   CHECK(problem.path == "drift.series[0]");
-  CHECK_THAT(problem.message, Catch::Matchers::Contains("is of type string"));
+  CHECK_THAT(problem.message, Catch::Matchers::Contains("is of type boolean"));
 }
 
 TEST_CASE("the fingerprint holds derived columns' names and types, not their expressions",

@@ -217,8 +217,9 @@ TEST_CASE("a drift section without detectors gets every detector with default le
   CHECK(drift.model_alert_series == 3);
   CHECK(drift.hysteresis == 2);
   CHECK(drift.cooldown_ms == 5 * 60'000);
-  // error_rate needs prediction and label columns, which this pipeline does not name.
-  REQUIRE(drift.detectors.size() == 6);
+  // error_rate needs prediction and label columns, which this pipeline does not name; the
+  // categorical and data-quality detectors come with the numeric ones.
+  REQUIRE(drift.detectors.size() == 10);
   CHECK(drift.detectors[0].kind == DetectorKind::kMeanShift);
   CHECK(drift.detectors[0].params.at("minEffect") == Approx(0.1));
   CHECK(drift.detectors[2].kind == DetectorKind::kPsi);
@@ -233,8 +234,9 @@ TEST_CASE("a drift section without detectors gets every detector with default le
   auto labelled = ParseText(yaml + "  predictionColumn: prediction\n  labelColumn: prediction\n");
   INFO(ProblemText(labelled));
   REQUIRE(labelled);
-  REQUIRE(labelled->drift.detectors.size() == 7);
-  CHECK(labelled->drift.detectors.back().kind == DetectorKind::kErrorRate);
+  REQUIRE(labelled->drift.detectors.size() == 11);
+  CHECK(labelled->drift.detectors[6].kind == DetectorKind::kErrorRate);
+  CHECK(labelled->drift.detectors.back().kind == DetectorKind::kMalformedRate);
 }
 
 TEST_CASE("drift window and roll-up settings are read", "[config][loader][drift]") {
@@ -298,8 +300,8 @@ TEST_CASE("the error rate is watched by default when the schema names prediction
   CHECK(Warnings(yaml, &spec).empty());
   CHECK(spec.drift.prediction_column == "prediction");
   CHECK(spec.drift.label_column == "ground_truth");
-  REQUIRE(spec.drift.detectors.size() == 7);
-  CHECK(spec.drift.detectors.back().kind == DetectorKind::kErrorRate);
+  REQUIRE(spec.drift.detectors.size() == 11);
+  CHECK(spec.drift.detectors[6].kind == DetectorKind::kErrorRate);
 
   // Named detectors without error_rate: loads, and says how to watch it.
   auto warnings = Warnings(yaml + "  detectors: [{type: mean_shift}]\n");
@@ -731,6 +733,76 @@ TEST_CASE("a malformed percentile aggregate is an error that says what is wrong"
   auto result = ParseText(yaml);
   REQUIRE_FALSE(result);
   CHECK_THAT(result.error()[0].message, Catch::Matchers::Contains("quote it"));
+}
+
+}  // namespace
+}  // namespace driftd
+
+namespace driftd {
+namespace {
+
+ConfigProblem OnlyErrorOf(const PipelineResult& result) {
+  REQUIRE_FALSE(result);
+  INFO(FormatProblems("test.yaml", result.error()));
+  REQUIRE(testing::ErrorCount(result) == 1);
+  return result.error().front();
+}
+
+std::string WithDevice(std::string_view drift) {
+  std::string yaml(testing::kMinimalPipeline);
+  yaml.insert(yaml.find("source:"), "  - {name: device, type: string}\n");
+  return yaml + "  - {format: console, stream: alerts}\n" + std::string(drift);
+}
+
+TEST_CASE("a string column is a categorical drift series, watched by the category detectors",
+          "[config][loader][drift][categorical]") {
+  auto result = testing::ParseText(WithDevice("drift:\n  series: [device, prediction]\n"));
+  INFO(testing::ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->drift.series == std::vector<std::string>{"device", "prediction"});
+  std::vector<DetectorKind> kinds;
+  for (const DetectorSpec& d : result->drift.detectors) kinds.push_back(d.kind);
+  CHECK(std::count(kinds.begin(), kinds.end(), DetectorKind::kChiSquare) == 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), DetectorKind::kUnseenCategories) == 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), DetectorKind::kMissingRate) == 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), DetectorKind::kMalformedRate) == 1);
+
+  // A detectors list that reads no categories leaves the string series unwatched: refused.
+  auto numeric_only = testing::ParseText(
+      WithDevice("drift:\n  series: [prediction, device]\n  detectors: [{type: mean_shift}]\n"));
+  REQUIRE_FALSE(numeric_only);
+  const ConfigProblem problem = OnlyErrorOf(numeric_only);
+  CHECK(problem.path == "drift.series[1]");
+  CHECK_THAT(problem.message, Catch::Matchers::Contains("chi_square"));
+  // psi reads categories too.
+  CHECK(testing::ParseText(
+      WithDevice("drift:\n  series: [device]\n  detectors: [{type: psi}, {type: chi_square, "
+                 "categories: 50}]\n")));
+  // Parameters are checked against the table's ranges.
+  auto too_many = testing::ParseText(
+      WithDevice("drift:\n  series: [device]\n  detectors: [{type: chi_square, categories: 1}]\n"));
+  REQUIRE_FALSE(too_many);
+  CHECK(OnlyErrorOf(too_many).path == "drift.detectors[0].categories");
+}
+
+TEST_CASE("overrides may name a missing-value series and the malformed series",
+          "[config][loader][drift][categorical]") {
+  auto result = testing::ParseText(WithDevice(R"(drift:
+  series: [device]
+  overrides:
+    - {series: "device:missing", detector: missing_rate, alert: 8}
+    - {series: malformed, detector: malformed_rate, warn: 6, alert: 7}
+)"));
+  INFO(testing::ProblemText(result));
+  REQUIRE(result);
+  CHECK(result->drift.overrides.size() == 2);
+  auto unknown = testing::ParseText(WithDevice(R"(drift:
+  series: [device]
+  overrides:
+    - {series: "country:missing", detector: missing_rate, alert: 8}
+)"));
+  REQUIRE_FALSE(unknown);
+  CHECK(OnlyErrorOf(unknown).path == "drift.overrides[0].series");
 }
 
 }  // namespace

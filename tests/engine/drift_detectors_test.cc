@@ -168,7 +168,20 @@ TEST_CASE("the defaults table carries the documented levels and floors", "[drift
   CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kErrorRate), "minEffect") == 0.02);
   CHECK(DefaultsFor(DetectorKind::kCusum).immediate);
   CHECK(DefaultsFor(DetectorKind::kErrorRate).error_series);
-  CHECK(DefaultDetectorSpecs().size() == 7);
+  CHECK(DefaultDetectorSpecs().size() == 11);
+  CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kChiSquare), "categories") == 30);
+  CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kChiSquare), "minEffect") == 0.05);
+  CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kUnseenCategories), "minEffect") == 0.02);
+  CHECK(DetectorParam(DefaultDetectorSpec(DetectorKind::kMissingRate), "minEffect") == 0.02);
+  // Each kind of series gets the detectors that read it.
+  CHECK(DefaultsFor(DetectorKind::kPsi).Watches(SeriesKind::kCategorical));
+  CHECK(DefaultsFor(DetectorKind::kPsi).Watches(SeriesKind::kNumeric));
+  CHECK_FALSE(DefaultsFor(DetectorKind::kKs).Watches(SeriesKind::kCategorical));
+  CHECK_FALSE(DefaultsFor(DetectorKind::kChiSquare).Watches(SeriesKind::kNumeric));
+  CHECK(DefaultsFor(DetectorKind::kMissingRate).Watches(SeriesKind::kMissing));
+  CHECK_FALSE(DefaultsFor(DetectorKind::kMissingRate).Watches(SeriesKind::kMalformed));
+  CHECK(DefaultsFor(DetectorKind::kMalformedRate).Watches(SeriesKind::kMalformed));
+  CHECK_FALSE(DefaultsFor(DetectorKind::kErrorRate).Watches(SeriesKind::kNumeric));
   CHECK(ParseDetectorKind("js") == DetectorKind::kJensenShannon);
   CHECK(ParseDetectorKind("cusum") == DetectorKind::kCusum);
   CHECK_FALSE(ParseDetectorKind("page_hinkley"));

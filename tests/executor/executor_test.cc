@@ -8,6 +8,7 @@
 #include <functional>
 #include <cmath>
 #include <map>
+#include <random>
 #include <memory>
 #include <set>
 #include <string>
@@ -17,7 +18,11 @@
 
 #include "config/loader.h"
 #include "connectors/inference_generator.h"
+#include "engine/drift/codec.h"
+#include "engine/drift/monitor.h"
+#include "engine/executor/drift_stage.h"
 #include "engine/executor/executor.h"
+#include "engine/json_decoder.h"
 #include "state/checkpoint_store.h"
 #include "tests/support/test_support.h"
 
@@ -493,6 +498,46 @@ PartitionedData WithBadRecords(PartitionedData data) {
   return data;
 }
 
+// Inference logs with named string features: four models over eight partitions, each partition
+// in event-time order (300 s at 400 records/s). After 150 s model-1's device shifts from ios to
+// android, model-2's country arrives null in 30% of its records, and 6% of model-3's records
+// carry a malformed `retries` (a string where a long belongs: kept with it nulled, as the
+// permissive policy does).
+PartitionedData CategoricalLogs() {
+  PartitionedData data;
+  data.partitions.resize(8);
+  std::mt19937_64 rng(2024);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const char* devices[] = {"ios", "android", "web", "tv"};
+  const char* countries[] = {"DE", "FR", "US", "GB", "IT", "ES", "NL", "PL"};
+  const int64_t start_ms = 1'700'000'000'000;
+  for (uint64_t row = 0; row < 120'000; ++row) {
+    const int model = static_cast<int>(row % 4);
+    const int64_t ms = start_ms + static_cast<int64_t>(row * 1000 / 400);
+    const bool after = ms - start_ms >= 150'000;
+    const double device_shares[4] = {model == 1 && after ? 0.25 : 0.45,
+                                     model == 1 && after ? 0.55 : 0.35, 0.15, 0.05};
+    double u = unit(rng);
+    int device = 0;
+    while (device < 3 && u >= device_shares[device]) u -= device_shares[device++];
+    const int country = static_cast<int>(std::min(7.0, std::floor(-std::log(unit(rng)) * 2)));
+    const bool null_country = unit(rng) < (model == 2 && after ? 0.30 : 0.01);
+    const bool malformed = unit(rng) < (model == 3 && after ? 0.06 : 0.001);
+    const time_t seconds = static_cast<time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&seconds, &tm);
+    std::string record = fmt::format(
+        R"({{"model_id":"model-{}","event_time":"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",)"
+        R"("device":"{}","country":{},"amount":{:.3f},"retries":{}}})",
+        model, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+        ms % 1000, devices[device],
+        null_country ? std::string("null") : fmt::format("\"{}\"", countries[country]),
+        10 + 50 * unit(rng), malformed ? std::string("\"three\"") : std::string("1"));
+    data.partitions[(row * 7 + row / 3) % 8].push_back(std::move(record));
+  }
+  return data;
+}
+
 // Record-count drift windows with labels, an update-mode aggregation without a window, a
 // filter and a derived column, malformed records to a dead-letter stream, evaluations.
 constexpr const char* kRecordWindowPipeline = R"yaml(
@@ -778,6 +823,159 @@ TEST_CASE("a delivery that fails on two threads stops the query before the next 
   REQUIRE(pending);
   REQUIRE(pending->size() == 1);
   CHECK(pending->front().batch_id == 2);
+}
+
+constexpr const char* kCategoricalPipeline = R"(
+name: categorical
+schema:
+  - {name: model_id, type: string}
+  - {name: event_time, type: timestamp}
+  - {name: device, type: string}
+  - {name: country, type: string}
+  - {name: amount, type: double}
+  - {name: retries, type: long}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:1", subscribe: logs}
+query:
+  groupBy: [model_id]
+  window: {column: event_time, size: 10 seconds}
+  watermark: {column: event_time, delay: 4 seconds, idleTimeout: 0}
+  aggregates: [count, mean(retries)]  # retries is read, so its type is checked
+drift:
+  series: [device, country, amount]
+  baseline: {type: warmup, records: 3000}
+sinks:
+  - {name: alerts, format: console, stream: alerts}
+trigger: {availableNow: true}
+)";
+
+TEST_CASE("categorical and data-quality alerts are the same whatever the batching and read "
+          "order, and across a restart from the checkpoint",
+          "[executor][partitions][determinism][categorical]") {
+  const PartitionedData data = CategoricalLogs();
+  TempDir dir;
+  const RunResult reference = RunQuery(data, 1000, ReadOrder::kPartitionAfterPartition,
+                                       dir / "a", kCategoricalPipeline);
+  const std::set<std::string> alerts = AlertFacts(reference.delivered.alerts);
+  INFO(fmt::format("{}", fmt::join(reference.delivered.alerts, "\n")));
+  // Each change raises its own series' ALERT, and nothing else alerts.
+  std::set<std::string> alerting;
+  simdjson::dom::parser parser;
+  for (const std::string& row : reference.delivered.alerts) {
+    simdjson::dom::element alert = parser.parse(row);
+    if (std::string_view(alert["level"]) != "ALERT") continue;
+    alerting.insert(fmt::format("{} {} {}", std::string_view(alert["model"]),
+                                std::string_view(alert["series"]),
+                                std::string_view(alert["kind"])));
+    if (std::string_view(alert["series"]) == "device") {
+      // The alert names the categories that moved.
+      std::set<std::string_view> moved;
+      for (simdjson::dom::element c : alert["top_categories"].get_array()) {
+        moved.insert(std::string_view(c["category"]));
+      }
+      CHECK(moved.count("ios") == 1);
+      CHECK(moved.count("android") == 1);
+    }
+  }
+  CHECK(alerting == std::set<std::string>{"model-1 device drift",
+                                          "model-2 country:missing data_quality",
+                                          "model-3 malformed data_quality"});
+  for (const auto& [max_per_batch, order] :
+       {std::pair{int64_t{7777}, ReadOrder::kInterleaved},
+        std::pair{int64_t{200'000}, ReadOrder::kPartitionAfterPartition}}) {
+    DYNAMIC_SECTION("maxOffsetsPerTrigger " << max_per_batch << ", order "
+                                            << static_cast<int>(order)) {
+      const RunResult run = RunQuery(
+          data, max_per_batch, order,
+          dir / fmt::format("v{}-{}", max_per_batch, static_cast<int>(order)),
+          kCategoricalPipeline);
+      CHECK(AlertFacts(run.delivered.alerts) == alerts);
+    }
+  }
+  SECTION("restarted from the checkpoint halfway") {
+    // The first half of every partition, then a new executor on the same checkpoint reads the
+    // rest: the restored drift state (open windows, warm-up samples, category cells) goes on
+    // as if nothing had stopped.
+    PartitionedData half;
+    for (const auto& partition : data.partitions) {
+      half.partitions.emplace_back(partition.begin(),
+                                   partition.begin() + static_cast<std::ptrdiff_t>(partition.size() / 2));
+    }
+    const std::string checkpoint = dir / "restarted";
+    const RunResult first = RunQuery(half, 5000, ReadOrder::kInterleaved, checkpoint,
+                                     kCategoricalPipeline);
+    const RunResult second = RunQuery(data, 5000, ReadOrder::kInterleaved, checkpoint,
+                                      kCategoricalPipeline);
+    std::vector<std::string> both = first.delivered.alerts;
+    both.insert(both.end(), second.delivered.alerts.begin(), second.delivered.alerts.end());
+    CHECK(AlertFacts(both) == alerts);
+    CHECK(both.size() == reference.delivered.alerts.size());
+  }
+}
+
+// The state keys of the drift series a pipeline's first batch creates (what the checkpoint holds).
+std::set<std::string> DriftSeriesKeys(std::string_view policy) {
+  auto spec = ParsePipeline(fmt::format(R"(
+name: quality
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: device, type: string}}
+  - {{name: amount, type: double, nullable: false}}
+source:
+  format: file
+  options: {{path: /nonexistent}}
+  malformed: {{policy: {}}}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [device, amount]
+sinks:
+  - {{format: console, stream: alerts}}
+)",
+                                        policy),
+                            "quality.yaml", LoadOptions{});
+  REQUIRE(spec);
+  auto stage = DriftStage::Create(*spec);
+  REQUIRE(stage);
+  InputChunk chunk;
+  chunk.Append(R"({"model_id":"m","device":"ios","amount":1.5})", RecordPosition{0, 0});
+  chunk.Seal();
+  RecordBatch batch;
+  batch.Reset(spec->schema);
+  JsonDecoder decoder(spec->schema, spec->source.malformed);
+  REQUIRE(decoder.Decode(chunk, batch, nullptr));
+  RowTimes times;
+  times.event_us.assign(batch.num_rows, INT64_MIN);
+  times.late_before.assign(batch.num_rows, INT64_MIN);
+  BatchOutput output;
+  (*stage)->Process(batch, times, output);
+  StateChanges changes;
+  StageProgress progress;
+  (*stage)->Finish(BatchContext{}, output, changes, progress);
+  // The series table ("drift/%series": the names every model's state refers to), less the
+  // error series.
+  std::set<std::string> keys;
+  for (const auto& [key, value] : changes.puts) {
+    if (key != "drift/%series") continue;
+    drift::ByteReader r(value);
+    r.U8();  // version
+    for (uint64_t n = r.Varint(); n > 0 && !r.failed(); --n) {
+      std::string name(r.Bytes());
+      if (name != DriftMonitor::kErrorSeries) keys.insert(std::move(name));
+    }
+    REQUIRE(!r.failed());
+  }
+  return keys;
+}
+
+TEST_CASE("data-quality series exist where they can see something", "[executor][categorical]") {
+  // A nullable column has a missing-value series, a non-nullable one cannot be null in a row;
+  // malformed records are rows (and so counted per model) under the permissive policy only.
+  CHECK(DriftSeriesKeys("permissive") ==
+        std::set<std::string>{"amount", "device", "device:missing", "malformed"});
+  CHECK(DriftSeriesKeys("drop") == std::set<std::string>{"amount", "device", "device:missing"});
 }
 
 }  // namespace

@@ -21,10 +21,11 @@ schema:
   - {name: feature_vector, type: array<double>}
   - {name: prediction, type: double}
   - {name: label, type: double}
+  - {name: device, type: string}
 source: {format: file, options: {path: /nonexistent}}
 query: {groupBy: [model_id], aggregates: [count]}
 drift:
-  series: [feature_vector, prediction]
+  series: [feature_vector, prediction, device]
   predictionColumn: prediction
   labelColumn: label
   minSamples: 2

@@ -36,7 +36,8 @@ namespace {
 using namespace driftd;
 
 // A pipeline whose state has every kind of entry: grouped aggregates over a window and drift
-// on an array and a scalar with every detector.
+// on an array, a scalar and a string (categorical) with every detector, missing-value and
+// malformed series included.
 const PipelineSpec& Spec() {
   static const PipelineSpec spec = [] {
     auto parsed = ParsePipeline(R"(name: fuzz-state
@@ -46,12 +47,14 @@ schema:
   - {name: feature_vector, type: array<double>}
   - {name: prediction, type: double}
   - {name: label, type: double}
+  - {name: device, type: string}
 source: {format: file, options: {path: /nonexistent}}
 query:
   groupBy: [model_id]
   aggregates: [count, mean(prediction), stddev(feature_vector), min(prediction), max(prediction)]
 drift:
-  series: [feature_vector, prediction]
+  series: [feature_vector, prediction, device]
+  baseline: {type: warmup, records: 200}
   predictionColumn: prediction
   labelColumn: label
 sinks:
@@ -110,11 +113,12 @@ void WriteSeeds(const std::string& dir) {
   seed(7, EncodeEvaluation(evaluation));
   // Aggregation and drift state as a batch of records leaves them.
   InputChunk chunk;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 600; ++i) {  // 300 per model: the baselines freeze at 200
     const std::string record = fmt::format(
         R"({{"model_id":"m{}","event_time":{},"feature_vector":[{},{},1,2],"prediction":{},)"
-        R"("label":{}}})",
-        i % 2, 1'764'408'000'000 + i * 1000, i % 5, i % 3, (i % 10) * 0.1, i % 2);
+        R"("label":{},"device":{}}})",
+        i % 2, 1'764'408'000'000 + i * 1000, i % 5, i % 3, (i % 10) * 0.1, i % 2,
+        i % 11 == 0 ? std::string("null") : fmt::format("\"d{}\"", i % 7));
     chunk.Append(record, RecordPosition{0, i});
   }
   chunk.Seal();
@@ -207,7 +211,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto stage = DriftStage::Create(Spec());
       if (!stage) std::abort();
       // A layout first, as a checkpoint scan yields it, then the entry.
-      Consume((*stage)->Restore("drift-layout", "4,1"));
+      Consume((*stage)->Restore("drift-layout", "4,1,1"));
       Consume((*stage)->Restore(key, value));
       Consume((*stage)->FinishRestore());
       break;
