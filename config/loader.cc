@@ -322,21 +322,8 @@ class PipelineParser {
         continue;
       }
       auto name = field.String("name", true);
-      std::optional<FieldType> type;
-      if (auto type_text = field.String("type", true)) {
-        type = ParseFieldType(type_text->value);
-        if (!type) {
-          std::string suggestion;
-          if (auto alias = Lookup(kTypeAliases, type_text->value)) {
-            suggestion = fmt::format("; did you mean '{}'?", *alias);
-          } else {
-            suggestion = DidYouMean(type_text->value, FieldTypeNames());
-          }
-          problems_.Error(type_text->path, type_text->mark,
-                          fmt::format("unknown type {}; expected one of {}{}", Show(*type_text),
-                                      Join(FieldTypeNames()), suggestion));
-        }
-      }
+      std::optional<TypeSpec> type;
+      if (auto type_text = field.String("type", true)) type = ParseType(*type_text);
       auto nullable = field.Bool("nullable");
       if (!name) {
         schema_names_complete_ = false;
@@ -355,12 +342,78 @@ class PipelineParser {
       }
       first_line.emplace(name->value, name->mark.line);
       schema_lines_.emplace(name->value, name->mark.line);
-      columns_.emplace(name->value, type);
-      column_names_.push_back(name->value);
-      if (type) {
-        spec_.schema.fields.push_back({name->value, *type, nullable.value_or(true)});
+      if (!type) {
+        columns_.emplace(name->value, std::nullopt);
+        column_names_.push_back(name->value);
+        continue;
+      }
+      // A struct's columns are its leaves, by dotted path; a leaf's name must not be taken.
+      Schema added;
+      AddDeclaredField(added, name->value, *type, nullable.value_or(true));
+      for (const Field& column : added.fields) {
+        if (column.path.empty()) continue;
+        if (auto it = first_line.find(column.name); it != first_line.end()) {
+          problems_.Error(
+              name->path, name->mark,
+              fmt::format("struct field {} has a member '{}' whose column name '{}' is already "
+                          "the field declared at line {}",
+                          Show(*name), column.name.substr(name->value.size() + 1), column.name,
+                          it->second));
+          schema_names_complete_ = false;
+          type.reset();
+          break;
+        }
+      }
+      if (!type) continue;
+      if (!type->is_struct) {
+        columns_.emplace(name->value, type->type);
+        column_names_.push_back(name->value);
+      }
+      for (const Field& column : added.fields) {
+        if (column.path.empty()) continue;
+        first_line.emplace(column.name, name->mark.line);
+        schema_lines_.emplace(column.name, name->mark.line);
+        columns_.emplace(column.name, column.type);
+        column_names_.push_back(column.name);
+      }
+      for (Field& column : added.fields) spec_.schema.fields.push_back(std::move(column));
+      for (StructField& declared : added.structs) {
+        spec_.schema.structs.push_back(std::move(declared));
       }
     }
+  }
+
+  // A field's type as written: a column type or a struct<...>; nullopt when it does not parse
+  // (reported, at the offending character when the text allows).
+  std::optional<TypeSpec> ParseType(const Scalar& text) {
+    auto parsed = ParseTypeSpec(text.value);
+    if (parsed) return *parsed;
+    TypeError error = parsed.error();
+    std::string suggestion;
+    if (Lookup(kTypeAliases, text.value)) error.unknown = text.value;  // array<float>, ...
+    if (!error.unknown.empty()) {
+      if (auto alias = Lookup(kTypeAliases, error.unknown)) {
+        suggestion = fmt::format("; did you mean '{}'?", *alias);
+      } else {
+        suggestion = DidYouMean(error.unknown, FieldTypeNames());
+      }
+    }
+    const bool whole = error.unknown == text.value;
+    if (whole) {
+      problems_.Error(text.path, text.mark,
+                      fmt::format("unknown type {}; expected one of {}, or struct<name:type, "
+                                  "...>{}",
+                                  Show(text), Join(FieldTypeNames()), suggestion));
+    } else {
+      problems_.Error(text.path, MarkWithin(text, error.offset),
+                      fmt::format("type {}: {}{}{}", Show(text), error.message,
+                                  error.unknown.empty()
+                                      ? std::string()
+                                      : fmt::format("; expected one of {}",
+                                                    Join(FieldTypeNames())),
+                                  suggestion));
+    }
+    return std::nullopt;
   }
 
   // Checks a column reference; false when it is unknown or of the wrong type (reported).
