@@ -125,10 +125,6 @@ Moments RawMoments(const PowerSums& sums) {
                             h.mean() * static_cast<double>(h.count()));
 }
 
-struct Thresholds {
-  double warn = 0;
-  double alert = 0;
-};
 
 /// A closed window's summary: the trailing baseline's memory and a seasonal phase's baseline.
 struct WindowSummary {
@@ -266,6 +262,11 @@ struct DriftMonitor::SeriesState {
   std::unique_ptr<RestorePieces> restoring;
 
   double Clip(double v) const { return v < clip_lo ? clip_lo : (v > clip_hi ? clip_hi : v); }
+};
+
+struct DriftMonitor::Thresholds {
+  double warn = 0;
+  double alert = 0;
 };
 
 struct DriftMonitor::ModelState {
@@ -420,39 +421,74 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
     state->name = model_name;
     state->series.resize(series_names_.size() + 1);
   }
-  // Thresholds are resolved once per model: overrides apply from the least specific
-  // (detector only) to the most specific (model and series).
+  // Thresholds are resolved once per model.
   const size_t num_series = series_names_.size() + 1;
   state->thresholds.resize(num_series * detectors_.size());
   for (size_t s = 0; s < num_series; ++s) {
-    const std::string_view series_name =
-        s < series_names_.size() ? std::string_view(series_names_[s]) : kErrorSeries;
-    for (size_t d = 0; d < detectors_.size(); ++d) {
-      const DetectorConfig& det = detectors_[d];
-      Thresholds t{det.warn, det.alert};
-      for (int specificity = 0; specificity < 4; ++specificity) {
-        for (const ThresholdOverride& ov : spec_.overrides) {
-          const int ov_specificity = (ov.model.empty() ? 0 : 2) + (ov.series.empty() ? 0 : 1);
-          if (ov_specificity != specificity) continue;
-          if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
-            continue;
-          }
-          if (!ov.model.empty() && ov.model != model_name) continue;
-          if (!ov.series.empty() && ov.series != series_name &&
-              !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
-                series_name[ov.series.size()] == '[')) {
-            continue;
-          }
-          if (ov.warn) t.warn = *ov.warn;
-          if (ov.alert) t.alert = *ov.alert;
-        }
-      }
-      state->thresholds[s * detectors_.size() + d] = t;
-    }
+    ResolveThresholds(model_name, s, &state->thresholds[s * detectors_.size()]);
   }
   state->dirty.reserve(num_series);
   models_[model] = std::move(state);
   return *models_[model];
+}
+
+// Overrides apply from the least specific (detector only) to the most specific (model and
+// series). An override of a series also covers its elements ("x" covers "x[3]") and its keys
+// ("features" covers "features.amount").
+void DriftMonitor::ResolveThresholds(const std::string& model_name, size_t series,
+                                     Thresholds* out) const {
+  const std::string_view series_name =
+      series < series_names_.size() ? std::string_view(series_names_[series]) : kErrorSeries;
+  std::string_view model = model_name;
+  for (size_t part = 0; part < segment_parts_; ++part) {
+    const size_t separator = model.rfind('\x1f');
+    if (separator == std::string_view::npos) break;
+    model = model.substr(0, separator);
+  }
+  for (size_t d = 0; d < detectors_.size(); ++d) {
+    const DetectorConfig& det = detectors_[d];
+    Thresholds t{det.warn, det.alert};
+    for (int specificity = 0; specificity < 4; ++specificity) {
+      for (const ThresholdOverride& ov : spec_.overrides) {
+        const int ov_specificity = (ov.model.empty() ? 0 : 2) + (ov.series.empty() ? 0 : 1);
+        if (ov_specificity != specificity) continue;
+        if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
+          continue;
+        }
+        if (!ov.model.empty() && ov.model != model) continue;
+        if (!ov.series.empty() && ov.series != series_name &&
+            !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
+              (series_name[ov.series.size()] == '[' || series_name[ov.series.size()] == '.'))) {
+          continue;
+        }
+        if (ov.warn) t.warn = *ov.warn;
+        if (ov.alert) t.alert = *ov.alert;
+      }
+    }
+    out[d] = t;
+  }
+}
+
+void DriftMonitor::InsertSeries(size_t index, std::string name) {
+  index = std::min(index, series_names_.size());
+  series_names_.insert(series_names_.begin() + static_cast<ptrdiff_t>(index), std::move(name));
+  const size_t detectors = detectors_.size();
+  auto grow = [&](ModelState& m) {
+    m.series.insert(m.series.begin() + static_cast<ptrdiff_t>(index), SeriesState{});
+    for (uint32_t& dirty : m.dirty) {
+      if (dirty >= index) ++dirty;
+    }
+    // Models not seen yet (restored) get their thresholds in ModelFor.
+    if (m.thresholds.empty()) return;
+    std::vector<Thresholds> added(detectors);
+    ResolveThresholds(m.name, index, added.data());
+    m.thresholds.insert(m.thresholds.begin() + static_cast<ptrdiff_t>(index * detectors),
+                        added.begin(), added.end());
+  };
+  for (auto& m : models_) {
+    if (m) grow(*m);
+  }
+  for (auto& [model_name, m] : pending_) grow(*m);
 }
 
 void DriftMonitor::MarkDirty(ModelState& m, size_t series) {
@@ -2507,6 +2543,7 @@ std::string AlertEvent::ToJson() const {
   obj.String("level", ToString(level));
   obj.String("previous_level", ToString(previous_level));
   obj.String("model", model);
+  if (!segment.empty()) obj.String("segment", segment);
   obj.String("series", series);
   obj.String("detector", detector);
   obj.Number("statistic", statistic);

@@ -45,6 +45,9 @@ struct AlertEvent {
   AlertLevel level = AlertLevel::kOk;
   AlertLevel previous_level = AlertLevel::kOk;
   std::string model;
+  /// The model's segment ("region=eu,channel=app") when drift is per segment (the drift
+  /// stage's segmentBy), else empty.
+  std::string segment;
   std::string series;    // "*" for a model-level roll-up
   /// The detector that raised the incident ("rollup" for a roll-up): for WARN and ALERT the one
   /// furthest past its level, for RESOLVED and OK the one that raised what now clears.
@@ -88,6 +91,7 @@ struct AlertEvent {
 /// the per-series drift gauges are made of these. See engine/drift/README.md.
 struct Evaluation {
   std::string model;
+  std::string segment;  // as AlertEvent::segment
   std::string series;
   /// False when the window or the baseline held fewer than minSamples values (no readings).
   bool evaluated = false;
@@ -186,6 +190,18 @@ class DriftMonitor {
   int64_t max_event_time_us() const { return max_event_us_; }
   int64_t watermark_us() const { return watermark_us_; }
   void RestoreClock(int64_t max_event_time_us, int64_t watermark_us);
+
+  /// Adds a value series at `index` (at most series_names().size()): the series from `index`
+  /// on move up by one, in every model (the error series stays last). For series found as
+  /// records arrive (the keys of a map column), placed by name so that the series' order does
+  /// not depend on which came first. State keys use names, so a restart that lists the same
+  /// names in any order restores the same state. Call between batches or before Observe of
+  /// the series; not during Evaluate.
+  void InsertSeries(size_t index, std::string name);
+
+  /// Model names are "<model>\x1f<segment value>..." with `parts` segment values (the drift
+  /// stage's segments): threshold overrides by model match the model before them. Default: 0.
+  void UseSegments(size_t parts) { segment_parts_ = parts; }
 
   /// Validates what the constructor would accept silently (baseline kind, window size).
   static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
@@ -314,6 +330,7 @@ class DriftMonitor {
   /// worst level of any series. Cheap (a walk over the models' alert states).
   struct ModelStats {
     std::string model;
+    std::string segment;  // as AlertEvent::segment
     int64_t series = 0;
     int64_t series_in_warn = 0;
     int64_t series_in_alert = 0;
@@ -328,10 +345,15 @@ class DriftMonitor {
 
   struct SeriesState;
   struct ModelState;
+  struct Thresholds;
 
  private:
   struct Verdict;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
+  /// The thresholds of `series` (an index, or series_names().size() for the error series) for
+  /// `model_name`, overrides applied, one per detector.
+  void ResolveThresholds(const std::string& model_name, size_t series, Thresholds* out) const;
+  size_t segment_parts_ = 0;
   void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
                 int64_t late_before_us);
   void AddBaselineValue(SeriesState& s, double value);
