@@ -241,6 +241,10 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
         break;
     }
     out += "}";
+    // Segments given in the file key the state by (model, segment); by default they are the
+    // groupBy columns after the model column, which the fingerprint holds already (absent:
+    // unchanged from fingerprints written before segments existed).
+    if (drift.segment_by_given) out += ",\"segmentBy\":" + quote.Array(drift.segment_by);
     // Drift's own event-time windows lay its state out by window (absent: unchanged from
     // fingerprints written before they existed).
     if (drift.window_ms > 0) out += fmt::format(",\"windowMs\":{}", drift.window_ms);

@@ -184,6 +184,7 @@ enum class ColumnUse {
   kNumericLike,  // double, long, int, array<double>
   kTimestamp,
   kLabel,  // prediction / label for error rate: numeric or boolean
+  kSeries,  // drift series: numeric, array<double>, maps, and categorical string columns
 };
 
 bool Accepts(ColumnUse use, FieldType type) {
@@ -199,6 +200,9 @@ bool Accepts(ColumnUse use, FieldType type) {
       return type == FieldType::kTimestamp;
     case ColumnUse::kLabel:
       return IsNumeric(type) || type == FieldType::kBoolean;
+    case ColumnUse::kSeries:
+      return IsNumeric(type) || type == FieldType::kDoubleArray || IsMap(type) ||
+             type == FieldType::kString || type == FieldType::kStringArray;
   }
   return false;
 }
@@ -215,6 +219,9 @@ std::string_view Expected(ColumnUse use) {
       return "a timestamp column";
     case ColumnUse::kLabel:
       return "a numeric or boolean column";
+    case ColumnUse::kSeries:
+      return "a numeric (double, long, int), array<double> or map<string,double> column, or a "
+             "categorical string, array<string> or map<string,string> column";
   }
   return "";
 }
@@ -388,6 +395,11 @@ class PipelineParser {
   std::optional<TypeSpec> ParseType(const Scalar& text) {
     auto parsed = ParseTypeSpec(text.value);
     if (parsed) return *parsed;
+    // A struct's leaves (or a map's keys) are unknown now: references to them are not
+    // reported again as unknown columns.
+    if (text.value.starts_with("struct") || text.value.starts_with("map")) {
+      schema_names_complete_ = false;
+    }
     TypeError error = parsed.error();
     std::string suggestion;
     if (Lookup(kTypeAliases, text.value)) error.unknown = text.value;  // array<float>, ...
@@ -1167,7 +1179,9 @@ class PipelineParser {
                                                   "cooldown",
                                                   "modelAlertSeries", "modelColumn",
                                                   "predictionColumn", "labelColumn", "overrides",
-                                                  "resolveEvidence"},
+                                                  "resolveEvidence", "segmentBy",
+                                                  "maxSegmentsPerModel", "maxKeysPerModel",
+                                                  "maxKeys"},
                     " with series, baseline, detectors, ...");
     if (!drift.valid()) return;
     DriftSpec& spec = spec_.drift;
@@ -1203,8 +1217,7 @@ class PipelineParser {
     const MapReader::Entry* series_entry = drift.Find("series");
     if (series_entry == nullptr || series_entry->value.IsNull()) {
       drift.ReportMissing("series",
-                          " (the numeric or array<double> columns to watch, e.g. "
-                          "[feature_vector, prediction])");
+                          " (the columns to watch, e.g. [feature_vector, prediction])");
     } else if (auto series = drift.StringList("series", ", e.g. [feature_vector, prediction]")) {
       if (series->empty()) {
         problems_.Error("drift.series", series_entry->key_mark,
@@ -1217,10 +1230,18 @@ class PipelineParser {
                           fmt::format("series {} is listed twice", Show(column)));
           continue;
         }
-        CheckColumn(column, ColumnUse::kNumericLike, "drift series");
+        if (!spec.model_column.empty() && column.value == spec.model_column) {
+          problems_.Error(column.path, column.mark,
+                          fmt::format("drift series {} is the model column: drift is watched "
+                                      "per model, in which it never changes",
+                                      Show(column)));
+          continue;
+        }
+        CheckColumn(column, ColumnUse::kSeries, "drift series");
         spec.series.push_back(column.value);
       }
     }
+    ParseSegments(drift);
 
     if (auto column = drift.String("predictionColumn")) {
       CheckColumn(*column, ColumnUse::kLabel, "predictionColumn");
@@ -1291,6 +1312,43 @@ class PipelineParser {
     ParseBaseline(drift);
     ParseDetectors(drift);
     ParseOverrides(drift);
+  }
+
+  // Segments: drift.segmentBy, or the groupBy columns after the model column; and the caps.
+  void ParseSegments(const MapReader& drift) {
+    DriftSpec& spec = spec_.drift;
+    if (drift.Has("segmentBy")) {
+      spec.segment_by_given = true;
+      if (auto columns = drift.StringList("segmentBy", ", e.g. [segment.country, channel]")) {
+        std::set<std::string> seen;
+        for (const Scalar& column : *columns) {
+          if (!seen.insert(column.value).second) {
+            problems_.Error(column.path, column.mark,
+                            fmt::format("segment column {} is listed twice", Show(column)));
+            continue;
+          }
+          if (column.value == spec.model_column) {
+            problems_.Error(column.path, column.mark,
+                            fmt::format("segment column {} is the model column: segments split "
+                                        "a model",
+                                        Show(column)));
+            continue;
+          }
+          if (CheckColumn(column, ColumnUse::kGroupKey, "segment column")) {
+            spec.segment_by.push_back(column.value);
+          }
+        }
+      }
+    } else {
+      for (const std::string& column : spec_.query.group_by) {
+        if (column != spec.model_column) spec.segment_by.push_back(column);
+      }
+    }
+    if (auto value = drift.Int("maxSegmentsPerModel", 1, 1'000'000)) {
+      spec.max_segments_per_model = *value;
+    }
+    if (auto value = drift.Int("maxKeysPerModel", 1, 1'000'000)) spec.max_keys_per_model = *value;
+    if (auto value = drift.Int("maxKeys", 1, 1'000'000)) spec.max_keys = *value;
   }
 
   // The error rate is watched whenever prediction and label columns can be known: given, or one

@@ -69,7 +69,7 @@ const std::vector<BrokenCase> kCases = {
     {"trigger_scalar", "trigger", 15, "{once: true}"},
     {"trigger_continuous_zero", "trigger.continuous", 15, "positive duration"},
     {"trigger_once_false", "trigger.once", 15, "'once: false' is not a trigger"},
-    {"drift_series_string", "drift.series[0]", 16, "expected a numeric"},
+    {"drift_series_model_column", "drift.series[0]", 16, "is the model column"},
     {"drift_model_not_grouped", "drift.modelColumn", 17, "must be one of the query's groupBy"},
     {"drift_without_groupby", "drift", 14, "no groupBy"},
     {"detector_unknown_param", "drift.detectors[0].bin", 18, "did you mean 'bins'?"},

@@ -141,15 +141,24 @@ TEST_CASE("a computed select item needs a name, and a name is not taken twice", 
              Catch::Matchers::Contains("selected twice"));
 }
 
-TEST_CASE("drift may not watch a derived string column", "[config][expr]") {
-  const ConfigProblem problem = OnlyError(ParseText(WithQuery(R"(  select: ["CAST(prediction AS string) AS p"]
+TEST_CASE("drift watches a derived string column as a categorical series, not a timestamp",
+          "[config][expr]") {
+  auto spec = ParseText(WithQuery(R"(  select: ["CAST(prediction AS string) AS p"]
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [p]
+)"));
+  REQUIRE(spec);
+  CHECK(spec->drift.series == std::vector<std::string>{"p"});
+  const ConfigProblem problem = OnlyError(ParseText(WithQuery(R"(  select: ["CAST(prediction AS timestamp) AS p"]
   groupBy: [model_id]
   aggregates: [count]
 drift:
   series: [p]
 )")));
   CHECK(problem.path == "drift.series[0]");
-  CHECK_THAT(problem.message, Catch::Matchers::Contains("is of type string"));
+  CHECK_THAT(problem.message, Catch::Matchers::Contains("is of type timestamp"));
 }
 
 TEST_CASE("the fingerprint holds derived columns' names and types, not their expressions",
