@@ -54,6 +54,10 @@ struct StageProgress {
   int64_t drift_dirty_series = 0;
   int64_t drift_dirty_bytes = 0;
   int64_t drift_put_bytes = 0;
+  /// Drift: values of map keys and rows of segments not watched, their model being at
+  /// drift.maxKeysPerModel (or maxKeys) and maxSegmentsPerModel.
+  int64_t drift_values_over_key_cap = 0;
+  int64_t drift_rows_over_segment_cap = 0;
 };
 
 class Stage {
