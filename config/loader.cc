@@ -1230,6 +1230,18 @@ class PipelineParser {
                           fmt::format("series {} is listed twice", Show(column)));
           continue;
         }
+        // A struct watches each of its leaves: series: [features] for
+        // features: struct<amount:double, device:string, ...>.
+        if (const std::vector<std::string> leaves = StructLeaves(column.value); !leaves.empty()) {
+          for (const std::string& leaf : leaves) {
+            Scalar leaf_column = column;
+            leaf_column.value = leaf;
+            if (CheckColumn(leaf_column, ColumnUse::kSeries, "drift series")) {
+              spec.series.push_back(leaf);
+            }
+          }
+          continue;
+        }
         if (!spec.model_column.empty() && column.value == spec.model_column) {
           problems_.Error(column.path, column.mark,
                           fmt::format("drift series {} is the model column: drift is watched "
@@ -1312,6 +1324,21 @@ class PipelineParser {
     ParseBaseline(drift);
     ParseDetectors(drift);
     ParseOverrides(drift);
+  }
+
+  // The leaves under a struct named `name` (a dotted path), in schema order; none when `name`
+  // is not a struct.
+  std::vector<std::string> StructLeaves(const std::string& name) const {
+    std::vector<std::string> leaves;
+    if (columns_.count(name) > 0) return leaves;
+    for (const Field& field : spec_.schema.fields) {
+      if (field.path.empty() || field.name.size() <= name.size() ||
+          !field.name.starts_with(name) || field.name[name.size()] != '.') {
+        continue;
+      }
+      leaves.push_back(field.name);
+    }
+    return leaves;
   }
 
   // Segments: drift.segmentBy, or the groupBy columns after the model column; and the caps.
