@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 #include <simdjson.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -381,6 +384,58 @@ sinks: [{name: alerts, format: console, stream: alerts}]
   CHECK(restored.error().code() == ErrorCode::kIncompatible);
   CHECK(restored.error().message().find("per model and segment of (none), the pipeline's per "
                                         "(region)") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace driftd
+
+namespace driftd {
+namespace {
+
+TEST_CASE("reference statistics cover map features, and a file baseline of them catches a shift "
+          "from the first window",
+          "[drift][types][baseline]") {
+  const PipelineSpec warmup = SpecOf(Pipeline("[model_id]"));
+  std::string reference_records;
+  for (const std::string& record : NamedFeatureLogs(6000, 1)) reference_records += record + "\n";
+  // Categorical series have no reference statistics in this version: watch the numeric ones.
+  PipelineSpec numeric = warmup;
+  numeric.drift.series = {"features"};
+  auto statistics = DriftStage::BuildReferenceStatistics(numeric, reference_records);
+  REQUIRE(statistics);
+  CHECK(statistics->find("\"features.amount\": {\"n\":3000,") != std::string::npos);
+  CHECK(statistics->find("\"features.age_days\"") != std::string::npos);
+
+  char path[] = "/tmp/driftd-reference-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, statistics->data(), statistics->size()) ==
+          static_cast<ssize_t>(statistics->size()));
+  close(fd);
+  PipelineSpec file = numeric;
+  file.drift.baseline.kind = BaselineKind::kFile;
+  file.drift.baseline.path = path;
+  StageRun run(file);
+  std::remove(path);
+  // Every record shifted: fraud-v7's amount in DE from the first record on.
+  run.FeedAll(NamedFeatureLogs(6000, 4, 0), 1000);
+  REQUIRE_FALSE(run.alerts.empty());
+  for (const std::string& fact : AlertFacts(run.alerts)) {
+    INFO(fact);
+    CHECK(fact.find(" fraud-v7 - features.amount ") != std::string::npos);
+  }
+  simdjson::dom::parser parser;
+  // The first windows compare with the file's statistics (a warmup would take 1000 values):
+  // the second window raises it, as hysteresis 2 asks.
+  CHECK(int64_t(parser.parse(run.alerts.front())["window"]["start_record"]) == 500);
+
+  // Statistics per model cannot serve drift per (model, segment).
+  PipelineSpec segmented = file;
+  segmented.drift.segment_by = {"segment.country"};
+  auto refused = DriftStage::Create(segmented);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message().find("drift.baseline type file holds statistics per model") !=
+        std::string::npos);
 }
 
 }  // namespace
