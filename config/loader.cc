@@ -1758,6 +1758,15 @@ class PipelineParser {
       indexed = true;
     }
     const auto& watched = spec_.drift.series;
+    // One key of a map series: "features.amount" (keys are found as records arrive).
+    for (size_t dot = base.rfind('.'); !indexed && dot != std::string::npos && dot > 0;
+         dot = base.rfind('.', dot - 1)) {
+      const std::string map = base.substr(0, dot);
+      if (std::find(watched.begin(), watched.end(), map) != watched.end() && ColumnType(map) &&
+          IsMap(*ColumnType(map))) {
+        return;
+      }
+    }
     if (std::find(watched.begin(), watched.end(), base) == watched.end()) {
       std::vector<std::string_view> names(watched.begin(), watched.end());
       problems_.Error(series.path, series.mark,

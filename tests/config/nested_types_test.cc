@@ -157,3 +157,24 @@ TEST_CASE("segmentBy names group columns, not the model's, and its caps are boun
 
 }  // namespace
 }  // namespace driftd
+
+namespace driftd {
+namespace {
+
+TEST_CASE("an override may name one key of a map series, or a struct's leaves via the struct",
+          "[config][types]") {
+  std::string text(kNamedFeatures);
+  text.replace(text.find("  maxKeysPerModel: 64"), std::string_view("  maxKeysPerModel: 64").size(),
+               "  overrides: [{series: features.amount, detector: psi, alert: 7}, "
+               "{series: \"features.amount[0]\", detector: psi, alert: 7}]");
+  auto spec = ParseText(text);
+  REQUIRE_FALSE(spec);
+  // Only the indexed one is refused: features is a map, not an array<double>.
+  CHECK(testing::ErrorCount(spec) == 1);
+  INFO(ProblemText(spec));
+  CHECK(ProblemText(spec).find("drift.overrides[1].series: series 'features.amount[0]' is not "
+                               "among drift.series") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace driftd
