@@ -976,7 +976,13 @@ class DriftStage::Impl {
     std::string_view rest = monitor_name;
     for (size_t i = segment_columns_.size(); i-- > 0;) {
       const size_t separator = rest.rfind(kSegmentSeparator);
-      if (separator == std::string_view::npos) break;
+      if (separator == std::string_view::npos) {
+        // A name without segment values (an evaluation restored from a checkpoint kept per
+        // model, before its layout said so): the model's own.
+        if (model != nullptr) model->assign(monitor_name);
+        if (segment != nullptr) segment->clear();
+        return;
+      }
       values[i] = rest.substr(separator + 1);
       rest = rest.substr(0, separator);
     }
