@@ -602,9 +602,18 @@ class DriftStage::Impl {
   std::vector<DriftMonitor::ModelStats> ModelStats() const {
     std::vector<DriftMonitor::ModelStats> stats =
         monitor_ ? monitor_->model_stats() : std::vector<DriftMonitor::ModelStats>{};
+    // The monitor keeps room for every map key of every model; a model's own series are its
+    // other series, the keys it was let in to, and the error series (as the monitor counts).
+    size_t fixed = 0;
+    for (const SeriesColumn& series : columns_) fixed += series.is_map ? 0 : series.width;
     for (DriftMonitor::ModelStats& model : stats) {
       const std::string monitor_name = model.model;
       Name(monitor_name, &model.model, &model.segment);
+      auto base = base_ids_.find(model.model);
+      if (!keys_.empty()) {
+        model.series = static_cast<int64_t>(fixed) + 1 +
+                       (base == base_ids_.end() ? 0 : bases_[base->second].key_count);
+      }
     }
     return stats;
   }

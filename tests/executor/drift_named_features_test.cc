@@ -308,6 +308,8 @@ TEST_CASE("a model's keys and segments are capped: the first by name are kept, t
     // score and tenure of every record, and the labels map's device (each model had its 2).
     CHECK(run.progress.drift_values_over_key_cap == 3000 * 3);
     CHECK(run.stage->Counts().values_over_key_cap == 3000 * 3);
+    // Each model's series: its two keys, segment.channel and the error series.
+    for (const auto& model : run.stage->ModelStats()) CHECK(model.series == 4);
   }
   SECTION("segments") {
     StageRun run(SpecOf(Pipeline("[model_id, segment.country]", "  maxSegmentsPerModel: 2")));
