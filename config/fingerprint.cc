@@ -162,11 +162,25 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   for (size_t i = 0; i < spec.schema.fields.size(); ++i) {
     const Field& field = spec.schema.fields[i];
     if (i > 0) out += ',';
-    out += fmt::format("{{\"name\":{},\"type\":{},\"nullable\":{}}}", quote(field.name),
+    out += fmt::format("{{\"name\":{},\"type\":{},\"nullable\":{}", quote(field.name),
                        quote(FieldTypeName(field.type)), field.nullable ? "true" : "false");
+    // A struct's leaf is read from a nested key, not from a key spelled like its dotted name
+    // (absent for top-level fields, whose fingerprint is unchanged).
+    if (!field.path.empty()) out += ",\"path\":" + quote.Array(field.path);
+    out += '}';
   }
+  out += ']';
+  // Structs that must be present (absent when none is declared non-nullable).
+  bool first_struct = true;
+  for (const StructField& declared : spec.schema.structs) {
+    if (declared.nullable) continue;
+    out += first_struct ? ",\"requiredStructs\":[" : ",";
+    first_struct = false;
+    out += quote.Array(declared.path);
+  }
+  if (!first_struct) out += "]";
   const QuerySpec& query = spec.query;
-  out += "],\"groupBy\":" + quote.Array(query.group_by) + ",\"window\":";
+  out += ",\"groupBy\":" + quote.Array(query.group_by) + ",\"window\":";
   if (query.window) {
     out += fmt::format("{{\"column\":{},\"sizeMs\":{},\"slideMs\":{}}}",
                        quote(query.window->column), query.window->size_ms, query.window->slide_ms);
@@ -235,6 +249,10 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
         break;
     }
     out += "}";
+    // Segments given in the file key the state by (model, segment); by default they are the
+    // groupBy columns after the model column, which the fingerprint holds already (absent:
+    // unchanged from fingerprints written before segments existed).
+    if (drift.segment_by_given) out += ",\"segmentBy\":" + quote.Array(drift.segment_by);
     // Drift's own event-time windows lay its state out by window (absent: unchanged from
     // fingerprints written before they existed).
     if (drift.window_ms > 0) out += fmt::format(",\"windowMs\":{}", drift.window_ms);

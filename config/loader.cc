@@ -185,9 +185,9 @@ enum class ColumnUse {
   kAny,
   kGroupKey,     // string, long, int, boolean
   kNumericLike,  // double, long, int, array<double>
-  kDriftSeries,  // numeric-like, or string (a categorical series)
   kTimestamp,
   kLabel,  // prediction / label for error rate: numeric or boolean
+  kSeries,  // drift series: numeric, array<double>, maps, and categorical string columns
 };
 
 bool Accepts(ColumnUse use, FieldType type) {
@@ -199,12 +199,13 @@ bool Accepts(ColumnUse use, FieldType type) {
              type == FieldType::kBoolean;
     case ColumnUse::kNumericLike:
       return IsNumeric(type) || type == FieldType::kDoubleArray;
-    case ColumnUse::kDriftSeries:
-      return IsNumeric(type) || type == FieldType::kDoubleArray || type == FieldType::kString;
     case ColumnUse::kTimestamp:
       return type == FieldType::kTimestamp;
     case ColumnUse::kLabel:
       return IsNumeric(type) || type == FieldType::kBoolean;
+    case ColumnUse::kSeries:
+      return IsNumeric(type) || type == FieldType::kDoubleArray || IsMap(type) ||
+             type == FieldType::kString || type == FieldType::kStringArray;
   }
   return false;
 }
@@ -217,12 +218,13 @@ std::string_view Expected(ColumnUse use) {
       return "a string, long, int or boolean column";
     case ColumnUse::kNumericLike:
       return "a numeric (double, long, int) or array<double> column";
-    case ColumnUse::kDriftSeries:
-      return "a numeric (double, long, int), array<double> or string (categorical) column";
     case ColumnUse::kTimestamp:
       return "a timestamp column";
     case ColumnUse::kLabel:
       return "a numeric or boolean column";
+    case ColumnUse::kSeries:
+      return "a numeric (double, long, int), array<double> or map<string,double> column, or a "
+             "categorical string, array<string> or map<string,string> column";
   }
   return "";
 }
@@ -335,21 +337,8 @@ class PipelineParser {
         continue;
       }
       auto name = field.String("name", true);
-      std::optional<FieldType> type;
-      if (auto type_text = field.String("type", true)) {
-        type = ParseFieldType(type_text->value);
-        if (!type) {
-          std::string suggestion;
-          if (auto alias = Lookup(kTypeAliases, type_text->value)) {
-            suggestion = fmt::format("; did you mean '{}'?", *alias);
-          } else {
-            suggestion = DidYouMean(type_text->value, FieldTypeNames());
-          }
-          problems_.Error(type_text->path, type_text->mark,
-                          fmt::format("unknown type {}; expected one of {}{}", Show(*type_text),
-                                      Join(FieldTypeNames()), suggestion));
-        }
-      }
+      std::optional<TypeSpec> type;
+      if (auto type_text = field.String("type", true)) type = ParseType(*type_text);
       auto nullable = field.Bool("nullable");
       if (!name) {
         schema_names_complete_ = false;
@@ -368,12 +357,83 @@ class PipelineParser {
       }
       first_line.emplace(name->value, name->mark.line);
       schema_lines_.emplace(name->value, name->mark.line);
-      columns_.emplace(name->value, type);
-      column_names_.push_back(name->value);
-      if (type) {
-        spec_.schema.fields.push_back({name->value, *type, nullable.value_or(true)});
+      if (!type) {
+        columns_.emplace(name->value, std::nullopt);
+        column_names_.push_back(name->value);
+        continue;
+      }
+      // A struct's columns are its leaves, by dotted path; a leaf's name must not be taken.
+      Schema added;
+      AddDeclaredField(added, name->value, *type, nullable.value_or(true));
+      for (const Field& column : added.fields) {
+        if (column.path.empty()) continue;
+        if (auto it = first_line.find(column.name); it != first_line.end()) {
+          problems_.Error(
+              name->path, name->mark,
+              fmt::format("struct field {} has a member '{}' whose column name '{}' is already "
+                          "the field declared at line {}",
+                          Show(*name), column.name.substr(name->value.size() + 1), column.name,
+                          it->second));
+          schema_names_complete_ = false;
+          type.reset();
+          break;
+        }
+      }
+      if (!type) continue;
+      if (!type->is_struct) {
+        columns_.emplace(name->value, type->type);
+        column_names_.push_back(name->value);
+      }
+      for (const Field& column : added.fields) {
+        if (column.path.empty()) continue;
+        first_line.emplace(column.name, name->mark.line);
+        schema_lines_.emplace(column.name, name->mark.line);
+        columns_.emplace(column.name, column.type);
+        column_names_.push_back(column.name);
+      }
+      for (Field& column : added.fields) spec_.schema.fields.push_back(std::move(column));
+      for (StructField& declared : added.structs) {
+        spec_.schema.structs.push_back(std::move(declared));
       }
     }
+  }
+
+  // A field's type as written: a column type or a struct<...>; nullopt when it does not parse
+  // (reported, at the offending character when the text allows).
+  std::optional<TypeSpec> ParseType(const Scalar& text) {
+    auto parsed = ParseTypeSpec(text.value);
+    if (parsed) return *parsed;
+    // A struct's leaves (or a map's keys) are unknown now: references to them are not
+    // reported again as unknown columns.
+    if (text.value.starts_with("struct") || text.value.starts_with("map")) {
+      schema_names_complete_ = false;
+    }
+    TypeError error = parsed.error();
+    std::string suggestion;
+    if (Lookup(kTypeAliases, text.value)) error.unknown = text.value;  // array<float>, ...
+    if (!error.unknown.empty()) {
+      if (auto alias = Lookup(kTypeAliases, error.unknown)) {
+        suggestion = fmt::format("; did you mean '{}'?", *alias);
+      } else {
+        suggestion = DidYouMean(error.unknown, FieldTypeNames());
+      }
+    }
+    const bool whole = error.unknown == text.value;
+    if (whole) {
+      problems_.Error(text.path, text.mark,
+                      fmt::format("unknown type {}; expected one of {}, or struct<name:type, "
+                                  "...>{}",
+                                  Show(text), Join(FieldTypeNames()), suggestion));
+    } else {
+      problems_.Error(text.path, MarkWithin(text, error.offset),
+                      fmt::format("type {}: {}{}{}", Show(text), error.message,
+                                  error.unknown.empty()
+                                      ? std::string()
+                                      : fmt::format("; expected one of {}",
+                                                    Join(FieldTypeNames())),
+                                  suggestion));
+    }
+    return std::nullopt;
   }
 
   // Checks a column reference; false when it is unknown or of the wrong type (reported).
@@ -1127,7 +1187,9 @@ class PipelineParser {
                                                   "cooldown",
                                                   "modelAlertSeries", "modelColumn",
                                                   "predictionColumn", "labelColumn", "overrides",
-                                                  "resolveEvidence"},
+                                                  "resolveEvidence", "segmentBy",
+                                                  "maxSegmentsPerModel", "maxKeysPerModel",
+                                                  "maxKeys"},
                     " with series, baseline, detectors, ...");
     if (!drift.valid()) return;
     DriftSpec& spec = spec_.drift;
@@ -1163,8 +1225,7 @@ class PipelineParser {
     const MapReader::Entry* series_entry = drift.Find("series");
     if (series_entry == nullptr || series_entry->value.IsNull()) {
       drift.ReportMissing("series",
-                          " (the numeric, array<double> or string columns to watch, e.g. "
-                          "[feature_vector, prediction])");
+                          " (the columns to watch, e.g. [feature_vector, prediction])");
     } else if (auto series = drift.StringList("series", ", e.g. [feature_vector, prediction]")) {
       if (series->empty()) {
         problems_.Error("drift.series", series_entry->key_mark,
@@ -1177,19 +1238,33 @@ class PipelineParser {
                           fmt::format("series {} is listed twice", Show(column)));
           continue;
         }
+        // A struct watches each of its leaves: series: [features] for
+        // features: struct<amount:double, device:string, ...>.
+        if (const std::vector<std::string> leaves = StructLeaves(column.value); !leaves.empty()) {
+          for (const std::string& leaf : leaves) {
+            Scalar leaf_column = column;
+            leaf_column.value = leaf;
+            if (CheckColumn(leaf_column, ColumnUse::kSeries, "drift series")) {
+              spec.series.push_back(leaf);
+              drift_series_.push_back(leaf_column);
+            }
+          }
+          continue;
+        }
         if (!spec.model_column.empty() && column.value == spec.model_column) {
           problems_.Error(column.path, column.mark,
-                          fmt::format("drift series {} is the model column: drift is tracked "
-                                      "per model, so within a model it never changes",
+                          fmt::format("drift series {} is the model column: drift is watched "
+                                      "per model, in which it never changes",
                                       Show(column)));
           continue;
         }
-        if (CheckColumn(column, ColumnUse::kDriftSeries, "drift series")) {
+        if (CheckColumn(column, ColumnUse::kSeries, "drift series")) {
           drift_series_.push_back(column);
         }
         spec.series.push_back(column.value);
       }
     }
+    ParseSegments(drift);
 
     if (auto column = drift.String("predictionColumn")) {
       CheckColumn(*column, ColumnUse::kLabel, "predictionColumn");
@@ -1260,6 +1335,58 @@ class PipelineParser {
     ParseBaseline(drift);
     ParseDetectors(drift);
     ParseOverrides(drift);
+  }
+
+  // The leaves under a struct named `name` (a dotted path), in schema order; none when `name`
+  // is not a struct.
+  std::vector<std::string> StructLeaves(const std::string& name) const {
+    std::vector<std::string> leaves;
+    if (columns_.count(name) > 0) return leaves;
+    for (const Field& field : spec_.schema.fields) {
+      if (field.path.empty() || field.name.size() <= name.size() ||
+          !field.name.starts_with(name) || field.name[name.size()] != '.') {
+        continue;
+      }
+      leaves.push_back(field.name);
+    }
+    return leaves;
+  }
+
+  // Segments: drift.segmentBy, or the groupBy columns after the model column; and the caps.
+  void ParseSegments(const MapReader& drift) {
+    DriftSpec& spec = spec_.drift;
+    if (drift.Has("segmentBy")) {
+      spec.segment_by_given = true;
+      if (auto columns = drift.StringList("segmentBy", ", e.g. [segment.country, channel]")) {
+        std::set<std::string> seen;
+        for (const Scalar& column : *columns) {
+          if (!seen.insert(column.value).second) {
+            problems_.Error(column.path, column.mark,
+                            fmt::format("segment column {} is listed twice", Show(column)));
+            continue;
+          }
+          if (column.value == spec.model_column) {
+            problems_.Error(column.path, column.mark,
+                            fmt::format("segment column {} is the model column: segments split "
+                                        "a model",
+                                        Show(column)));
+            continue;
+          }
+          if (CheckColumn(column, ColumnUse::kGroupKey, "segment column")) {
+            spec.segment_by.push_back(column.value);
+          }
+        }
+      }
+    } else {
+      for (const std::string& column : spec_.query.group_by) {
+        if (column != spec.model_column) spec.segment_by.push_back(column);
+      }
+    }
+    if (auto value = drift.Int("maxSegmentsPerModel", 1, 1'000'000)) {
+      spec.max_segments_per_model = *value;
+    }
+    if (auto value = drift.Int("maxKeysPerModel", 1, 1'000'000)) spec.max_keys_per_model = *value;
+    if (auto value = drift.Int("maxKeys", 1, 1'000'000)) spec.max_keys = *value;
   }
 
   // The error rate is watched whenever prediction and label columns can be known: given, or one
@@ -1540,13 +1667,18 @@ class PipelineParser {
                                  "({} against {}): add {{type: error_rate}} to drift.detectors",
                                  spec_.drift.prediction_column, spec_.drift.label_column));
     }
-    // A string series is watched by its categories: some detector must read them.
+    // A string series (string, array<string>, map<string,string>) is watched by its
+    // categories: some detector must read them.
     bool categorical = false;
     for (const DetectorSpec& d : spec_.drift.detectors) {
       categorical = categorical || DefaultsFor(d.kind).Watches(SeriesKind::kCategorical);
     }
     for (const Scalar& column : drift_series_) {
-      if (categorical || ColumnType(column.value) != FieldType::kString) continue;
+      const FieldType type = ColumnType(column.value).value_or(FieldType::kDouble);
+      if (categorical || (type != FieldType::kString && type != FieldType::kStringArray &&
+                          type != FieldType::kStringMap)) {
+        continue;
+      }
       std::vector<std::string_view> names;
       for (const auto& d : DetectorDefaultsTable()) {
         if (d.Watches(SeriesKind::kCategorical)) names.push_back(d.name);
@@ -1667,6 +1799,15 @@ class PipelineParser {
       indexed = true;
     }
     const auto& watched = spec_.drift.series;
+    // One key of a map series: "features.amount" (keys are found as records arrive).
+    for (size_t dot = base.rfind('.'); !indexed && dot != std::string::npos && dot > 0;
+         dot = base.rfind('.', dot - 1)) {
+      const std::string map = base.substr(0, dot);
+      if (std::find(watched.begin(), watched.end(), map) != watched.end() && ColumnType(map) &&
+          IsMap(*ColumnType(map))) {
+        return;
+      }
+    }
     if (std::find(watched.begin(), watched.end(), base) == watched.end()) {
       std::vector<std::string_view> names(watched.begin(), watched.end());
       problems_.Error(series.path, series.mark,

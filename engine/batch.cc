@@ -1,6 +1,7 @@
 #include "engine/batch.h"
 
 #include <atomic>
+#include "engine/json_writer.h"
 
 namespace driftd {
 
@@ -11,8 +12,142 @@ void Column::Clear() {
   str_offsets.clear();
   str_data.clear();
   arr_offsets.clear();
-  if (type == FieldType::kString) str_offsets.push_back(0);
-  if (type == FieldType::kDoubleArray) arr_offsets.push_back(0);
+  key_offsets.clear();
+  key_data.clear();
+  entry_valid.clear();
+  if (type == FieldType::kString || type == FieldType::kStringArray ||
+      type == FieldType::kStringMap) {
+    str_offsets.push_back(0);
+  }
+  if (IsCollection(type)) arr_offsets.push_back(0);
+  if (IsMap(type)) key_offsets.push_back(0);
+}
+
+void Column::AppendRow(const Column& from, size_t row) {
+  const bool present = !from.IsNull(row);
+  valid.push_back(present ? 1 : 0);
+  switch (type) {
+    case FieldType::kDouble:
+      f64.push_back(present ? from.f64[row] : 0);
+      return;
+    case FieldType::kString:
+      if (present) str_data.append(from.String(row));
+      str_offsets.push_back(static_cast<uint32_t>(str_data.size()));
+      return;
+    case FieldType::kDoubleArray:
+      if (present) f64.insert(f64.end(), from.ArrayData(row), from.ArrayData(row) + from.ArraySize(row));
+      arr_offsets.push_back(static_cast<uint32_t>(f64.size()));
+      return;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap:
+      if (present) {
+        for (size_t e = from.EntryBegin(row); e < from.EntryEnd(row); ++e) {
+          entry_valid.push_back(from.entry_valid[e]);
+          if (IsMap(type)) {
+            key_data.append(from.Key(e));
+            key_offsets.push_back(static_cast<uint32_t>(key_data.size()));
+          }
+          if (type == FieldType::kDoubleMap) {
+            f64.push_back(from.f64[e]);
+          } else {
+            str_data.append(from.String(e));
+            str_offsets.push_back(static_cast<uint32_t>(str_data.size()));
+          }
+        }
+      }
+      arr_offsets.push_back(static_cast<uint32_t>(entry_valid.size()));
+      return;
+    case FieldType::kLong:
+    case FieldType::kInt:
+    case FieldType::kBoolean:
+    case FieldType::kTimestamp:
+      i64.push_back(present ? from.i64[row] : 0);
+      return;
+  }
+}
+
+void Column::AppendNull() {
+  valid.push_back(0);
+  switch (type) {
+    case FieldType::kDouble:
+      f64.push_back(0);
+      return;
+    case FieldType::kString:
+      str_offsets.push_back(static_cast<uint32_t>(str_data.size()));
+      return;
+    case FieldType::kDoubleArray:
+      arr_offsets.push_back(static_cast<uint32_t>(f64.size()));
+      return;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap:
+      arr_offsets.push_back(static_cast<uint32_t>(entry_valid.size()));
+      return;
+    case FieldType::kLong:
+    case FieldType::kInt:
+    case FieldType::kBoolean:
+    case FieldType::kTimestamp:
+      i64.push_back(0);
+      return;
+  }
+}
+
+void AppendJsonValue(std::string& out, const Column& column, size_t row) {
+  if (column.IsNull(row)) {
+    out += "null";
+    return;
+  }
+  switch (column.type) {
+    case FieldType::kString:
+      AppendJsonString(out, column.String(row));
+      return;
+    case FieldType::kDouble:
+      AppendJsonNumber(out, column.f64[row]);
+      return;
+    case FieldType::kLong:
+    case FieldType::kInt:
+      AppendJsonNumber(out, column.i64[row]);
+      return;
+    case FieldType::kBoolean:
+      out += column.i64[row] != 0 ? "true" : "false";
+      return;
+    case FieldType::kTimestamp:
+      out.push_back('"');
+      AppendTimestampUs(out, column.i64[row]);
+      out.push_back('"');
+      return;
+    case FieldType::kDoubleArray:
+      out.push_back('[');
+      for (size_t e = 0; e < column.ArraySize(row); ++e) {
+        if (e > 0) out.push_back(',');
+        AppendJsonNumber(out, column.ArrayData(row)[e]);
+      }
+      out.push_back(']');
+      return;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: {
+      const bool map = IsMap(column.type);
+      out.push_back(map ? '{' : '[');
+      for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
+        if (e > column.EntryBegin(row)) out.push_back(',');
+        if (map) {
+          AppendJsonString(out, column.Key(e));
+          out.push_back(':');
+        }
+        if (column.EntryNull(e)) {
+          out += "null";
+        } else if (column.type == FieldType::kDoubleMap) {
+          AppendJsonNumber(out, column.f64[e]);
+        } else {
+          AppendJsonString(out, column.String(e));
+        }
+      }
+      out.push_back(map ? '}' : ']');
+      return;
+    }
+  }
 }
 
 void RecordBatch::Reset(const Schema& schema) {

@@ -172,7 +172,11 @@ class InputChunk {
 /// One typed column. Only the vectors matching `type` are used:
 ///  - kDouble: f64; kLong, kInt, kTimestamp (microseconds): i64; kBoolean: i64 (0/1);
 ///  - kString: str_offsets (size rows + 1) into str_data;
-///  - kDoubleArray: arr_offsets (size rows + 1) into f64.
+///  - kDoubleArray: arr_offsets (size rows + 1) into f64;
+///  - kStringArray, kDoubleMap, kStringMap (collections of entries): arr_offsets (size rows
+///    + 1) into the entries; entry_valid (one per entry, 0 for a null element or value); the
+///    elements or values in str_offsets (size entries + 1) into str_data (strings) or in f64
+///    (doubles); a map's keys in key_offsets (size entries + 1) into key_data.
 /// `valid[i]` is 0 for a null value.
 struct Column {
   FieldType type = FieldType::kString;
@@ -182,17 +186,41 @@ struct Column {
   std::vector<uint32_t> str_offsets;
   std::string str_data;
   std::vector<uint32_t> arr_offsets;
+  std::vector<uint32_t> key_offsets;
+  std::string key_data;
+  std::vector<uint8_t> entry_valid;
 
   void Clear();
   bool IsNull(size_t row) const { return valid[row] == 0; }
-  std::string_view String(size_t row) const {
-    return std::string_view(str_data.data() + str_offsets[row],
-                            str_offsets[row + 1] - str_offsets[row]);
+  /// A kString row's value; for array<string> and map<string,string>, entry `i`'s.
+  std::string_view String(size_t i) const {
+    return std::string_view(str_data.data() + str_offsets[i], str_offsets[i + 1] - str_offsets[i]);
   }
   /// Elements of an array<double> value.
   const double* ArrayData(size_t row) const { return f64.data() + arr_offsets[row]; }
   size_t ArraySize(size_t row) const { return arr_offsets[row + 1] - arr_offsets[row]; }
+  /// The entries of a collection's row (array<string>, maps): [EntryBegin, EntryEnd).
+  size_t EntryBegin(size_t row) const { return arr_offsets[row]; }
+  size_t EntryEnd(size_t row) const { return arr_offsets[row + 1]; }
+  /// A map entry's key.
+  std::string_view Key(size_t entry) const {
+    return std::string_view(key_data.data() + key_offsets[entry],
+                            key_offsets[entry + 1] - key_offsets[entry]);
+  }
+  bool EntryNull(size_t entry) const { return entry_valid[entry] == 0; }
+  /// Entries so far (the end of the last row's).
+  size_t NumEntries() const { return entry_valid.size(); }
+
+  /// Appends row `row` of `from` (a column of the same type) as this column's next row; for
+  /// columns built row by row (str_offsets, arr_offsets and key_offsets hold their leading 0).
+  void AppendRow(const Column& from, size_t row);
+  /// Appends a null row to a column built row by row.
+  void AppendNull();
 };
+
+/// Appends row `row` of `column` as a JSON value: null, a number, a string, a boolean, a
+/// timestamp as an RFC 3339 string, an array, or an object for a map.
+void AppendJsonValue(std::string& out, const Column& column, size_t row);
 
 /// Decoded records in columns, one Column per schema field, plus where each row came from.
 struct RecordBatch {

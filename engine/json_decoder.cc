@@ -287,6 +287,7 @@ class JsonDecoder::Impl {
   struct Problem {
     MalformedReason reason = MalformedReason::kNotJson;
     int field = -1;              // schema field index, or -1 for the whole record
+    int key = -1;                // a struct's key (keys_), when the problem is the struct's
     const char* text = nullptr;  // static description
     const char* got = nullptr;   // JSON type found, for wrong_type
     error_code error = simdjson::SUCCESS;
@@ -297,18 +298,47 @@ class JsonDecoder::Impl {
     FieldType type = FieldType::kString;
     bool nullable = true;
     bool decode = true;  // false: projected out (Project), the value is walked, not converted
+  };
+
+  // One key an object of the record may have: a column's, or a struct's that opens a level of
+  // its own. The keys of one object (a Level) are contiguous in keys_; for a schema without
+  // structs keys_[i] is column i's.
+  struct KeyInfo {
     bool plain_name = true;  // comparable with raw key bytes
+    bool nullable = true;
     int16_t next_same_first_byte = -1;
+    int column = -1;  // a column's key: its index
+    int level = -1;   // a struct's key: the level of its object
     // A plain name of up to 15 bytes is compared as name + '"' in two masked 8-byte words,
     // which is several times cheaper than memcmp for keys this short.
     bool short_name = false;
     std::array<uint64_t, 2> words{};
     std::array<uint64_t, 2> masks{};
+    std::string name;  // the key as JSON spells it (unescaped)
+    std::string path;  // the column's or struct's dotted name, for messages
+  };
+
+  // The keys of one object: the record's (level 0) or a struct's.
+  struct Level {
+    int begin = 0;
+    int end = 0;
+    int depth = 1;  // the object's nesting level (the record's object is 1)
+    std::array<int16_t, 256> first_byte_head{};
   };
 
   Verdict DecodeRecord(const char* data, size_t size, size_t readable, size_t row);
-  bool DecodeFields(ondemand::object& object, size_t row);
+  // kNested: the level may hold structs (without any, key k is column k, as it always was).
+  template <bool kNested>
+  bool DecodeFields(ondemand::object& object, size_t row, const Level& level);
+  bool DecodeStruct(int key, ondemand::value& value, size_t row);
   bool DecodeField(int field, ondemand::value& value, size_t row);
+  bool DecodeStringArray(int field, ondemand::value& value, size_t row);
+  bool DecodeMap(int field, ondemand::value& value, size_t row);
+  bool EntryProblem(int field, MalformedReason reason, const char* text, const char* got,
+                    ondemand::value* unconsumed, size_t row);
+  bool IsDuplicateKey(const Column& column, size_t row_begin, std::string_view key,
+                      const char* raw);
+  void BuildLevel(const std::vector<std::string>& path, int depth);
   bool DecodeTimestamp(int field, ondemand::value& value, size_t row);
   bool DecodeString(int field, ondemand::value& value, size_t row);
   bool DecodeArray(int field, ondemand::value& value, size_t row);
@@ -320,14 +350,16 @@ class JsonDecoder::Impl {
                     ondemand::value* unconsumed, size_t row);
   bool NullValue(int field, size_t row);
   bool SkipValue(ondemand::value& value, int depth);
-  bool KeyIs(const char* raw, int field) const;
-  int Lookup(const char* raw, int hint) const;
-  int LookupUnescaped(std::string_view name) const;
+  bool KeyIs(const char* raw, int key) const;
+  int Lookup(const Level& level, const char* raw, int hint) const;
+  int LookupUnescaped(const Level& level, std::string_view name) const;
 
   bool Reject(MalformedReason reason, int field = -1, const char* text = nullptr,
               error_code error = simdjson::SUCCESS);
   bool CheckArrayLength(int field, size_t row);
   static constexpr const char* kArrayTooLong = "array longer than maxArrayLength";
+  static constexpr const char* kDuplicateKey = "key appears more than once";
+  std::string duplicate_key_;  // of the last map refused for a repeated key
   size_t array_elements_ = 0;  // of the last array refused by CheckArrayLength
   bool record_cut_ = false;     // the record being decoded was cut by its source
   bool RejectBroken(error_code error);
@@ -343,18 +375,23 @@ class JsonDecoder::Impl {
   MalformedSpec spec_;
   int max_depth_;
   bool permissive_;
-  std::vector<FieldInfo> fields_;
-  std::array<int16_t, 256> first_byte_head_;
+  std::vector<FieldInfo> fields_;  // by column
+  std::vector<KeyInfo> keys_;
+  std::vector<Level> levels_;      // levels_[0]: the record's object
   std::vector<int> string_columns_;
-  std::vector<int> array_columns_;
+  std::vector<int> array_columns_;       // array<double>: offsets into f64
+  std::vector<int> entry_columns_;       // array<string> and maps: offsets into the entries
   int num_required_ = 0;
+  int depth_ = 1;  // nesting level of the object being decoded
+  bool nested_ = false;  // the schema has struct fields
+  std::array<uint64_t, 4> key_bloom_{};  // hashes of a map's keys so far, for duplicates
 
   ondemand::parser parser_;
   ondemand::parser array_parser_;  // re-reads arrays the fast scanner declined
   std::string scratch_;            // padded copy of a record too close to an unpadded buffer's end
 
   // Per record state.
-  std::vector<uint64_t> seen_stamp_;  // == stamp_ when the field was set in this record
+  std::vector<uint64_t> seen_stamp_;  // by key: == stamp_ when the key was read in this record
   uint64_t stamp_ = 0;
   int required_seen_ = 0;
   std::string_view record_;
@@ -368,41 +405,26 @@ JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
   max_depth_ = spec.max_depth < 1
                    ? 1
                    : (spec.max_depth > kMaxSupportedDepth ? kMaxSupportedDepth : spec.max_depth);
-  first_byte_head_.fill(-1);
   fields_.resize(schema_.fields.size());
-  // Walk backwards so that each first-byte chain lists fields in schema order.
-  for (int f = static_cast<int>(schema_.fields.size()) - 1; f >= 0; --f) {
-    const Field& field = schema_.fields[f];
-    FieldInfo& info = fields_[f];
-    info.type = field.type;
-    info.nullable = field.nullable;
-    info.plain_name = HasPlainSpelling(field.name);
-    if (info.plain_name && field.name.size() < 16) {
-      std::array<char, 16> pattern{};
-      std::array<unsigned char, 16> mask{};
-      std::memcpy(pattern.data(), field.name.data(), field.name.size());
-      pattern[field.name.size()] = '"';
-      std::fill(mask.begin(), mask.begin() + static_cast<ptrdiff_t>(field.name.size()) + 1, 0xff);
-      std::memcpy(info.words.data(), pattern.data(), 16);
-      std::memcpy(info.masks.data(), mask.data(), 16);
-      info.short_name = true;
-    }
-    if (info.plain_name) {
-      // An empty name's raw key starts with the closing quote.
-      const auto first = static_cast<unsigned char>(field.name.empty() ? '"' : field.name[0]);
-      info.next_same_first_byte = first_byte_head_[first];
-      first_byte_head_[first] = static_cast<int16_t>(f);
-    }
-  }
   for (size_t f = 0; f < schema_.fields.size(); ++f) {
-    if (!schema_.fields[f].nullable) ++num_required_;
-    if (schema_.fields[f].type == FieldType::kString)
-      string_columns_.push_back(static_cast<int>(f));
-    if (schema_.fields[f].type == FieldType::kDoubleArray) {
-      array_columns_.push_back(static_cast<int>(f));
+    fields_[f].type = schema_.fields[f].type;
+    fields_[f].nullable = schema_.fields[f].nullable;
+    switch (schema_.fields[f].type) {
+      case FieldType::kString: string_columns_.push_back(static_cast<int>(f)); break;
+      case FieldType::kDoubleArray: array_columns_.push_back(static_cast<int>(f)); break;
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap: entry_columns_.push_back(static_cast<int>(f)); break;
+      default: break;
     }
   }
-  seen_stamp_.assign(schema_.fields.size(), 0);
+  BuildLevel({}, 1);
+  nested_ = levels_.size() > 1;
+  const Level& top = levels_[0];
+  for (int k = top.begin; k < top.end; ++k) {
+    if (!keys_[k].nullable) ++num_required_;
+  }
+  seen_stamp_.assign(keys_.size(), 0);
   // Start with room for typical records; DecodeRecord grows it geometrically up to the limit.
   const auto initial = static_cast<size_t>(std::min<int64_t>(spec_.max_record_bytes, 64 << 10));
   // A failure here is not final: DecodeRecord allocates again when a record needs the room.
@@ -411,10 +433,80 @@ JsonDecoder::Impl::Impl(const Schema& schema, const MalformedSpec& spec)
   }
 }
 
-// Whether the raw key bytes (after the opening quote) spell field `f`. Reading 16 bytes is safe:
+// The keys of the object at `path` (the record's when empty), in the order their columns come
+// in the schema, then the levels of its structs. For a schema without structs, key i is
+// column i.
+void JsonDecoder::Impl::BuildLevel(const std::vector<std::string>& path, int depth) {
+  const size_t level_index = levels_.size();
+  levels_.emplace_back();
+  levels_[level_index].depth = depth;
+  levels_[level_index].begin = static_cast<int>(keys_.size());
+  levels_[level_index].first_byte_head.fill(-1);
+  auto under = [&](const std::vector<std::string>& keys) {
+    return keys.size() > path.size() && std::equal(path.begin(), path.end(), keys.begin());
+  };
+  std::vector<std::string> structs;  // the keys of this object's structs, in order
+  for (size_t f = 0; f < schema_.fields.size(); ++f) {
+    const Field& field = schema_.fields[f];
+    const std::vector<std::string> keys =
+        field.path.empty() ? std::vector<std::string>{field.name} : field.path;
+    if (!under(keys)) continue;
+    const std::string& name = keys[path.size()];
+    if (keys.size() == path.size() + 1) {
+      KeyInfo& key = keys_.emplace_back();
+      key.name = name;
+      key.path = field.name;
+      key.column = static_cast<int>(f);
+      key.nullable = field.nullable;
+    } else if (std::find(structs.begin(), structs.end(), name) == structs.end()) {
+      structs.push_back(name);
+      KeyInfo& key = keys_.emplace_back();
+      key.name = name;
+      std::vector<std::string> struct_path = path;
+      struct_path.push_back(name);
+      for (const std::string& part : struct_path) key.path += (key.path.empty() ? "" : ".") + part;
+      for (const StructField& declared : schema_.structs) {
+        if (declared.path == struct_path) key.nullable = declared.nullable;
+      }
+    }
+  }
+  const int end = static_cast<int>(keys_.size());
+  levels_[level_index].end = end;
+  // Walk backwards so that each first-byte chain lists keys in schema order.
+  for (int k = end - 1; k >= levels_[level_index].begin; --k) {
+    KeyInfo& info = keys_[k];
+    const std::string& name = info.name;
+    info.plain_name = HasPlainSpelling(name);
+    if (info.plain_name && name.size() < 16) {
+      std::array<char, 16> pattern{};
+      std::array<unsigned char, 16> mask{};
+      std::memcpy(pattern.data(), name.data(), name.size());
+      pattern[name.size()] = '"';
+      std::fill(mask.begin(), mask.begin() + static_cast<ptrdiff_t>(name.size()) + 1, 0xff);
+      std::memcpy(info.words.data(), pattern.data(), 16);
+      std::memcpy(info.masks.data(), mask.data(), 16);
+      info.short_name = true;
+    }
+    if (info.plain_name) {
+      // An empty name's raw key starts with the closing quote.
+      const auto first = static_cast<unsigned char>(name.empty() ? '"' : name[0]);
+      info.next_same_first_byte = levels_[level_index].first_byte_head[first];
+      levels_[level_index].first_byte_head[first] = static_cast<int16_t>(k);
+    }
+  }
+  for (int k = levels_[level_index].begin; k < end; ++k) {
+    if (keys_[k].column >= 0) continue;
+    std::vector<std::string> struct_path = path;
+    struct_path.push_back(keys_[k].name);
+    keys_[k].level = static_cast<int>(levels_.size());
+    BuildLevel(struct_path, depth + 1);
+  }
+}
+
+// Whether the raw key bytes (after the opening quote) spell key `k`. Reading 16 bytes is safe:
 // the key lies inside the record and the record is followed by SIMDJSON_PADDING bytes.
-inline bool JsonDecoder::Impl::KeyIs(const char* raw, int f) const {
-  const FieldInfo& info = fields_[f];
+inline bool JsonDecoder::Impl::KeyIs(const char* raw, int k) const {
+  const KeyInfo& info = keys_[k];
   if (info.short_name) [[likely]] {
     uint64_t low = 0;
     uint64_t high = 0;
@@ -423,29 +515,28 @@ inline bool JsonDecoder::Impl::KeyIs(const char* raw, int f) const {
     return ((low & info.masks[0]) == info.words[0]) & ((high & info.masks[1]) == info.words[1]);
   }
   // Byte by byte: the key's closing quote ends the comparison before it can leave the record.
-  const std::string& name = schema_.fields[f].name;
+  const std::string& name = info.name;
   for (size_t i = 0; i < name.size(); ++i) {
     if (raw[i] != name[i]) return false;
   }
   return raw[name.size()] == '"';
 }
 
-inline int JsonDecoder::Impl::Lookup(const char* raw, int hint) const {
-  // Records usually list fields in schema order, so the field after the previous one is tried
-  // first; then the fields whose names start with the key's first byte.
-  if (hint < static_cast<int>(fields_.size()) && fields_[hint].plain_name && KeyIs(raw, hint)) {
-    return hint;
-  }
-  for (int f = first_byte_head_[static_cast<unsigned char>(raw[0])]; f >= 0;
-       f = fields_[f].next_same_first_byte) {
-    if (KeyIs(raw, f)) return f;
+[[gnu::always_inline]] inline int JsonDecoder::Impl::Lookup(const Level& level, const char* raw,
+                                                          int hint) const {
+  // Records usually list fields in schema order, so the key after the previous one is tried
+  // first; then the keys whose names start with the key's first byte.
+  if (hint < level.end && keys_[hint].plain_name && KeyIs(raw, hint)) return hint;
+  for (int k = level.first_byte_head[static_cast<unsigned char>(raw[0])]; k >= 0;
+       k = keys_[k].next_same_first_byte) {
+    if (KeyIs(raw, k)) return k;
   }
   return -1;
 }
 
-int JsonDecoder::Impl::LookupUnescaped(std::string_view name) const {
-  for (size_t f = 0; f < schema_.fields.size(); ++f) {
-    if (schema_.fields[f].name == name) return static_cast<int>(f);
+int JsonDecoder::Impl::LookupUnescaped(const Level& level, std::string_view name) const {
+  for (int k = level.begin; k < level.end; ++k) {
+    if (keys_[k].name == name) return k;
   }
   return -1;
 }
@@ -454,6 +545,7 @@ bool JsonDecoder::Impl::Reject(MalformedReason reason, int field, const char* te
                                error_code error) {
   problem_.reason = reason;
   problem_.field = field;
+  problem_.key = -1;
   problem_.text = text;
   problem_.got = nullptr;
   problem_.error = error;
@@ -483,6 +575,9 @@ void JsonDecoder::Impl::PrepareColumns(RecordBatch& out, size_t rows) {
         column.str_offsets.resize(rows + 1);
         break;
       case FieldType::kDoubleArray:
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap:
         column.arr_offsets.resize(rows + 1);
         break;
       default:
@@ -507,6 +602,10 @@ void JsonDecoder::Impl::FinishRow(size_t row) {
     Column& column = columns_[f];
     column.arr_offsets[row + 1] = static_cast<uint32_t>(column.f64.size());
   }
+  for (int f : entry_columns_) {
+    Column& column = columns_[f];
+    column.arr_offsets[row + 1] = static_cast<uint32_t>(column.entry_valid.size());
+  }
 }
 
 void JsonDecoder::Impl::SetNull(int field, size_t row) {
@@ -522,6 +621,24 @@ void JsonDecoder::Impl::SetNull(int field, size_t row) {
     case FieldType::kDoubleArray:
       column.f64.resize(column.arr_offsets[row]);
       break;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: {
+      // Drops the entries this row appended so far.
+      const size_t begin = column.arr_offsets[row];
+      column.entry_valid.resize(begin);
+      if (column.type == FieldType::kDoubleMap) {
+        column.f64.resize(begin);
+      } else {
+        column.str_data.resize(column.str_offsets[begin]);
+        column.str_offsets.resize(begin + 1);
+      }
+      if (column.type != FieldType::kStringArray) {
+        column.key_data.resize(column.key_offsets[begin]);
+        column.key_offsets.resize(begin + 1);
+      }
+      break;
+    }
     default:
       column.i64[row] = 0;
       break;
@@ -553,9 +670,9 @@ bool JsonDecoder::Impl::FieldProblem(int field, MalformedReason reason, const ch
   SetNull(field, row);
   if (!row_nulled_) {
     row_nulled_ = true;
-    problem_ = Problem{reason, field, text, got, simdjson::SUCCESS, 0};
+    problem_ = Problem{reason, field, -1, text, got, simdjson::SUCCESS, 0};
   }
-  return unconsumed == nullptr || SkipValue(*unconsumed, 2);
+  return unconsumed == nullptr || SkipValue(*unconsumed, depth_ + 1);
 }
 
 // Decides what a failed typed read means. Returns false (with problem_ set) if the record is
@@ -806,7 +923,7 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
   if (const error_code error = value.get_array().get(array)) {
     return OnValueError(field, value, error, row);
   }
-  if (max_depth_ < 2) return Reject(MalformedReason::kTooDeep);
+  if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
   // Skipping the array with simdjson and scanning its text costs about a third of iterating
   // it element by element. Anything the scanner does not take (a non-number, a number that
   // needs more than the exact fast path) is decoded again from the same text by simdjson.
@@ -832,7 +949,9 @@ bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t ro
 // would become a drift series with state of its own.
 bool JsonDecoder::Impl::CheckArrayLength(int field, size_t row) {
   Column& column = columns_[field];
-  const size_t elements = column.f64.size() - column.arr_offsets[row];
+  const size_t elements =
+      (column.type == FieldType::kDoubleArray ? column.f64.size() : column.entry_valid.size()) -
+      column.arr_offsets[row];
   if (static_cast<int64_t>(elements) <= spec_.max_array_length) [[likely]] return true;
   array_elements_ = elements;
   return FieldProblem(field, MalformedReason::kTooLarge, kArrayTooLong, nullptr, nullptr, row);
@@ -874,7 +993,7 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
       // Classifying consumed a literal; anything else is still to be walked.
       if (type == ondemand::json_type::boolean || type == ondemand::json_type::null) continue;
     }
-    if (!SkipValue(element, 3)) return false;
+    if (!SkipValue(element, depth_ + 2)) return false;
   }
   if (!bad) column.valid[row] = 1;
   return true;
@@ -937,16 +1056,22 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
       return DecodeTimestamp(field, value, row);
     case FieldType::kDoubleArray:
       return DecodeArray(field, value, row);
+    case FieldType::kStringArray:
+      return DecodeStringArray(field, value, row);
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap:
+      return DecodeMap(field, value, row);
   }
   return Reject(MalformedReason::kWrongType, field);
 }
 
-bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row) {
-  int hint = 0;
+template <bool kNested>
+bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const Level& level) {
+  int hint = level.begin;
   for (auto field_result : object) {
     ondemand::field field;
     if (const error_code error = std::move(field_result).get(field)) return RejectBroken(error);
-    int index = Lookup(field.key().raw(), hint);
+    int index = Lookup(level, field.key().raw(), hint);
     if (index < 0) {
       // Not a plain schema name: an escaped spelling of one, or a field to ignore.
       const char* raw = field.key().raw();
@@ -956,27 +1081,344 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row) {
         if (const error_code error = field.unescaped_key().get(name)) {
           return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
         }
-        index = LookupUnescaped(name);
+        index = LookupUnescaped(level, name);
       }
       if (index < 0) {
-        if (!SkipValue(field.value(), 2)) return false;
+        if (!SkipValue(field.value(), level.depth + 1)) return false;
         continue;
       }
     }
-    if (seen_stamp_[index] == stamp_) {
-      return Reject(MalformedReason::kDuplicateField, index, "appears more than once");
-    }
-    seen_stamp_[index] = stamp_;
-    if (!fields_[index].nullable) ++required_seen_;
-    hint = index + 1;
-    if (!fields_[index].decode) [[unlikely]] {
-      // Projected out: null, as a field outside the schema but for its name.
-      if (!SkipValue(field.value(), 2)) return false;
+    if constexpr (!kNested) {
+      if (seen_stamp_[index] == stamp_) {
+        return Reject(MalformedReason::kDuplicateField, index, "appears more than once");
+      }
+      seen_stamp_[index] = stamp_;
+      if (!fields_[index].nullable) ++required_seen_;
+      hint = index + 1;
+      if (!fields_[index].decode) [[unlikely]] {
+        // Projected out: null, as a field outside the schema but for its name.
+        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        continue;
+      }
+      if (!DecodeField(index, field.value(), row)) return false;
       continue;
     }
-    if (!DecodeField(index, field.value(), row)) return false;
+    const KeyInfo& key = keys_[index];
+    if (seen_stamp_[index] == stamp_) {
+      Reject(MalformedReason::kDuplicateField, key.column, "appears more than once");
+      problem_.key = index;
+      return false;
+    }
+    seen_stamp_[index] = stamp_;
+    if (!key.nullable) ++required_seen_;
+    hint = index + 1;
+    if (key.column >= 0) [[likely]] {
+      if (!fields_[key.column].decode) [[unlikely]] {
+        // Projected out: null, as a field outside the schema but for its name.
+        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        continue;
+      }
+      if (!DecodeField(key.column, field.value(), row)) return false;
+    } else if (!DecodeStruct(index, field.value(), row)) {
+      return false;
+    }
   }
   return true;
+}
+
+// A struct's object: its keys are decoded into their leaf columns. A struct that is null
+// leaves them null (or makes the record malformed when the struct is not nullable); one that
+// is not an object is a wrong type, by the malformed policy.
+bool JsonDecoder::Impl::DecodeStruct(int key, ondemand::value& value, size_t row) {
+  const KeyInfo& info = keys_[key];
+  const Level& level = levels_[info.level];
+  ondemand::object object;
+  const error_code error = value.get_object().get(object);
+  if (error == simdjson::SUCCESS) {
+    if (level.depth > max_depth_) return Reject(MalformedReason::kTooDeep);
+    const int outer = depth_;
+    depth_ = level.depth;
+    const bool ok = DecodeFields<true>(object, row, level);
+    depth_ = outer;
+    return ok;
+  }
+  if (!IsValueError(error)) return RejectBroken(error);
+  ondemand::json_type type{};
+  if (const error_code type_error = value.type().get(type)) return RejectBroken(type_error);
+  if (type == ondemand::json_type::null) {
+    bool is_null = false;
+    if (value.is_null().get(is_null) || !is_null) {
+      return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+    }
+    if (info.nullable) return true;  // its leaves stay null
+    Reject(MalformedReason::kMissingField, -1, "is null but not nullable");
+    problem_.key = key;
+    return false;
+  }
+  if (!permissive_ || !info.nullable) {
+    Reject(MalformedReason::kWrongType, -1, nullptr);
+    problem_.key = key;
+    problem_.got = JsonTypeName(type);
+    return false;
+  }
+  // Permissive: the struct is null (its leaves were not set), the row is kept and counted.
+  if (!row_nulled_) {
+    row_nulled_ = true;
+    problem_ = Problem{MalformedReason::kWrongType, -1, key, nullptr, JsonTypeName(type),
+                       simdjson::SUCCESS, 0};
+  }
+  return SkipValue(value, depth_ + 1);
+}
+
+// A problem with one value of a map or one element of an array<string>: under permissive the
+// entry becomes null (the rest of the value is kept) and the row is counted; otherwise the
+// record is malformed.
+bool JsonDecoder::Impl::EntryProblem(int field, MalformedReason reason, const char* text,
+                                     const char* got, ondemand::value* unconsumed, size_t row) {
+  if (!permissive_) {
+    Reject(reason, field, text);
+    problem_.got = got;
+    return false;
+  }
+  Column& column = columns_[field];
+  column.entry_valid.push_back(0);
+  if (column.type == FieldType::kDoubleMap) {
+    column.f64.push_back(0);
+  } else {
+    column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+  }
+  if (!row_nulled_) {
+    row_nulled_ = true;
+    problem_ = Problem{reason, field, -1, text, got, simdjson::SUCCESS, 0};
+  }
+  static_cast<void>(row);
+  return unconsumed == nullptr || SkipValue(*unconsumed, depth_ + 2);
+}
+
+bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  ondemand::array array;
+  if (const error_code error = value.get_array().get(array)) {
+    return OnValueError(field, value, error, row);
+  }
+  if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
+  for (auto element_result : array) {
+    ondemand::value element;
+    if (const error_code error = std::move(element_result).get(element)) {
+      return RejectBroken(error);
+    }
+    std::string_view text;
+    const error_code error = element.get_string().get(text);
+    if (error == simdjson::SUCCESS) [[likely]] {
+      column.str_data.append(text);
+      column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+      column.entry_valid.push_back(1);
+      continue;
+    }
+    if (!IsValueError(error)) return RejectBroken(error);
+    ondemand::json_type type{};
+    if (const error_code type_error = element.type().get(type)) return RejectBroken(type_error);
+    switch (type) {
+      case ondemand::json_type::null: {
+        bool is_null = false;
+        if (element.is_null().get(is_null) || !is_null) {
+          return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+        }
+        column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+        column.entry_valid.push_back(0);
+        continue;
+      }
+      case ondemand::json_type::number: {
+        // As for string columns: a number is kept as its JSON text.
+        bool integer = false;
+        const std::string_view token = TrimRight(element.raw_json_token());
+        if (!IsJsonNumber(token, &integer)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid number");
+        }
+        column.str_data.append(token);
+        break;
+      }
+      case ondemand::json_type::boolean: {
+        bool flag = false;
+        if (element.get_bool().get(flag)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid literal");
+        }
+        column.str_data.append(flag ? "true" : "false");
+        break;
+      }
+      case ondemand::json_type::string:
+        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
+      default:
+        if (!EntryProblem(field, MalformedReason::kWrongType,
+                          "array elements must be strings, got", JsonTypeName(type), &element,
+                          row)) {
+          return false;
+        }
+        continue;
+    }
+    column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+    column.entry_valid.push_back(1);
+  }
+  column.valid[row] = 1;
+  return CheckArrayLength(field, row);
+}
+
+// Whether `key` is among the keys the map's row has so far. A 256-bit Bloom filter of the
+// keys read before (hashed from the raw bytes in the padded record when the key needs no
+// unescaping) answers most keys without comparing strings.
+inline bool JsonDecoder::Impl::IsDuplicateKey(const Column& column, size_t row_begin,
+                                              std::string_view key, const char* raw) {
+  uint64_t head = 0;
+  uint64_t tail = 0;
+  if (raw != nullptr) {
+    std::memcpy(&head, raw, 8);  // the record is followed by SIMDJSON_PADDING bytes
+    if (key.size() < 8) head &= (uint64_t{1} << (8 * key.size())) - 1;
+    if (key.size() > 8) std::memcpy(&tail, raw + key.size() - 8, 8);
+  } else {
+    std::memcpy(&head, key.data(), std::min<size_t>(8, key.size()));
+    if (key.size() > 8) std::memcpy(&tail, key.data() + key.size() - 8, 8);
+  }
+  const uint64_t hash =
+      (head * 0x9E3779B97F4A7C15ULL) ^ (tail * 0xC2B2AE3D27D4EB4FULL) ^ (key.size() * 0x165667B19E3779F9ULL);
+  const unsigned bit = static_cast<unsigned>(hash >> 56);
+  uint64_t& word = key_bloom_[bit >> 6];
+  const uint64_t mask = uint64_t{1} << (bit & 63);
+  if ((word & mask) == 0) [[likely]] {
+    word |= mask;
+    return false;
+  }
+  // The key's own bytes are the last of key_data, after those of the row's earlier keys.
+  for (size_t e = row_begin; e < column.entry_valid.size(); ++e) {
+    if (column.Key(e) == key) return true;
+  }
+  return false;
+}
+
+bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row) {
+  Column& column = columns_[field];
+  ondemand::object object;
+  if (const error_code error = value.get_object().get(object)) {
+    return OnValueError(field, value, error, row);
+  }
+  if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
+  const bool doubles = column.type == FieldType::kDoubleMap;
+  const size_t row_begin = column.arr_offsets[row];
+  key_bloom_ = {};
+  for (auto field_result : object) {
+    ondemand::field entry;
+    if (const error_code error = std::move(field_result).get(entry)) return RejectBroken(error);
+    // The key's bytes in place when it has no escapes, else unescaped by simdjson.
+    const char* raw = entry.key().raw();
+    const char* end = raw;
+    while (*end != '"' && *end != '\\') ++end;
+    std::string_view key(raw, static_cast<size_t>(end - raw));
+    if (*end == '\\') {
+      raw = nullptr;
+      if (const error_code error = entry.unescaped_key().get(key)) {
+        return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
+      }
+    }
+    if (IsDuplicateKey(column, row_begin, key, raw)) {
+      duplicate_key_.assign(key);
+      return Reject(MalformedReason::kDuplicateField, field, kDuplicateKey);
+    }
+    column.key_data.append(key);
+    column.key_offsets.push_back(static_cast<uint32_t>(column.key_data.size()));
+    ondemand::value item = entry.value();
+    if (doubles) {
+      double number = 0;
+      const std::string_view token = TrimRight(item.raw_json_token());
+      int64_t fraction_hint = 0;
+      if (ScanExactDouble(token.data(), &number, &fraction_hint) == token.data() + token.size())
+          [[likely]] {
+        column.f64.push_back(number);
+        column.entry_valid.push_back(1);
+        continue;
+      }
+      const error_code error = item.get_double().get(number);
+      if (error == simdjson::SUCCESS) {
+        bool integer = false;
+        if (!IsJsonNumber(token, &integer)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid number");
+        }
+        column.f64.push_back(number);
+        column.entry_valid.push_back(1);
+        continue;
+      }
+      MalformedReason reason = MalformedReason::kWrongType;
+      ondemand::json_type type{};
+      if (!ClassifyValueError(FieldType::kDouble, item, error, &reason, &type)) {
+        problem_.field = field;
+        return false;
+      }
+      if (reason == MalformedReason::kMissingField) {  // null: a value not given
+        column.f64.push_back(0);
+        column.entry_valid.push_back(0);
+        continue;
+      }
+      const bool consumed = type == ondemand::json_type::boolean;
+      if (!EntryProblem(field, reason,
+                        reason == MalformedReason::kNumberOutOfRange
+                            ? "number out of range for"
+                            : "map values must be numbers, got",
+                        JsonTypeName(type), consumed ? nullptr : &item, row)) {
+        return false;
+      }
+      continue;
+    }
+    std::string_view text;
+    const error_code error = item.get_string().get(text);
+    if (error == simdjson::SUCCESS) [[likely]] {
+      column.str_data.append(text);
+      column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+      column.entry_valid.push_back(1);
+      continue;
+    }
+    if (!IsValueError(error)) return RejectBroken(error);
+    ondemand::json_type type{};
+    if (const error_code type_error = item.type().get(type)) return RejectBroken(type_error);
+    bool present = true;
+    switch (type) {
+      case ondemand::json_type::null: {
+        bool is_null = false;
+        if (item.is_null().get(is_null) || !is_null) {
+          return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+        }
+        present = false;
+        break;
+      }
+      case ondemand::json_type::number: {
+        bool integer = false;
+        const std::string_view token = TrimRight(item.raw_json_token());
+        if (!IsJsonNumber(token, &integer)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid number");
+        }
+        column.str_data.append(token);
+        break;
+      }
+      case ondemand::json_type::boolean: {
+        bool flag = false;
+        if (item.get_bool().get(flag)) {
+          return Reject(MalformedReason::kNotJson, field, "invalid literal");
+        }
+        column.str_data.append(flag ? "true" : "false");
+        break;
+      }
+      case ondemand::json_type::string:
+        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
+      default:
+        if (!EntryProblem(field, MalformedReason::kWrongType,
+                          "map values must be strings, numbers or booleans, got",
+                          JsonTypeName(type), &item, row)) {
+          return false;
+        }
+        continue;
+    }
+    column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+    column.entry_valid.push_back(present ? 1 : 0);
+  }
+  column.valid[row] = 1;
+  return CheckArrayLength(field, row);
 }
 
 JsonDecoder::Impl::Verdict JsonDecoder::Impl::DecodeRecord(const char* data, size_t size,
@@ -1039,7 +1481,11 @@ JsonDecoder::Impl::Verdict JsonDecoder::Impl::DecodeRecord(const char* data, siz
     RejectBroken(error);
     return Verdict::kRejected;
   }
-  if (!DecodeFields(object, row)) return Verdict::kRejected;
+  depth_ = 1;
+  if (!(nested_ ? DecodeFields<true>(object, row, levels_[0])
+                : DecodeFields<false>(object, row, levels_[0]))) {
+    return Verdict::kRejected;
+  }
   // On-demand parsing stops at the object's closing brace: anything after it is an error.
   const char* trailing = nullptr;
   if (document.current_location().get(trailing) != simdjson::OUT_OF_BOUNDS) {
@@ -1047,9 +1493,10 @@ JsonDecoder::Impl::Verdict JsonDecoder::Impl::DecodeRecord(const char* data, siz
     return Verdict::kRejected;
   }
   if (required_seen_ != num_required_) {
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      if (!fields_[f].nullable && seen_stamp_[f] != stamp_) {
-        Reject(MalformedReason::kMissingField, static_cast<int>(f), "is missing");
+    for (int k = levels_[0].begin; k < levels_[0].end; ++k) {
+      if (!keys_[k].nullable && seen_stamp_[k] != stamp_) {
+        Reject(MalformedReason::kMissingField, keys_[k].column, "is missing");
+        problem_.key = k;
         return Verdict::kRejected;
       }
     }
@@ -1060,7 +1507,11 @@ JsonDecoder::Impl::Verdict JsonDecoder::Impl::DecodeRecord(const char* data, siz
 std::string JsonDecoder::Impl::Detail() const {
   const Problem& p = problem_;
   std::string detail;
-  if (p.field >= 0) detail = fmt::format("field '{}'", schema_.fields[p.field].name);
+  if (p.field >= 0) {
+    detail = fmt::format("field '{}'", schema_.fields[p.field].name);
+  } else if (p.key >= 0) {
+    detail = fmt::format("field '{}'", keys_[p.key].path);
+  }
   auto append = [&detail](std::string_view text) {
     if (!detail.empty()) detail += ": ";
     detail += text;
@@ -1068,7 +1519,11 @@ std::string JsonDecoder::Impl::Detail() const {
   switch (p.reason) {
     case MalformedReason::kTooLarge:
       if (p.text == kArrayTooLong) {
-        append(fmt::format("array of {} elements exceeds maxArrayLength {}", array_elements_,
+        append(fmt::format("{} of {} {} exceeds maxArrayLength {}",
+                           p.field >= 0 && IsMap(schema_.fields[p.field].type) ? "map" : "array",
+                           array_elements_,
+                           p.field >= 0 && IsMap(schema_.fields[p.field].type) ? "entries"
+                                                                                : "elements",
                            spec_.max_array_length));
       } else if (p.text) {
         append(p.text);
@@ -1095,17 +1550,22 @@ std::string JsonDecoder::Impl::Detail() const {
       append("record ends inside an object, array or string");
       return detail;
     case MalformedReason::kMissingField:
-      detail += p.field >= 0 ? " " : "";
+      detail += p.field >= 0 || p.key >= 0 ? " " : "";
       detail += p.text ? p.text : "is missing";
       return detail;
     case MalformedReason::kDuplicateField:
+      if (p.text == kDuplicateKey) {
+        append(fmt::format("key '{}' appears more than once", duplicate_key_));
+        return detail;
+      }
       detail += " ";
       detail += p.text ? p.text : "appears more than once";
       return detail;
     case MalformedReason::kWrongType:
     case MalformedReason::kNumberOutOfRange: {
       const std::string_view type =
-          p.field >= 0 ? FieldTypeName(schema_.fields[p.field].type) : std::string_view("?");
+          p.field >= 0 ? FieldTypeName(schema_.fields[p.field].type)
+                       : (p.key >= 0 ? std::string_view("struct") : std::string_view("?"));
       if (p.text && p.reason == MalformedReason::kNumberOutOfRange) {
         append(fmt::format("{} {}", p.text, type));
       } else if (p.text && p.got) {

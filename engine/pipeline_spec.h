@@ -193,9 +193,25 @@ struct DriftSpec {
   bool enabled = false;
   /// Column identifying the model. Default: the first group_by column.
   std::string model_column;
-  /// Numeric, array<double> or string columns watched for drift (each array element is a
-  /// series; a string column is a categorical series).
+  /// Columns watched for drift: numeric and array<double> columns (each element a series),
+  /// map<string,double> columns (each key a series, "features.amount", found as records
+  /// arrive), and as categorical series string, array<string> and map<string,string> columns.
   std::vector<std::string> series;
+  /// Columns whose values split each model into segments with drift of their own (YAML:
+  /// segmentBy; a struct's fields by dotted path). Default: the query's groupBy columns after
+  /// the model column (config fills it in); `segment_by_given` when the file lists them (an
+  /// empty list then means per model only).
+  std::vector<std::string> segment_by;
+  bool segment_by_given = false;
+  /// Segments a model may have; rows of a model's further segments are counted, not watched
+  /// (YAML: maxSegmentsPerModel). Default: 100.
+  int64_t max_segments_per_model = 100;
+  /// Keys of its map series a model may have; values of further keys are counted, not watched
+  /// (YAML: maxKeysPerModel). Default: 256.
+  int64_t max_keys_per_model = 256;
+  /// Map keys watched over all models: each model (and segment) keeps room for every one
+  /// (YAML: maxKeys). Default: 4096.
+  int64_t max_keys = 4096;
   /// Optional label and prediction columns for error-rate drift.
   std::string prediction_column;
   std::string label_column;

@@ -17,6 +17,10 @@ void RowWriter::SetNull(int field) {
     case FieldType::kDoubleArray:
       column.f64.resize(column.arr_offsets[row_]);
       break;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap:
+      break;  // no value format fills these (they refuse such schemas)
     default:
       column.i64[row_] = 0;
       break;
@@ -66,6 +70,9 @@ void RowDecoder::PrepareColumns(RecordBatch& out, size_t rows) {
         column.str_offsets.resize(rows + 1);
         break;
       case FieldType::kDoubleArray:
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap:
         column.arr_offsets.resize(rows + 1);
         break;
       default:
@@ -83,6 +90,8 @@ void RowDecoder::FinishRow(RecordBatch& out, size_t row) {
       column.str_offsets[row + 1] = static_cast<uint32_t>(column.str_data.size());
     } else if (column.type == FieldType::kDoubleArray) {
       column.arr_offsets[row + 1] = static_cast<uint32_t>(column.f64.size());
+    } else if (IsCollection(column.type)) {
+      column.arr_offsets[row + 1] = static_cast<uint32_t>(column.entry_valid.size());
     }
   }
 }

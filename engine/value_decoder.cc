@@ -72,6 +72,22 @@ RowShape DeadLetterRowShape() {
                      member("truncated", Kind::kBoolean)});
 }
 
+std::optional<ValueFormatProblem> RefuseNestedFields(const Schema& schema,
+                                                     std::string_view format) {
+  for (const Field& field : schema.fields) {
+    const bool member = !field.path.empty();
+    if (!member && !(field.type == FieldType::kStringArray || IsMap(field.type))) continue;
+    return ValueFormatProblem{
+        "", fmt::format("schema field '{}' ({}) cannot be read from {} records: the {} value "
+                        "format fills top-level fields of the types timestamp, string, double, "
+                        "long, int, boolean and array<double>; struct, map and array<string> "
+                        "fields need valueFormat json",
+                        member ? field.path.front() : field.name,
+                        member ? "a struct" : FieldTypeName(field.type), format, format)};
+  }
+  return std::nullopt;
+}
+
 const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name) {
   for (const ValueFormatDecl& decl : catalog) {
     if (decl.name == name) return &decl;

@@ -139,6 +139,11 @@ struct ValueFormatProblem {
 using ValueDecoderResult = tl::expected<std::unique_ptr<ValueDecoder>, ValueFormatProblem>;
 using ValueEncoderResult = tl::expected<std::unique_ptr<ValueEncoder>, ValueFormatProblem>;
 
+/// For a value format that fills top-level scalar and array<double> columns only: the problem
+/// with the first field it cannot fill (a struct's member, array<string>, a map), or nullopt.
+std::optional<ValueFormatProblem> RefuseNestedFields(const Schema& schema,
+                                                     std::string_view format);
+
 /// What a value format is: one entry of the catalog.
 struct ValueFormatDecl {
   std::string name;  // "json", "avro", "protobuf": the spelling of source.valueFormat

@@ -75,6 +75,50 @@ Result<std::string> ReadAll(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// A record being put together from CSV cells: a value, or an object of named members (a
+// struct, a map).
+struct JsonNode {
+  std::string value;
+  std::vector<std::pair<std::string, JsonNode>> members;
+
+  JsonNode& Member(const std::string& key) {
+    for (auto& [name, node] : members) {
+      if (name == key) return node;
+    }
+    return members.emplace_back(key, JsonNode{}).second;
+  }
+  void Write(std::string& out) const {
+    if (members.empty()) {
+      out += value;
+      return;
+    }
+    JsonObject object(out);
+    for (const auto& [name, node] : members) {
+      object.Key(name);
+      node.Write(out);
+    }
+    object.Close();
+  }
+};
+
+// A cell's list "a;b;c" (or "[a, b, c]", split by commas when there is no ';').
+std::vector<std::string> ListItems(std::string list) {
+  if (list.size() >= 2 && list.front() == '[' && list.back() == ']') {
+    list = list.substr(1, list.size() - 2);
+  }
+  std::vector<std::string> items;
+  std::string item;
+  std::istringstream in(list);
+  while (std::getline(in, item, list.find(';') != std::string::npos ? ';' : ',')) {
+    items.push_back(Trim(item));
+  }
+  return items;
+}
+
+}  // namespace
+
 Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
   size_t at = 0;
   std::string error;
@@ -83,24 +127,43 @@ Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
   if (!error.empty() || header.empty() || (header.size() == 1 && header[0].empty())) {
     return MakeError(ErrorCode::kConfig, "CSV line 1: a header row of column names is needed");
   }
-  // Column -> (field, element or -1 for the whole field).
-  std::vector<std::pair<int, int>> columns;
-  for (const std::string& name : header) {
-    int field = schema.IndexOf(name);
+  // What each CSV column fills: a field, one element of an array<double> (name[0]) or one key
+  // of a map (name.key).
+  struct Target {
+    int field = -1;
     int element = -1;
+    std::string key;
+    bool map_key = false;
+  };
+  std::vector<Target> columns;
+  for (const std::string& name : header) {
+    Target target;
+    target.field = schema.IndexOf(name);
     const size_t open = name.find('[');
-    if (field < 0 && open != std::string::npos && name.back() == ']') {
-      field = schema.IndexOf(name.substr(0, open));
-      element = std::atoi(name.c_str() + open + 1);
-      if (field >= 0 && schema.fields[field].type != FieldType::kDoubleArray) field = -1;
+    if (target.field < 0 && open != std::string::npos && name.back() == ']') {
+      target.field = schema.IndexOf(name.substr(0, open));
+      target.element = std::atoi(name.c_str() + open + 1);
+      if (target.field >= 0 && schema.fields[target.field].type != FieldType::kDoubleArray) {
+        target.field = -1;
+      }
     }
-    if (field < 0) {
+    for (size_t dot = name.rfind('.'); target.field < 0 && dot != std::string::npos && dot > 0;
+         dot = name.rfind('.', dot - 1)) {
+      const int map = schema.IndexOf(name.substr(0, dot));
+      if (map >= 0 && IsMap(schema.fields[map].type)) {
+        target.field = map;
+        target.key = name.substr(dot + 1);
+        target.map_key = true;
+      }
+    }
+    if (target.field < 0) {
       return MakeError(ErrorCode::kConfig,
                        "CSV column '{}' is not a field of the pipeline's schema (array elements "
-                       "are written name[0], name[1], ...)",
+                       "are written name[0], name[1], ..., a struct's fields name.field, a "
+                       "map's values name.key)",
                        name);
     }
-    columns.emplace_back(field, element);
+    columns.push_back(std::move(target));
   }
   std::string out;
   int64_t line = 1;
@@ -115,8 +178,10 @@ Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
     }
     std::map<int, std::string> values;                   // field -> JSON value
     std::map<int, std::map<int, std::string>> elements;  // array field -> element -> number
+    std::map<int, std::vector<std::pair<std::string, std::string>>> entries;  // map -> key, JSON
     for (size_t c = 0; c < cells.size(); ++c) {
-      const auto [field, element] = columns[c];
+      const Target& target = columns[c];
+      const int field = target.field;
       const std::string cell = Trim(cells[c]);
       const Field& f = schema.fields[field];
       auto bad = [&](std::string_view expected) {
@@ -124,9 +189,20 @@ Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
                          header[c], cell, expected);
       };
       if (cell.empty()) continue;  // null
-      if (element >= 0) {
+      if (target.element >= 0) {
         if (!IsNumber(cell)) return bad("a number");
-        elements[field][element] = cell;
+        elements[field][target.element] = cell;
+        continue;
+      }
+      if (target.map_key) {
+        std::string json;
+        if (f.type == FieldType::kDoubleMap) {
+          if (!IsNumber(cell)) return bad("a number");
+          json = cell;
+        } else {
+          AppendJsonString(json, cell);
+        }
+        entries[field].emplace_back(target.key, std::move(json));
         continue;
       }
       std::string json;
@@ -150,22 +226,32 @@ Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
           }
           break;
         case FieldType::kDoubleArray: {
-          std::string list = cell;
-          if (list.front() == '[' && list.back() == ']') list = list.substr(1, list.size() - 2);
           json = "[";
-          std::string item;
-          std::istringstream items(list);
-          bool first = true;
-          while (std::getline(items, item, list.find(';') != std::string::npos ? ';' : ',')) {
-            item = Trim(item);
+          for (const std::string& item : ListItems(cell)) {
             if (!IsNumber(item)) return bad("a list of numbers");
-            if (!first) json.push_back(',');
-            first = false;
+            if (json.size() > 1) json.push_back(',');
             json += item;
           }
           json += "]";
           break;
         }
+        case FieldType::kStringArray: {
+          json = "[";
+          for (const std::string& item : ListItems(cell)) {
+            if (json.size() > 1) json.push_back(',');
+            AppendJsonString(json, item);
+          }
+          json += "]";
+          break;
+        }
+        case FieldType::kDoubleMap:
+        case FieldType::kStringMap:
+          // A whole map in one cell: its JSON object.
+          if (cell.front() != '{' || cell.back() != '}') {
+            return bad("a JSON object (or give each key a column of its own: name.key)");
+          }
+          json = cell;
+          break;
       }
       values[field] = std::move(json);
     }
@@ -182,9 +268,34 @@ Result<std::string> CsvToJsonLines(const Schema& schema, std::string_view csv) {
       }
       values[field] = json + "]";
     }
-    JsonObject object(out);
-    for (const auto& [field, json] : values) object.Raw(schema.fields[field].name, json);
-    object.Close();
+    for (const auto& [field, items] : entries) {
+      if (values.count(field) > 0) {
+        return MakeError(ErrorCode::kConfig, "CSV line {}: map '{}' is given whole and by key",
+                         line, schema.fields[field].name);
+      }
+      std::string json;
+      JsonObject object(json);
+      for (const auto& [key, value] : items) object.Raw(key, value);
+      object.Close();
+      values[field] = std::move(json);
+    }
+    // A struct's fields go back into their object.
+    JsonNode record;
+    for (const auto& [field, json] : values) {
+      const Field& f = schema.fields[field];
+      JsonNode* node = &record;
+      if (f.path.empty()) {
+        node = &node->Member(f.name);
+      } else {
+        for (const std::string& key : f.path) node = &node->Member(key);
+      }
+      node->value = json;
+    }
+    if (record.members.empty()) {
+      out += "{}";
+    } else {
+      record.Write(out);
+    }
     out.push_back('\n');
   }
   return out;

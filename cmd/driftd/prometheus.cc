@@ -54,7 +54,7 @@ class Writer {
                    type);
   }
 
-  using Labels = std::initializer_list<std::pair<std::string_view, std::string_view>>;
+  using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
 
   void Sample(std::string_view name, Labels labels, double value) {
     out_ += name;
@@ -81,6 +81,14 @@ class Writer {
 };
 
 using View = PipelineMetricsView;
+
+// A model's labels, with its segment's when drift is per segment (absent otherwise, so that
+// series without segments keep their labels).
+Writer::Labels WithSegment(Writer::Labels head, std::string_view segment, Writer::Labels tail) {
+  if (!segment.empty()) head.emplace_back("segment", segment);
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
 
 // One family whose samples are one number per pipeline.
 void PerPipeline(Writer& w, const std::vector<View>& pipelines, std::string_view name,
@@ -284,22 +292,37 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
               [](const View& p) { return static_cast<double>(p.metrics.state_bytes); });
   PerPipeline(w, pipelines, "driftd_state_groups", "gauge", "Aggregation groups held in memory.",
               [](const View& p) { return static_cast<double>(p.metrics.state_groups); });
+  PerPipeline(w, pipelines, "driftd_drift_values_over_key_cap_total", "counter",
+              "Map values drift did not watch since start: their model had "
+              "drift.maxKeysPerModel keys (or the pipeline drift.maxKeys).",
+              [](const View& p) { return static_cast<double>(p.metrics.drift_values_over_key_cap); });
+  PerPipeline(w, pipelines, "driftd_drift_rows_over_segment_cap_total", "counter",
+              "Rows drift did not watch since start: their model had drift.maxSegmentsPerModel "
+              "segments.",
+              [](const View& p) {
+                return static_cast<double>(p.metrics.drift_rows_over_segment_cap);
+              });
 
   if (!pipelines.empty()) {
     w.Family("driftd_alerts_total", "counter",
              "Alert events emitted since start, by model and level (warn, alert, resolved, "
              "ok: a warning that cleared).");
     for (const View& p : pipelines) {
-      std::set<std::string> models;
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) models.insert(m.model);
-      for (const auto& [key, count] : p.metrics.alerts_by_model) models.insert(key.first);
-      for (const std::string& model : models) {
+      std::set<std::pair<std::string, std::string>> models;  // (model, segment)
+      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+        models.emplace(m.model, m.segment);
+      }
+      for (const auto& [key, count] : p.metrics.alerts_by_model) {
+        models.emplace(std::get<0>(key), std::get<1>(key));
+      }
+      for (const auto& [model, segment] : models) {
         for (AlertLevel level :
              {AlertLevel::kWarn, AlertLevel::kAlert, AlertLevel::kResolved, AlertLevel::kOk}) {
-          auto it = p.metrics.alerts_by_model.find({model, level});
+          auto it = p.metrics.alerts_by_model.find({model, segment, level});
           const int64_t count = it == p.metrics.alerts_by_model.end() ? 0 : it->second;
           w.Sample("driftd_alerts_total",
-                   {{"pipeline", p.name}, {"model", model}, {"level", LevelLabel(level)}},
+                   WithSegment({{"pipeline", p.name}, {"model", model}}, segment,
+                               {{"level", LevelLabel(level)}}),
                    static_cast<double>(count));
         }
       }
@@ -313,8 +336,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       for (const auto& [key, e] : p.metrics.evaluations) {
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_statistic",
-                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
-                    {"detector", r.detector}},
+                   WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                               {{"series", e.series}, {"detector", r.detector}}),
                    r.statistic);
         }
       }
@@ -329,8 +352,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
                {std::pair<std::string_view, double>{"warn", r.warn_threshold},
                 {"alert", r.alert_threshold}}) {
             w.Sample("driftd_drift_threshold",
-                     {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
-                      {"detector", r.detector}, {"level", level}},
+                     WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                                 {{"series", e.series}, {"detector", r.detector}, {"level", level}}),
                      value);
           }
         }
@@ -344,8 +367,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       for (const auto& [key, e] : p.metrics.evaluations) {
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_score",
-                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
-                    {"detector", r.detector}},
+                   WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                               {{"series", e.series}, {"detector", r.detector}}),
                    r.score);
         }
       }
@@ -357,8 +380,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       for (const auto& [key, e] : p.metrics.evaluations) {
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_level",
-                   {{"pipeline", p.name}, {"model", e.model}, {"series", e.series},
-                    {"detector", r.detector}},
+                   WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                               {{"series", e.series}, {"detector", r.detector}}),
                    LevelValue(r.level));
         }
       }
@@ -369,7 +392,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     for (const View& p : pipelines) {
       for (const auto& [key, e] : p.metrics.evaluations) {
         w.Sample("driftd_drift_series_level",
-                 {{"pipeline", p.name}, {"model", e.model}, {"series", e.series}},
+                 WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                             {{"series", e.series}}),
                  LevelValue(e.level));
       }
     }
@@ -381,7 +405,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
       for (const auto& [key, e] : p.metrics.evaluations) {
         if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",
-                 {{"pipeline", p.name}, {"model", e.model}, {"series", e.series}},
+                 WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
+                             {{"series", e.series}}),
                  e.window_mean);
       }
     }
@@ -389,8 +414,9 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "Drift windows closed since start per model (evaluated, or below minSamples).");
     for (const View& p : pipelines) {
       for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
-        auto it = p.metrics.evaluations_by_model.find(m.model);
-        w.Sample("driftd_drift_evaluations_total", {{"pipeline", p.name}, {"model", m.model}},
+        auto it = p.metrics.evaluations_by_model.find(ModelLabel(m.model, m.segment));
+        w.Sample("driftd_drift_evaluations_total",
+                 WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
                  static_cast<double>(it == p.metrics.evaluations_by_model.end() ? 0 : it->second));
       }
     }
@@ -404,7 +430,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
                                            {"warn", m.series_in_warn},
                                            {"alert", m.series_in_alert}}) {
           w.Sample("driftd_drift_model_series",
-                   {{"pipeline", p.name}, {"model", m.model}, {"level", level}},
+                   WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment,
+                               {{"level", level}}),
                    static_cast<double>(count));
         }
       }
@@ -413,7 +440,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "1 while the model's roll-up is in ALERT (drift.modelAlertSeries series alerting).");
     for (const View& p : pipelines) {
       for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
-        w.Sample("driftd_drift_model_alert", {{"pipeline", p.name}, {"model", m.model}},
+        w.Sample("driftd_drift_model_alert",
+                 WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
                  m.rollup_alert ? 1 : 0);
       }
     }
@@ -421,7 +449,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "Values of a model's drift series taken in (baseline and windows).");
     for (const View& p : pipelines) {
       for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
-        w.Sample("driftd_drift_model_values_total", {{"pipeline", p.name}, {"model", m.model}},
+        w.Sample("driftd_drift_model_values_total",
+                 WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
                  static_cast<double>(m.values));
       }
     }

@@ -113,8 +113,11 @@ std::string PipelineJson(const PipelineStatus& status) {
   std::vector<std::string> series;
   std::set<std::string> seen;
   std::map<std::string, std::vector<const Evaluation*>> by_model;
-  for (const auto& [key, e] : m.evaluations) by_model[e.model].push_back(&e);
-  for (const DriftMonitor::ModelStats& model : m.drift_models) by_model[model.model];
+  // A row per model, or per (model, segment): named "model [segment]".
+  for (const auto& [key, e] : m.evaluations) by_model[key.first].push_back(&e);
+  for (const DriftMonitor::ModelStats& model : m.drift_models) {
+    by_model[ModelLabel(model.model, model.segment)];
+  }
   for (const auto& [key, e] : m.evaluations) {
     if (seen.insert(e.series).second) series.push_back(e.series);
   }
@@ -143,7 +146,9 @@ std::string PipelineJson(const PipelineStatus& status) {
     JsonObject o(models);
     o.String("name", model);
     for (const DriftMonitor::ModelStats& stats : m.drift_models) {
-      if (stats.model != model) continue;
+      if (ModelLabel(stats.model, stats.segment) != model) continue;
+      o.String("model", stats.model);
+      if (!stats.segment.empty()) o.String("segment", stats.segment);
       o.Int("seriesInAlert", stats.series_in_alert);
       o.Int("seriesInWarn", stats.series_in_warn);
       o.Int("values", stats.values);
@@ -187,6 +192,7 @@ std::string PipelineJson(const PipelineStatus& status) {
     o.String("level", LevelLabel(a.level));
     o.String("previousLevel", LevelLabel(a.previous_level));
     o.String("model", a.model);
+    if (!a.segment.empty()) o.String("segment", a.segment);
     o.String("series", a.series);
     o.String("detector", a.detector);
     o.Number("statistic", a.statistic);
@@ -300,7 +306,11 @@ std::string FormatStatus(const std::string& json, bool tty) {
         if (++shown > 8) break;
         const std::string level = Text(a, "level");
         out += fmt::format("    {}{:<8}{} {} {} {} {:.4g} (threshold {:.4g}) batch {}\n",
-                           Color(level, tty), level, reset, Text(a, "model"), Text(a, "series"),
+                           Color(level, tty), level, reset,
+                           Text(a, "segment").empty()
+                               ? Text(a, "model")
+                               : fmt::format("{} [{}]", Text(a, "model"), Text(a, "segment")),
+                           Text(a, "series"),
                            Text(a, "detector"), Num(a, "statistic"), Num(a, "threshold"),
                            Int(a, "batchId"));
       }

@@ -76,6 +76,10 @@ bool Fits(FieldType type, avro_schema_t schema) {
     case FieldType::kTimestamp: return t == AVRO_INT32 || t == AVRO_INT64 || t == AVRO_STRING;
     case FieldType::kDoubleArray:
       return t == AVRO_ARRAY && IsNumber(avro_typeof(avro_schema_array_items(schema)));
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap:
+      return false;  // refused before (RefuseNestedFields)
   }
   return false;
 }
@@ -558,6 +562,10 @@ class AvroDecoder final : public RowDecoder {
         }
         return true;
       }
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap:
+        break;  // refused at start (RefuseNestedFields)
     }
     return WrongType(field, avro::TypeName(type), row);
   }
@@ -630,6 +638,7 @@ class AvroDecoder final : public RowDecoder {
 
 ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& malformed,
                                      const Options& options) {
+  if (auto refused = RefuseNestedFields(schema, "avro")) return tl::unexpected(*refused);
   const std::string schema_file = options.GetString("schemaFile");
   const std::string registry_url = options.GetString("schemaRegistryUrl");
   const std::string reader_file = options.GetString("readerSchemaFile");

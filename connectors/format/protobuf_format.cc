@@ -100,7 +100,10 @@ bool Fits(FieldType type, const pb::FieldDescriptor* field) {
     case FieldType::kTimestamp:
       return IsInteger(cpp) || field->type() == pb::FieldDescriptor::TYPE_STRING ||
              IsTimestampMessage(field);
-    case FieldType::kDoubleArray: return false;
+    case FieldType::kDoubleArray:
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: return false;
   }
   return false;
 }
@@ -321,6 +324,9 @@ class ProtobufDecoder final : public RowDecoder {
         return true;
       }
       case FieldType::kDoubleArray:
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap:
         break;
     }
     return row.FieldProblem(f, MalformedReason::kWrongType, "unexpected type");
@@ -387,6 +393,7 @@ ValueDecoderResult CreateProtobufDecoder(const Schema& schema, const MalformedSp
                                          const Options& options) {
   static std::once_flag log_once;
   std::call_once(log_once, [] { pb::SetLogHandler(&ForwardLog); });
+  if (auto refused = RefuseNestedFields(schema, "protobuf")) return tl::unexpected(*refused);
 
   const std::string path = options.GetString("descriptorFile");
   const std::string type_name = options.GetString("messageType");

@@ -63,14 +63,20 @@ std::string_view LevelLabel(AlertLevel level) {
 std::string EvaluationId(const Evaluation& e) {
   uint64_t h = 1469598103934665603ull;
   const std::string start = std::to_string(e.window_start_record);
-  for (std::string_view part : {std::string_view(e.model), std::string_view(e.series),
-                                std::string_view("evaluation"), std::string_view(start)}) {
+  auto add = [&h](std::string_view part) {
     for (char c : part) {
       h ^= static_cast<uint8_t>(c);
       h *= 1099511628211ull;
     }
     h ^= 0x1f;
     h *= 1099511628211ull;
+  };
+  add(e.model);
+  // Only with segments, so that ids without them are what they always were.
+  if (!e.segment.empty()) add(e.segment);
+  for (std::string_view part : {std::string_view(e.series), std::string_view("evaluation"),
+                                std::string_view(start)}) {
+    add(part);
   }
   return fmt::format("{:016x}", h);
 }
@@ -81,6 +87,7 @@ std::string EvaluationToJson(const Evaluation& e) {
   JsonObject obj(out);
   obj.String("evaluation_id", EvaluationId(e));
   obj.String("model", e.model);
+  if (!e.segment.empty()) obj.String("segment", e.segment);
   obj.String("series", e.series);
   obj.String("kind", IsDataQuality(e.series_kind) ? "data_quality" : "drift");
   obj.Bool("evaluated", e.evaluated);
@@ -197,7 +204,8 @@ RowShape EvaluationRowShape() {
   return ShapeType::Record(
       "Evaluation",
       {Member("evaluation_id", Kind::kString), Member("model", Kind::kString),
-       Member("series", Kind::kString), Member("kind", Kind::kString, true),
+       Member("segment", Kind::kString, true), Member("series", Kind::kString),
+       Member("kind", Kind::kString, true),
        Member("evaluated", Kind::kBoolean),
        Member("level", Kind::kString), Member("previous_level", Kind::kString),
        {"window", EvaluationWindowShape(), {}},

@@ -570,8 +570,15 @@ DriftMonitor::ModelState& DriftMonitor::ModelFor(uint32_t model, const std::stri
   }
   // Models that no override names share one table of thresholds.
   const size_t num_series = series_names_.size() + 1;
+  // A segment's model is the name before its segment values (UseSegments).
+  std::string_view base_model = model_name;
+  for (size_t part = 0; part < segment_parts_; ++part) {
+    const size_t separator = base_model.rfind('\x1f');
+    if (separator == std::string_view::npos) break;
+    base_model = base_model.substr(0, separator);
+  }
   const bool named = std::any_of(spec_.overrides.begin(), spec_.overrides.end(),
-                                 [&](const ThresholdOverride& ov) { return ov.model == model_name; });
+                                 [&](const ThresholdOverride& ov) { return ov.model == base_model; });
   if (named) {
     ResolveThresholds(model_name, state->own_thresholds);
     state->thresholds = state->own_thresholds.data();
@@ -594,31 +601,79 @@ void DriftMonitor::ResolveThresholds(std::string_view model_name,
   const size_t num_series = series_names_.size() + 1;
   out.resize(num_series * detectors_.size());
   for (size_t s = 0; s < num_series; ++s) {
-    const std::string_view series_name =
-        s < series_names_.size() ? std::string_view(series_names_[s]) : kErrorSeries;
-    for (size_t d = 0; d < detectors_.size(); ++d) {
-      const DetectorConfig& det = detectors_[d];
-      Thresholds t{det.warn, det.alert};
-      for (int specificity = 0; specificity < 4; ++specificity) {
-        for (const ThresholdOverride& ov : spec_.overrides) {
-          const int ov_specificity = (ov.model.empty() ? 0 : 2) + (ov.series.empty() ? 0 : 1);
-          if (ov_specificity != specificity) continue;
-          if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
-            continue;
-          }
-          if (!ov.model.empty() && (model_name.empty() || ov.model != model_name)) continue;
-          if (!ov.series.empty() && ov.series != series_name &&
-              !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
-                series_name[ov.series.size()] == '[')) {
-            continue;
-          }
-          if (ov.warn) t.warn = *ov.warn;
-          if (ov.alert) t.alert = *ov.alert;
-        }
-      }
-      out[s * detectors_.size() + d] = t;
-    }
+    ResolveThresholds(std::string(model_name), s, &out[s * detectors_.size()]);
   }
+}
+
+// Overrides apply from the least specific (detector only) to the most specific (model and
+// series). An override of a series also covers its elements ("x" covers "x[3]") and its keys
+// ("features" covers "features.amount").
+void DriftMonitor::ResolveThresholds(const std::string& model_name, size_t series,
+                                     Thresholds* out) const {
+  const std::string_view series_name =
+      series < series_names_.size() ? std::string_view(series_names_[series]) : kErrorSeries;
+  std::string_view model = model_name;
+  for (size_t part = 0; part < segment_parts_; ++part) {
+    const size_t separator = model.rfind('\x1f');
+    if (separator == std::string_view::npos) break;
+    model = model.substr(0, separator);
+  }
+  for (size_t d = 0; d < detectors_.size(); ++d) {
+    const DetectorConfig& det = detectors_[d];
+    Thresholds t{det.warn, det.alert};
+    for (int specificity = 0; specificity < 4; ++specificity) {
+      for (const ThresholdOverride& ov : spec_.overrides) {
+        const int ov_specificity = (ov.model.empty() ? 0 : 2) + (ov.series.empty() ? 0 : 1);
+        if (ov_specificity != specificity) continue;
+        if (!ov.detector.empty() && ov.detector != det.spec_name && ov.detector != det.name) {
+          continue;
+        }
+        if (!ov.model.empty() && ov.model != model) continue;
+        if (!ov.series.empty() && ov.series != series_name &&
+            !(series_name.size() > ov.series.size() && series_name.starts_with(ov.series) &&
+              (series_name[ov.series.size()] == '[' || series_name[ov.series.size()] == '.'))) {
+          continue;
+        }
+        if (ov.warn) t.warn = *ov.warn;
+        if (ov.alert) t.alert = *ov.alert;
+      }
+    }
+    out[d] = t;
+  }
+}
+
+void DriftMonitor::InsertSeries(size_t index, std::string name, SeriesKind kind) {
+  index = std::min(index, series_names_.size());
+  series_names_.insert(series_names_.begin() + static_cast<ptrdiff_t>(index), std::move(name));
+  series_kinds_.insert(series_kinds_.begin() + static_cast<ptrdiff_t>(index), kind);
+  const size_t detectors = detectors_.size();
+  // The shared thresholds are made again (models that point to them are pointed anew).
+  const Thresholds* old_shared = shared_thresholds_.data();
+  if (shared_thresholds_ready_) ResolveThresholds({}, shared_thresholds_);
+  auto grow = [&](ModelState& m) {
+    m.series.insert(m.series.begin() + static_cast<ptrdiff_t>(index), SeriesState{});
+    for (uint32_t& dirty : m.dirty) {
+      if (dirty >= index) ++dirty;
+    }
+    // Models not seen yet (restored) get their thresholds in ModelFor.
+    if (m.thresholds == nullptr) return;
+    if (m.thresholds == old_shared) {
+      m.thresholds = shared_thresholds_.data();
+      return;
+    }
+    std::vector<Thresholds> added(detectors);
+    ResolveThresholds(m.name, index, added.data());
+    m.own_thresholds.insert(m.own_thresholds.begin() + static_cast<ptrdiff_t>(index * detectors),
+                            added.begin(), added.end());
+    m.thresholds = m.own_thresholds.data();
+  };
+  for (auto& m : models_) {
+    if (m) grow(*m);
+  }
+  for (auto& [model_name, m] : pending_) grow(*m);
+  // Model records and warmup segments name series by the table's positions: the new name
+  // gets one at the next write (names already there keep theirs).
+  table_resolved_ = false;
 }
 
 void DriftMonitor::MarkHot(ModelState& m, size_t series) {
@@ -3327,10 +3382,11 @@ std::string_view DriftMonitor::SeriesName(size_t index) const {
 
 void DriftMonitor::ResolveTable() {
   if (table_resolved_) return;
-  table_resolved_ = true;
-  // Positions of names already in the checkpoint stay; new series are appended.
-  table_ = std::move(restored_table_);
+  // Positions of names already in the checkpoint (or in use, after InsertSeries) stay; new
+  // series are appended.
+  if (!table_resolved_once_) table_ = std::move(restored_table_);
   restored_table_.clear();
+  table_resolved_ = table_resolved_once_ = true;
   const size_t n = series_names_.size() + 1;
   series_table_index_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
@@ -3578,7 +3634,7 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   if (key == kTableKey) {
     auto names = DecodeTable(value);
     if (!names) return tl::unexpected(names.error().Wrap(std::string(key)));
-    if (table_resolved_) {
+    if (table_resolved_once_) {
       // Read after the state was first used (unusual): it must be what is in use.
       if (names->size() > table_.size() || !std::equal(names->begin(), names->end(), table_.begin())) {
         return MakeError(ErrorCode::kCorruption, "drift: the series table was read too late");
@@ -4293,6 +4349,7 @@ std::string AlertEvent::ToJson() const {
   obj.String("level", ToString(level));
   obj.String("previous_level", ToString(previous_level));
   obj.String("model", model);
+  if (!segment.empty()) obj.String("segment", segment);
   obj.String("series", series);
   // Data quality (a feature arriving null, malformed records) or distribution drift: different
   // owners act on them.
@@ -4436,8 +4493,8 @@ RowShape AlertRowShape() {
       "Alert",
       {member("alert_id", Kind::kString), member("incident_id", Kind::kString),
        member("level", Kind::kString), member("previous_level", Kind::kString),
-       member("model", Kind::kString), member("series", Kind::kString),
-       member("kind", Kind::kString, /*nullable=*/true),  // a default for readers of older rows
+       member("model", Kind::kString), member("segment", Kind::kString, /*nullable=*/true),
+       member("series", Kind::kString), member("kind", Kind::kString, /*nullable=*/true),  // a default for readers of older rows
        member("detector", Kind::kString), member("statistic", Kind::kDouble, true),
        member("threshold", Kind::kDouble, true), member("score", Kind::kDouble, true),
        {"window", EvaluationWindowShape(), {}},

@@ -64,6 +64,9 @@ struct AlertEvent {
   AlertLevel level = AlertLevel::kOk;
   AlertLevel previous_level = AlertLevel::kOk;
   std::string model;
+  /// The model's segment ("region=eu,channel=app") when drift is per segment (the drift
+  /// stage's segmentBy), else empty.
+  std::string segment;
   std::string series;    // "*" for a model-level roll-up
   /// What the series holds: missing-value and malformed-record series are data quality (the
   /// payload's "kind" says "data_quality"), the others drift.
@@ -119,6 +122,7 @@ RowShape AlertRowShape();
 /// the per-series drift gauges are made of these. See engine/drift/README.md.
 struct Evaluation {
   std::string model;
+  std::string segment;  // as AlertEvent::segment
   std::string series;
   SeriesKind series_kind = SeriesKind::kNumeric;
   /// False when the window or the baseline held fewer than minSamples values (no readings).
@@ -237,6 +241,18 @@ class DriftMonitor {
   int64_t max_event_time_us() const { return max_event_us_; }
   int64_t watermark_us() const { return watermark_us_; }
   void RestoreClock(int64_t max_event_time_us, int64_t watermark_us);
+
+  /// Adds a value series at `index` (at most series_names().size()): the series from `index`
+  /// on move up by one, in every model (the error series stays last). For series found as
+  /// records arrive (the keys of a map column), placed by name so that the series' order does
+  /// not depend on which came first. State keys use names, so a restart that lists the same
+  /// names in any order restores the same state. Call between batches or before Observe of
+  /// the series; not during Evaluate.
+  void InsertSeries(size_t index, std::string name, SeriesKind kind = SeriesKind::kNumeric);
+
+  /// Model names are "<model>\x1f<segment value>..." with `parts` segment values (the drift
+  /// stage's segments): threshold overrides by model match the model before them. Default: 0.
+  void UseSegments(size_t parts) { segment_parts_ = parts; }
 
   /// Validates what the constructor would accept silently (baseline kind, window size).
   static Result<std::unique_ptr<DriftMonitor>> Create(const DriftSpec& spec,
@@ -424,6 +440,7 @@ class DriftMonitor {
   /// worst level of any series. Cheap (a walk over the models' alert states).
   struct ModelStats {
     std::string model;
+    std::string segment;  // as AlertEvent::segment
     int64_t series = 0;
     int64_t series_in_warn = 0;
     int64_t series_in_alert = 0;
@@ -441,11 +458,15 @@ class DriftMonitor {
 
   struct SeriesState;
   struct ModelState;
+  struct Thresholds;
 
  private:
   struct Verdict;
-  struct Thresholds;
   ModelState& ModelFor(uint32_t model, const std::string& model_name);
+  /// The thresholds of `series` (an index, or series_names().size() for the error series) for
+  /// `model_name`, overrides applied, one per detector.
+  void ResolveThresholds(const std::string& model_name, size_t series, Thresholds* out) const;
+  size_t segment_parts_ = 0;
   void AddValue(ModelState& m, size_t series, double value, int64_t event_time_us,
                 int64_t late_before_us);
   void AddBaselineValue(SeriesState& s, double value);
@@ -536,6 +557,7 @@ class DriftMonitor {
   std::vector<std::string> restored_table_;
   bool table_from_store_ = false;
   bool table_resolved_ = false;
+  bool table_resolved_once_ = false;  // table_ holds what is in use
   bool table_dirty_ = false;
   std::vector<std::string> table_;
   std::vector<uint32_t> series_table_index_;  // by series index (the error series last)

@@ -14,8 +14,10 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
+#include "engine/drift/codec.h"
 #include "engine/drift/evaluation.h"
 #include "engine/drift/monitor.h"
 #include "engine/expr/projection.h"
@@ -29,7 +31,20 @@ namespace {
 
 // Series layout (names after array expansion), persisted so a restart restores the monitor
 // with the same series indices. Sorts before DriftMonitor's "drift/" keys in a state scan.
+// Version 1 (written before map series and segments): the array widths, "8,1,1". Version 2:
+// byte kLayoutVersion2, then (drift/codec.h) u32 columns, per column u32 width and, for a map
+// column, u32 keys + each key's name in name order; then u32 segment columns + their names.
 constexpr std::string_view kLayoutKey = "drift-layout";
+constexpr char kLayoutVersion2 = '\x02';
+// What a model was let in to (drift.maxSegmentsPerModel, maxKeysPerModel), per model:
+// "drift-admit/<model>" (escaped), u8 version 1, u32 segments + each segment's model name (the
+// "<model>\x1f<value>..." the monitor knows it by), u32 keys + (u32 column, key name) each.
+constexpr std::string_view kAdmitPrefix = "drift-admit/";
+constexpr uint8_t kAdmitVersion = 1;
+// Separates a model's name from its segment values in the name the monitor keys state and
+// alert ids by; a value's own '%' and separator are escaped, a null value is "%00".
+constexpr char kSegmentSeparator = '\x1f';
+constexpr std::string_view kNullSegmentValue = "%00";
 // Written by versions whose drift stage kept a watermark of its own (event-time windows): the
 // largest event time seen and the watermark, "<max>,<watermark>" in microseconds. Read for
 // such checkpoints only; the query's clock is in the commit record now.
@@ -37,6 +52,31 @@ constexpr std::string_view kClockKey = "drift-watermark";
 // The last evaluation of each (model, series), "drift-eval/<model>/<series>" (names escaped
 // as in DriftMonitor's keys), so the drift gauges show every series again after a restart.
 constexpr std::string_view kEvaluationPrefix = "drift-eval/";
+
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+};
+
+Result<std::string> UnescapeKeyPart(std::string_view part) {
+  std::string out;
+  for (size_t i = 0; i < part.size(); ++i) {
+    if (part[i] != '%') {
+      out.push_back(part[i]);
+      continue;
+    }
+    const std::string_view code = part.substr(i + 1, 2);
+    if (code == "25") {
+      out.push_back('%');
+    } else if (code == "2F") {
+      out.push_back('/');
+    } else {
+      return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", part);
+    }
+    i += 2;
+  }
+  return out;
+}
 
 std::string EscapeKeyPart(std::string_view name) {
   std::string out;
@@ -68,10 +108,13 @@ class DriftStage::Impl {
  public:
   struct SeriesColumn {
     int column = -1;
-    bool is_array = false;
-    bool is_string = false;   // a categorical series
+    FieldType type = FieldType::kDouble;
+    bool is_array = false;  // array<double>: a series per element
+    bool is_map = false;    // a series per key
+    SeriesKind kind = SeriesKind::kNumeric;
     size_t first_series = 0;  // index of its first series in the monitor
-    size_t width = 1;         // 1 for a scalar; array length from the layout
+    size_t width = 1;         // 1 for a scalar; array length from the layout; a map's keys
+    std::vector<uint32_t> keys;  // a map's watched keys (ids into keys_), in name order
     size_t missing = kNoSeries;  // its missing-value series, when watched
   };
   static constexpr size_t kNoSeries = SIZE_MAX;
@@ -97,16 +140,44 @@ class DriftStage::Impl {
       return MakeError(ErrorCode::kConfig,
                        "drift needs a model column: set drift.modelColumn or query.groupBy");
     }
-    if (keys && keys->column() == model_column_ &&
-        schema_.fields[static_cast<size_t>(model_column_)].type == FieldType::kString) {
-      keys_ = std::move(keys);
-    }
     for (const std::string& name : spec_.series) {
       int index = schema_.IndexOf(name);
       if (index < 0) return MakeError(ErrorCode::kConfig, "drift series '{}' is not in the schema", name);
-      const FieldType type = schema_.fields[index].type;
-      columns_.push_back({index, type == FieldType::kDoubleArray, type == FieldType::kString, 0,
-                          1, kNoSeries});
+      SeriesColumn column;
+      column.column = index;
+      column.type = schema_.fields[index].type;
+      column.is_array = column.type == FieldType::kDoubleArray;
+      column.is_map = IsMap(column.type);
+      column.kind = column.type == FieldType::kString || column.type == FieldType::kStringArray ||
+                            column.type == FieldType::kStringMap
+                        ? SeriesKind::kCategorical
+                        : SeriesKind::kNumeric;
+      if (column.is_map) {
+        column.width = 0;
+        key_slots_.emplace_back();
+        key_slots_.back().column = columns_.size();
+      }
+      columns_.push_back(std::move(column));
+    }
+    for (const std::string& name : spec_.segment_by) {
+      const int index = schema_.IndexOf(name);
+      if (index < 0) {
+        return MakeError(ErrorCode::kConfig, "drift segment column '{}' is not a column", name);
+      }
+      segment_columns_.push_back(index);
+    }
+    active_segments_ = spec_.segment_by;
+    if (!segment_columns_.empty() && spec_.baseline.kind == BaselineKind::kFile) {
+      return MakeError(ErrorCode::kConfig,
+                       "drift.baseline type file holds statistics per model, but drift is per "
+                       "(model, segment) ({}): use a warmup baseline, or set drift.segmentBy: []",
+                       fmt::join(spec_.segment_by, ", "));
+    }
+    // Per model without segments, a row's model is the query's model id, shared with the
+    // aggregation (one lookup per row for both).
+    if (keys && segment_columns_.empty() && keys->column() == model_column_ &&
+        schema_.fields[static_cast<size_t>(model_column_)].type == FieldType::kString) {
+      model_keys_ = std::move(keys);
     }
     // Data-quality series exist when a detector watches them (every kind when drift.detectors
     // is not given), and only where they can see something: a non-nullable column is never
@@ -239,7 +310,7 @@ class DriftStage::Impl {
     static_cast<void>(projection_->Apply(batch));
     if (batch.num_rows == 0) return MakeError(ErrorCode::kConfig, "no reference records");
     if (!monitor_) {
-      DRIFTD_TRY(CreateMonitor(WidthsOf(batch)));
+      DRIFTD_TRY(CreateMonitor(LayoutOf(batch)));
       layout_dirty_ = true;
     }
     Feed</*kReference=*/true>(batch, nullptr, INT64_MIN);
@@ -258,11 +329,17 @@ class DriftStage::Impl {
     if (root["models"].get_object().get(models) != simdjson::SUCCESS) {
       return bad("\"models\" must be an object of model name -> series");
     }
-    // Array widths from the series names: feature_vector[7] means at least 8 elements.
-    std::vector<size_t> widths(columns_.size(), 1);
+    // Array widths from the series names: feature_vector[7] means at least 8 elements; a
+    // map column's keys: features.amount.
+    Layout layout;
+    layout.widths.assign(columns_.size(), 1);
+    layout.keys.resize(columns_.size());
+    layout.segments = active_segments_;
+    std::vector<std::set<std::string>> keys(columns_.size());
     for (size_t i = 0; i < columns_.size(); ++i) {
-      if (columns_[i].is_array) widths[i] = 0;
+      if (columns_[i].is_array || columns_[i].is_map) layout.widths[i] = 0;
     }
+    std::vector<size_t>& widths = layout.widths;
     for (auto [model, series_map] : models) {
       simdjson::dom::object series_object;
       if (series_map.get_object().get(series_object) != simdjson::SUCCESS) {
@@ -297,15 +374,20 @@ class DriftStage::Impl {
             }
             widths[i] = std::max(widths[i], element + 1);
             known = true;
-          } else if (!columns_[i].is_array && series == column) {
+          } else if (columns_[i].is_map && series.size() > column.size() + 1 &&
+                     series.starts_with(column) && series[column.size()] == '.') {
+            keys[i].emplace(series.substr(column.size() + 1));
+            known = true;
+          } else if (!columns_[i].is_array && !columns_[i].is_map && series == column) {
             known = true;
           }
+          if (known) break;
         }
         if (!known) {
           return bad(fmt::format("model '{}': '{}' is not a drift series of this pipeline "
-                                 "(drift.series, an array column's element like {}[0], a "
-                                 "column's missing-value series like {}:missing, malformed or "
-                                 "error)",
+                                 "(drift.series, an array column's element like {}[0], a map "
+                                 "column's key like features.amount, a column's missing-value "
+                                 "series like {}:missing, malformed or error)",
                                  std::string_view(model), series,
                                  schema_.fields[columns_[0].column].name,
                                  schema_.fields[columns_[0].column].name));
@@ -314,7 +396,10 @@ class DriftStage::Impl {
     }
     if (!monitor_) {
       for (size_t& width : widths) width = std::max<size_t>(width, 1);
-      DRIFTD_TRY(CreateMonitor(widths));
+      for (size_t i = 0; i < columns_.size(); ++i) {
+        layout.keys[i].assign(keys[i].begin(), keys[i].end());
+      }
+      DRIFTD_TRY(CreateMonitor(layout));
       layout_dirty_ = true;
     }
     const std::vector<std::string>& names = monitor_->series_names();
@@ -457,6 +542,16 @@ class DriftStage::Impl {
                                                  *kurtosis * w_m2 * w_m2 / nd);
           winsorized = w;
         }
+        for (size_t i = 0; i < columns_.size(); ++i) {
+          const std::string& column = schema_.fields[columns_[i].column].name;
+          if (columns_[i].is_map && series.starts_with(column) &&
+              series.size() > column.size() + 1 && series[column.size()] == '.' &&
+              !AdmitKey(BaseOf(model), i, series.substr(column.size() + 1))) {
+            return where(fmt::format("more map keys than drift.maxKeysPerModel ({}) or "
+                                     "drift.maxKeys ({})",
+                                     spec_.max_keys_per_model, spec_.max_keys));
+          }
+        }
         const auto it = std::find(names.begin(), names.end(), series);
         if (it == names.end()) return where("not a series of this pipeline");
         const double m2 = *stddev * *stddev * static_cast<double>(n - 1);
@@ -532,56 +627,46 @@ class DriftStage::Impl {
     if (key.starts_with(kEvaluationPrefix)) {
       auto evaluation = DecodeEvaluation(value);
       if (!evaluation) return tl::unexpected(evaluation.error().Wrap(std::string(key)));
-      auto series_key = std::make_pair(evaluation->model, evaluation->series);
+      // The key names the model as the monitor knows it (with its segment, if any).
+      std::string_view rest = key.substr(kEvaluationPrefix.size());
+      const size_t slash = rest.find('/');
+      auto monitor_name = UnescapeKeyPart(rest.substr(0, slash));
+      if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
+      Name(*monitor_name, &evaluation->model, &evaluation->segment);
+      auto series_key = std::make_pair(*monitor_name, evaluation->series);
       latest_[std::move(series_key)] = std::move(*evaluation);
       return Ok();
     }
+    if (key.starts_with(kAdmitPrefix)) {
+      // Applied in FinishRestore, once the layout (which may come later) is known.
+      restored_admits_.emplace_back(std::string(key.substr(kAdmitPrefix.size())),
+                                    std::string(value));
+      return Ok();
+    }
     if (key == kLayoutKey) {
-      std::vector<size_t> widths;
-      size_t start = 0;
-      std::string_view text = value;
-      while (start < text.size()) {
-        size_t end = text.find(',', start);
-        if (end == std::string_view::npos) end = text.size();
-        const std::string_view digits = text.substr(start, end - start);
-        size_t width = 0;
-        const auto [parsed, ec] =
-            std::from_chars(digits.data(), digits.data() + digits.size(), width);
-        if (digits.empty() || ec != std::errc() || parsed != digits.data() + digits.size() ||
-            width < 1) {
-          return MakeError(ErrorCode::kCorruption, "drift: bad series layout entry '{}'",
-                           value.substr(0, 80));
-        }
-        if (static_cast<int64_t>(width) > std::max<int64_t>(max_array_length_, 1)) {
-          return MakeError(ErrorCode::kIncompatible,
-                           "the checkpoint's drift state has {} elements of an array series, "
-                           "more than source.malformed.maxArrayLength ({}) lets through; raise "
-                           "maxArrayLength to at least {}",
-                           width, max_array_length_, width);
-        }
-        widths.push_back(width);
-        start = end + 1;
-      }
-      if (widths.size() != columns_.size()) {
-        return MakeError(ErrorCode::kIncompatible,
-                         "the checkpoint's drift state has {} series columns, the pipeline {}",
-                         widths.size(), columns_.size());
-      }
+      auto layout = ParseLayout(value);
+      if (!layout) return tl::unexpected(layout.error());
+      DRIFTD_TRY(SegmentsOf(*layout));
       if (monitor_) {
         // Built from the reference file: the checkpoint must agree with its layout.
-        for (size_t i = 0; i < widths.size(); ++i) {
-          if (widths[i] != columns_[i].width) {
+        for (size_t i = 0; i < layout->widths.size(); ++i) {
+          if (!columns_[i].is_map && layout->widths[i] != columns_[i].width) {
             return MakeError(ErrorCode::kIncompatible,
                              "the checkpoint's drift state has {} elements of '{}', the "
                              "reference file {}",
-                             widths[i], schema_.fields[columns_[i].column].name,
+                             layout->widths[i], schema_.fields[columns_[i].column].name,
                              columns_[i].width);
           }
+          for (const std::string& name : layout->keys[i]) {
+            if (KeyId(i, name) == kNoKey) WatchKey(i, name);
+          }
         }
-        layout_dirty_ = false;
+        layout_dirty_ = !layout->versioned;
         return Ok();
       }
-      return CreateMonitor(widths);
+      DRIFTD_TRY(CreateMonitor(*layout));
+      layout_dirty_ = !layout->versioned;  // rewritten in the current version
+      return Ok();
     }
     if (key == kClockKey) {
       const size_t comma = value.find(',');
@@ -606,7 +691,7 @@ class DriftStage::Impl {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
       // Cannot fail: Init built a monitor from the same spec.
-      IgnoreError(CreateMonitor(WidthsOf(batch)));
+      IgnoreError(CreateMonitor(LayoutOf(batch)));
       layout_dirty_ = true;
       if (!monitor_) return;
     }
@@ -620,9 +705,35 @@ class DriftStage::Impl {
   int64_t ModelsAcrossPartitions() const { return models_across_partitions_; }
 
   std::vector<DriftMonitor::ModelStats> ModelStats() const {
-    return monitor_ ? monitor_->model_stats() : std::vector<DriftMonitor::ModelStats>{};
+    std::vector<DriftMonitor::ModelStats> stats =
+        monitor_ ? monitor_->model_stats() : std::vector<DriftMonitor::ModelStats>{};
+    // The monitor keeps room for every map key of every model; a model's own series are its
+    // other series, the keys it was let in to, and the error series (as the monitor counts).
+    size_t fixed = 0;
+    for (const SeriesColumn& series : columns_) fixed += series.is_map ? 0 : series.width;
+    for (DriftMonitor::ModelStats& model : stats) {
+      const std::string monitor_name = model.model;
+      Name(monitor_name, &model.model, &model.segment);
+      auto base = base_ids_.find(model.model);
+      if (!keys_.empty()) {
+        model.series = static_cast<int64_t>(fixed) + 1 +
+                       (base == base_ids_.end() ? 0 : bases_[base->second].key_count);
+      }
+    }
+    return stats;
   }
   DriftMonitorStats Stats() const { return monitor_ ? monitor_->stats() : DriftMonitorStats{}; }
+  const DriftStage::ShapeCounts& Counts() const { return counts_; }
+  std::vector<DriftStage::SeriesValues> SeriesValueCounts() const {
+    std::vector<DriftStage::SeriesValues> out;
+    if (!monitor_) return out;
+    const std::vector<std::string>& names = monitor_->series_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      out.push_back({names[i], kinds_[i] == SeriesKind::kCategorical, category_values_[i],
+                     missing_values_[i]});
+    }
+    return out;
+  }
 
   void Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
     events_.clear();
@@ -633,6 +744,18 @@ class DriftStage::Impl {
     // watermark), so closing now rather than one batch later changes nothing but latency.
     monitor_->AdvanceWatermark(context.next_watermark_us);
     monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations_);
+    // The monitor knows a segment's model as "<model>\x1f<value>...": events and evaluations
+    // name the model and the segment apart.
+    std::vector<std::string> monitor_names;
+    monitor_names.reserve(evaluations_.size());
+    for (AlertEvent& event : events_) {
+      const std::string monitor_name = event.model;
+      Name(monitor_name, &event.model, &event.segment);
+    }
+    for (Evaluation& evaluation : evaluations_) {
+      monitor_names.push_back(evaluation.model);
+      Name(monitor_names.back(), &evaluation.model, &evaluation.segment);
+    }
     if (alerts.columns.empty()) {
       alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
                         "threshold"};
@@ -647,15 +770,24 @@ class DriftStage::Impl {
         rows->Add(evaluation.model, EvaluationToJson(evaluation));
       }
     }
-    for (const Evaluation& evaluation : evaluations_) {
-      auto series_key = std::make_pair(evaluation.model, evaluation.series);
+    for (size_t i = 0; i < evaluations_.size(); ++i) {
+      auto series_key = std::make_pair(monitor_names[i], evaluations_[i].series);
       dirty_evaluations_.insert(series_key);
-      latest_[std::move(series_key)] = evaluation;
+      latest_[std::move(series_key)] = evaluations_[i];
     }
   }
 
+  // Every segment of the model starts over.
   bool ResetBaselines(const std::string& model) {
-    return monitor_ && monitor_->ResetBaselines(model);
+    if (!monitor_) return false;
+    if (segment_columns_.empty()) return monitor_->ResetBaselines(model);
+    bool any = false;
+    for (const std::string& monitor_name : names_) {
+      std::string base;
+      Name(monitor_name, &base, nullptr);
+      if (base == model) any = monitor_->ResetBaselines(monitor_name) || any;
+    }
+    return any;
   }
 
   Result<std::string> ExportReference() const {
@@ -766,7 +898,16 @@ class DriftStage::Impl {
     return out;
   }
 
-  Status FinishRestore() { return monitor_ ? monitor_->FinishRestore() : Ok(); }
+  Status FinishRestore() {
+    if (!restored_admits_.empty() && !monitor_) {
+      return MakeError(ErrorCode::kCorruption,
+                       "drift: the checkpoint has models' admitted segments and keys but no "
+                       "series layout");
+    }
+    for (const auto& [key, value] : restored_admits_) DRIFTD_TRY(RestoreAdmit(key, value));
+    restored_admits_.clear();
+    return monitor_ ? monitor_->FinishRestore() : Ok();
+  }
 
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes, StageProgress& progress) {
@@ -779,16 +920,19 @@ class DriftStage::Impl {
                         EncodeEvaluation(it->second));
     }
     dirty_evaluations_.clear();
+    progress.drift_values_over_key_cap += batch_counts_.values_over_key_cap;
+    progress.drift_rows_over_segment_cap += batch_counts_.rows_over_segment_cap;
+    batch_counts_ = DriftStage::ShapeCounts{};
     if (!monitor_) return;
     if (layout_dirty_) {
-      std::string layout;
-      for (size_t i = 0; i < columns_.size(); ++i) {
-        if (i > 0) layout.push_back(',');
-        layout += std::to_string(columns_[i].width);
-      }
-      puts.emplace_back(std::string(kLayoutKey), layout);
+      puts.emplace_back(std::string(kLayoutKey), EncodeLayout());
       layout_dirty_ = false;
     }
+    for (uint32_t base : dirty_bases_) {
+      puts.emplace_back(std::string(kAdmitPrefix) + EscapeKeyPart(bases_[base].name),
+                        EncodeAdmit(bases_[base]));
+    }
+    dirty_bases_.clear();
     for (size_t i = first_put; i < puts.size(); ++i) {
       progress.state_dirty_bytes += static_cast<int64_t>(puts[i].second.size());
     }
@@ -800,9 +944,123 @@ class DriftStage::Impl {
   }
 
  private:
+  // What the series are: array widths, map keys, and the segment columns state is keyed by.
+  struct Layout {
+    std::vector<size_t> widths;                  // per series column (arrays)
+    std::vector<std::vector<std::string>> keys;  // per series column (maps), in name order
+    std::vector<std::string> segments;
+    bool versioned = true;  // false: read from a version-1 layout (no keys, no segments)
+  };
+
+  Result<Layout> ParseLayout(std::string_view value) const {
+    Layout layout;
+    layout.keys.resize(columns_.size());
+    if (!value.empty() && value[0] == kLayoutVersion2) {
+      drift::ByteReader r(value.substr(1));
+      const uint32_t count = r.U32();
+      if (r.failed() || count != columns_.size()) {
+        if (r.failed()) return MakeError(ErrorCode::kCorruption, "drift: bad series layout");
+        return MakeError(ErrorCode::kIncompatible,
+                         "the checkpoint's drift state has {} series columns, the pipeline {}",
+                         count, columns_.size());
+      }
+      for (uint32_t i = 0; i < count; ++i) {
+        layout.widths.push_back(r.U32());
+        if (!columns_[i].is_map) continue;
+        const uint32_t keys = r.U32();
+        if (keys > r.remaining() / 4) break;
+        for (uint32_t k = 0; k < keys && !r.failed(); ++k) layout.keys[i].emplace_back(r.Str());
+      }
+      const uint32_t segments = r.U32();
+      for (uint32_t i = 0; i < segments && !r.failed() && segments <= r.remaining() / 4; ++i) {
+        layout.segments.emplace_back(r.Str());
+      }
+      if (r.failed() || !r.at_end()) {
+        return MakeError(ErrorCode::kCorruption, "drift: bad series layout");
+      }
+    } else {
+      layout.versioned = false;
+      size_t start = 0;
+      while (start < value.size()) {
+        size_t end = value.find(',', start);
+        if (end == std::string_view::npos) end = value.size();
+        const std::string_view digits = value.substr(start, end - start);
+        size_t width = 0;
+        const auto [parsed, ec] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), width);
+        if (digits.empty() || ec != std::errc() || parsed != digits.data() + digits.size() ||
+            width < 1) {
+          return MakeError(ErrorCode::kCorruption, "drift: bad series layout entry '{}'",
+                           value.substr(0, 80));
+        }
+        layout.widths.push_back(width);
+        start = end + 1;
+      }
+      if (layout.widths.size() != columns_.size()) {
+        return MakeError(ErrorCode::kIncompatible,
+                         "the checkpoint's drift state has {} series columns, the pipeline {}",
+                         layout.widths.size(), columns_.size());
+      }
+    }
+    for (size_t i = 0; i < layout.widths.size(); ++i) {
+      if (!columns_[i].is_array) continue;
+      const size_t width = layout.widths[i];
+      if (static_cast<int64_t>(width) > std::max<int64_t>(max_array_length_, 1)) {
+        return MakeError(ErrorCode::kIncompatible,
+                         "the checkpoint's drift state has {} elements of an array series, "
+                         "more than source.malformed.maxArrayLength ({}) lets through; raise "
+                         "maxArrayLength to at least {}",
+                         width, max_array_length_, width);
+      }
+    }
+    return layout;
+  }
+
+  // Whether the checkpoint's segments fit the pipeline's. A checkpoint written before drift
+  // had segments keeps drift per model when segments would only come from groupBy (so that
+  // its state and alert ids carry on); segments the file names must match.
+  Status SegmentsOf(const Layout& layout) {
+    if (layout.segments == spec_.segment_by) return Ok();
+    if (!layout.versioned && !spec_.segment_by_given) {
+      GetLogger("engine")->warn(
+          "drift: the checkpoint keeps drift per model, written before drift was kept per "
+          "(model, segment); it stays per model. Drift per ({}) needs a new checkpoint (or set "
+          "drift.segmentBy: [] to say per model)",
+          fmt::join(spec_.segment_by, ", "));
+      segment_columns_.clear();
+      active_segments_.clear();
+      return Ok();
+    }
+    auto show = [](const std::vector<std::string>& columns) {
+      return columns.empty() ? std::string("none")
+                             : fmt::format("{}", fmt::join(columns, ", "));
+    };
+    return MakeError(ErrorCode::kIncompatible,
+                     "the checkpoint's drift state is kept per model and segment of ({}), the "
+                     "pipeline's per ({}); start a new checkpoint",
+                     show(layout.segments), show(spec_.segment_by));
+  }
+
+  std::string EncodeLayout() const {
+    std::string out(1, kLayoutVersion2);
+    drift::ByteWriter w(out);
+    w.U32(static_cast<uint32_t>(columns_.size()));
+    for (const SeriesColumn& column : columns_) {
+      w.U32(static_cast<uint32_t>(column.width));
+      if (!column.is_map) continue;
+      w.U32(static_cast<uint32_t>(column.keys.size()));
+      for (uint32_t key : column.keys) w.Str(keys_[key].name);
+    }
+    w.U32(static_cast<uint32_t>(active_segments_.size()));
+    for (const std::string& name : active_segments_) w.Str(name);
+    return out;
+  }
+
   // The array lengths come from the data: the first non-null value of each array column.
-  std::vector<size_t> WidthsOf(const RecordBatch& batch) const {
-    std::vector<size_t> widths;
+  Layout LayoutOf(const RecordBatch& batch) const {
+    Layout layout;
+    layout.keys.resize(columns_.size());
+    layout.segments = active_segments_;
     for (const SeriesColumn& series : columns_) {
       size_t width = 1;
       if (series.is_array) {
@@ -812,30 +1070,450 @@ class DriftStage::Impl {
           if (!column.IsNull(row)) width = column.ArraySize(row);
         }
       }
-      widths.push_back(width);
+      layout.widths.push_back(series.is_map ? 0 : width);
     }
-    return widths;
+    return layout;
+  }
+
+  // ---- Models and segments ------------------------------------------------------------------
+
+  // The name the monitor knows a row's model by: the model's, or with segments
+  // "<model>\x1f<value>\x1f<value>..." (values escaped, null "%00"), so that each segment has
+  // state and alert ids of its own while a pipeline without segments keeps its names.
+  void MonitorName(const RecordBatch& batch, size_t row, std::string_view model,
+                   std::string& out) const {
+    out.assign(model);
+    for (int index : segment_columns_) {
+      out.push_back(kSegmentSeparator);
+      const Column& column = batch.columns[static_cast<size_t>(index)];
+      if (column.IsNull(row)) {
+        out += kNullSegmentValue;
+        continue;
+      }
+      switch (column.type) {
+        case FieldType::kString:
+          for (char c : column.String(row)) {
+            if (c == '%') {
+              out += "%25";
+            } else if (c == kSegmentSeparator) {
+              out += "%1F";
+            } else {
+              out.push_back(c);
+            }
+          }
+          break;
+        case FieldType::kBoolean:
+          out += column.i64[row] != 0 ? "true" : "false";
+          break;
+        default:
+          fmt::format_to(std::back_inserter(out), "{}", column.i64[row]);
+          break;
+      }
+    }
+  }
+
+  // The model and the segment ("region=eu,channel=app"; empty without segments) of a name the
+  // monitor knows.
+  void Name(std::string_view monitor_name, std::string* model, std::string* segment) const {
+    if (segment_columns_.empty()) {
+      if (model != nullptr) model->assign(monitor_name);
+      if (segment != nullptr) segment->clear();
+      return;
+    }
+    std::vector<std::string_view> values(segment_columns_.size());
+    std::string_view rest = monitor_name;
+    for (size_t i = segment_columns_.size(); i-- > 0;) {
+      const size_t separator = rest.rfind(kSegmentSeparator);
+      if (separator == std::string_view::npos) {
+        // A name without segment values (an evaluation restored from a checkpoint kept per
+        // model, before its layout said so): the model's own.
+        if (model != nullptr) model->assign(monitor_name);
+        if (segment != nullptr) segment->clear();
+        return;
+      }
+      values[i] = rest.substr(separator + 1);
+      rest = rest.substr(0, separator);
+    }
+    if (model != nullptr) model->assign(rest);
+    if (segment == nullptr) return;
+    segment->clear();
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) segment->push_back(',');
+      *segment += active_segments_[i];
+      segment->push_back('=');
+      if (values[i] == kNullSegmentValue) {
+        *segment += "null";
+        continue;
+      }
+      for (size_t c = 0; c < values[i].size(); ++c) {
+        if (values[i][c] == '%' && values[i].substr(c + 1, 2) == "25") {
+          segment->push_back('%');
+          c += 2;
+        } else if (values[i][c] == '%' && values[i].substr(c + 1, 2) == "1F") {
+          segment->push_back(kSegmentSeparator);
+          c += 2;
+        } else {
+          segment->push_back(values[i][c]);
+        }
+      }
+    }
+  }
+
+  // A model as the caps count it, whatever its segments.
+  struct Base {
+    std::string name;
+    std::vector<uint32_t> segments;  // monitor ids of its segments
+    std::vector<uint8_t> keys;       // by key id: watched for this model
+    int64_t key_count = 0;
+    bool warned_segments = false;
+    bool warned_keys = false;
+    bool dirty = false;
+  };
+
+  uint32_t BaseOf(std::string_view name) {
+    auto it = base_ids_.find(name);
+    if (it != base_ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(bases_.size());
+    base_ids_.emplace(std::string(name), id);
+    bases_.push_back(Base{std::string(name), {}, {}, 0, false, false, false});
+    return id;
+  }
+
+  void MarkBaseDirty(uint32_t base) {
+    if (!bases_[base].dirty) {
+      bases_[base].dirty = true;
+      dirty_bases_.push_back(base);
+    }
+  }
+
+  // Lets a new segment of `base` in (true), or counts it out once the model has
+  // maxSegmentsPerModel.
+  bool AdmitSegment(uint32_t base, const std::string& monitor_name) {
+    Base& b = bases_[base];
+    if (static_cast<int64_t>(b.segments.size()) >= spec_.max_segments_per_model) {
+      if (!b.warned_segments) {
+        b.warned_segments = true;
+        GetLogger("engine")->warn(
+            "drift: model '{}' has drift.maxSegmentsPerModel ({}) segments; rows of its further "
+            "segments are counted (driftRowsOverSegmentCap), not watched",
+            b.name, spec_.max_segments_per_model);
+      }
+      return false;
+    }
+    const uint32_t id = Intern(monitor_name);
+    b.segments.push_back(id);
+    if (id >= monitor_base_.size()) monitor_base_.resize(id + 1, UINT32_MAX);
+    monitor_base_[id] = base;
+    MarkBaseDirty(base);
+    return true;
+  }
+
+  // ---- Map keys -----------------------------------------------------------------------------
+
+  static constexpr uint32_t kNoKey = UINT32_MAX;
+  // A key of a map series column, watched: a series of its own ("features.amount").
+  struct MapKey {
+    size_t column = 0;  // into columns_
+    std::string name;
+    size_t series = 0;  // its monitor series
+  };
+  // A map series column's keys by name, and the key last seen at each position of a record's
+  // map (producers write their keys in one order, so most lookups compare one string).
+  struct KeySlot {
+    size_t column = 0;
+    std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids;
+    std::vector<uint32_t> at_position;
+  };
+
+  KeySlot& SlotOf(size_t column) {
+    for (KeySlot& slot : key_slots_) {
+      if (slot.column == column) return slot;
+    }
+    return key_slots_.front();  // unreachable: every map column has a slot
+  }
+
+  uint32_t KeyId(size_t column, std::string_view name) {
+    KeySlot& slot = SlotOf(column);
+    auto it = slot.ids.find(name);
+    return it == slot.ids.end() ? kNoKey : it->second;
+  }
+
+  // The key at `position` of a row's map, by the position's last key or by name.
+  uint32_t LookupKey(KeySlot& slot, size_t position, std::string_view name) {
+    if (position < slot.at_position.size()) {
+      const uint32_t cached = slot.at_position[position];
+      if (cached != kNoKey && keys_[cached].name == name) return cached;
+    }
+    auto it = slot.ids.find(name);
+    if (it == slot.ids.end()) return kNoKey;
+    if (position >= slot.at_position.size()) slot.at_position.resize(position + 1, kNoKey);
+    slot.at_position[position] = it->second;
+    return it->second;
+  }
+
+  // Makes `name` a series of map column `column`, placed among the column's keys by name, so
+  // that the order of series does not depend on the order keys came in.
+  uint32_t WatchKey(size_t column, const std::string& name) {
+    SeriesColumn& series = columns_[column];
+    const auto id = static_cast<uint32_t>(keys_.size());
+    keys_.push_back(MapKey{column, name, 0});
+    SlotOf(column).ids.emplace(name, id);
+    const auto at = std::lower_bound(
+        series.keys.begin(), series.keys.end(), name,
+        [&](uint32_t key, const std::string& n) { return keys_[key].name < n; });
+    const size_t position = static_cast<size_t>(at - series.keys.begin());
+    series.keys.insert(at, id);
+    const std::string series_name =
+        fmt::format("{}.{}", schema_.fields[series.column].name, name);
+    const size_t index = series.first_series + position;
+    monitor_->InsertSeries(index, series_name, series.kind);
+    kinds_.insert(kinds_.begin() + static_cast<ptrdiff_t>(index), series.kind);
+    missing_values_.insert(missing_values_.begin() + static_cast<ptrdiff_t>(index), 0);
+    category_values_.insert(category_values_.begin() + static_cast<ptrdiff_t>(index), 0);
+    Relayout();
+    layout_dirty_ = true;
+    return id;
+  }
+
+  // Series indices after a key was added: each column's first series and each key's.
+  void Relayout() {
+    size_t next = 0;
+    for (SeriesColumn& series : columns_) {
+      series.first_series = next;
+      if (series.is_map) {
+        series.width = series.keys.size();
+        for (size_t k = 0; k < series.keys.size(); ++k) keys_[series.keys[k]].series = next + k;
+      }
+      next += series.width;
+    }
+    // The data-quality series follow the value series (CreateMonitor).
+    for (SeriesColumn& series : columns_) {
+      if (series.missing != kNoSeries) series.missing = next++;
+    }
+    if (malformed_series_ != kNoSeries) malformed_series_ = next++;
+  }
+
+  bool Watched(uint32_t base, uint32_t key) const {
+    const std::vector<uint8_t>& keys = bases_[base].keys;
+    return key < keys.size() && keys[key] != 0;
+  }
+
+  // Lets key `name` of map column `column` in for model `base` (true), or counts it out once
+  // the model has maxKeysPerModel keys, or the pipeline maxKeys.
+  bool AdmitKey(uint32_t base, size_t column, std::string_view name) {
+    Base& b = bases_[base];
+    uint32_t key = KeyId(column, name);
+    if (key != kNoKey && Watched(base, key)) return true;
+    const bool over_model = b.key_count >= spec_.max_keys_per_model;
+    const bool over_pipeline =
+        key == kNoKey && static_cast<int64_t>(keys_.size()) >= spec_.max_keys;
+    if (over_model || over_pipeline) {
+      if (!b.warned_keys) {
+        b.warned_keys = true;
+        GetLogger("engine")->warn(
+            "drift: model '{}' has {} map keys ({}); values of its further keys are counted "
+            "(driftValuesOverKeyCap), not watched",
+            b.name, over_model ? b.key_count : static_cast<int64_t>(keys_.size()),
+            over_model ? "drift.maxKeysPerModel" : "drift.maxKeys over all models");
+      }
+      return false;
+    }
+    if (key == kNoKey) key = WatchKey(column, std::string(name));
+    if (key >= b.keys.size()) b.keys.resize(key + 1, 0);
+    b.keys[key] = 1;
+    ++b.key_count;
+    MarkBaseDirty(base);
+    return true;
+  }
+
+  std::string EncodeAdmit(Base& base) const {
+    base.dirty = false;
+    std::string out;
+    drift::ByteWriter w(out);
+    w.U8(kAdmitVersion);
+    w.U32(static_cast<uint32_t>(base.segments.size()));
+    for (uint32_t id : base.segments) w.Str(names_[id]);
+    w.U32(static_cast<uint32_t>(base.key_count));
+    for (uint32_t key = 0; key < base.keys.size(); ++key) {
+      if (base.keys[key] == 0) continue;
+      w.U32(static_cast<uint32_t>(keys_[key].column));
+      w.Str(keys_[key].name);
+    }
+    return out;
+  }
+
+  Status RestoreAdmit(std::string_view escaped, std::string_view value) {
+    auto name = UnescapeKeyPart(escaped);
+    if (!name) return tl::unexpected(name.error());
+    const uint32_t base = BaseOf(*name);
+    drift::ByteReader r(value);
+    auto corrupt = [&] {
+      return MakeError(ErrorCode::kCorruption, "drift: bad admitted segments and keys of '{}'",
+                       *name);
+    };
+    if (r.U8() != kAdmitVersion) return corrupt();
+    const uint32_t segments = r.U32();
+    if (r.failed() || segments > r.remaining() / 4) return corrupt();
+    for (uint32_t i = 0; i < segments; ++i) {
+      const std::string monitor_name(r.Str());
+      if (r.failed()) return corrupt();
+      // Segments of a checkpoint that stays per model are not segments any more.
+      if (segment_columns_.empty()) continue;
+      const uint32_t id = Intern(monitor_name);
+      if (id >= monitor_base_.size()) monitor_base_.resize(id + 1, UINT32_MAX);
+      monitor_base_[id] = base;
+      bases_[base].segments.push_back(id);
+    }
+    const uint32_t keys = r.U32();
+    if (r.failed() || keys > r.remaining() / 8) return corrupt();
+    Base& b = bases_[base];
+    for (uint32_t i = 0; i < keys; ++i) {
+      const uint32_t column = r.U32();
+      const std::string key_name(r.Str());
+      if (r.failed() || column >= columns_.size() || !columns_[column].is_map) return corrupt();
+      uint32_t key = KeyId(column, key_name);
+      if (key == kNoKey) key = WatchKey(column, key_name);
+      if (key >= b.keys.size()) b.keys.resize(key + 1, 0);
+      if (b.keys[key] == 0) ++b.key_count;
+      b.keys[key] = 1;
+    }
+    if (!r.at_end()) return corrupt();
+    return Ok();
+  }
+
+  // ---- Categorical values and null values -------------------------------------------------
+  // Categorical values (string columns, array<string> elements, map<string,string> values) go
+  // to the monitor's categorical series; null values of a series are counted per series (a
+  // column's missing-value series is fed in Feed, per record). SeriesValueCounts reports both.
+  template <bool kReference>
+  void ObserveCategory(uint32_t model, const std::string& model_name, size_t series,
+                       std::string_view category, int64_t event_time_us,
+                       int64_t late_before_us) {
+    if constexpr (kReference) {
+      monitor_->ObserveReferenceCategory(model, model_name, series, category);
+    } else {
+      ++category_values_[series];
+      monitor_->ObserveCategory(model, model_name, series, category, event_time_us,
+                                late_before_us);
+    }
+  }
+
+  template <bool kReference>
+  void ObserveMissing(uint32_t, const std::string&, size_t series, int64_t, int64_t) {
+    if constexpr (!kReference) ++missing_values_[series];
+  }
+
+  // ---- Feeding the monitor ------------------------------------------------------------------
+
+  // Each row's monitor model id (kNoModel: no model, or a segment over the cap). New segments
+  // are let in by name within the batch, so which ones a capped model keeps does not depend on
+  // the order of a batch's rows.
+  static constexpr uint32_t kNoModel = UINT32_MAX;
+  void ModelsOf(const RecordBatch& batch) {
+    const Column& models = batch.columns[model_column_];
+    row_models_.assign(batch.num_rows, kNoModel);
+    if (model_keys_) {
+      // The ids the aggregation looked up already (or looks up for both).
+      const std::vector<uint32_t>& ids = model_keys_->Ids(batch);
+      SyncNames();
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        if (!models.IsNull(row)) row_models_[row] = ids[row];
+      }
+      return;
+    }
+    std::vector<std::pair<std::string, size_t>> fresh;  // (monitor name, first row)
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      if (models.IsNull(row)) continue;
+      std::string_view model;
+      if (models.type == FieldType::kString) {
+        model = models.String(row);
+      } else {
+        name_ = std::to_string(models.i64[row]);
+        model = name_;
+      }
+      if (segment_columns_.empty()) {
+        row_models_[row] = Intern(model);
+        continue;
+      }
+      MonitorName(batch, row, model, composite_);
+      if (last_id_ != UINT32_MAX && composite_ == names_[last_id_]) {
+        row_models_[row] = last_id_;
+        continue;
+      }
+      auto it = ids_.find(composite_);
+      if (it != ids_.end()) {
+        last_id_ = it->second;
+        row_models_[row] = last_id_;
+      } else {
+        fresh.emplace_back(composite_, row);
+      }
+    }
+    if (fresh.empty()) return;
+    std::sort(fresh.begin(), fresh.end());
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (i > 0 && fresh[i].first == fresh[i - 1].first) continue;
+      std::string base_name;
+      Name(fresh[i].first, &base_name, nullptr);
+      AdmitSegment(BaseOf(base_name), fresh[i].first);
+    }
+    for (const auto& [monitor_name, row] : fresh) {
+      auto it = ids_.find(monitor_name);
+      if (it != ids_.end()) {
+        row_models_[row] = it->second;
+      } else {
+        ++batch_counts_.rows_over_segment_cap;
+        ++counts_.rows_over_segment_cap;
+      }
+    }
+  }
+
+  uint32_t BaseOfModel(uint32_t model) {
+    if (model < monitor_base_.size() && monitor_base_[model] != UINT32_MAX) {
+      return monitor_base_[model];
+    }
+    std::string base_name;
+    Name(names_[model], &base_name, nullptr);
+    const uint32_t base = BaseOf(base_name);
+    if (model >= monitor_base_.size()) monitor_base_.resize(model + 1, UINT32_MAX);
+    monitor_base_[model] = base;
+    return base;
+  }
+
+  // The keys of the batch's maps that their models do not watch yet, let in by name (per
+  // model, column and key), so that the series a capped model gets do not depend on the order
+  // of a batch's rows, and every value of this batch reaches its series.
+  void KeysOf(const RecordBatch& batch) {
+    std::vector<std::tuple<std::string_view, size_t, std::string_view>> fresh;
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      if (!columns_[c].is_map) continue;
+      const Column& column = batch.columns[columns_[c].column];
+      KeySlot& slot = SlotOf(c);
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        if (row_models_[row] == kNoModel || column.IsNull(row)) continue;
+        const uint32_t base = BaseOfModel(row_models_[row]);
+        for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
+          const uint32_t key = LookupKey(slot, e - column.EntryBegin(row), column.Key(e));
+          if (key != kNoKey && Watched(base, key)) continue;
+          fresh.emplace_back(bases_[base].name, c, column.Key(e));
+        }
+      }
+    }
+    if (fresh.empty()) return;
+    std::sort(fresh.begin(), fresh.end());
+    fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+    for (const auto& [base_name, c, key] : fresh) AdmitKey(BaseOf(base_name), c, key);
   }
 
   // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
   // values of a file baseline.
   template <bool kReference>
   void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us) {
-    const Column& models = batch.columns[model_column_];
-    // The ids the aggregation looked up already (or looks up for both).
-    const std::vector<uint32_t>* ids = keys_ ? &keys_->Ids(batch) : nullptr;
+    ModelsOf(batch);
+    KeysOf(batch);
     for (size_t row = 0; row < batch.num_rows; ++row) {
-      if (models.IsNull(row)) continue;
-      uint32_t model = 0;
-      if (ids) {
-        model = (*ids)[row];
-      } else if (models.type == FieldType::kString) {
-        model = Intern(models.String(row));
-      } else {
-        name_ = std::to_string(models.i64[row]);
-        model = Intern(name_);
-      }
-      const std::string& name = NameOf(model);
+      const uint32_t model = row_models_[row];
+      if (model == kNoModel) continue;
+      const std::string& name = names_[model];
       if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
       const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
       // Event-time windows need the record's own time; record-count windows date a record
@@ -858,39 +1536,60 @@ class DriftStage::Impl {
           monitor_->ObserveFlag(model, name, series, flagged, event_time, late_before);
         }
       };
-      for (const SeriesColumn& series : columns_) {
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        const SeriesColumn& series = columns_[c];
         const Column& column = batch.columns[series.column];
         if (column.IsNull(row)) {
           if (series.missing != kNoSeries) flag(series.missing, true);
-          continue;
-        }
-        if (series.is_string) {
-          if (series.missing != kNoSeries) flag(series.missing, false);
-          if constexpr (kReference) {
-            monitor_->ObserveReferenceCategory(model, name, series.first_series,
-                                               column.String(row));
-          } else {
-            monitor_->ObserveCategory(model, name, series.first_series, column.String(row),
-                                      event_time, late_before);
+          if (!series.is_array && !series.is_map) {
+            ObserveMissing<kReference>(model, name, series.first_series, event_time, late_before);
           }
           continue;
         }
-        if (!series.is_array) {
+        if (series.is_map) {
           if (series.missing != kNoSeries) flag(series.missing, false);
-          observe(series.first_series, column.type == FieldType::kDouble
-                                           ? column.f64[row]
-                                           : static_cast<double>(column.i64[row]));
+          FeedMap<kReference>(c, column, row, model, name, event_time, late_before, observe);
           continue;
         }
-        // An array shorter than its series' width misses its last elements.
-        size_t size = std::min(column.ArraySize(row), series.width);
-        if (series.missing != kNoSeries) flag(series.missing, size < series.width);
-        const double* data = column.ArrayData(row);
-        if constexpr (kReference) {
-          for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
-        } else {
-          monitor_->Observe(model, name, series.first_series, std::span<const double>(data, size),
-                            event_time, late_before);
+        switch (series.type) {
+          case FieldType::kDouble:
+            if (series.missing != kNoSeries) flag(series.missing, false);
+            observe(series.first_series, column.f64[row]);
+            break;
+          case FieldType::kString:
+            if (series.missing != kNoSeries) flag(series.missing, false);
+            ObserveCategory<kReference>(model, name, series.first_series, column.String(row),
+                                        event_time, late_before);
+            break;
+          case FieldType::kStringArray:
+            if (series.missing != kNoSeries) flag(series.missing, false);
+            for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
+              if (column.EntryNull(e)) {
+                ObserveMissing<kReference>(model, name, series.first_series, event_time,
+                                           late_before);
+              } else {
+                ObserveCategory<kReference>(model, name, series.first_series, column.String(e),
+                                            event_time, late_before);
+              }
+            }
+            break;
+          case FieldType::kDoubleArray: {
+            // An array shorter than its series' width misses its last elements.
+            const size_t size = std::min(column.ArraySize(row), series.width);
+            if (series.missing != kNoSeries) flag(series.missing, size < series.width);
+            const double* data = column.ArrayData(row);
+            if constexpr (kReference) {
+              for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
+            } else {
+              monitor_->Observe(model, name, series.first_series,
+                                std::span<const double>(data, size), event_time, late_before);
+            }
+            break;
+          }
+          default:  // long, int
+            if (series.missing != kNoSeries) flag(series.missing, false);
+            observe(series.first_series, static_cast<double>(column.i64[row]));
+            break;
         }
       }
       // Reference records are never malformed (they are read with the fail policy): the
@@ -915,43 +1614,84 @@ class DriftStage::Impl {
     }
   }
 
-  Status CreateMonitor(const std::vector<size_t>& widths) {
-    std::vector<SeriesDef> series_defs;
+  // One row's map: each watched key's value to its series (a null value is missing); values of
+  // keys the model does not watch (over a cap) are counted.
+  template <bool kReference, typename Observe>
+  void FeedMap(size_t c, const Column& column, size_t row, uint32_t model,
+               const std::string& name, int64_t event_time, int64_t late_before,
+               Observe& observe) {
+    KeySlot& slot = SlotOf(c);
+    const uint32_t base = BaseOfModel(model);
+    const size_t begin = column.EntryBegin(row);
+    for (size_t e = begin; e < column.EntryEnd(row); ++e) {
+      const uint32_t key = LookupKey(slot, e - begin, column.Key(e));
+      if (key == kNoKey || !Watched(base, key)) {
+        ++batch_counts_.values_over_key_cap;
+        ++counts_.values_over_key_cap;
+        continue;
+      }
+      const size_t series = keys_[key].series;
+      if (column.EntryNull(e)) {
+        ObserveMissing<kReference>(model, name, series, event_time, late_before);
+      } else if (column.type == FieldType::kDoubleMap) {
+        observe(series, column.f64[e]);
+      } else {
+        ObserveCategory<kReference>(model, name, series, column.String(e), event_time,
+                                    late_before);
+      }
+    }
+  }
+
+  Status CreateMonitor(const Layout& layout) {
+    active_segments_ = layout.segments;
+    std::vector<SeriesDef> defs;
     for (size_t i = 0; i < columns_.size(); ++i) {
       SeriesColumn& series = columns_[i];
       const std::string& column = schema_.fields[series.column].name;
-      series.first_series = series_defs.size();
-      series.width = widths[i];
+      series.first_series = defs.size();
+      if (series.is_map) {
+        series.width = 0;
+        continue;  // keys are added below, in name order
+      }
+      series.width = std::max<size_t>(layout.widths[i], 1);
       if (!series.is_array) {
-        series_defs.push_back(
-            {column, series.is_string ? SeriesKind::kCategorical : SeriesKind::kNumeric});
+        defs.push_back({column, series.kind});
         continue;
       }
-      for (size_t e = 0; e < widths[i]; ++e) {
-        series_defs.push_back({fmt::format("{}[{}]", column, e), SeriesKind::kNumeric});
+      for (size_t e = 0; e < series.width; ++e) {
+        defs.push_back({fmt::format("{}[{}]", column, e), SeriesKind::kNumeric});
       }
     }
     // Data quality: after the value series, each column's missing-value series (an array's
-    // elements share their column's), then the model's malformed-record series.
+    // elements and a map's keys share their column's), then the model's malformed-record
+    // series. Map keys inserted later go before them (Relayout).
     for (SeriesColumn& series : columns_) {
       series.missing = kNoSeries;
       if (!watch_missing_ || !schema_.fields[series.column].nullable) continue;
-      series.missing = series_defs.size();
-      series_defs.push_back({DriftMonitor::MissingSeriesName(schema_.fields[series.column].name),
-                             SeriesKind::kMissing});
+      series.missing = defs.size();
+      defs.push_back({DriftMonitor::MissingSeriesName(schema_.fields[series.column].name),
+                      SeriesKind::kMissing});
     }
     malformed_series_ = kNoSeries;
     if (watch_malformed_) {
-      malformed_series_ = series_defs.size();
-      series_defs.push_back({std::string(DriftMonitor::kMalformedSeries), SeriesKind::kMalformed});
+      malformed_series_ = defs.size();
+      defs.push_back({std::string(DriftMonitor::kMalformedSeries), SeriesKind::kMalformed});
     }
-    auto monitor = DriftMonitor::Create(spec_, series_defs);
+    kinds_.clear();
+    for (const SeriesDef& def : defs) kinds_.push_back(def.kind);
+    missing_values_.assign(defs.size(), 0);
+    category_values_.assign(defs.size(), 0);
+    auto monitor = DriftMonitor::Create(spec_, defs);
     if (!monitor) return tl::unexpected(monitor.error());
     monitor_ = std::move(*monitor);
     monitor_->CollectEvaluations(true);
+    monitor_->UseSegments(segment_columns_.size());
     if (window_ms_ > 0) {
       monitor_->UseEventTimeWindows(window_ms_, 0);
       monitor_->RestoreClock(restored_max_us_, restored_watermark_us_);
+    }
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      for (const std::string& key : layout.keys[i]) WatchKey(i, key);
     }
     return Ok();
   }
@@ -969,15 +1709,19 @@ class DriftStage::Impl {
           "drift: model '{}' has records in more than one Kafka partition: its record-count "
           "windows (drift.windowRecords) then depend on batching and read order. Key the input "
           "records by model, or use event-time windows (query.window) for results that do not",
-          NameOf(model));
+          names_[model]);
     }
   }
 
   // The model's dense id: one hash lookup of the record's bytes (no copy), none when the
-  // record is of the same model as the one before. With `keys_`, its ids: the monitor's ids
-  // must come from one place.
+  // record is of the same model as the one before. With `model_keys_`, its ids: the monitor's
+  // ids must come from one place.
   uint32_t Intern(std::string_view name) {
-    if (keys_) return keys_->Intern(name);
+    if (model_keys_) {
+      const uint32_t id = model_keys_->Intern(name);
+      SyncNames();
+      return id;
+    }
     if (last_id_ != UINT32_MAX && name == names_[last_id_]) return last_id_;
     auto it = ids_.find(name);
     if (it == ids_.end()) {
@@ -988,12 +1732,14 @@ class DriftStage::Impl {
     return last_id_;
   }
 
-  const std::string& NameOf(uint32_t id) const { return keys_ ? keys_->Name(id) : names_[id]; }
-
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
-  };
+  // names_ and ids_ for the ids model_keys_ gave since the last call.
+  void SyncNames() {
+    while (names_.size() < model_keys_->size()) {
+      const auto id = static_cast<uint32_t>(names_.size());
+      names_.push_back(model_keys_->Name(id));
+      ids_.emplace(names_.back(), id);
+    }
+  }
 
   DriftSpec spec_;
   std::vector<MetadataColumn> metadata_columns_;  // the metadata columns of schema_
@@ -1018,16 +1764,39 @@ class DriftStage::Impl {
   bool watch_missing_ = false;
   bool watch_malformed_ = false;
   size_t malformed_series_ = kNoSeries;
+  /// Per monitor series: numeric or categorical, and (until the monitor watches them) the
+  /// categorical values and the null values the seams above took.
+  std::vector<SeriesKind> kinds_;
+  std::vector<int64_t> category_values_;
+  std::vector<int64_t> missing_values_;
+  std::vector<MapKey> keys_;       // watched map keys, by id
+  std::vector<KeySlot> key_slots_;  // one per map series column
+  /// Segments: the columns (indices into schema_) and their names as the state was keyed by
+  /// (empty: per model, also for a checkpoint written before segments).
+  std::vector<int> segment_columns_;
+  std::vector<std::string> active_segments_;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> base_ids_;
+  std::vector<Base> bases_;
+  std::vector<uint32_t> monitor_base_;  // by monitor id
+  std::vector<uint32_t> dirty_bases_;
+  std::vector<std::pair<std::string, std::string>> restored_admits_;
+  std::vector<uint32_t> row_models_;  // per row of the batch being fed
+  std::string composite_;
+  DriftStage::ShapeCounts counts_;        // since start
+  DriftStage::ShapeCounts batch_counts_;  // this batch
   std::unique_ptr<DriftMonitor> monitor_;
   bool layout_dirty_ = false;
-  std::shared_ptr<KeyInterner> keys_;  // the query's model ids, shared with the aggregation
+  /// The query's model ids, shared with the aggregation (per model only, no segments): ids_
+  /// and names_ follow its ids.
+  std::shared_ptr<KeyInterner> model_keys_;
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids_;
-  std::vector<std::string> names_;  // by id (without keys_)
+  std::vector<std::string> names_;  // by id
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
   std::vector<Evaluation> evaluations_;
   bool want_evaluation_rows_ = false;
+  /// By (the model as the monitor knows it, series).
   std::map<std::pair<std::string, std::string>, Evaluation> latest_;
   std::set<std::pair<std::string, std::string>> dirty_evaluations_;
 };
@@ -1052,6 +1821,10 @@ bool DriftStage::HasClosableWindows(int64_t watermark_us) const {
   return impl_->HasClosableWindows(watermark_us);
 }
 int64_t DriftStage::ModelsAcrossPartitions() const { return impl_->ModelsAcrossPartitions(); }
+const DriftStage::ShapeCounts& DriftStage::Counts() const { return impl_->Counts(); }
+std::vector<DriftStage::SeriesValues> DriftStage::SeriesValueCounts() const {
+  return impl_->SeriesValueCounts();
+}
 std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
   return impl_->ModelStats();
 }

@@ -51,6 +51,26 @@ class DriftStage final : public Stage {
   /// Record-count windows: models seen in more than one input partition so far.
   int64_t ModelsAcrossPartitions() const;
 
+  /// What drift could not watch since start: values of map keys a model was not let in to
+  /// (drift.maxKeysPerModel, maxKeys), and rows of segments it was not let in to
+  /// (maxSegmentsPerModel). The batch's own counts are in its StageProgress.
+  struct ShapeCounts {
+    int64_t values_over_key_cap = 0;
+    int64_t rows_over_segment_cap = 0;
+  };
+  const ShapeCounts& Counts() const;
+
+  /// Per series, in the monitor's order: its name, whether it is categorical, and the
+  /// categorical values and null values handed to the categorical and missing-value seams
+  /// since start (drift_stage.cc, ObserveCategory / ObserveMissing).
+  struct SeriesValues {
+    std::string series;
+    bool categorical = false;
+    int64_t categories = 0;
+    int64_t missing = 0;
+  };
+  std::vector<SeriesValues> SeriesValueCounts() const;
+
   /// Starts the model's baselines over (DriftMonitor::ResetBaselines); persisted with the
   /// next CollectDirty. False for an unknown model.
   bool ResetBaselines(const std::string& model);

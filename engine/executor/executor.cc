@@ -790,6 +790,8 @@ class QueryExecutor::Impl {
     progress.drift_dirty_bytes = stage_progress.drift_dirty_bytes;
     progress.drift_put_bytes = stage_progress.drift_put_bytes;
     progress.state_dirty_bytes = stage_progress.state_dirty_bytes;
+    progress.drift_values_over_key_cap = stage_progress.drift_values_over_key_cap;
+    progress.drift_rows_over_segment_cap = stage_progress.drift_rows_over_segment_cap;
     progress.state_keys_written = static_cast<int64_t>(puts.size());
     progress.state_keys_deleted = static_cast<int64_t>(deletes.size());
     for (const auto& [key, value] : puts) {
@@ -1046,6 +1048,8 @@ class QueryExecutor::Impl {
     progress.drift_dirty_bytes = report.stages.drift_dirty_bytes;
     progress.drift_put_bytes = report.stages.drift_put_bytes;
     progress.state_dirty_bytes = report.stages.state_dirty_bytes;
+    progress.drift_values_over_key_cap = report.stages.drift_values_over_key_cap;
+    progress.drift_rows_over_segment_cap = report.stages.drift_rows_over_segment_cap;
     progress.state_keys_written = report.state_keys_written;
     progress.state_bytes_written = report.state_bytes_written;
     progress.state_keys_deleted = report.state_keys_deleted;

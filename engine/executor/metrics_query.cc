@@ -1,5 +1,7 @@
 #include "engine/executor/metrics_query.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -87,6 +89,8 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   data_.state_bytes = progress.state.bytes;
   data_.state_groups = progress.num_groups;
   data_.lost_records += progress.lost_records;
+  data_.drift_values_over_key_cap += progress.drift_values_over_key_cap;
+  data_.drift_rows_over_segment_cap += progress.drift_rows_over_segment_cap;
   data_.last_batch_timestamp_ms = progress.timestamp_ms;
   data_.last_batch_id = progress.batch_id;
   data_.last_batch_input_rows = progress.num_input_rows;
@@ -102,17 +106,23 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   while (batches_.size() > std::max<size_t>(options_.progress_history, 2)) batches_.pop_front();
 }
 
+std::string ModelLabel(std::string_view model, std::string_view segment) {
+  if (segment.empty()) return std::string(model);
+  return fmt::format("{} [{}]", model, segment);
+}
+
 void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
                                const std::vector<Evaluation>& evaluations, int64_t now_ms) {
   if (events.empty() && evaluations.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const AlertEvent& event : events) {
-    ++data_.alerts_by_model[{event.model, event.level}];
+    ++data_.alerts_by_model[{event.model, event.segment, event.level}];
     AlertSummary& summary = alerts_.emplace_back();
     summary.alert_id = event.alert_id;
     summary.level = event.level;
     summary.previous_level = event.previous_level;
     summary.model = event.model;
+    summary.segment = event.segment;
     summary.series = event.series;
     summary.detector = event.detector;
     summary.statistic = event.statistic;
@@ -123,8 +133,9 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     while (alerts_.size() > options_.alert_history) alerts_.pop_front();
   }
   for (const Evaluation& evaluation : evaluations) {
-    ++data_.evaluations_by_model[evaluation.model];
-    auto key = std::make_pair(evaluation.model, evaluation.series);
+    const std::string label = ModelLabel(evaluation.model, evaluation.segment);
+    ++data_.evaluations_by_model[label];
+    auto key = std::make_pair(label, evaluation.series);
     EvaluationPoint point;
     point.batch_id = evaluation.batch_id;
     point.window_end_record = evaluation.window_end_record;
@@ -147,7 +158,7 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
 void QueryMetrics::RecordRestoredEvaluations(std::vector<Evaluation> latest) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Evaluation& evaluation : latest) {
-    auto key = std::make_pair(evaluation.model, evaluation.series);
+    auto key = std::make_pair(ModelLabel(evaluation.model, evaluation.segment), evaluation.series);
     data_.evaluations[std::move(key)] = std::move(evaluation);
   }
 }

@@ -48,12 +48,17 @@ struct LagGauge {
   bool bytes = false;     // the file source counts bytes, not records
 };
 
+/// How the status page, `driftd status` and the series history name a model's segment:
+/// "fraud-v7 [country=DE,channel=app]", or the model's name without segments.
+std::string ModelLabel(std::string_view model, std::string_view segment);
+
 /// One alert event, as the status page lists it.
 struct AlertSummary {
   std::string alert_id;
   AlertLevel level = AlertLevel::kOk;
   AlertLevel previous_level = AlertLevel::kOk;
   std::string model;
+  std::string segment;  // empty without segments
   std::string series;
   std::string detector;
   double statistic = 0;
@@ -98,13 +103,17 @@ struct QueryMetricsSnapshot {
   int64_t state_bytes = 0;
   int64_t state_groups = 0;
   int64_t lost_records = 0;
-  /// Alert events emitted since start, by (model, level).
-  std::map<std::pair<std::string, AlertLevel>, int64_t> alerts_by_model;
+  /// Alert events emitted since start, by (model, segment, level).
+  std::map<std::tuple<std::string, std::string, AlertLevel>, int64_t> alerts_by_model;
   /// The latest evaluation of each (model, series), from the first evaluation on and restored
-  /// from the checkpoint after a restart.
+  /// from the checkpoint after a restart; by (ModelLabel, series).
   std::map<std::pair<std::string, std::string>, Evaluation> evaluations;
-  /// Windows closed per model since start (evaluated or not).
+  /// Windows closed per model (and segment: ModelLabel) since start (evaluated or not).
   std::map<std::string, int64_t> evaluations_by_model;
+  /// Drift values and rows not watched since start: map keys over drift.maxKeysPerModel (or
+  /// maxKeys), segments over maxSegmentsPerModel.
+  int64_t drift_values_over_key_cap = 0;
+  int64_t drift_rows_over_segment_cap = 0;
   /// The drift state of each model as the monitor holds it (restored state included, so a
   /// restarted daemon shows a model still in ALERT before any new alert event).
   std::vector<DriftMonitor::ModelStats> drift_models;
@@ -152,7 +161,7 @@ class QueryMetrics {
   std::vector<AlertSummary> RecentAlerts() const;
   /// The last batches (as many as progress_history), oldest first.
   std::vector<BatchPoint> RecentBatches() const;
-  /// The last evaluations of (model, series), oldest first.
+  /// The last evaluations of (model, series), oldest first; `model` as ModelLabel names it.
   std::vector<EvaluationPoint> SeriesHistory(const std::string& model,
                                              const std::string& series) const;
   /// How long the current loop iteration has been running without progress; 0 while the

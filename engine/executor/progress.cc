@@ -161,6 +161,11 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
     root.Int("driftDirtyBytes", p.drift_dirty_bytes);
     root.Int("driftBytesWritten", p.drift_put_bytes);
   }
+  if (p.drift_values_over_key_cap > 0 || p.drift_rows_over_segment_cap > 0) {
+    // What drift left out of the batch: its caps on map keys and segments per model.
+    root.Int("driftValuesOverKeyCap", p.drift_values_over_key_cap);
+    root.Int("driftRowsOverSegmentCap", p.drift_rows_over_segment_cap);
+  }
     if (p.models_across_partitions > 0) {
     // Record-count drift windows of these models depend on read order (drift_stage.h).
     root.Int("driftModelsAcrossPartitions", p.models_across_partitions);

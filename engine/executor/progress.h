@@ -45,6 +45,10 @@ struct ProgressRecord {
   int64_t drift_dirty_series = 0;
   int64_t drift_dirty_bytes = 0;
   int64_t drift_put_bytes = 0;  // keys and values of the drift monitor's puts
+  /// Drift values and rows not watched: map keys over drift.maxKeysPerModel (or maxKeys),
+  /// segments over maxSegmentsPerModel.
+  int64_t drift_values_over_key_cap = 0;
+  int64_t drift_rows_over_segment_cap = 0;
   int64_t num_groups = 0;
   int64_t rows_updated = 0;
   int64_t dropped_by_watermark = 0;

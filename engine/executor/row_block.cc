@@ -35,6 +35,21 @@ void RowBlockWriter::AddRow(const RecordBatch& batch, size_t row, int64_t late_b
         for (size_t e = 0; e < n; ++e) w.F64(data[e]);
         break;
       }
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap: {
+        w.U32(static_cast<uint32_t>(column.EntryEnd(row) - column.EntryBegin(row)));
+        for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
+          if (IsMap(column.type)) w.Str(column.Key(e));
+          w.U8(column.entry_valid[e]);
+          if (column.type == FieldType::kDoubleMap) {
+            w.F64(column.f64[e]);
+          } else {
+            w.Str(column.String(e));
+          }
+        }
+        break;
+      }
     }
   }
   ++rows_;
@@ -110,6 +125,29 @@ Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t parti
             for (uint32_t e = 0; e < n; ++e) column.f64.push_back(r.F64());
           }
           column.arr_offsets.push_back(static_cast<uint32_t>(column.f64.size()));
+          break;
+        }
+        case FieldType::kStringArray:
+        case FieldType::kDoubleMap:
+        case FieldType::kStringMap: {
+          if (valid) {
+            const uint32_t n = r.U32();
+            if (n > r.remaining() / 5) return corrupt("truncated entries");
+            for (uint32_t e = 0; e < n && !r.failed(); ++e) {
+              if (IsMap(column.type)) {
+                column.key_data.append(r.Str());
+                column.key_offsets.push_back(static_cast<uint32_t>(column.key_data.size()));
+              }
+              column.entry_valid.push_back(r.U8() != 0 ? 1 : 0);
+              if (column.type == FieldType::kDoubleMap) {
+                column.f64.push_back(r.F64());
+              } else {
+                column.str_data.append(r.Str());
+                column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+              }
+            }
+          }
+          column.arr_offsets.push_back(static_cast<uint32_t>(column.entry_valid.size()));
           break;
         }
       }

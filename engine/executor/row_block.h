@@ -7,7 +7,9 @@
 // Encoding (little-endian, drift/codec.h): u8 version (1) | clock mark | u32 rows | rows, a row
 // being i64 late_before | i64 event_us | per schema field: u8 valid, then the value (string:
 // u32 length + bytes; double: f64; long, int, boolean, timestamp: i64; array<double>: u32
-// count + f64 each). Readers refuse other versions and truncated blocks (kCorruption).
+// count + f64 each; array<string> and maps: u32 count + per entry (a map's key: u32 length +
+// bytes) u8 valid, the value). Readers refuse other versions and truncated blocks
+// (kCorruption).
 //
 // A value type; thread-compatible.
 #pragma once

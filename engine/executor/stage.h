@@ -60,6 +60,10 @@ struct StageProgress {
   /// The encoded size of the state the stage changed: the values it puts (drift: its records'
   /// changed parts, drift_dirty_bytes, and its evaluations), beside what the commit writes.
   int64_t state_dirty_bytes = 0;
+  /// Drift: values of map keys and rows of segments not watched, their model being at
+  /// drift.maxKeysPerModel (or maxKeys) and maxSegmentsPerModel.
+  int64_t drift_values_over_key_cap = 0;
+  int64_t drift_rows_over_segment_cap = 0;
 };
 
 class Stage {

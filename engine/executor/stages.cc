@@ -174,11 +174,30 @@ class AggregationStage final : public Stage {
 };
 
 // A query without aggregation: its input rows (the selected columns) as the stats stream, in
-// append and update mode alike.
+// append and update mode alike. A struct's leaves are written back as a nested object.
 class SelectStage final : public Stage {
  public:
   SelectStage(const PipelineSpec& spec, StatsModes modes)
-      : schema_(QuerySchema(spec)), modes_(modes), columns_(SelectOutputColumns(spec)) {}
+      : schema_(QuerySchema(spec)), modes_(modes) {
+    for (int index : SelectOutputColumns(spec)) {
+      const Field& field = schema_.fields[static_cast<size_t>(index)];
+      const std::vector<std::string> keys =
+          field.path.empty() ? std::vector<std::string>{field.name} : field.path;
+      OutNode* node = &root_;
+      for (size_t k = 0; k + 1 < keys.size(); ++k) {
+        auto it = std::find_if(node->children.begin(), node->children.end(),
+                               [&](const OutNode& child) {
+                                 return child.column < 0 && child.key == keys[k];
+                               });
+        if (it == node->children.end()) {
+          node->children.push_back(OutNode{keys[k], -1, {}});
+          it = node->children.end() - 1;
+        }
+        node = &*it;
+      }
+      node->children.push_back(OutNode{keys.back(), index, {}});
+    }
+  }
 
   std::string_view state_namespace() const override { return ""; }
   Status Restore(std::string_view, std::string_view) override { return Ok(); }
@@ -187,7 +206,7 @@ class SelectStage final : public Stage {
     if (!modes_.append && !modes_.update) return;
     for (size_t row = 0; row < batch.num_rows; ++row) {
       std::string json;
-      Render(batch, row, json);
+      Render(root_, batch, row, json);
       if (modes_.append) output.stats_append.Add("", json);
       if (modes_.update) output.stats_update.Add("", std::move(json));
     }
@@ -197,32 +216,21 @@ class SelectStage final : public Stage {
 
  private:
   // In step with the stats shape of a query without aggregation (engine/row_shape.cc).
-  void Render(const RecordBatch& batch, size_t row, std::string& out) const {
+  // The output object: a column's value, or (column < 0) an object of its children.
+  struct OutNode {
+    std::string key;
+    int column = -1;
+    std::vector<OutNode> children;
+  };
+
+  static void Render(const OutNode& node, const RecordBatch& batch, size_t row, std::string& out) {
     JsonObject object(out);
-    for (int index : columns_) {
-      const Field& field = schema_.fields[index];
-      const Column& column = batch.columns[index];
-      if (column.IsNull(row)) {
-        object.Null(field.name);
-        continue;
-      }
-      switch (field.type) {
-        case FieldType::kString: object.String(field.name, column.String(row)); break;
-        case FieldType::kDouble: object.Number(field.name, column.f64[row]); break;
-        case FieldType::kLong:
-        case FieldType::kInt: object.Int(field.name, column.i64[row]); break;
-        case FieldType::kBoolean: object.Bool(field.name, column.i64[row] != 0); break;
-        case FieldType::kTimestamp: object.Timestamp(field.name, column.i64[row]); break;
-        case FieldType::kDoubleArray: {
-          object.Key(field.name);
-          out.push_back('[');
-          for (size_t e = 0; e < column.ArraySize(row); ++e) {
-            if (e > 0) out.push_back(',');
-            AppendJsonNumber(out, column.ArrayData(row)[e]);
-          }
-          out.push_back(']');
-          break;
-        }
+    for (const OutNode& child : node.children) {
+      object.Key(child.key);
+      if (child.column >= 0) {
+        AppendJsonValue(out, batch.columns[static_cast<size_t>(child.column)], row);
+      } else {
+        Render(child, batch, row, out);
       }
     }
     object.Close();
@@ -230,7 +238,7 @@ class SelectStage final : public Stage {
 
   Schema schema_;
   StatsModes modes_;
-  std::vector<int> columns_;
+  OutNode root_;
 };
 
 }  // namespace

@@ -144,7 +144,7 @@ ExprResult<std::vector<Token>> Lex(std::string_view text) {
         if (text.substr(i, 2) == two) token.text = std::string(two);
       }
       if (token.text.empty()) {
-        if (std::string_view("+-*/%()[],=<>").find(c) == std::string_view::npos) {
+        if (std::string_view("+-*/%()[],=<>.").find(c) == std::string_view::npos) {
           return tl::unexpected(ErrorAt(i, fmt::format("unexpected character '{}'", c)));
         }
         token.text = std::string(1, c);
@@ -200,8 +200,10 @@ struct Node {
   int64_t i = 0;
   std::string s;
   bool null = false;
-  // kColumn: name and index; kCall: function name.
+  // kColumn: name and index; kCall: function name. `dotted`: the name was written with
+  // '.' (a struct's field or a map's key: `segment.country`, `features.amount`).
   std::string name;
+  bool dotted = false;
   int column = -1;
   const FunctionDef* fn = nullptr;
   // kCase: args = [operand] (when, then)... [else].
@@ -530,7 +532,23 @@ class Parser {
   NodeResult Postfix() {
     auto base = Primary();
     if (!base) return base;
-    while (IsSymbol("[")) {
+    while (IsSymbol("[") || IsSymbol(".")) {
+      if (IsSymbol(".")) {
+        // A struct's field or a map's key: the dotted name is resolved by the checker.
+        const size_t at = Next().offset;
+        const Token& field = Peek();
+        if (field.kind != Tok::kIdent && field.kind != Tok::kQuotedIdent) {
+          return tl::unexpected(Unexpected("a field name after '.'"));
+        }
+        if ((*base)->op != Op::kColumn) {
+          return tl::unexpected(ErrorAt(at, "'.' names a field of a struct or a key of a map: "
+                                            "it must follow a column's name"));
+        }
+        (*base)->name += "." + field.text;
+        (*base)->dotted = true;
+        Next();
+        continue;
+      }
       const size_t at = Next().offset;
       auto index = Expression();
       if (!index) return index;
@@ -729,7 +747,7 @@ constexpr FunctionDef kFunctions[] = {
     {"least", Fn::kLeast, 2, SIZE_MAX, "least(a, b, ...)"},
     {"greatest", Fn::kGreatest, 2, SIZE_MAX, "greatest(a, b, ...)"},
     {"coalesce", Fn::kCoalesce, 1, SIZE_MAX, "coalesce(a, b, ...)"},
-    {"size", Fn::kSize, 1, 1, "size(array)"},
+    {"size", Fn::kSize, 1, 1, "size(array or map)"},
 };
 
 const FunctionDef* FindFunction(std::string_view name) {
@@ -813,7 +831,7 @@ class Checker {
   Check Run(std::unique_ptr<Node>& node) {
     switch (node->op) {
       case Op::kLiteral: return {};
-      case Op::kColumn: return Column(*node);
+      case Op::kColumn: return Column(node);
       case Op::kNeg: {
         DRIFTD_EXPR_TRY(Run(node->args[0]));
         auto& arg = node->args[0];
@@ -854,8 +872,30 @@ class Checker {
   }
 
  private:
-  Check Column(Node& node) {
+  Check Column(std::unique_ptr<Node>& slot) {
+    Node& node = *slot;
     node.column = schema_.IndexOf(node.name);
+    if (node.column < 0 && node.dotted) {
+      // `features.amount` on a map column is `features['amount']` (as in Spark); the longest
+      // name that is a map column is the map, the rest its key.
+      for (size_t dot = node.name.rfind('.'); dot != std::string::npos && dot > 0;
+           dot = node.name.rfind('.', dot - 1)) {
+        const int map = schema_.IndexOf(std::string_view(node.name).substr(0, dot));
+        if (map < 0 || !IsMap(schema_.fields[static_cast<size_t>(map)].type)) continue;
+        auto key = MakeNode(Op::kLiteral, node.offset);
+        key->type = FieldType::kString;
+        key->s = node.name.substr(dot + 1);
+        auto column = MakeNode(Op::kColumn, node.offset);
+        column->name = node.name.substr(0, dot);
+        column->column = map;
+        column->type = schema_.fields[static_cast<size_t>(map)].type;
+        auto index = MakeNode(Op::kIndex, node.offset);
+        index->args.push_back(std::move(column));
+        index->args.push_back(std::move(key));
+        slot = std::move(index);
+        return Index(*slot);
+      }
+    }
     if (node.column < 0) {
       ExprError error = ErrorAt(node.offset, fmt::format("unknown column '{}'", node.name));
       error.unknown_name = node.name;
@@ -909,11 +949,11 @@ class Checker {
                                      ? "; convert one side with CAST(... AS type)"
                                      : "")));
     }
-    if (*type == FieldType::kDoubleArray) {
+    if (IsCollection(*type)) {
       return tl::unexpected(
-          ErrorAt(a->offset, fmt::format("{} cannot compare array<double> values; compare an "
-                                         "element (column[0]) or size(column)",
-                                         context)));
+          ErrorAt(a->offset, fmt::format("{} cannot compare {} values; compare an element "
+                                         "(column[0], column['key']) or size(column)",
+                                         context, FieldTypeName(*type))));
     }
     Coerce(a, *type);
     Coerce(b, *type);
@@ -941,8 +981,9 @@ class Checker {
       }
       type = common;
     }
-    if (*type == FieldType::kDoubleArray) {
-      return tl::unexpected(ErrorAt(node.offset, "IN cannot compare array<double> values"));
+    if (IsCollection(*type)) {
+      return tl::unexpected(ErrorAt(
+          node.offset, fmt::format("IN cannot compare {} values", FieldTypeName(*type))));
     }
     for (auto& arg : node.args) Coerce(arg, *type);
     node.type = FieldType::kBoolean;
@@ -1004,7 +1045,7 @@ class Checker {
     DRIFTD_EXPR_TRY(Run(node.args[0]));
     Coerce(node.args[0], node.cast_to);
     const FieldType from = *node.args[0]->type;
-    if (from == FieldType::kDoubleArray) {
+    if (IsCollection(from)) {
       return Mismatch(*node.args[0], "CAST", "a scalar value");
     }
     const FieldType to = node.cast_to;
@@ -1019,15 +1060,25 @@ class Checker {
     return {};
   }
 
+  // array[i] (0-based) and map['key'].
   Check Index(Node& node) {
     for (auto& arg : node.args) DRIFTD_EXPR_TRY(Run(arg));
     Coerce(node.args[0], FieldType::kDoubleArray);
+    const FieldType container = *node.args[0]->type;
+    if (IsMap(container)) {
+      Coerce(node.args[1], FieldType::kString);
+      if (*node.args[1]->type != FieldType::kString) {
+        return Mismatch(*node.args[1], "a map key", "a string");
+      }
+      node.type = container == FieldType::kDoubleMap ? FieldType::kDouble : FieldType::kString;
+      return {};
+    }
     Coerce(node.args[1], FieldType::kLong);
-    if (*node.args[0]->type != FieldType::kDoubleArray) {
-      return Mismatch(*node.args[0], "[index]", "an array<double>");
+    if (container != FieldType::kDoubleArray && container != FieldType::kStringArray) {
+      return Mismatch(*node.args[0], "[index]", "an array or a map");
     }
     if (!IsIntegral(*node.args[1]->type)) return Mismatch(*node.args[1], "an array index", "an integer");
-    node.type = FieldType::kDouble;
+    node.type = container == FieldType::kDoubleArray ? FieldType::kDouble : FieldType::kString;
     return {};
   }
 
@@ -1072,15 +1123,18 @@ class Checker {
         for (size_t i = 0; i < all.size(); ++i) all[i] = i;
         DRIFTD_EXPR_TRY(Branches(node, all, context));
         if (def.fn != Fn::kCoalesce && node.type &&
-            (*node.type == FieldType::kDoubleArray || *node.type == FieldType::kBoolean)) {
+            (IsCollection(*node.type) || *node.type == FieldType::kBoolean)) {
           return Mismatch(*node.args[0], context, "numbers, strings or timestamps");
+        }
+        if (node.type && IsCollection(*node.type) && *node.type != FieldType::kDoubleArray) {
+          return Mismatch(*node.args[0], context, "scalar values or array<double>");
         }
         return {};
       }
       case Fn::kSize:
         Coerce(node.args[0], FieldType::kDoubleArray);
-        if (*node.args[0]->type != FieldType::kDoubleArray) {
-          return Mismatch(*node.args[0], context, "an array<double>");
+        if (!IsCollection(*node.args[0]->type)) {
+          return Mismatch(*node.args[0], context, "an array or a map");
         }
         node.type = FieldType::kInt;
         return {};
@@ -1100,22 +1154,15 @@ namespace {
 
 void Prepare(Column& c, FieldType type, size_t rows) {
   c.type = type;
+  c.Clear();  // with the leading offsets of variable-width columns
   c.valid.assign(rows, 1);
-  c.f64.clear();
-  c.i64.clear();
-  c.str_offsets.clear();
-  c.str_data.clear();
-  c.arr_offsets.clear();
   switch (type) {
     case FieldType::kDouble: c.f64.resize(rows); break;
-    case FieldType::kString:
-      c.str_offsets.reserve(rows + 1);
-      c.str_offsets.push_back(0);
-      break;
+    case FieldType::kString: c.str_offsets.reserve(rows + 1); break;
     case FieldType::kDoubleArray:
-      c.arr_offsets.reserve(rows + 1);
-      c.arr_offsets.push_back(0);
-      break;
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: c.arr_offsets.reserve(rows + 1); break;
     default: c.i64.resize(rows); break;
   }
 }
@@ -1152,6 +1199,8 @@ void PutNull(Column& out, size_t at) {
     out.str_offsets.push_back(static_cast<uint32_t>(out.str_data.size()));
   } else if (out.type == FieldType::kDoubleArray) {
     out.arr_offsets.push_back(static_cast<uint32_t>(out.f64.size()));
+  } else if (IsCollection(out.type)) {
+    out.arr_offsets.push_back(static_cast<uint32_t>(out.entry_valid.size()));
   }
   out.valid[at] = 0;
 }
@@ -1280,7 +1329,10 @@ class Evaluator {
           out.str_data += node.s;
           out.str_offsets.push_back(static_cast<uint32_t>(out.str_data.size()));
           break;
-        case FieldType::kDoubleArray: PutNull(out, row); break;  // no array literals
+        case FieldType::kDoubleArray:
+        case FieldType::kStringArray:
+        case FieldType::kDoubleMap:
+        case FieldType::kStringMap: PutNull(out, row); break;  // no collection literals
         default: out.i64[row] = node.i; break;
       }
     }
@@ -1578,7 +1630,10 @@ class Evaluator {
           out.i64[row] = value.value_or(0);
           break;
         }
-        case FieldType::kDoubleArray: PutNull(out, row); break;  // rejected by the checker
+        case FieldType::kDoubleArray:
+        case FieldType::kStringArray:
+        case FieldType::kDoubleMap:
+        case FieldType::kStringMap: PutNull(out, row); break;  // rejected by the checker
       }
     }
   }
@@ -1587,6 +1642,7 @@ class Evaluator {
     const Column& array = Eval(*node.args[0]);
     const Column& index = Eval(*node.args[1]);
     Column& out = node.out;
+    if (array.type != FieldType::kDoubleArray) return Element(array, index, node);
     Prepare(out, FieldType::kDouble, rows_);
     for (size_t row = 0; row < rows_; ++row) {
       // 0-based, as Spark's array[i]; out of range is NULL.
@@ -1594,6 +1650,45 @@ class Evaluator {
                          static_cast<uint64_t>(index.i64[row]) < array.ArraySize(row);
       out.valid[row] = known;
       out.f64[row] = known ? array.ArrayData(row)[index.i64[row]] : 0;
+    }
+  }
+
+  // array<string>[i] and map['key']: NULL when the array, the map, the index or the key is,
+  // when the index is out of range or the key absent, and when the element's value is.
+  void Element(const Column& container, const Column& index, Node& node) {
+    Column& out = node.out;
+    Prepare(out, *node.type, rows_);
+    const bool map = IsMap(container.type);
+    size_t hint = 0;  // maps of one producer list their keys in one order
+    for (size_t row = 0; row < rows_; ++row) {
+      size_t found = SIZE_MAX;
+      if (container.valid[row] && index.valid[row]) {
+        const size_t begin = container.EntryBegin(row);
+        const size_t count = container.EntryEnd(row) - begin;
+        if (!map) {
+          if (index.i64[row] >= 0 && static_cast<uint64_t>(index.i64[row]) < count) {
+            found = begin + static_cast<size_t>(index.i64[row]);
+          }
+        } else {
+          const std::string_view key = index.String(row);
+          for (size_t i = 0; i < count; ++i) {
+            const size_t at = begin + (hint + i) % count;
+            if (container.Key(at) == key) {
+              found = at;
+              hint = (hint + i) % count;
+              break;
+            }
+          }
+        }
+      }
+      if (found == SIZE_MAX || container.EntryNull(found)) {
+        PutNull(out, row);
+      } else if (out.type == FieldType::kDouble) {
+        out.f64[row] = container.f64[found];
+      } else {
+        out.str_data.append(container.String(found));
+        out.str_offsets.push_back(static_cast<uint32_t>(out.str_data.size()));
+      }
     }
   }
 
@@ -1712,7 +1807,9 @@ class Evaluator {
         const Column& a = *inputs[0];
         for (size_t row = 0; row < rows_; ++row) {
           out.valid[row] = a.valid[row];  // NULL for a NULL array (Spark's non-legacy size)
-          out.i64[row] = a.valid[row] ? static_cast<int64_t>(a.ArraySize(row)) : 0;
+          out.i64[row] = a.valid[row] ? static_cast<int64_t>(a.arr_offsets[row + 1] -
+                                                              a.arr_offsets[row])
+                                      : 0;
         }
         return;
       }

@@ -158,6 +158,19 @@ void KeepColumnRows(Column& column, const std::vector<uint8_t>& keep) {
       column.f64.resize(write);
       break;
     }
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: {
+      // Entries of several kinds move together: rebuilt rather than moved in place.
+      Column kept;
+      kept.type = column.type;
+      kept.Clear();
+      for (size_t row = 0; row < rows; ++row) {
+        if (keep[row]) kept.AppendRow(column, row);
+      }
+      column = std::move(kept);
+      return;
+    }
     case FieldType::kDouble:
       for (size_t row = 0; row < rows; ++row) {
         if (!keep[row]) continue;

@@ -71,7 +71,8 @@ const std::vector<BrokenCase> kCases = {
     {"trigger_once_false", "trigger.once", 15, "'once: false' is not a trigger"},
     {"drift_series_model_column", "drift.series[0]", 16, "is the model column"},
     {"drift_series_boolean", "drift.series[0]", 17,
-     "expected a numeric (double, long, int), array<double> or string (categorical) column"},
+     "expected a numeric (double, long, int), array<double> or map<string,double> column, or a "
+     "categorical string"},
     {"drift_model_not_grouped", "drift.modelColumn", 17, "must be one of the query's groupBy"},
     {"drift_without_groupby", "drift", 14, "no groupBy"},
     {"detector_unknown_param", "drift.detectors[0].bin", 18, "did you mean 'bins'?"},

@@ -160,6 +160,13 @@ drift:
 )")));
   CHECK(problem.path == "drift.series[0]");
   CHECK_THAT(problem.message, Catch::Matchers::Contains("is of type boolean"));
+  const ConfigProblem timestamp = OnlyError(ParseText(WithQuery(R"(  select: ["CAST(prediction AS timestamp) AS p"]
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [p]
+)")));
+  CHECK_THAT(timestamp.message, Catch::Matchers::Contains("is of type timestamp"));
 }
 
 TEST_CASE("the fingerprint holds derived columns' names and types, not their expressions",

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "config/loader.h"
 #include "connectors/registry.h"
@@ -87,6 +88,34 @@ TEST_CASE("an unknown protobuf message type is an error at the messageType optio
   CHECK_THAT(text, Catch::Contains("test.yaml:11:18: source.valueOptions.messageType: "));
   CHECK_THAT(text, Catch::Contains("no message type 'driftd.test.Inferense'") &&
                        Catch::Contains("driftd.test.Inference"));
+}
+
+TEST_CASE("avro and protobuf refuse struct, map and array<string> fields, naming the field",
+          "[config][format][types]") {
+  for (const std::string& format :
+       {std::string("avro\n  valueOptions: {schemaFile: /nonexistent/v1.avsc}\n"),
+        std::string("protobuf\n  valueOptions: {descriptorFile: ") + DRIFTD_TEST_DESCRIPTOR +
+            ", messageType: driftd.test.Inference}\n"}) {
+    LoadOptions options = testing::TestOptions();
+    options.value_formats = &ValueFormats();
+    std::string text = std::string(kHead) + "  valueFormat: " + format + std::string(kTail);
+    text.replace(text.find("  - {name: prediction, type: double}\n"), 0,
+                 "  - name: segment\n    type: struct<country:string>\n");
+    auto spec = ParsePipeline(text, "test.yaml", options);
+    REQUIRE_FALSE(spec);
+    const std::string name = format.substr(0, format.find('\n'));
+    INFO(testing::ProblemText(spec));
+    CHECK_THAT(testing::ProblemText(spec),
+               Catch::Contains(fmt::format("source.valueFormat: schema field 'segment' (a struct) "
+                                           "cannot be read from {} records",
+                                           name)) &&
+                   Catch::Contains("need valueFormat json"));
+    std::string with_map = std::string(kHead) + "  valueFormat: " + format + std::string(kTail);
+    with_map.replace(with_map.find("  - {name: prediction, type: double}\n"), 0,
+                     "  - {name: features, type: \"map<string,double>\"}\n");
+    CHECK_THAT(testing::ProblemText(ParsePipeline(with_map, "test.yaml", options)),
+               Catch::Contains("schema field 'features' (map<string,double>) cannot be read"));
+  }
 }
 
 TEST_CASE("a binary value format on a line-oriented source is refused", "[config][format]") {

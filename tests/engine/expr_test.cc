@@ -163,7 +163,7 @@ TEST_CASE("type mismatches are found before any row is read, at the offending op
   error = MustFail("features > 1", schema);
   CHECK(error.message.find("cannot compare") != std::string::npos);
   error = MustFail("size(prediction)", schema);
-  CHECK(error.message == "type mismatch: size() needs an array<double>, found double");
+  CHECK(error.message == "type mismatch: size() needs an array or a map, found double");
   error = MustFail("CASE WHEN ok THEN prediction ELSE model_id END", schema);
   CHECK(error.offset == 34);
   CHECK(error.message == "type mismatch: CASE mixes double and string");

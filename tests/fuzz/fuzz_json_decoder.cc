@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/batch.h"
@@ -16,7 +17,7 @@ namespace {
 
 using namespace driftd;
 
-Schema FuzzSchema(bool nullable) {
+Schema FuzzSchema(bool nullable, bool nested) {
   Schema schema;
   schema.fields = {
       {"model_id", FieldType::kString, false},
@@ -27,7 +28,53 @@ Schema FuzzSchema(bool nullable) {
       {"bucket", FieldType::kInt, nullable},
       {"label", FieldType::kBoolean, nullable},
   };
+  if (!nested) return schema;
+  // Named features and nested objects: a struct (with a struct, a map and an array inside), maps
+  // of both kinds and an array<string>.
+  for (const auto& [name, type] : {
+           std::pair<const char*, const char*>{"segment", "struct<country:string,user:struct<age:int>,"
+                                                          "extra:map<string,string>,tags:array<string>>"},
+           {"features", "map<string,double>"},
+           {"labels", "map<string,string>"},
+           {"tags", "array<string>"}}) {
+    auto spec = ParseTypeSpec(type);
+    if (!spec) std::abort();
+    AddDeclaredField(schema, name, *spec, nullable);
+  }
   return schema;
+}
+
+// The columns' offsets hold together: one per row (plus one), ascending, and the entries of
+// collections as many as their last offset says.
+void CheckColumns(const RecordBatch& batch) {
+  for (const Column& column : batch.columns) {
+    if (column.valid.size() != batch.num_rows) std::abort();
+    if (column.type == FieldType::kString &&
+        (column.str_offsets.size() != batch.num_rows + 1 ||
+         column.str_offsets.back() != column.str_data.size())) {
+      std::abort();
+    }
+    if (!IsCollection(column.type)) continue;
+    if (column.arr_offsets.size() != batch.num_rows + 1) std::abort();
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      if (column.arr_offsets[row] > column.arr_offsets[row + 1]) std::abort();
+    }
+    if (column.type == FieldType::kDoubleArray) {
+      if (column.arr_offsets.back() != column.f64.size()) std::abort();
+      continue;
+    }
+    const size_t entries = column.arr_offsets.back();
+    if (column.entry_valid.size() != entries) std::abort();
+    if (IsMap(column.type) && (column.key_offsets.size() != entries + 1 ||
+                               column.key_offsets.back() != column.key_data.size())) {
+      std::abort();
+    }
+    if (column.type == FieldType::kDoubleMap ? column.f64.size() != entries
+                                             : (column.str_offsets.size() != entries + 1 ||
+                                                column.str_offsets.back() != column.str_data.size())) {
+      std::abort();
+    }
+  }
 }
 
 }  // namespace
@@ -43,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   spec.policy = policies[control & 3];
   if (control & 4) spec.max_record_bytes = 64;
   if (control & 8) spec.max_depth = 3;
-  const Schema schema = FuzzSchema(/*nullable=*/(control & 16) != 0);
+  const Schema schema = FuzzSchema(/*nullable=*/(control & 16) != 0, /*nested=*/(control & 64) != 0);
 
   InputChunk chunk;
   std::vector<std::string_view> records;
@@ -73,6 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();  // a record neither kept nor counted
   }
   if (batch.positions.size() != batch.num_rows) std::abort();
+  CheckColumns(batch);
   for (const DeadLetter& letter : dead_letters) {
     const int64_t index = letter.position.offset;
     if (index < 0 || index >= static_cast<int64_t>(records.size())) std::abort();

@@ -239,6 +239,58 @@ TEST_CASE("a baseline built from reference records of a string feature gives the
   }
 }
 
+TEST_CASE("driftd baseline build reads map features and struct fields from JSON lines and CSV "
+          "alike",
+          "[service][baseline][drift][types]") {
+  TempDir dir("driftd-baseline-named");
+  WriteFileAt(dir / "named.yaml", fmt::format(R"(name: named
+schema:
+  - {{name: model_id, type: string}}
+  - name: segment
+    type: struct<country:string>
+  - name: features
+    type: map<string,double>
+source:
+  format: file
+  options: {{path: {}}}
+query: {{groupBy: [model_id], aggregates: [count]}}
+drift:
+  series: [features]
+  baseline: {{type: warmup, records: 200}}
+  minSamples: 100
+  windowRecords: 100
+sinks: [{{name: alerts, format: console, stream: alerts}}]
+)",
+                                              dir / "input"));
+  std::string jsonl;
+  std::string csv = "model_id,segment.country,features.amount,features.score\n";
+  for (int i = 0; i < 400; ++i) {
+    const double amount = 40 + (i * 37 % 23);
+    const double score = (i * 13 % 17) / 17.0;
+    // Key order varies in the JSON; in the CSV, each key is a column.
+    jsonl += i % 2 ? fmt::format(R"({{"model_id":"m","segment":{{"country":"DE"}},"features":{{"score":{},"amount":{}}}}})",
+                                 score, amount)
+                   : fmt::format(R"({{"model_id":"m","segment":{{"country":"DE"}},"features":{{"amount":{},"score":{}}}}})",
+                                 amount, score);
+    jsonl += "\n";
+    csv += fmt::format("m,DE,{},{}\n", amount, score);
+  }
+  WriteFileAt(dir / "reference.jsonl", jsonl);
+  WriteFileAt(dir / "reference.csv", csv);
+  RunResult from_json = RunDriftd({"baseline", "build", dir / "named.yaml", "-i",
+                                   dir / "reference.jsonl", "-o", dir / "from-json.json"});
+  INFO(from_json.output);
+  REQUIRE(from_json.exit_code == 0);
+  RunResult from_csv = RunDriftd({"baseline", "build", dir / "named.yaml", "-i",
+                                  dir / "reference.csv", "-o", dir / "from-csv.json"});
+  INFO(from_csv.output);
+  REQUIRE(from_csv.exit_code == 0);
+  const std::string statistics = ReadFile(dir / "from-json.json");
+  CHECK(ReadFile(dir / "from-csv.json") == statistics);
+  CHECK_THAT(statistics, Catch::Contains("\"features.amount\": {\"n\":400,"));
+  CHECK_THAT(statistics, Catch::Contains("\"features.score\": {\"n\":400,"));
+}
+
 TEST_CASE("driftd baseline reset starts one model's baselines over in a running daemon",
           "[service][baseline][drift][e2e]") {
   TempDir dir("driftd-rebaseline");
