@@ -1,9 +1,12 @@
 // End to end through the daemon, on inference logs shaped like the ones real serving systems
 // write: {"model_id", "event_time", "segment": {"country"}, "features": {20 named features,
 // 15 numeric and 5 categorical}, "prediction"}, JSON lines in files -> drift per (model,
-// segment) -> the alerts stream on a file sink. The categorical features reach the drift
-// stage's categorical seam; their detection is tested where it is built.
+// segment) -> the alerts stream on a file sink. Four changes, each in one segment of one
+// model: a numeric feature's shift, a categorical feature's shares moving, a new category
+// taking 10% of a feature, and a feature arriving null in 30% of records; every other series
+// of every (model, segment) stays quiet.
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 
@@ -20,7 +23,10 @@ constexpr int kCategorical = 5;
 const char* const kCountries[] = {"DE", "FR", "US", "GB"};
 
 // Rows of every (model, country) in turn, 1 ms apart; numeric feature f of model m has mean
-// m + f and sd 1 + f / 10. From `shift_row` on, model-3's f07 in FR is 1.5 sd higher.
+// m + f and sd 1 + f / 10, each categorical one is ios, android or web with equal shares. From
+// `shift_row` on: model-3's f07 in FR is 1.5 sd higher; model-5's c2 in DE is android in 60% of
+// records and ios in 10%; model-1's c4 in GB is a category never seen before ("tv") in 10%;
+// model-6's f03 in US is null in 30%.
 void WriteNamedFeatureFiles(const std::filesystem::path& dir, int files, int rows_per_file,
                             int shift_row) {
   std::filesystem::create_directories(dir);
@@ -39,12 +45,22 @@ void WriteNamedFeatureFiles(const std::filesystem::path& dir, int files, int row
       for (int k = 0; k < kNumeric; ++k) {
         const double sd = 1 + k / 10.0;
         double value = model + k + sd * normal(rng);
-        if (model == 3 && country == 1 && k == 7 && row >= shift_row) value += 1.5 * sd;
+        const bool after = row >= shift_row;
+        if (model == 3 && country == 1 && k == 7 && after) value += 1.5 * sd;
+        if (model == 6 && country == 2 && k == 3 && after && (rng() >> 11) % 10 < 3) {
+          content += fmt::format(R"("f{:02}":null,)", k);
+          continue;
+        }
         content += fmt::format(R"("f{:02}":{:.5f},)", k, value);
       }
       for (int k = 0; k < kCategorical; ++k) {
-        content += fmt::format(R"("c{}":"{}"{})", k, devices[(rng() >> 7) % 3],
-                               k + 1 < kCategorical ? "," : "");
+        const uint64_t draw = (rng() >> 11) % 100;
+        std::string_view device = devices[draw % 3];
+        if (row >= shift_row && model == 5 && country == 0 && k == 2) {
+          device = draw < 60 ? "android" : draw < 70 ? "ios" : "web";
+        }
+        if (row >= shift_row && model == 1 && country == 3 && k == 4 && draw < 10) device = "tv";
+        content += fmt::format(R"("c{}":"{}"{})", k, device, k + 1 < kCategorical ? "," : "");
       }
       content += fmt::format(R"(}},"prediction":{:.4f}}})", 0.5 + 0.1 * normal(rng));
       content += '\n';
@@ -62,8 +78,9 @@ std::string FeaturesType() {
   return type;
 }
 
-TEST_CASE("a shift of one named feature in one segment of one model alerts naming the model, "
-          "the segment and the feature; nothing else alerts",
+TEST_CASE("named, nested and categorical features: a numeric shift, categories moving, a new "
+          "category and a feature going null, each in one segment of one model, alert naming the "
+          "model, the segment, the series and the categories; nothing else alerts",
           "[e2e][drift][segments]") {
   TempDir dir;
   // 8 models x 4 countries: 4,000 rows each, the shift after the first 2,000 of each.
@@ -106,15 +123,28 @@ checkpointLocation: {checkpoint}
   auto rows = ReadCommittedFileSinkRows(dir / "alerts");
   REQUIRE(rows);
   std::set<std::string> alerting;
-  int raised = 0;
+  std::map<std::string, std::string> alert_of;  // series -> its ALERT row
   for (const std::string& row : *rows) {
     INFO(row);
-    alerting.insert(fmt::format("{} [{}] {}", JsonField(row, "model"), JsonField(row, "segment"),
-                                JsonField(row, "series")));
-    raised += JsonField(row, "level") == "ALERT";
+    alerting.insert(fmt::format("{} [{}] {} {}", JsonField(row, "model"),
+                                JsonField(row, "segment"), JsonField(row, "series"),
+                                JsonField(row, "kind")));
+    if (JsonField(row, "level") == "ALERT") {
+      CHECK(alert_of.emplace(JsonField(row, "series"), row).second);  // one ALERT a series
+    }
   }
-  CHECK(alerting == std::set<std::string>{"model-3 [segment.country=FR] features.f07"});
-  CHECK(raised == 1);
+  CHECK(alerting == std::set<std::string>{
+                        "model-3 [segment.country=FR] features.f07 drift",
+                        "model-5 [segment.country=DE] features.c2 drift",
+                        "model-1 [segment.country=GB] features.c4 drift",
+                        "model-6 [segment.country=US] features.f03:missing data_quality"});
+  CHECK(alert_of.size() == 4);
+  // The categories that moved, and the new one, are named with their shares.
+  CHECK_THAT(alert_of["features.c2"], Catch::Contains(R"("top_categories":[{"category":")"));
+  CHECK_THAT(alert_of["features.c2"], Catch::Contains(R"({"category":"android")"));
+  CHECK_THAT(alert_of["features.c2"], Catch::Contains(R"({"category":"ios")"));
+  CHECK_THAT(alert_of["features.c4"], Catch::Contains(R"("new_categories":[{"category":"tv")"));
+  CHECK(JsonField(alert_of["features.f03:missing"], "detector") == "missing_rate");
 }
 
 }  // namespace
