@@ -1483,7 +1483,8 @@ class DriftStage::Impl {
   // model, column and key), so that the series a capped model gets do not depend on the order
   // of a batch's rows, and every value of this batch reaches its series.
   void KeysOf(const RecordBatch& batch) {
-    std::vector<std::tuple<std::string_view, size_t, std::string_view>> fresh;
+    // (base, column, key): bases by id, as BaseOfModel may add bases (and move their names).
+    std::vector<std::tuple<uint32_t, size_t, std::string_view>> fresh;
     for (size_t c = 0; c < columns_.size(); ++c) {
       if (!columns_[c].is_map) continue;
       const Column& column = batch.columns[columns_[c].column];
@@ -1494,14 +1495,21 @@ class DriftStage::Impl {
         for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
           const uint32_t key = LookupKey(slot, e - column.EntryBegin(row), column.Key(e));
           if (key != kNoKey && Watched(base, key)) continue;
-          fresh.emplace_back(bases_[base].name, c, column.Key(e));
+          fresh.emplace_back(base, c, column.Key(e));
         }
       }
     }
     if (fresh.empty()) return;
-    std::sort(fresh.begin(), fresh.end());
+    // By the base's name, so that which keys a capped model gets does not depend on ids.
+    auto by_name = [&](const auto& a, const auto& b) {
+      const std::string& name_a = bases_[std::get<0>(a)].name;
+      const std::string& name_b = bases_[std::get<0>(b)].name;
+      if (name_a != name_b) return name_a < name_b;
+      return std::tie(std::get<1>(a), std::get<2>(a)) < std::tie(std::get<1>(b), std::get<2>(b));
+    };
+    std::sort(fresh.begin(), fresh.end(), by_name);
     fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
-    for (const auto& [base_name, c, key] : fresh) AdmitKey(BaseOf(base_name), c, key);
+    for (const auto& [base, c, key] : fresh) AdmitKey(base, c, key);
   }
 
   // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
