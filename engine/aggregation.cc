@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <ranges>
 #include <span>
 
 #include "engine/json_writer.h"
@@ -288,8 +287,29 @@ void Aggregator::ShareKeys(std::shared_ptr<KeyInterner> keys) {
   }
 }
 
+namespace {
+
+// Row indexes 0 .. n-1 as a range (std::views::iota does not build with clang 14 and
+// libstdc++ 12, which the fuzz build uses).
+struct AllRows {
+  struct Iterator {
+    size_t row;
+    size_t operator*() const { return row; }
+    Iterator& operator++() {
+      ++row;
+      return *this;
+    }
+    bool operator!=(const Iterator& other) const { return row != other.row; }
+  };
+  size_t n;
+  Iterator begin() const { return {0}; }
+  Iterator end() const { return {n}; }
+};
+
+}  // namespace
+
 void Aggregator::Add(const RecordBatch& batch, const RowTimes& times) {
-  AddEach(batch, times, std::views::iota(size_t{0}, batch.num_rows));
+  AddEach(batch, times, AllRows{batch.num_rows});
 }
 
 void Aggregator::AddRows(const RecordBatch& batch, const RowTimes& times,
