@@ -1979,7 +1979,14 @@ class PipelineParser {
       const ValueFormatDecl* decl = sink_info_[i].value_format;
       if (decl == nullptr || !decl->create_encoder) continue;
       auto rows = StreamRowShape(spec_, sink.stream);
-      if (!rows) continue;  // the query's own problem, reported where it is
+      if (!rows) {
+        // The query itself passed its checks: its rows are what this format cannot write.
+        problems_.Error(fmt::format("sinks[{}].valueFormat", i),
+                        sink.value_format_mark.line > 0 ? sink.value_format_mark : sink.mark,
+                        fmt::format("sink '{}' ({} stream): {}", sink.name,
+                                    StreamName(sink.stream), rows.error().message()));
+        continue;
+      }
       ValueEncoderContext context;
       context.rows = std::move(*rows);
       context.default_subject = sink.options.GetString("topic") + "-value";

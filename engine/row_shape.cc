@@ -87,9 +87,21 @@ Result<RowShape> SelectShape(const PipelineSpec& spec) {
       return MakeError(ErrorCode::kConfig, "query.select names a column the query does not have");
     }
     const Field& field = schema.fields[static_cast<size_t>(index)];
+    if (!field.path.empty() || IsMap(field.type)) {
+      // The select stage writes a struct's members back as an object and a map as one; a
+      // row shape of top-level columns does not describe either.
+      return MakeError(ErrorCode::kConfig,
+                       "column '{}' is {}: rows of a plain select are written as Avro for "
+                       "top-level scalar and array columns only; use valueFormat json for "
+                       "this stream, or select scalar columns",
+                       field.name, field.path.empty() ? "a map" : "a struct's member");
+    }
     ShapeType type =
         field.type == FieldType::kDoubleArray
             ? ShapeType::Array(ShapeType::Scalar(ShapeType::Kind::kDouble), field.nullable)
+        : field.type == FieldType::kStringArray
+            ? ShapeType::Array(ShapeType::Scalar(ShapeType::Kind::kString, /*nullable=*/true),
+                               field.nullable)
             : ShapeType::Scalar(ShapeKindOf(field.type), field.nullable);
     fields.push_back({field.name, std::move(type), {}});
   }

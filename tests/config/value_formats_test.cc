@@ -180,6 +180,51 @@ TEST_CASE("a kafka sink with valueFormat avro gets a writer schema derived from 
   CHECK(json->sinks[0].value_format == "json");
 }
 
+TEST_CASE("an avro sink of a plain select is refused at validate for a map or struct column, "
+          "and writes an array<string> column as an array of strings",
+          "[config][format][sink][types]") {
+  auto pipeline = [](std::string_view select) {
+    LoadOptions options = testing::TestOptions();
+    options.catalog = &ConnectorDeclarations();
+    options.value_formats = &ValueFormats();
+    return ParsePipeline(fmt::format(R"(name: formats
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: features, type: "map<string, double>"}}
+  - {{name: segment, type: "struct<country:string>"}}
+  - {{name: tags, type: "array<string>"}}
+source:
+  format: kafka
+  options: {{kafka.bootstrap.servers: "127.0.0.1:9092", subscribe: logs}}
+query:
+  select: [{}]
+sinks:
+  - name: rows
+    format: kafka
+    options: {{topic: rows, kafka.bootstrap.servers: "127.0.0.1:9092"}}
+    valueFormat: avro
+)",
+                                     select),
+                         "test.yaml", options);
+  };
+  auto map = pipeline("model_id, features");
+  REQUIRE_FALSE(map);
+  CHECK_THAT(testing::ProblemText(map),
+             Catch::Contains("test.yaml:16:18: sinks[0].valueFormat: sink 'rows' (stats stream): "
+                             "column 'features' is a map"));
+  auto member = pipeline("model_id, segment.country");
+  REQUIRE_FALSE(member);
+  CHECK_THAT(testing::ProblemText(member),
+             Catch::Contains("column 'segment.country' is a struct's member"));
+  auto tags = pipeline("model_id, tags");
+  INFO(testing::ProblemText(tags));
+  REQUIRE(tags);
+  auto encoder = CreateValueEncoder(ValueFormats(), *tags, tags->sinks[0], "rows-value");
+  REQUIRE(encoder);
+  CHECK_THAT((*encoder)->schema_text(),
+             Catch::Contains(R"("name": "tags")") && Catch::Contains(R"("items": ["null", "string"])"));
+}
+
 TEST_CASE("a valueFormat on a sink that writes JSON files is refused at its line",
           "[config][format][sink]") {
   auto spec = ParseSink("    format: file\n    options: {path: /tmp/out}\n    valueFormat: avro\n");
