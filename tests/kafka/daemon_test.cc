@@ -223,7 +223,7 @@ int Terminate(ChildProcess& daemon, std::chrono::seconds timeout = std::chrono::
 }
 
 // Runs the deployment until the input is drained, then stops it with SIGTERM.
-void RunToEnd(Admin& admin, const Deployment& deployment, const InferenceInput& input,
+void RunToEnd(Admin& /*admin*/, const Deployment& deployment, const InferenceInput& input,
               const std::string& log) {
   ChildProcess daemon = deployment.Start(log);
   bool drained = AwaitWhileRunning(
