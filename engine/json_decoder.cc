@@ -340,6 +340,10 @@ class JsonDecoder::Impl {
                       const char* raw);
   void BuildLevel(const std::vector<std::string>& path, int depth);
   bool DecodeTimestamp(int field, ondemand::value& value, size_t row);
+  // A number or boolean where text belongs, appended as its JSON text (as Spark's JSON reader
+  // keeps them). False: the value was rejected (not valid JSON).
+  bool AppendScalarText(ondemand::value& value, ondemand::json_type type, int field,
+                        std::string& out);
   bool DecodeString(int field, ondemand::value& value, size_t row);
   bool DecodeArray(int field, ondemand::value& value, size_t row);
   bool DecodeArrayElements(int field, ondemand::array& array, size_t row);
@@ -894,27 +898,30 @@ bool JsonDecoder::Impl::DecodeString(int field, ondemand::value& value, size_t r
     // Numbers and booleans are kept as their JSON text, as Spark's JSON reader does.
     ondemand::json_type type;
     if (const error_code type_error = value.type().get(type)) return RejectBroken(type_error);
-    if (type == ondemand::json_type::number) {
-      bool integer = false;
-      const std::string_view token = TrimRight(value.raw_json_token());
-      if (!IsJsonNumber(token, &integer)) {
-        return Reject(MalformedReason::kNotJson, field, "invalid number");
-      }
-      column.str_data.append(token);
-      column.valid[row] = 1;
-      return true;
-    }
-    if (type == ondemand::json_type::boolean) {
-      bool flag = false;
-      if (value.get_bool().get(flag)) {
-        return Reject(MalformedReason::kNotJson, field, "invalid literal");
-      }
-      column.str_data.append(flag ? "true" : "false");
+    if (type == ondemand::json_type::number || type == ondemand::json_type::boolean) {
+      if (!AppendScalarText(value, type, field, column.str_data)) return false;
       column.valid[row] = 1;
       return true;
     }
   }
   return OnValueError(field, value, error, row);
+}
+
+bool JsonDecoder::Impl::AppendScalarText(ondemand::value& value, ondemand::json_type type,
+                                         int field, std::string& out) {
+  if (type == ondemand::json_type::number) {
+    bool integer = false;
+    const std::string_view token = TrimRight(value.raw_json_token());
+    if (!IsJsonNumber(token, &integer)) {
+      return Reject(MalformedReason::kNotJson, field, "invalid number");
+    }
+    out.append(token);
+    return true;
+  }
+  bool flag = false;
+  if (value.get_bool().get(flag)) return Reject(MalformedReason::kNotJson, field, "invalid literal");
+  out.append(flag ? "true" : "false");
+  return true;
 }
 
 bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t row) {
@@ -1228,24 +1235,11 @@ bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, siz
         column.entry_valid.push_back(0);
         continue;
       }
-      case ondemand::json_type::number: {
-        // As for string columns: a number is kept as its JSON text.
-        bool integer = false;
-        const std::string_view token = TrimRight(element.raw_json_token());
-        if (!IsJsonNumber(token, &integer)) {
-          return Reject(MalformedReason::kNotJson, field, "invalid number");
-        }
-        column.str_data.append(token);
+      case ondemand::json_type::number:
+      case ondemand::json_type::boolean:
+        // As for string columns: kept as its JSON text.
+        if (!AppendScalarText(element, type, field, column.str_data)) return false;
         break;
-      }
-      case ondemand::json_type::boolean: {
-        bool flag = false;
-        if (element.get_bool().get(flag)) {
-          return Reject(MalformedReason::kNotJson, field, "invalid literal");
-        }
-        column.str_data.append(flag ? "true" : "false");
-        break;
-      }
       case ondemand::json_type::string:
         return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
       default:
@@ -1387,23 +1381,11 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
         present = false;
         break;
       }
-      case ondemand::json_type::number: {
-        bool integer = false;
-        const std::string_view token = TrimRight(item.raw_json_token());
-        if (!IsJsonNumber(token, &integer)) {
-          return Reject(MalformedReason::kNotJson, field, "invalid number");
-        }
-        column.str_data.append(token);
+      case ondemand::json_type::number:
+      case ondemand::json_type::boolean:
+        // As for string columns: kept as its JSON text.
+        if (!AppendScalarText(item, type, field, column.str_data)) return false;
         break;
-      }
-      case ondemand::json_type::boolean: {
-        bool flag = false;
-        if (item.get_bool().get(flag)) {
-          return Reject(MalformedReason::kNotJson, field, "invalid literal");
-        }
-        column.str_data.append(flag ? "true" : "false");
-        break;
-      }
       case ondemand::json_type::string:
         return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
       default:

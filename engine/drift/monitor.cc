@@ -4340,6 +4340,26 @@ void AppendTime(JsonObject& obj, std::string_view key, int64_t us) {
 
 }  // namespace
 
+namespace {
+
+// "key": [{...}, ...], each object written by `write`; nothing when `items` is empty.
+template <typename T, typename Write>
+void ObjectArray(JsonObject& obj, std::string_view key, const std::vector<T>& items,
+                 const Write& write) {
+  if (items.empty()) return;
+  std::string arr = "[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) arr.push_back(',');
+    JsonObject d(arr);
+    write(d, items[i]);
+    d.Close();
+  }
+  arr.push_back(']');
+  obj.Raw(key, arr);
+}
+
+}  // namespace
+
 std::string AlertEvent::ToJson() const {
   std::string out;
   out.reserve(1024);
@@ -4410,50 +4430,24 @@ std::string AlertEvent::ToJson() const {
     arr.push_back(']');
     obj.Raw("detectors", arr);
   }
-  if (!top_bins.empty()) {
-    std::string arr = "[";
-    for (size_t i = 0; i < top_bins.size(); ++i) {
-      if (i > 0) arr.push_back(',');
-      const BinChange& b = top_bins[i];
-      JsonObject d(arr);
-      d.Int("bin", b.bin);
-      d.Number("lower", b.lower);
-      d.Number("upper", b.upper);
-      d.Number("baseline_share", b.baseline_share);
-      d.Number("window_share", b.window_share);
-      d.Number("psi_term", b.psi_term);
-      d.Close();
-    }
-    arr.push_back(']');
-    obj.Raw("top_bins", arr);
-  }
-  if (!top_categories.empty()) {
-    std::string arr = "[";
-    for (size_t i = 0; i < top_categories.size(); ++i) {
-      if (i > 0) arr.push_back(',');
-      const CategoryChange& c = top_categories[i];
-      JsonObject d(arr);
-      d.String("category", c.category);
-      d.Number("baseline_share", c.baseline_share);
-      d.Number("window_share", c.window_share);
-      d.Number("psi_term", c.psi_term);
-      d.Close();
-    }
-    arr.push_back(']');
-    obj.Raw("top_categories", arr);
-  }
-  if (!new_categories.empty()) {
-    std::string arr = "[";
-    for (size_t i = 0; i < new_categories.size(); ++i) {
-      if (i > 0) arr.push_back(',');
-      JsonObject d(arr);
-      d.String("category", new_categories[i].category);
-      d.Number("window_share", new_categories[i].window_share);
-      d.Close();
-    }
-    arr.push_back(']');
-    obj.Raw("new_categories", arr);
-  }
+  ObjectArray(obj, "top_bins", top_bins, [](JsonObject& d, const BinChange& b) {
+    d.Int("bin", b.bin);
+    d.Number("lower", b.lower);
+    d.Number("upper", b.upper);
+    d.Number("baseline_share", b.baseline_share);
+    d.Number("window_share", b.window_share);
+    d.Number("psi_term", b.psi_term);
+  });
+  ObjectArray(obj, "top_categories", top_categories, [](JsonObject& d, const CategoryChange& c) {
+    d.String("category", c.category);
+    d.Number("baseline_share", c.baseline_share);
+    d.Number("window_share", c.window_share);
+    d.Number("psi_term", c.psi_term);
+  });
+  ObjectArray(obj, "new_categories", new_categories, [](JsonObject& d, const NewCategory& c) {
+    d.String("category", c.category);
+    d.Number("window_share", c.window_share);
+  });
   if (!alerting_series.empty()) {
     std::string arr = "[";
     for (size_t i = 0; i < alerting_series.size(); ++i) {
