@@ -80,7 +80,7 @@ std::string FeaturesType() {
 
 TEST_CASE("named, nested and categorical features: a numeric shift, categories moving, a new "
           "category and a feature going null, each in one segment of one model, alert naming the "
-          "model, the segment, the series and the categories; nothing else alerts",
+          "model, the segment, the series and the categories, and nothing else alerts",
           "[e2e][drift][segments]") {
   TempDir dir;
   // 8 models x 4 countries: 4,000 rows each, the shift after the first 2,000 of each.

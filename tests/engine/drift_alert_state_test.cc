@@ -24,7 +24,7 @@ std::vector<AlertLevel> Feed(AlertStateMachine& m, const std::vector<AlertLevel>
   return out;
 }
 
-TEST_CASE("a single spike does not alert; a sustained one alerts once", "[drift][alert]") {
+TEST_CASE("a single spike does not alert, a sustained one alerts once", "[drift][alert]") {
   AlertPolicy policy;  // hysteresis 2, cooldown 5 minutes
   AlertStateMachine m;
   int64_t now = 0;

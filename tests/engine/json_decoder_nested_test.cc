@@ -179,7 +179,7 @@ TEST_CASE("a string in a map<string,double> is a wrong type: that value null und
   CHECK(failed.batch.num_rows == 1);
 }
 
-TEST_CASE("null and missing structs and maps leave their columns null; a required struct must "
+TEST_CASE("null and missing structs and maps leave their columns null, and a required struct must "
           "be there",
           "[decoder][types][malformed]") {
   Schema schema = SchemaOf({{"segment", "struct<country:string,channel:string>"},

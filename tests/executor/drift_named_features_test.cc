@@ -222,7 +222,7 @@ TEST_CASE("map keys become series named column.key, in name order whatever order
   }
 }
 
-TEST_CASE("a shift in one segment alerts naming the model and the segment; the other segments "
+TEST_CASE("a shift in one segment alerts naming the model and the segment, the other segments "
           "stay quiet, and the alerts are the same whatever the batches, key orders and a "
           "restart",
           "[drift][segments][determinism]") {
