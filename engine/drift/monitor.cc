@@ -1732,6 +1732,7 @@ void DriftMonitor::Transition(ModelState& m, size_t series, AlertLevel previous,
   const int64_t now_ms = WindowClockMs(event.window_end_us);
   const bool rollup = level == AlertLevel::kAlert || previous == AlertLevel::kAlert;
   events_.push_back(std::move(event));
+  event_records_.push_back(record_);
   if (rollup) {
     const AlertEvent trigger = events_.back();  // UpdateRollup appends to events_
     UpdateRollup(m, now_ms, trigger);
@@ -1779,16 +1780,50 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent&
   e.alert_id = HexId(id);
   e.incident_id = HexId(m.rollup_incident);
   events_.push_back(std::move(e));
+  event_records_.push_back(record_);
+}
+
+namespace {
+
+// `items` in the order of `records` (stable: items of one record keep their order); both
+// cleared of nothing, `records` left sorted.
+template <typename T>
+void SortByRecord(std::vector<T>& items, std::vector<uint64_t>& records) {
+  if (std::is_sorted(records.begin(), records.end())) return;
+  std::vector<uint32_t> order(items.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return records[a] < records[b]; });
+  std::vector<T> sorted;
+  sorted.reserve(items.size());
+  for (uint32_t i : order) sorted.push_back(std::move(items[i]));
+  items = std::move(sorted);
+  std::sort(records.begin(), records.end());
+}
+
+}  // namespace
+
+void DriftMonitor::InRecordOrder() {
+  SortByRecord(events_, event_records_);
+  SortByRecord(evaluations_, evaluation_records_);
 }
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out) {
   last_now_ms_ = now_ms;
+  // What the batch's records raised, in record order; what closing event-time windows raises
+  // comes after.
+  InRecordOrder();
+  record_ = UINT64_MAX;
   if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
     e.batch_id = batch_id;
     out.push_back(std::move(e));
   }
   events_.clear();
+  event_records_.clear();
+  // Evaluations kept for the other overload are in order: what comes next goes after them.
+  std::fill(evaluation_records_.begin(), evaluation_records_.end(), 0);
+  record_ = 0;
 }
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
@@ -1801,6 +1836,7 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
     }
   }
   evaluations_.clear();
+  evaluation_records_.clear();
 }
 
 void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool evaluated,
@@ -1854,6 +1890,7 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
     e.baseline_stddev = s.baseline.Stddev();
   }
   evaluations_.push_back(std::move(e));
+  evaluation_records_.push_back(record_);
 }
 
 // ---- Categorical series ------------------------------------------------------------------------

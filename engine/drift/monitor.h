@@ -302,6 +302,13 @@ class DriftMonitor {
   void ObserveLabel(uint32_t model, double prediction, double label,
                     int64_t event_time_us = INT64_MIN);
 
+  /// The observations that follow are of the batch's `ordinal`-th record. A caller that
+  /// observes a batch's records grouped by model (each model's in order, for locality) says
+  /// which record each is, and Evaluate hands the batch's events and evaluations out in record
+  /// order: as if the records had been observed one after another. Models are independent, so
+  /// nothing else depends on the order of different models' records.
+  void AtRecord(uint64_t ordinal) { record_ = ordinal; }
+
   /// End of a batch: appends the events of windows closed since the last call, stamped with
   /// `batch_id` and `now_ms` (processing time, also the cooldown clock of windows without
   /// event times).
@@ -524,6 +531,12 @@ class DriftMonitor {
   double error_threshold_ = 0.5;
   double resolve_log_evidence_ = 0;
   std::vector<Evaluation> evaluations_;
+  /// The record (AtRecord) each of events_ and evaluations_ arose at.
+  std::vector<uint64_t> evaluation_records_;
+  std::vector<uint64_t> event_records_;
+  uint64_t record_ = 0;
+  /// events_ and evaluations_ into record order (stable).
+  void InRecordOrder();
   void RecordEvaluation(const ModelState& m, size_t series, bool evaluated, AlertLevel previous,
                         const Verdict* verdict);
   std::vector<std::unique_ptr<ModelState>> models_;

@@ -1512,16 +1512,60 @@ class DriftStage::Impl {
     for (const auto& [base, c, key] : fresh) AdmitKey(base, c, key);
   }
 
+  // The batch's rows grouped by model when it has many models (more than kGroupAbove): the
+  // models in the order their first rows come, each model's rows in order, linked by
+  // next_row_. Feed then observes a model's rows one after another, while its state is in
+  // cache (with thousands of models, state read once a row costs a cache miss a series).
+  // Models are independent and the monitor puts events back in record order (AtRecord), so
+  // the results are those of observing the rows in order. False: feed in row order.
+  static constexpr size_t kGroupAbove = 64;
+  static constexpr uint32_t kNoRow = UINT32_MAX;
+  bool GroupRowsByModel(size_t num_rows) {
+    model_first_rows_.clear();
+    next_row_.resize(num_rows);
+    for (size_t row = 0; row < num_rows; ++row) {
+      const uint32_t model = row_models_[row];
+      if (model == kNoModel) continue;
+      if (model >= last_row_of_.size()) last_row_of_.resize(static_cast<size_t>(model) + 1, kNoRow);
+      next_row_[row] = kNoRow;
+      uint32_t& last = last_row_of_[model];
+      if (last == kNoRow) {
+        model_first_rows_.push_back(static_cast<uint32_t>(row));
+      } else {
+        next_row_[last] = static_cast<uint32_t>(row);
+      }
+      last = static_cast<uint32_t>(row);
+    }
+    for (uint32_t first : model_first_rows_) last_row_of_[row_models_[first]] = kNoRow;
+    return model_first_rows_.size() > kGroupAbove;
+  }
+
   // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
   // values of a file baseline.
   template <bool kReference>
   void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us) {
     ModelsOf(batch);
     KeysOf(batch);
-    for (size_t row = 0; row < batch.num_rows; ++row) {
+    if (!GroupRowsByModel(batch.num_rows)) {
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        if (row_models_[row] != kNoModel) FeedRow<kReference>(batch, row, times, now_us);
+      }
+      return;
+    }
+    for (uint32_t first : model_first_rows_) {
+      for (uint32_t row = first; row != kNoRow; row = next_row_[row]) {
+        FeedRow<kReference>(batch, row, times, now_us);
+      }
+    }
+  }
+
+  // One record (of a model) to the monitor.
+  template <bool kReference>
+  void FeedRow(const RecordBatch& batch, size_t row, const RowTimes* times, int64_t now_us) {
+    {
       const uint32_t model = row_models_[row];
-      if (model == kNoModel) continue;
       const std::string& name = names_[model];
+      if constexpr (!kReference) monitor_->AtRecord(row);
       if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
       const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
       // Event-time windows need the record's own time; record-count windows date a record
@@ -1789,6 +1833,11 @@ class DriftStage::Impl {
   std::vector<uint32_t> dirty_bases_;
   std::vector<std::pair<std::string, std::string>> restored_admits_;
   std::vector<uint32_t> row_models_;  // per row of the batch being fed
+  // GroupRowsByModel: the first row of each model, the next row of a row's model, and (by
+  // model, kNoRow between batches) the last row seen.
+  std::vector<uint32_t> model_first_rows_;
+  std::vector<uint32_t> next_row_;
+  std::vector<uint32_t> last_row_of_;
   std::string composite_;
   DriftStage::ShapeCounts counts_;        // since start
   DriftStage::ShapeCounts batch_counts_;  // this batch
