@@ -40,8 +40,12 @@ ShapeType::Kind ShapeKindOf(FieldType type) {
     case FieldType::kInt: return ShapeType::Kind::kInt;
     case FieldType::kBoolean: return ShapeType::Kind::kBoolean;
     case FieldType::kTimestamp: return ShapeType::Kind::kTimestamp;
-    case FieldType::kDouble:
-    case FieldType::kDoubleArray: break;
+    case FieldType::kDouble: break;
+    // Not scalars: their shapes are made by the callers (arrays) or refused (maps).
+    case FieldType::kDoubleArray:
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: break;
   }
   return ShapeType::Kind::kDouble;
 }
