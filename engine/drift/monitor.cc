@@ -676,6 +676,22 @@ void DriftMonitor::InsertSeries(size_t index, std::string name, SeriesKind kind)
   table_resolved_ = false;
 }
 
+void DriftMonitor::Prefetch(uint32_t model, int step) const {
+  if (model >= models_.size() || !models_[model]) return;
+  const ModelState& m = *models_[model];
+  if (step == 0) {
+    __builtin_prefetch(&m);
+    return;
+  }
+  if (step == 1) {
+    for (const SeriesState& s : m.series) __builtin_prefetch(&s, 1);
+    return;
+  }
+  for (const SeriesState& s : m.series) {
+    if (!s.edges_ready) __builtin_prefetch(s.warmup.bytes().data() + s.warmup.bytes().size(), 1);
+  }
+}
+
 void DriftMonitor::MarkHot(ModelState& m, size_t series) {
   SeriesState& s = m.series[series];
   if (!s.dirty) {

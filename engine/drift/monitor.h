@@ -308,6 +308,10 @@ class DriftMonitor {
   /// order: as if the records had been observed one after another. Models are independent, so
   /// nothing else depends on the order of different models' records.
   void AtRecord(uint64_t ordinal) { record_ = ordinal; }
+  /// A hint that `model`'s records come soon: its state is fetched into cache ahead of use,
+  /// in three steps a model apart, each reading what the step before fetched: 0 the model, 1
+  /// its series, 2 the ends of their warmup values. Changes nothing.
+  void Prefetch(uint32_t model, int step) const;
 
   /// End of a batch: appends the events of windows closed since the last call, stamped with
   /// `batch_id` and `now_ms` (processing time, also the cooldown clock of windows without

@@ -1552,8 +1552,15 @@ class DriftStage::Impl {
       }
       return;
     }
-    for (uint32_t first : model_first_rows_) {
-      for (uint32_t row = first; row != kNoRow; row = next_row_[row]) {
+    const size_t models = model_first_rows_.size();
+    for (size_t i = 0; i < models; ++i) {
+      // The state of the next three models on its way into cache.
+      for (int step = 0; step < 3; ++step) {
+        if (i + 3 - step < models) {
+          monitor_->Prefetch(row_models_[model_first_rows_[i + 3 - step]], step);
+        }
+      }
+      for (uint32_t row = model_first_rows_[i]; row != kNoRow; row = next_row_[row]) {
         FeedRow<kReference>(batch, row, times, now_us);
       }
     }
