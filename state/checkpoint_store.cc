@@ -285,8 +285,11 @@ rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>
 }
 
 size_t WriteBufferBytes(std::string_view cf_name) {
-  // meta and commits stay tiny; state and outbox take the batch volume.
-  if (cf_name == "state" || cf_name == "outbox") return 4 << 20;
+  // meta and commits stay tiny; state and outbox take the batch volume. Batches rewrite the
+  // same keys (a model's record, an outbox entry put then deleted): a memtable that holds a
+  // few batches flushes their last versions only (at 10,000 models, 16 MB instead of 4 cut
+  // the bytes written to files from 3.2x to 2.6x what the commits put).
+  if (cf_name == "state" || cf_name == "outbox") return 16 << 20;
   return 1 << 20;
 }
 
