@@ -197,7 +197,32 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
       list.push_back({index, is_array});
     }
   }
+  agg->outputs_.resize(query.aggregates.size());
+  for (size_t a = 0; a < query.aggregates.size(); ++a) {
+    const AggregateSpec& aggregate = query.aggregates[a];
+    if (aggregate.column.empty() || aggregate.fn == AggregateFn::kApproxPercentile) continue;
+    const int index = schema.IndexOf(aggregate.column);
+    Output& output = agg->outputs_[a];
+    output.is_array = schema.fields[index].type == FieldType::kDoubleArray;
+    const auto& list = output.is_array ? agg->array_series_ : agg->scalar_series_;
+    while (list[output.series].column != index) ++output.series;
+    if (!output.is_array) {
+      output.json_keys.push_back(JsonKey(AggregateColumnName(aggregate.fn, aggregate.column, -1)));
+    }
+  }
   return agg;
+}
+
+void Aggregator::NameElements(size_t width) {
+  for (size_t a = 0; a < outputs_.size(); ++a) {
+    Output& output = outputs_[a];
+    if (!output.is_array) continue;
+    for (size_t e = output.json_keys.size(); e < width; ++e) {
+      const AggregateSpec& aggregate = query_.aggregates[a];
+      output.json_keys.push_back(
+          JsonKey(AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e))));
+    }
+  }
 }
 
 bool Aggregator::OwnsKey(std::string_view key) { return !key.empty() && key[0] == kStatePrefix; }
@@ -253,7 +278,10 @@ void Aggregator::AddRow(Group& group, const RecordBatch& batch, size_t row) {
     size_t size = column.ArraySize(row);
     const double* data = column.ArrayData(row);
     std::vector<Moments>& elements = group.arrays[s];
-    if (elements.size() < size) elements.resize(size);
+    if (elements.size() < size) {
+      elements.resize(size);
+      NameElements(size);
+    }
     for (size_t e = 0; e < size; ++e) {
       if (!std::isnan(data[e])) elements[e].Add(data[e]);
     }
@@ -545,26 +573,26 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
       }
       continue;
     }
-    const auto& list = is_array ? array_series_ : scalar_series_;
-    size_t s = 0;
-    while (list[s].column != index) ++s;
-    if (!is_array) {
-      const Moments& m = group.scalars[s];
-      std::string name = AggregateColumnName(aggregate.fn, aggregate.column, -1);
+    const Output& output = outputs_[static_cast<size_t>(&aggregate - query_.aggregates.data())];
+    auto value = [&](const Moments& m, std::string_view json_key) {
+      object.WrittenKey(json_key);
       if (aggregate.fn == AggregateFn::kCount) {
-        object.Int(name, m.count());
+        AppendJsonNumber(row, m.count());
       } else {
-        object.Number(name, AggregateValue(aggregate.fn, m));
+        AppendJsonNumber(row, AggregateValue(aggregate.fn, m));
       }
+    };
+    if (!is_array) {
+      value(group.scalars[output.series], output.json_keys[0]);
       continue;
     }
-    const std::vector<Moments>& elements = group.arrays[s];
+    const std::vector<Moments>& elements = group.arrays[output.series];
     for (size_t e = 0; e < elements.size(); ++e) {
-      std::string name = AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e));
-      if (aggregate.fn == AggregateFn::kCount) {
-        object.Int(name, elements[e].count());
-      } else {
-        object.Number(name, AggregateValue(aggregate.fn, elements[e]));
+      if (e < output.json_keys.size()) {
+        value(elements[e], output.json_keys[e]);
+      } else {  // a restored group wider than any row added since
+        value(elements[e], JsonKey(AggregateColumnName(aggregate.fn, aggregate.column,
+                                                       static_cast<int>(e))));
       }
     }
   }

@@ -156,6 +156,17 @@ class Aggregator {
   std::vector<QuantileSeries> quantile_series_;
   // For each aggregate of query_.aggregates: its quantile series, or -1.
   std::vector<int> aggregate_quantile_series_;
+  // For each aggregate of query_.aggregates (but count(*) and percentiles): its series in
+  // scalar_series_ or array_series_, and its output columns' names as JSON strings (one for a
+  // scalar column; one per element of an array column, as many as the widest array seen).
+  struct Output {
+    size_t series = 0;
+    bool is_array = false;
+    std::vector<std::string> json_keys;
+  };
+  std::vector<Output> outputs_;
+  // The names of the array aggregates' elements up to `width`.
+  void NameElements(size_t width);
 
   struct KeyHash {
     using is_transparent = void;

@@ -39,6 +39,13 @@ inline void AppendJsonNumber(std::string& out, int64_t value) {
 std::string FormatTimestampUs(int64_t micros);
 void AppendTimestampUs(std::string& out, int64_t micros);
 
+/// `key` as a JSON string, quotes included (what JsonObject::WrittenKey takes).
+inline std::string JsonKey(std::string_view key) {
+  std::string out;
+  AppendJsonString(out, key);
+  return out;
+}
+
 /// Builds one JSON object: JsonObject obj(out); obj.Key("a").Number(1); ... obj.Close();
 class JsonObject {
  public:
@@ -48,6 +55,15 @@ class JsonObject {
     if (!first_) out_.push_back(',');
     first_ = false;
     AppendJsonString(out_, key);
+    out_.push_back(':');
+    return *this;
+  }
+  /// A key already written as a JSON string, quotes included (JsonKey), for keys written
+  /// again and again; the value follows with Append* on the output.
+  JsonObject& WrittenKey(std::string_view json_key) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    out_ += json_key;
     out_.push_back(':');
     return *this;
   }
