@@ -1076,8 +1076,10 @@ template <bool kNested>
 bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const Level& level) {
   int hint = level.begin;
   for (auto field_result : object) {
-    ondemand::field field;
-    if (const error_code error = std::move(field_result).get(field)) return RejectBroken(error);
+    if (const error_code error = field_result.error()) return RejectBroken(error);
+    // Used in place: copying the field out of its result makes the compiler reload it whole
+    // from the narrower stores that built it, a store-forwarding stall on every field.
+    ondemand::field&& field = std::move(field_result).value_unsafe();
     int index = Lookup(level, field.key().raw(), hint);
     if (index < 0) {
       // Not a plain schema name: an escaped spelling of one, or a field to ignore.
