@@ -764,10 +764,8 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
       ondemand::object object;
       if (const error_code error = value.get_object().get(object)) return RejectBroken(error);
       for (auto field_result : object) {
-        ondemand::field field;
-        if (const error_code error = std::move(field_result).get(field)) {
-          return RejectBroken(error);
-        }
+        if (const error_code error = field_result.error()) return RejectBroken(error);
+        ondemand::field&& field = std::move(field_result).value_unsafe();  // see DecodeFields
         std::string_view key;
         if (const error_code error = field.unescaped_key().get(key)) {
           return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
@@ -1301,8 +1299,8 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
   const size_t row_begin = column.arr_offsets[row];
   key_bloom_ = {};
   for (auto field_result : object) {
-    ondemand::field entry;
-    if (const error_code error = std::move(field_result).get(entry)) return RejectBroken(error);
+    if (const error_code error = field_result.error()) return RejectBroken(error);
+    ondemand::field&& entry = std::move(field_result).value_unsafe();  // see DecodeFields
     // The key's bytes in place when it has no escapes, else unescaped by simdjson.
     const char* raw = entry.key().raw();
     const char* end = raw;
@@ -1320,7 +1318,7 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
     }
     column.key_data.append(key);
     column.key_offsets.push_back(static_cast<uint32_t>(column.key_data.size()));
-    ondemand::value item = entry.value();
+    ondemand::value& item = entry.value();
     if (doubles) {
       double number = 0;
       const std::string_view token = TrimRight(item.raw_json_token());
