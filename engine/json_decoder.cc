@@ -779,10 +779,8 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
       ondemand::array array;
       if (const error_code error = value.get_array().get(array)) return RejectBroken(error);
       for (auto element_result : array) {
-        ondemand::value element;
-        if (const error_code error = std::move(element_result).get(element)) {
-          return RejectBroken(error);
-        }
+        if (const error_code error = element_result.error()) return RejectBroken(error);
+        ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
         if (!SkipValue(element, depth + 1)) return false;
       }
       return true;
@@ -966,10 +964,8 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
   Column& column = columns_[field];
   bool bad = false;
   for (auto element_result : array) {
-    ondemand::value element;
-    if (const error_code error = std::move(element_result).get(element)) {
-      return RejectBroken(error);
-    }
+    if (const error_code error = element_result.error()) return RejectBroken(error);
+    ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
     if (!bad) {
       double number = 0;
       const error_code error = element.get_double().get(number);
@@ -1210,10 +1206,8 @@ bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, siz
   }
   if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
   for (auto element_result : array) {
-    ondemand::value element;
-    if (const error_code error = std::move(element_result).get(element)) {
-      return RejectBroken(error);
-    }
+    if (const error_code error = element_result.error()) return RejectBroken(error);
+    ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
     std::string_view text;
     const error_code error = element.get_string().get(text);
     if (error == simdjson::SUCCESS) [[likely]] {
