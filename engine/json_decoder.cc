@@ -258,6 +258,28 @@ bool ScanNumberArray(std::string_view text, std::vector<double>& out) {
   }
 }
 
+// Whether the text at p is a JSON array holding only numbers ScanExactDouble takes ("[1, 2.5]"),
+// read up to its closing bracket; such an array is valid JSON. False for anything else, valid
+// or not. The record around the text must end with a non-number byte followed by 8 readable
+// bytes (its closing brace and the padding).
+bool IsExactNumberArray(const char* p) {
+  if (*p != '[') return false;
+  ++p;
+  while (IsJsonSpace(*p)) ++p;
+  if (*p == ']') return true;
+  int64_t fraction_hint = 0;
+  while (true) {
+    double ignored = 0;
+    p = ScanExactDouble(p, &ignored, &fraction_hint);
+    if (p == nullptr) return false;
+    while (IsJsonSpace(*p)) ++p;
+    if (*p == ']') return true;
+    if (*p != ',') return false;
+    ++p;
+    while (IsJsonSpace(*p)) ++p;
+  }
+}
+
 }  // namespace
 
 class JsonDecoder::Impl {
@@ -354,6 +376,7 @@ class JsonDecoder::Impl {
                     ondemand::value* unconsumed, size_t row);
   bool NullValue(int field, size_t row);
   bool SkipValue(ondemand::value& value, int depth);
+  bool SkipUnused(ondemand::value& value, int depth);
   bool KeyIs(const char* raw, int key) const;
   int Lookup(const Level& level, const char* raw, int hint) const;
   int LookupUnescaped(const Level& level, std::string_view name) const;
@@ -817,6 +840,14 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
   return Reject(MalformedReason::kNotJson);
 }
 
+// Walks the value of a projected-out field as SkipValue does. A flat array of numbers (a feature
+// vector left unread) is checked by scanning its text in place, several times cheaper than
+// walking it element by element; the object's iteration then steps over it.
+bool JsonDecoder::Impl::SkipUnused(ondemand::value& value, int depth) {
+  if (depth <= max_depth_ && IsExactNumberArray(value.raw_json_token().data())) return true;
+  return SkipValue(value, depth);
+}
+
 bool JsonDecoder::Impl::DecodeTimestamp(int field, ondemand::value& value, size_t row) {
   Column& column = columns_[field];
   // Fast path: parse the string token in place, without unescaping it into simdjson's buffer.
@@ -1100,7 +1131,7 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const
       hint = index + 1;
       if (!fields_[index].decode) [[unlikely]] {
         // Projected out: null, as a field outside the schema but for its name.
-        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        if (!SkipUnused(field.value(), level.depth + 1)) return false;
         continue;
       }
       if (!DecodeField(index, field.value(), row)) return false;
@@ -1118,7 +1149,7 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const
     if (key.column >= 0) [[likely]] {
       if (!fields_[key.column].decode) [[unlikely]] {
         // Projected out: null, as a field outside the schema but for its name.
-        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        if (!SkipUnused(field.value(), level.depth + 1)) return false;
         continue;
       }
       if (!DecodeField(key.column, field.value(), row)) return false;
