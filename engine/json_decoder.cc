@@ -231,47 +231,23 @@ inline int64_t ReadDigits(const char* p, uint64_t* value) {
   return p;
 }
 
-// Appends the numbers of the JSON array `text` ("[1, 2.5]" and trailing whitespace) to `out`.
-// False if the text holds anything else, or a number ScanExactDouble declines; `out` may then
-// hold some of the numbers. 8 bytes past the text must be readable.
-bool ScanNumberArray(std::string_view text, std::vector<double>& out) {
-  text = TrimRight(text);
-  // The closing bracket is the sentinel that stops every scan below.
-  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return false;
-  const char* p = text.data() + 1;
-  const char* const last = text.data() + text.size() - 1;
-  while (IsJsonSpace(*p)) ++p;
-  if (p == last) return true;
-  int64_t fraction_hint = 0;
-  while (true) {
-    double value = 0;
-    p = ScanExactDouble(p, &value, &fraction_hint);
-    if (p == nullptr) return false;
-    out.push_back(value);
-    while (IsJsonSpace(*p)) ++p;
-    if (*p == ',') {
-      ++p;
-      while (IsJsonSpace(*p)) ++p;
-      continue;
-    }
-    return p == last;
-  }
-}
-
-// Whether the text at p is a JSON array holding only numbers ScanExactDouble takes ("[1, 2.5]"),
-// read up to its closing bracket; such an array is valid JSON. False for anything else, valid
-// or not. The record around the text must end with a non-number byte followed by 8 readable
-// bytes (its closing brace and the padding).
-bool IsExactNumberArray(const char* p) {
+// Scans the JSON array at p ("[1, 2.5]") in place up to its closing bracket, appending its
+// numbers to *out when out is not null; such an array is valid JSON. Returns false if the
+// array holds anything else, or a number ScanExactDouble declines (valid or not); *out may
+// then hold some of the numbers. The array must lie in a record that ends with a non-number
+// byte followed by 8 readable bytes (its closing brace and the padding): that byte stops a
+// scan that finds no closing bracket.
+bool ScanNumberArray(const char* p, std::vector<double>* out) {
   if (*p != '[') return false;
   ++p;
   while (IsJsonSpace(*p)) ++p;
   if (*p == ']') return true;
   int64_t fraction_hint = 0;
   while (true) {
-    double ignored = 0;
-    p = ScanExactDouble(p, &ignored, &fraction_hint);
+    double value = 0;
+    p = ScanExactDouble(p, &value, &fraction_hint);
     if (p == nullptr) return false;
+    if (out != nullptr) out->push_back(value);
     while (IsJsonSpace(*p)) ++p;
     if (*p == ']') return true;
     if (*p != ',') return false;
@@ -844,7 +820,7 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
 // vector left unread) is checked by scanning its text in place, several times cheaper than
 // walking it element by element; the object's iteration then steps over it.
 bool JsonDecoder::Impl::SkipUnused(ondemand::value& value, int depth) {
-  if (depth <= max_depth_ && IsExactNumberArray(value.raw_json_token().data())) return true;
+  if (depth <= max_depth_ && ScanNumberArray(value.raw_json_token().data(), nullptr)) return true;
   return SkipValue(value, depth);
 }
 
@@ -953,21 +929,23 @@ bool JsonDecoder::Impl::AppendScalarText(ondemand::value& value, ondemand::json_
 
 bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t row) {
   Column& column = columns_[field];
+  // Scanning the array's text in place costs about a third of iterating it element by element;
+  // the object's iteration then steps over it. Anything the scanner does not take (not an
+  // array, a non-number, a number that needs more than the exact fast path) is decoded by
+  // simdjson, again from the array's text.
+  if (max_depth_ >= depth_ + 1 && ScanNumberArray(value.raw_json_token().data(), &column.f64))
+      [[likely]] {
+    column.valid[row] = 1;
+    return CheckArrayLength(field, row);
+  }
+  column.f64.resize(column.arr_offsets[row]);
   ondemand::array array;
   if (const error_code error = value.get_array().get(array)) {
     return OnValueError(field, value, error, row);
   }
   if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
-  // Skipping the array with simdjson and scanning its text costs about a third of iterating
-  // it element by element. Anything the scanner does not take (a non-number, a number that
-  // needs more than the exact fast path) is decoded again from the same text by simdjson.
   std::string_view text;
   if (const error_code error = array.raw_json().get(text)) return RejectBroken(error);
-  if (ScanNumberArray(text, column.f64)) [[likely]] {
-    column.valid[row] = 1;
-    return CheckArrayLength(field, row);
-  }
-  column.f64.resize(column.arr_offsets[row]);
   ondemand::document document;
   // The text lies inside the record, which is followed by SIMDJSON_PADDING readable bytes.
   const simdjson::padded_string_view padded(text.data(), text.size(),
