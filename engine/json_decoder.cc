@@ -231,30 +231,28 @@ inline int64_t ReadDigits(const char* p, uint64_t* value) {
   return p;
 }
 
-// Appends the numbers of the JSON array `text` ("[1, 2.5]" and trailing whitespace) to `out`.
-// False if the text holds anything else, or a number ScanExactDouble declines; `out` may then
-// hold some of the numbers. 8 bytes past the text must be readable.
-bool ScanNumberArray(std::string_view text, std::vector<double>& out) {
-  text = TrimRight(text);
-  // The closing bracket is the sentinel that stops every scan below.
-  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return false;
-  const char* p = text.data() + 1;
-  const char* const last = text.data() + text.size() - 1;
+// Scans the JSON array at p ("[1, 2.5]") in place up to its closing bracket, appending its
+// numbers to *out when out is not null; such an array is valid JSON. Returns false if the
+// array holds anything else, or a number ScanExactDouble declines (valid or not); *out may
+// then hold some of the numbers. The array must lie in a record that ends with a non-number
+// byte followed by 8 readable bytes (its closing brace and the padding): that byte stops a
+// scan that finds no closing bracket.
+bool ScanNumberArray(const char* p, std::vector<double>* out) {
+  if (*p != '[') return false;
+  ++p;
   while (IsJsonSpace(*p)) ++p;
-  if (p == last) return true;
+  if (*p == ']') return true;
   int64_t fraction_hint = 0;
   while (true) {
     double value = 0;
     p = ScanExactDouble(p, &value, &fraction_hint);
     if (p == nullptr) return false;
-    out.push_back(value);
+    if (out != nullptr) out->push_back(value);
     while (IsJsonSpace(*p)) ++p;
-    if (*p == ',') {
-      ++p;
-      while (IsJsonSpace(*p)) ++p;
-      continue;
-    }
-    return p == last;
+    if (*p == ']') return true;
+    if (*p != ',') return false;
+    ++p;
+    while (IsJsonSpace(*p)) ++p;
   }
 }
 
@@ -354,6 +352,7 @@ class JsonDecoder::Impl {
                     ondemand::value* unconsumed, size_t row);
   bool NullValue(int field, size_t row);
   bool SkipValue(ondemand::value& value, int depth);
+  bool SkipUnused(ondemand::value& value, int depth);
   bool KeyIs(const char* raw, int key) const;
   int Lookup(const Level& level, const char* raw, int hint) const;
   int LookupUnescaped(const Level& level, std::string_view name) const;
@@ -764,10 +763,8 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
       ondemand::object object;
       if (const error_code error = value.get_object().get(object)) return RejectBroken(error);
       for (auto field_result : object) {
-        ondemand::field field;
-        if (const error_code error = std::move(field_result).get(field)) {
-          return RejectBroken(error);
-        }
+        if (const error_code error = field_result.error()) return RejectBroken(error);
+        ondemand::field&& field = std::move(field_result).value_unsafe();  // see DecodeFields
         std::string_view key;
         if (const error_code error = field.unescaped_key().get(key)) {
           return Reject(MalformedReason::kNotJson, -1, "invalid key", error);
@@ -781,10 +778,8 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
       ondemand::array array;
       if (const error_code error = value.get_array().get(array)) return RejectBroken(error);
       for (auto element_result : array) {
-        ondemand::value element;
-        if (const error_code error = std::move(element_result).get(element)) {
-          return RejectBroken(error);
-        }
+        if (const error_code error = element_result.error()) return RejectBroken(error);
+        ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
         if (!SkipValue(element, depth + 1)) return false;
       }
       return true;
@@ -819,6 +814,14 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
     }
   }
   return Reject(MalformedReason::kNotJson);
+}
+
+// Walks the value of a projected-out field as SkipValue does. A flat array of numbers (a feature
+// vector left unread) is checked by scanning its text in place, several times cheaper than
+// walking it element by element; the object's iteration then steps over it.
+bool JsonDecoder::Impl::SkipUnused(ondemand::value& value, int depth) {
+  if (depth <= max_depth_ && ScanNumberArray(value.raw_json_token().data(), nullptr)) return true;
+  return SkipValue(value, depth);
 }
 
 bool JsonDecoder::Impl::DecodeTimestamp(int field, ondemand::value& value, size_t row) {
@@ -926,21 +929,23 @@ bool JsonDecoder::Impl::AppendScalarText(ondemand::value& value, ondemand::json_
 
 bool JsonDecoder::Impl::DecodeArray(int field, ondemand::value& value, size_t row) {
   Column& column = columns_[field];
+  // Scanning the array's text in place costs about a third of iterating it element by element;
+  // the object's iteration then steps over it. Anything the scanner does not take (not an
+  // array, a non-number, a number that needs more than the exact fast path) is decoded by
+  // simdjson, again from the array's text.
+  if (max_depth_ >= depth_ + 1 && ScanNumberArray(value.raw_json_token().data(), &column.f64))
+      [[likely]] {
+    column.valid[row] = 1;
+    return CheckArrayLength(field, row);
+  }
+  column.f64.resize(column.arr_offsets[row]);
   ondemand::array array;
   if (const error_code error = value.get_array().get(array)) {
     return OnValueError(field, value, error, row);
   }
   if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
-  // Skipping the array with simdjson and scanning its text costs about a third of iterating
-  // it element by element. Anything the scanner does not take (a non-number, a number that
-  // needs more than the exact fast path) is decoded again from the same text by simdjson.
   std::string_view text;
   if (const error_code error = array.raw_json().get(text)) return RejectBroken(error);
-  if (ScanNumberArray(text, column.f64)) [[likely]] {
-    column.valid[row] = 1;
-    return CheckArrayLength(field, row);
-  }
-  column.f64.resize(column.arr_offsets[row]);
   ondemand::document document;
   // The text lies inside the record, which is followed by SIMDJSON_PADDING readable bytes.
   const simdjson::padded_string_view padded(text.data(), text.size(),
@@ -968,10 +973,8 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
   Column& column = columns_[field];
   bool bad = false;
   for (auto element_result : array) {
-    ondemand::value element;
-    if (const error_code error = std::move(element_result).get(element)) {
-      return RejectBroken(error);
-    }
+    if (const error_code error = element_result.error()) return RejectBroken(error);
+    ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
     if (!bad) {
       double number = 0;
       const error_code error = element.get_double().get(number);
@@ -1076,8 +1079,10 @@ template <bool kNested>
 bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const Level& level) {
   int hint = level.begin;
   for (auto field_result : object) {
-    ondemand::field field;
-    if (const error_code error = std::move(field_result).get(field)) return RejectBroken(error);
+    if (const error_code error = field_result.error()) return RejectBroken(error);
+    // Used in place: copying the field out of its result makes the compiler reload it whole
+    // from the narrower stores that built it, a store-forwarding stall on every field.
+    ondemand::field&& field = std::move(field_result).value_unsafe();
     int index = Lookup(level, field.key().raw(), hint);
     if (index < 0) {
       // Not a plain schema name: an escaped spelling of one, or a field to ignore.
@@ -1104,7 +1109,7 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const
       hint = index + 1;
       if (!fields_[index].decode) [[unlikely]] {
         // Projected out: null, as a field outside the schema but for its name.
-        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        if (!SkipUnused(field.value(), level.depth + 1)) return false;
         continue;
       }
       if (!DecodeField(index, field.value(), row)) return false;
@@ -1122,7 +1127,7 @@ bool JsonDecoder::Impl::DecodeFields(ondemand::object& object, size_t row, const
     if (key.column >= 0) [[likely]] {
       if (!fields_[key.column].decode) [[unlikely]] {
         // Projected out: null, as a field outside the schema but for its name.
-        if (!SkipValue(field.value(), level.depth + 1)) return false;
+        if (!SkipUnused(field.value(), level.depth + 1)) return false;
         continue;
       }
       if (!DecodeField(key.column, field.value(), row)) return false;
@@ -1210,10 +1215,8 @@ bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, siz
   }
   if (max_depth_ < depth_ + 1) return Reject(MalformedReason::kTooDeep);
   for (auto element_result : array) {
-    ondemand::value element;
-    if (const error_code error = std::move(element_result).get(element)) {
-      return RejectBroken(error);
-    }
+    if (const error_code error = element_result.error()) return RejectBroken(error);
+    ondemand::value&& element = std::move(element_result).value_unsafe();  // see DecodeFields
     std::string_view text;
     const error_code error = element.get_string().get(text);
     if (error == simdjson::SUCCESS) [[likely]] {
@@ -1299,8 +1302,8 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
   const size_t row_begin = column.arr_offsets[row];
   key_bloom_ = {};
   for (auto field_result : object) {
-    ondemand::field entry;
-    if (const error_code error = std::move(field_result).get(entry)) return RejectBroken(error);
+    if (const error_code error = field_result.error()) return RejectBroken(error);
+    ondemand::field&& entry = std::move(field_result).value_unsafe();  // see DecodeFields
     // The key's bytes in place when it has no escapes, else unescaped by simdjson.
     const char* raw = entry.key().raw();
     const char* end = raw;
@@ -1318,7 +1321,7 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
     }
     column.key_data.append(key);
     column.key_offsets.push_back(static_cast<uint32_t>(column.key_data.size()));
-    ondemand::value item = entry.value();
+    ondemand::value& item = entry.value();
     if (doubles) {
       double number = 0;
       const std::string_view token = TrimRight(item.raw_json_token());

@@ -742,6 +742,52 @@ TEST_CASE("columns left out of a projection are null and not type-checked, but s
   CHECK(full.counts.total() == 7);
 }
 
+TEST_CASE("an array left out of a projection is judged exactly as a field outside the schema is",
+          "[decoder][projection]") {
+  // Arrays of numbers the decoder scans in place, and others it walks value by value.
+  const std::vector<std::string> arrays = {
+      "[]",       "[ ]",        "[0.5, -1, 2.25e1, 0]", "[1e400, 12345678901234567890]",
+      "[1.]",     "[01]",       "[-]",                  "[1,]",
+      "[1 2]",    "[1,[2]]",    "[1,\"x\",null]",       "[1e+]",
+      "[.5]",     "[1,2]]",     "[1,2",                 "[1e0000001]",
+  };
+  auto records = [&](const char* key) {
+    std::vector<std::string> out;
+    for (const std::string& array : arrays) {
+      out.push_back(fmt::format(R"({{"model_id":"m","{}":{},"prediction":0.5}})", key, array));
+    }
+    return out;
+  };
+  for (const int max_depth : {1, 2, 64}) {
+    MalformedSpec spec = Policy(MalformedPolicy::kDeadLetter);
+    spec.max_depth = max_depth;
+    const Decoded projected =
+        DecodeProjected({true, false, false, true, false}, spec, records("feature_vector"));
+    const Decoded outside =
+        DecodeProjected({true, false, false, true, false}, spec, records("other_vector"));
+    REQUIRE(projected.status);
+    REQUIRE(outside.status);
+    CAPTURE(max_depth);
+    CHECK(projected.batch.num_rows == outside.batch.num_rows);
+    CHECK(projected.counts.by_reason == outside.counts.by_reason);
+    REQUIRE(projected.dead_letters.size() == outside.dead_letters.size());
+    for (size_t i = 0; i < projected.dead_letters.size(); ++i) {
+      CHECK(projected.dead_letters[i].reason == outside.dead_letters[i].reason);
+      CHECK(projected.dead_letters[i].detail == outside.dead_letters[i].detail);
+      CHECK(projected.dead_letters[i].position.offset == outside.dead_letters[i].position.offset);
+    }
+    for (size_t row = 0; row < projected.batch.num_rows; ++row) {
+      CHECK(projected.batch.columns[2].IsNull(row));
+    }
+  }
+  // Under the default depth the 7 valid arrays are kept whatever they hold; the rest are not
+  // JSON (or cut short).
+  const Decoded kept = DecodeProjected({true, false, false, true, false},
+                                       Policy(MalformedPolicy::kDrop), records("feature_vector"));
+  CHECK(kept.batch.num_rows == 7);
+  CHECK(kept.counts[MalformedReason::kNotJson] + kept.counts[MalformedReason::kTruncated] == 9);
+}
+
 TEST_CASE("a non-nullable column is decoded and checked even when nothing reads it",
           "[decoder][projection]") {
   const Decoded decoded = DecodeProjected({false, false, false, true, false},
