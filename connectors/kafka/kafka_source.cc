@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -599,11 +600,16 @@ class KafkaSource final : public Source, public GroupMember {
     };
     std::vector<Plan> plans;
     int64_t total = 0;
+    // Scaled out: the partitions the group gave this process, and only those.
+    std::vector<uint32_t> planned;
     for (uint32_t i : present_) {
+      if (!group_ || group_->assigned().count(partitions_[i].key)) planned.push_back(i);
+    }
+    std::vector<Result<Watermarks>> all_marks = QueryAllWatermarks(planned, /*waiting=*/false);
+    for (size_t p = 0; p < planned.size(); ++p) {
+      const uint32_t i = planned[p];
       PartitionState& state = partitions_[i];
-      // Scaled out: the partitions the group gave this process, and only those.
-      if (group_ && !group_->assigned().count(state.key)) continue;
-      auto marks = QueryWatermarks(state);
+      const Result<Watermarks>& marks = all_marks[p];
       if (!marks) return tl::unexpected(marks.error());
       if (marks->gone) {
         // Deleted between the metadata and the watermarks: the position stays, so that the next
@@ -674,10 +680,18 @@ class KafkaSource final : public Source, public GroupMember {
         lost += std::max<int64_t>(0, partitions_[it->second].high - from);
       }
     }
+    // The partitions with something to read, from where, and their watermarks (asked of all
+    // at once).
+    struct ToRead {
+      int64_t end_offset;
+      uint32_t index;
+      int64_t from;
+    };
+    std::vector<ToRead> to_read;
+    std::vector<uint32_t> indexes;
     for (const auto& [key, end_offset] : end) {
       auto index = IndexOf(key);
       if (!index) return tl::unexpected(index.error());
-      PartitionState& state = partitions_[*index];
       int64_t from = 0;
       if (auto it = start.find(key); it != start.end()) {
         from = it->second;
@@ -687,7 +701,15 @@ class KafkaSource final : public Source, public GroupMember {
         from = -1;  // new partition planned before a restart: its earliest offset
       }
       if (from == end_offset) continue;  // nothing to read
-      auto marks = QueryWatermarksWaiting(state);
+      to_read.push_back({end_offset, *index, from});
+      indexes.push_back(*index);
+    }
+    std::vector<Result<Watermarks>> all_marks = QueryAllWatermarks(indexes, /*waiting=*/true);
+    for (size_t r = 0; r < to_read.size(); ++r) {
+      const int64_t end_offset = to_read[r].end_offset;
+      PartitionState& state = partitions_[to_read[r].index];
+      int64_t from = to_read[r].from;
+      const Result<Watermarks>& marks = all_marks[r];
       if (!marks) return tl::unexpected(marks.error());
       if (from < 0) from = marks->low;
       if (marks->gone) {
@@ -709,7 +731,7 @@ class KafkaSource final : public Source, public GroupMember {
       }
       if (from >= end_offset) continue;
       KafkaReader::Range range;
-      range.index = *index;
+      range.index = to_read[r].index;
       range.partition = state.partition;
       range.topic = state.topic;
       range.next = from;
@@ -1198,6 +1220,25 @@ class KafkaSource final : public Source, public GroupMember {
     }
     state.low = marks.low;
     state.high = marks.high;
+    return marks;
+  }
+
+  // The watermarks of partitions_[i] for each i of `indexes`, in that order: asked of the
+  // brokers all at once (each request is a round trip; a batch asks them of every partition).
+  // `waiting` as QueryWatermarksWaiting.
+  std::vector<Result<Watermarks>> QueryAllWatermarks(const std::vector<uint32_t>& indexes,
+                                                     bool waiting) {
+    auto query = [this, waiting](uint32_t i) {
+      return waiting ? QueryWatermarksWaiting(partitions_[i]) : QueryWatermarks(partitions_[i]);
+    };
+    std::vector<std::future<Result<Watermarks>>> others;
+    for (size_t k = 1; k < indexes.size(); ++k) {
+      others.push_back(std::async(std::launch::async, query, indexes[k]));
+    }
+    std::vector<Result<Watermarks>> marks;
+    marks.reserve(indexes.size());
+    if (!indexes.empty()) marks.push_back(query(indexes[0]));
+    for (auto& other : others) marks.push_back(other.get());
     return marks;
   }
 
