@@ -1,6 +1,8 @@
 #include "connectors/kafka/kafka_common.h"
 
 #include <charconv>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -112,7 +114,19 @@ Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int partitions,
                        rd_kafka_topic_result_error_string(results[i]));
     }
   }
-  return Ok();
+  // The controller answers before the new partitions have leaders.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto metadata = FetchMetadata(rk, topic.c_str(), timeout_ms);
+    if (metadata && (*metadata)->topic_cnt == 1) {
+      const rd_kafka_metadata_topic_t& listed = (*metadata)->topics[0];
+      bool led = listed.err == RD_KAFKA_RESP_ERR_NO_ERROR && listed.partition_cnt > 0;
+      for (int p = 0; led && p < listed.partition_cnt; ++p) led = listed.partitions[p].leader >= 0;
+      if (led) return Ok();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return Ok();  // producers find it later
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 std::string Describe(const rd_kafka_error_t* error) {

@@ -81,6 +81,8 @@ std::optional<std::pair<std::string, int32_t>> ParsePartitionKey(std::string_vie
 Result<MetadataPtr> FetchMetadata(rd_kafka_t* rk, const char* topic, int timeout_ms);
 
 /// Creates `topic` unless it exists. `configs` are topic configs such as cleanup.policy.
+/// Returns once every partition has a leader (or `timeout_ms` passed), so that the first
+/// records produced to a new topic do not wait for the client's next look at the metadata.
 Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int partitions,
                    const std::map<std::string, std::string>& configs, int timeout_ms);
 

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -153,6 +154,27 @@ void CreateTopic(rd_kafka_t* rk, const std::string& topic, int partitions) {
   AwaitAdmin(queue, "creating topic");
   rd_kafka_queue_destroy(queue);
   rd_kafka_NewTopic_destroy(new_topic);
+  // The controller answers before the partitions have leaders: wait for them, as a topic that
+  // was made for a pipeline has them long before it runs.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    rd_kafka_topic_t* handle = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+    const rd_kafka_metadata_t* metadata = nullptr;
+    bool ready = false;
+    if (rd_kafka_metadata(rk, 0, handle, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      ready = metadata->topic_cnt == 1 && metadata->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+              metadata->topics[0].partition_cnt == partitions;
+      for (int p = 0; ready && p < metadata->topics[0].partition_cnt; ++p) {
+        ready = metadata->topics[0].partitions[p].leader >= 0 &&
+                metadata->topics[0].partitions[p].err == RD_KAFKA_RESP_ERR_NO_ERROR;
+      }
+      rd_kafka_metadata_destroy(metadata);
+    }
+    rd_kafka_topic_destroy(handle);
+    if (ready) return;
+    if (Clock::now() > deadline) Die(fmt::format("topic {}: no leaders after 30 s", topic));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 void DeleteTopics(rd_kafka_t* rk, const std::vector<std::string>& topics) {
