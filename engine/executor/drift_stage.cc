@@ -1569,105 +1569,103 @@ class DriftStage::Impl {
   // One record (of a model) to the monitor.
   template <bool kReference>
   void FeedRow(const RecordBatch& batch, size_t row, const RowTimes* times, int64_t now_us) {
-    {
-      const uint32_t model = row_models_[row];
-      const std::string& name = names_[model];
-      if constexpr (!kReference) monitor_->AtRecord(row);
-      if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
-      const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
-      // Event-time windows need the record's own time; record-count windows date a record
-      // without one by the batch's processing time.
-      int64_t event_time = window_ms_ > 0 ? INT64_MIN : now_us;
-      if (time_column_ >= 0 && !batch.columns[time_column_].IsNull(row)) {
-        event_time = batch.columns[time_column_].i64[row];
+    const uint32_t model = row_models_[row];
+    const std::string& name = names_[model];
+    if constexpr (!kReference) monitor_->AtRecord(row);
+    if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
+    const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
+    // Event-time windows need the record's own time; record-count windows date a record
+    // without one by the batch's processing time.
+    int64_t event_time = window_ms_ > 0 ? INT64_MIN : now_us;
+    if (time_column_ >= 0 && !batch.columns[time_column_].IsNull(row)) {
+      event_time = batch.columns[time_column_].i64[row];
+    }
+    auto observe = [&](size_t series, double value) {
+      if constexpr (kReference) {
+        monitor_->ObserveReference(model, name, series, value);
+      } else {
+        monitor_->Observe(model, name, series, value, event_time, late_before);
       }
-      auto observe = [&](size_t series, double value) {
-        if constexpr (kReference) {
-          monitor_->ObserveReference(model, name, series, value);
-        } else {
-          monitor_->Observe(model, name, series, value, event_time, late_before);
+    };
+    auto flag = [&](size_t series, bool flagged) {
+      if constexpr (kReference) {
+        monitor_->ObserveReferenceFlag(model, name, series, flagged);
+      } else {
+        monitor_->ObserveFlag(model, name, series, flagged, event_time, late_before);
+      }
+    };
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const SeriesColumn& series = columns_[c];
+      const Column& column = batch.columns[series.column];
+      if (column.IsNull(row)) {
+        if (series.missing != kNoSeries) flag(series.missing, true);
+        if (!series.is_array && !series.is_map) {
+          ObserveMissing<kReference>(model, name, series.first_series, event_time, late_before);
         }
-      };
-      auto flag = [&](size_t series, bool flagged) {
-        if constexpr (kReference) {
-          monitor_->ObserveReferenceFlag(model, name, series, flagged);
-        } else {
-          monitor_->ObserveFlag(model, name, series, flagged, event_time, late_before);
-        }
-      };
-      for (size_t c = 0; c < columns_.size(); ++c) {
-        const SeriesColumn& series = columns_[c];
-        const Column& column = batch.columns[series.column];
-        if (column.IsNull(row)) {
-          if (series.missing != kNoSeries) flag(series.missing, true);
-          if (!series.is_array && !series.is_map) {
-            ObserveMissing<kReference>(model, name, series.first_series, event_time, late_before);
-          }
-          continue;
-        }
-        if (series.is_map) {
+        continue;
+      }
+      if (series.is_map) {
+        if (series.missing != kNoSeries) flag(series.missing, false);
+        FeedMap<kReference>(c, column, row, model, name, event_time, late_before, observe);
+        continue;
+      }
+      switch (series.type) {
+        case FieldType::kDouble:
           if (series.missing != kNoSeries) flag(series.missing, false);
-          FeedMap<kReference>(c, column, row, model, name, event_time, late_before, observe);
-          continue;
-        }
-        switch (series.type) {
-          case FieldType::kDouble:
-            if (series.missing != kNoSeries) flag(series.missing, false);
-            observe(series.first_series, column.f64[row]);
-            break;
-          case FieldType::kString:
-            if (series.missing != kNoSeries) flag(series.missing, false);
-            ObserveCategory<kReference>(model, name, series.first_series, column.String(row),
-                                        event_time, late_before);
-            break;
-          case FieldType::kStringArray:
-            if (series.missing != kNoSeries) flag(series.missing, false);
-            for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
-              if (column.EntryNull(e)) {
-                ObserveMissing<kReference>(model, name, series.first_series, event_time,
-                                           late_before);
-              } else {
-                ObserveCategory<kReference>(model, name, series.first_series, column.String(e),
-                                            event_time, late_before);
-              }
-            }
-            break;
-          case FieldType::kDoubleArray: {
-            // An array shorter than its series' width misses its last elements.
-            const size_t size = std::min(column.ArraySize(row), series.width);
-            if (series.missing != kNoSeries) flag(series.missing, size < series.width);
-            const double* data = column.ArrayData(row);
-            if constexpr (kReference) {
-              for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
+          observe(series.first_series, column.f64[row]);
+          break;
+        case FieldType::kString:
+          if (series.missing != kNoSeries) flag(series.missing, false);
+          ObserveCategory<kReference>(model, name, series.first_series, column.String(row),
+                                      event_time, late_before);
+          break;
+        case FieldType::kStringArray:
+          if (series.missing != kNoSeries) flag(series.missing, false);
+          for (size_t e = column.EntryBegin(row); e < column.EntryEnd(row); ++e) {
+            if (column.EntryNull(e)) {
+              ObserveMissing<kReference>(model, name, series.first_series, event_time,
+                                         late_before);
             } else {
-              monitor_->Observe(model, name, series.first_series,
-                                std::span<const double>(data, size), event_time, late_before);
+              ObserveCategory<kReference>(model, name, series.first_series, column.String(e),
+                                          event_time, late_before);
             }
-            break;
           }
-          default:  // long, int
-            if (series.missing != kNoSeries) flag(series.missing, false);
-            observe(series.first_series, static_cast<double>(column.i64[row]));
-            break;
-        }
-      }
-      // Reference records are never malformed (they are read with the fail policy): the
-      // malformed series warms up on the stream.
-      if (!kReference && malformed_series_ != kNoSeries) {
-        flag(malformed_series_, batch.positions[row].malformed);
-      }
-      if (prediction_column_ >= 0 && label_column_ >= 0) {
-        const Column& prediction = batch.columns[prediction_column_];
-        const Column& label = batch.columns[label_column_];
-        if (!prediction.IsNull(row) && !label.IsNull(row)) {
-          auto value = [&](const Column& c) {
-            return c.type == FieldType::kDouble ? c.f64[row] : static_cast<double>(c.i64[row]);
-          };
+          break;
+        case FieldType::kDoubleArray: {
+          // An array shorter than its series' width misses its last elements.
+          const size_t size = std::min(column.ArraySize(row), series.width);
+          if (series.missing != kNoSeries) flag(series.missing, size < series.width);
+          const double* data = column.ArrayData(row);
           if constexpr (kReference) {
-            monitor_->ObserveReferenceLabel(model, name, value(prediction), value(label));
+            for (size_t e = 0; e < size; ++e) observe(series.first_series + e, data[e]);
           } else {
-            monitor_->ObserveLabel(model, value(prediction), value(label), event_time);
+            monitor_->Observe(model, name, series.first_series,
+                              std::span<const double>(data, size), event_time, late_before);
           }
+          break;
+        }
+        default:  // long, int
+          if (series.missing != kNoSeries) flag(series.missing, false);
+          observe(series.first_series, static_cast<double>(column.i64[row]));
+          break;
+      }
+    }
+    // Reference records are never malformed (they are read with the fail policy): the
+    // malformed series warms up on the stream.
+    if (!kReference && malformed_series_ != kNoSeries) {
+      flag(malformed_series_, batch.positions[row].malformed);
+    }
+    if (prediction_column_ >= 0 && label_column_ >= 0) {
+      const Column& prediction = batch.columns[prediction_column_];
+      const Column& label = batch.columns[label_column_];
+      if (!prediction.IsNull(row) && !label.IsNull(row)) {
+        auto value = [&](const Column& c) {
+          return c.type == FieldType::kDouble ? c.f64[row] : static_cast<double>(c.i64[row]);
+        };
+        if constexpr (kReference) {
+          monitor_->ObserveReferenceLabel(model, name, value(prediction), value(label));
+        } else {
+          monitor_->ObserveLabel(model, value(prediction), value(label), event_time);
         }
       }
     }
