@@ -200,10 +200,11 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
   agg->outputs_.resize(query.aggregates.size());
   for (size_t a = 0; a < query.aggregates.size(); ++a) {
     const AggregateSpec& aggregate = query.aggregates[a];
-    if (aggregate.column.empty() || aggregate.fn == AggregateFn::kApproxPercentile) continue;
+    if (aggregate.column.empty()) continue;
     const int index = schema.IndexOf(aggregate.column);
     Output& output = agg->outputs_[a];
     output.is_array = schema.fields[index].type == FieldType::kDoubleArray;
+    if (aggregate.fn == AggregateFn::kApproxPercentile) continue;  // its sketch names its columns
     const auto& list = output.is_array ? agg->array_series_ : agg->scalar_series_;
     while (list[output.series].column != index) ++output.series;
     if (!output.is_array) {
@@ -216,9 +217,9 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
 void Aggregator::NameElements(size_t width) {
   for (size_t a = 0; a < outputs_.size(); ++a) {
     Output& output = outputs_[a];
-    if (!output.is_array) continue;
+    const AggregateSpec& aggregate = query_.aggregates[a];
+    if (!output.is_array || aggregate.fn == AggregateFn::kApproxPercentile) continue;
     for (size_t e = output.json_keys.size(); e < width; ++e) {
-      const AggregateSpec& aggregate = query_.aggregates[a];
       output.json_keys.push_back(
           JsonKey(AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e))));
     }
@@ -560,20 +561,18 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
       object.Int(aggregate.output_name.empty() ? "count" : aggregate.output_name, group.count);
       continue;
     }
-    int index = schema_.IndexOf(aggregate.column);
-    bool is_array = schema_.fields[index].type == FieldType::kDoubleArray;
+    const size_t a = static_cast<size_t>(&aggregate - query_.aggregates.data());
+    const Output& output = outputs_[a];
     if (aggregate.fn == AggregateFn::kApproxPercentile) {
-      const size_t a = static_cast<size_t>(&aggregate - query_.aggregates.data());
       const std::vector<QuantileSketch>& sketches =
           group.sketches[aggregate_quantile_series_[a]];
       for (size_t e = 0; e < sketches.size(); ++e) {
-        RenderPercentile(aggregate, sketches[e],
-                         PercentileColumnName(aggregate, is_array ? static_cast<int>(e) : -1),
-                         object);
+        RenderPercentile(
+            aggregate, sketches[e],
+            PercentileColumnName(aggregate, output.is_array ? static_cast<int>(e) : -1), object);
       }
       continue;
     }
-    const Output& output = outputs_[static_cast<size_t>(&aggregate - query_.aggregates.data())];
     auto value = [&](const Moments& m, std::string_view json_key) {
       object.WrittenKey(json_key);
       if (aggregate.fn == AggregateFn::kCount) {
@@ -582,7 +581,7 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
         AppendJsonNumber(row, AggregateValue(aggregate.fn, m));
       }
     };
-    if (!is_array) {
+    if (!output.is_array) {
       value(group.scalars[output.series], output.json_keys[0]);
       continue;
     }

@@ -156,8 +156,9 @@ class Aggregator {
   std::vector<QuantileSeries> quantile_series_;
   // For each aggregate of query_.aggregates: its quantile series, or -1.
   std::vector<int> aggregate_quantile_series_;
-  // For each aggregate of query_.aggregates (but count(*) and percentiles): its series in
-  // scalar_series_ or array_series_, and its output columns' names as JSON strings (one for a
+  // For each aggregate of query_.aggregates with a column: whether the column is an array and
+  // (but percentiles, whose sketches are aggregate_quantile_series_) its series in
+  // scalar_series_ or array_series_ and its output columns' names as JSON strings (one for a
   // scalar column; one per element of an array column, as many as the widest array seen).
   struct Output {
     size_t series = 0;

@@ -52,8 +52,7 @@ class JsonObject {
   explicit JsonObject(std::string& out) : out_(out) { out_.push_back('{'); }
 
   JsonObject& Key(std::string_view key) {
-    if (!first_) out_.push_back(',');
-    first_ = false;
+    Separate();
     AppendJsonString(out_, key);
     out_.push_back(':');
     return *this;
@@ -61,8 +60,7 @@ class JsonObject {
   /// A key already written as a JSON string, quotes included (JsonKey), for keys written
   /// again and again; the value follows with Append* on the output.
   JsonObject& WrittenKey(std::string_view json_key) {
-    if (!first_) out_.push_back(',');
-    first_ = false;
+    Separate();
     out_ += json_key;
     out_.push_back(':');
     return *this;
@@ -108,6 +106,11 @@ class JsonObject {
   void Close() { out_.push_back('}'); }
 
  private:
+  void Separate() {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+  }
+
   std::string& out_;
   bool first_ = true;
 };

@@ -1801,8 +1801,8 @@ void DriftMonitor::UpdateRollup(ModelState& m, int64_t now_ms, const AlertEvent&
 
 namespace {
 
-// `items` in the order of `records` (stable: items of one record keep their order); both
-// cleared of nothing, `records` left sorted.
+// `items` reordered by `records` (each item's record; stable: items of one record keep their
+// order), and `records` sorted along.
 template <typename T>
 void SortByRecord(std::vector<T>& items, std::vector<uint64_t>& records) {
   if (std::is_sorted(records.begin(), records.end())) return;

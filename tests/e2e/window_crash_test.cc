@@ -16,8 +16,10 @@
 namespace driftd::testing {
 namespace {
 
-constexpr int kFiles = 100;
-constexpr int kRowsPerFile = 300;
+// One batch a file (maxFilesPerTrigger: 1): twice as many batches as a kill loop could cover
+// in 20 lives even when the test process is starved and each life runs several batches.
+constexpr int kFiles = 200;
+constexpr int kRowsPerFile = 150;
 
 // 30000 rows, 10 ms of event time apart, each up to 1.5 s early or late (seeded), so with a
 // 1 s watermark delay some rows are late, and sliding windows stay open across many files.
