@@ -141,15 +141,13 @@ class FileSink final : public Sink {
 
     const OutputRows& rows = output.For(stream_, mode_);
     std::string part;
+    int64_t part_bytes = 0;
     if (!rows.empty()) {
       part = FileSinkPartName(output.batch_id, name_);
-      buffer_.clear();
-      for (const std::string& row : rows.rows) {
-        buffer_ += row;
-        buffer_.push_back('\n');
-      }
       // Same name on re-delivery: the rename replaces a part left by an interrupted attempt.
-      DRIFTD_TRY(WriteFileAtomically(path_, part, buffer_, !deferred_));
+      auto written = WriteLinesAtomically(path_, part, rows.rows, !deferred_);
+      if (!written) return tl::unexpected(written.error());
+      part_bytes = *written;
       if (deferred_) Remember(JoinPath(path_, part));
     }
     std::string manifest;
@@ -159,7 +157,7 @@ class FileSink final : public Sink {
     if (!part.empty()) AppendJsonString(manifest, part);
     manifest += "]";
     entry.Int("rows", static_cast<int64_t>(rows.rows.size()));
-    entry.Int("bytes", part.empty() ? 0 : static_cast<int64_t>(buffer_.size()));
+    entry.Int("bytes", part_bytes);
     if (!checkpoint_id_.empty()) entry.String("checkpoint", checkpoint_id_);
     entry.Close();
     manifest.push_back('\n');
@@ -210,7 +208,6 @@ class FileSink final : public Sink {
   std::string path_;
   StreamKind stream_;
   OutputMode mode_;
-  std::string buffer_;
   simdjson::dom::parser parser_;
   // DeferDurability: parts and manifest entries written since the last Sync, which another
   // thread calls.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 namespace driftd {
@@ -150,15 +151,19 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   return data;
 }
 
-Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                           std::string_view data, bool durable) {
+namespace {
+
+/// The temp-file, fsync, rename and directory-fsync protocol of WriteFileAtomically, with the
+/// file's bytes written by `write` to the open temp file.
+Status ReplaceFileAtomically(const std::string& directory, const std::string& name, bool durable,
+                             const std::function<Status(int fd, const std::string& path)>& write) {
   // Hidden (leading '.') so directory readers and the file source's globs skip it.
   std::string temp_path = JoinPath(directory, "." + name + ".tmp");
   std::string final_path = JoinPath(directory, name);
   {
     UniqueFd fd{::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (!fd.valid()) return IoError("creating", temp_path, errno);
-    DRIFTD_TRY(WriteAll(fd.get(), temp_path, data));
+    DRIFTD_TRY(write(fd.get(), temp_path));
     if (durable && ::fsync(fd.get()) != 0) return IoError("syncing", temp_path, errno);
   }
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
@@ -167,6 +172,41 @@ Status WriteFileAtomically(const std::string& directory, const std::string& name
     return IoError("renaming into place", final_path, error);
   }
   return durable ? SyncDirectory(directory) : Ok();
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& directory, const std::string& name,
+                           std::string_view data, bool durable) {
+  return ReplaceFileAtomically(directory, name, durable, [&](int fd, const std::string& path) {
+    return WriteAll(fd, path, data);
+  });
+}
+
+Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::string& name,
+                                     std::span<const std::string> lines, bool durable) {
+  int64_t bytes = 0;
+  auto write = [&](int fd, const std::string& path) -> Status {
+    // Lines go out in blocks of about kBlock bytes: a batch's output is not copied whole.
+    constexpr size_t kBlock = 1 << 20;
+    std::string block;
+    block.reserve(kBlock);
+    for (const std::string& line : lines) {
+      if (!block.empty() && block.size() + line.size() + 1 > kBlock) {
+        DRIFTD_TRY(WriteAll(fd, path, block));
+        bytes += static_cast<int64_t>(block.size());
+        block.clear();
+      }
+      block += line;
+      block.push_back('\n');
+    }
+    DRIFTD_TRY(WriteAll(fd, path, block));
+    bytes += static_cast<int64_t>(block.size());
+    return Ok();
+  };
+  auto replaced = ReplaceFileAtomically(directory, name, durable, write);
+  if (!replaced) return tl::unexpected(replaced.error());
+  return bytes;
 }
 
 Status SyncFile(const std::string& path) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,10 @@ Result<std::string> ReadWholeFile(const std::string& path);
 /// loss may; the caller then makes it durable later with SyncFile and SyncDirectory.
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
                            std::string_view data, bool durable = true);
+/// WriteFileAtomically of `lines`, each followed by '\n', written in blocks (the lines are not
+/// first joined into one string). The bytes written.
+Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::string& name,
+                                     std::span<const std::string> lines, bool durable = true);
 
 /// fsync of a file, or of a directory (its entries: files created or renamed into it).
 Status SyncFile(const std::string& path);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <initializer_list>
 
 namespace driftd {
 
@@ -28,6 +29,16 @@ void PutRows(std::string& out, const OutputRows& rows) {
     PutString(out, i < rows.keys.size() ? rows.keys[i] : std::string_view());
     PutString(out, rows.rows[i]);
   }
+}
+
+/// What PutRows appends.
+size_t EncodedSize(const OutputRows& rows) {
+  size_t size = 8;
+  for (const auto& column : rows.columns) size += 4 + column.size();
+  for (size_t i = 0; i < rows.rows.size(); ++i) {
+    size += 8 + rows.rows[i].size() + (i < rows.keys.size() ? rows.keys[i].size() : 0);
+  }
+  return size;
 }
 
 class Reader {
@@ -77,15 +88,21 @@ class Reader {
 }  // namespace
 
 std::string EncodeBatchOutput(const BatchOutput& output) {
+  const std::initializer_list<const OutputRows*> streams = {
+      &output.stats_append, &output.stats_update, &output.stats_complete,
+      &output.alerts,       &output.dead_letters, &output.evaluations};
+  const std::string batch_id = std::to_string(output.batch_id);
+  const std::string offsets = OffsetsToJson(output.source_end);
+  // Sized once: a batch's rows can be tens of megabytes, and growing by doubling would hold
+  // up to twice that while the old copy moves.
+  size_t size = 1 + 4 + batch_id.size() + 4 + offsets.size();
+  for (const OutputRows* rows : streams) size += EncodedSize(*rows);
   std::string out;
+  out.reserve(size);
   out.push_back(static_cast<char>(kFormat));
-  PutString(out, std::to_string(output.batch_id));
-  PutString(out, OffsetsToJson(output.source_end));
-  for (const OutputRows* rows : {&output.stats_append, &output.stats_update,
-                                 &output.stats_complete, &output.alerts, &output.dead_letters,
-                                 &output.evaluations}) {
-    PutRows(out, *rows);
-  }
+  PutString(out, batch_id);
+  PutString(out, offsets);
+  for (const OutputRows* rows : streams) PutRows(out, *rows);
   return out;
 }
 
