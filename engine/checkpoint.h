@@ -118,8 +118,10 @@ class CheckpointStore {
   virtual Status ScanState(
       const std::function<void(std::string_view key, std::string_view value)>& visit) = 0;
 
-  /// Applies a batch atomically (one WriteBatch; synced if options.sync).
-  virtual Status Commit(const BatchWrite& write) = 0;
+  /// Applies a batch atomically (one WriteBatch; synced if options.sync). By value: a caller
+  /// that moves its write in lets the store release the puts once it has copied them (a
+  /// batch's state can be tens of megabytes).
+  virtual Status Commit(BatchWrite write) = 0;
 
   /// Applies state entries alone (deletes first, then puts) atomically, without a commit
   /// record: a scaled-out task's state restored from its changelog. Synced if options.sync.

@@ -273,6 +273,8 @@ Error RocksError(const rocksdb::Status& status, std::string_view what, const std
   return Error(code, fmt::format("checkpoint '{}': {}: {}{}", dir, what, status.ToString(), hint));
 }
 
+uint64_t StateKeyHash(std::string_view key) { return std::hash<std::string_view>{}(key); }
+
 rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
                                            size_t write_buffer_bytes) {
   rocksdb::ColumnFamilyOptions cf;
@@ -347,7 +349,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<std::vector<CommitRecord>> RecentCommits(int limit) override;
   Status ScanState(
       const std::function<void(std::string_view key, std::string_view value)>& visit) override;
-  Status Commit(const BatchWrite& write) override;
+  Status Commit(BatchWrite write) override;
   Status ApplyState(const std::vector<std::pair<std::string, std::string>>& puts,
                     const std::vector<std::string>& deletes) override;
   Status ScanStatePrefix(
@@ -376,7 +378,14 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDatabase(const std::vector<std::string>& existing_cfs);
+  /// A state put (value_size >= 0) or delete (-1) as the statistics count it.
+  struct CountedEntry {
+    uint64_t hash;
+    uint32_t key_size;
+    int64_t value_size;
+  };
   // Mirrors applied state puts and deletes in the live key count and sizes.
+  void CountState(const std::vector<CountedEntry>& entries);
   void CountState(const std::vector<std::pair<std::string, std::string>>& puts,
                   const std::vector<std::string>& deletes);
   Status CheckOrWriteMarker(bool created_now);
@@ -393,9 +402,14 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // kCfNames order, then unknown ones
   std::string secondary_dir_;
 
-  // Exact sizes of live state entries, so a put over an existing key adjusts bytes instead of
-  // double counting. State is bounded (models x features x open windows), ~100k keys at most.
-  std::unordered_map<std::string, uint32_t> value_sizes_;
+  // Sizes of live state entries, so a put over an existing key adjusts bytes instead of double
+  // counting, by a 64-bit hash of the key (StateKeyHash): the sizes only feed the statistics,
+  // and keeping the keys themselves cost 12 MB at 150,000 keys; two keys share a hash with odds
+  // of about 1 in 10^9 at that size, and would then be counted as one.
+  std::unordered_map<uint64_t, uint32_t> value_sizes_;
+  /// Commit's WriteBatch, kept with its buffer (batch_reserved_ bytes) from batch to batch.
+  rocksdb::WriteBatch batch_;
+  size_t batch_reserved_ = 0;
   StateStats stats_;
   // Batch ids present in the commits column family, oldest first (at most commit_history + a
   // few after the limit was lowered); lets Commit trim without reading.
@@ -628,7 +642,7 @@ Status RocksCheckpointStore::LoadIndexes() {
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       const rocksdb::Slice key = it->key();
       const size_t value_size = it->value().size();
-      value_sizes_.emplace(key.ToString(), static_cast<uint32_t>(value_size));
+      value_sizes_.emplace(StateKeyHash(ToView(key)), static_cast<uint32_t>(value_size));
       stats_.keys += 1;
       stats_.bytes += static_cast<int64_t>(key.size() + value_size);
     }
@@ -756,7 +770,7 @@ Status RocksCheckpointStore::ScanState(
   return Ok();
 }
 
-Status RocksCheckpointStore::Commit(const BatchWrite& write) {
+Status RocksCheckpointStore::Commit(BatchWrite write) {
   DRIFTD_TRY(RefuseIfReadOnly("commit"));
   const int64_t batch_id = write.commit.batch_id;
   if (batch_id < 0) {
@@ -775,11 +789,18 @@ Status RocksCheckpointStore::Commit(const BatchWrite& write) {
 
   // The WriteBatch's bytes reserved once: a batch's state and outbox entry can be tens of
   // megabytes, and growing by doubling would hold up to twice that while the old copy moves.
-  // Each entry costs its bytes and at most 16 more (tag, column family, two lengths).
+  // Each entry costs its bytes and at most 16 more (tag, column family, two lengths). The
+  // buffer is kept for the next batch (they are alike in size), unless it is far too large.
   size_t reserve = 64 + write.outbox.payload.size();
   for (const auto& [key, value] : write.state_puts) reserve += key.size() + value.size() + 16;
   for (const std::string& key : write.state_deletes) reserve += key.size() + 16;
-  rocksdb::WriteBatch batch(reserve);
+  if (reserve > batch_reserved_ || reserve < batch_reserved_ / 4) {
+    batch_reserved_ = reserve + reserve / 8;
+    batch_ = rocksdb::WriteBatch(batch_reserved_);
+  } else {
+    batch_.Clear();
+  }
+  rocksdb::WriteBatch& batch = batch_;
   rocksdb::Status status;
   // Puts before deletes: a key both put and deleted in one batch ends up deleted.
   for (const auto& [key, value] : write.state_puts) {
@@ -811,6 +832,20 @@ Status RocksCheckpointStore::Commit(const BatchWrite& write) {
   if (!status.ok())
     return tl::unexpected(Fail(status, fmt::format("preparing batch {}", batch_id)));
 
+  // The puts are in the WriteBatch now: released before the memtables take their third copy.
+  std::vector<CountedEntry> counted;
+  counted.reserve(write.state_puts.size() + write.state_deletes.size());
+  for (const auto& [key, value] : write.state_puts) {
+    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
+                       static_cast<int64_t>(value.size())});
+  }
+  for (const std::string& key : write.state_deletes) {
+    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});
+  }
+  std::vector<std::pair<std::string, std::string>>().swap(write.state_puts);
+  std::vector<std::string>().swap(write.state_deletes);
+  std::string().swap(write.outbox.payload);
+
   status = db_->Write(SyncedWrite(), &batch);
   if (!status.ok())
     return tl::unexpected(Fail(status, fmt::format("committing batch {}", batch_id)));
@@ -818,28 +853,42 @@ Status RocksCheckpointStore::Commit(const BatchWrite& write) {
   // Durable: now mirror it in memory, in the same order the WriteBatch applied it.
   commit_ids_.erase(commit_ids_.begin(), commit_ids_.begin() + static_cast<ptrdiff_t>(trim));
   commit_ids_.push_back(batch_id);
-  CountState(write.state_puts, write.state_deletes);
+  CountState(counted);
   return Ok();
+}
+
+void RocksCheckpointStore::CountState(const std::vector<CountedEntry>& entries) {
+  for (const CountedEntry& entry : entries) {
+    if (entry.value_size < 0) {
+      auto it = value_sizes_.find(entry.hash);
+      if (it == value_sizes_.end()) continue;
+      stats_.keys -= 1;
+      stats_.bytes -= static_cast<int64_t>(entry.key_size + it->second);
+      value_sizes_.erase(it);
+      continue;
+    }
+    auto [it, inserted] = value_sizes_.try_emplace(entry.hash, 0);
+    if (inserted) {
+      stats_.keys += 1;
+      stats_.bytes += entry.key_size;
+    }
+    stats_.bytes += entry.value_size - static_cast<int64_t>(it->second);
+    it->second = static_cast<uint32_t>(entry.value_size);
+  }
 }
 
 void RocksCheckpointStore::CountState(const std::vector<std::pair<std::string, std::string>>& puts,
                                       const std::vector<std::string>& deletes) {
+  std::vector<CountedEntry> entries;
+  entries.reserve(puts.size() + deletes.size());
   for (const auto& [key, value] : puts) {
-    auto [it, inserted] = value_sizes_.try_emplace(key, 0);
-    if (inserted) {
-      stats_.keys += 1;
-      stats_.bytes += static_cast<int64_t>(key.size());
-    }
-    stats_.bytes += static_cast<int64_t>(value.size()) - static_cast<int64_t>(it->second);
-    it->second = static_cast<uint32_t>(value.size());
+    entries.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
+                       static_cast<int64_t>(value.size())});
   }
   for (const std::string& key : deletes) {
-    auto it = value_sizes_.find(key);
-    if (it == value_sizes_.end()) continue;
-    stats_.keys -= 1;
-    stats_.bytes -= static_cast<int64_t>(key.size() + it->second);
-    value_sizes_.erase(it);
+    entries.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});
   }
+  CountState(entries);
 }
 
 Status RocksCheckpointStore::ApplyState(

@@ -811,7 +811,7 @@ class QueryExecutor::Impl {
     // The previous batch's delivery ends (and is marked) before this one commits: one batch at
     // a time in the outbox, as on one thread.
     DRIFTD_TRY(FinishDelivery());
-    DRIFTD_TRY(store_->Commit(write));
+    DRIFTD_TRY(store_->Commit(std::move(write)));
     progress.wal_commit_ms = MillisSince(commit_start);
     clock_.CommitBatch();
 

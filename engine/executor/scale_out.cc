@@ -514,7 +514,7 @@ Result<bool> ScaleOutRunner::RunBatch(int64_t batch_id, BatchOutput& output,
   }
   write.state_puts = std::move(puts);
   write.state_deletes = std::move(deletes);
-  DRIFTD_TRY(parts_.store->Commit(write));
+  DRIFTD_TRY(parts_.store->Commit(std::move(write)));
   for (Sink* sink : parts_.sinks) {
     if (sink == committer) continue;
     Status best_effort = sink->Deliver(output);
