@@ -407,6 +407,9 @@ class RocksCheckpointStore final : public CheckpointStore {
   // and keeping the keys themselves cost 12 MB at 150,000 keys; two keys share a hash with odds
   // of about 1 in 10^9 at that size, and would then be counted as one.
   std::unordered_map<uint64_t, uint32_t> value_sizes_;
+  /// The sinks still to deliver of the outbox entries this store wrote or read, by batch id:
+  /// marking the last one delivered deletes the entry without reading its payload back.
+  std::unordered_map<int64_t, std::vector<std::string>> outbox_sinks_;
   /// Commit's WriteBatch, kept with its buffer (batch_reserved_ bytes) from batch to batch.
   rocksdb::WriteBatch batch_;
   size_t batch_reserved_ = 0;
@@ -518,7 +521,12 @@ Status RocksCheckpointStore::OpenDatabase(const std::vector<std::string>& existi
 
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   for (std::string_view name : kCfNames) {
-    descriptors.emplace_back(std::string(name), MakeCfOptions(cache_, WriteBufferBytes(name)));
+    rocksdb::ColumnFamilyOptions options = MakeCfOptions(cache_, WriteBufferBytes(name));
+    // Outbox entries live from a commit to their delivery: one that a flush catches (a
+    // batch's rows, megabytes) is deleted soon after, and compressing it cost a buffer of its
+    // size and the CPU to fill it.
+    if (name == "outbox") options.compression = rocksdb::kNoCompression;
+    descriptors.emplace_back(std::string(name), options);
   }
   // Column families of a newer driftd must be opened too (RocksDB insists on all of them);
   // the layout version check below decides whether we can serve this checkpoint.
@@ -853,6 +861,7 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   // Durable: now mirror it in memory, in the same order the WriteBatch applied it.
   commit_ids_.erase(commit_ids_.begin(), commit_ids_.begin() + static_cast<ptrdiff_t>(trim));
   commit_ids_.push_back(batch_id);
+  if (!sinks.empty()) outbox_sinks_[batch_id] = std::move(sinks);
   CountState(counted);
   return Ok();
 }
@@ -935,6 +944,7 @@ Result<std::vector<OutboxEntry>> RocksCheckpointStore::PendingOutbox() {
     if (!entry) {
       return tl::unexpected(entry.error().Wrap(fmt::format("checkpoint '{}'", directory_)));
     }
+    outbox_sinks_[entry->batch_id] = entry->pending_sinks;
     entries.push_back(std::move(*entry));
   }
   if (!it->status().ok()) return tl::unexpected(Fail(it->status(), "reading the outbox"));
@@ -948,6 +958,25 @@ Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view si
                      directory_, batch_id);
   }
   const std::string key = EncodeBatchId(batch_id);
+  // Not synced: the sink's own record of the delivery (a file manifest entry, a committed
+  // Kafka transaction) is durable before this is called, and a mark that a machine crash
+  // loses only makes recovery ask the sink (Sink::IsDelivered) instead. The next commit's
+  // sync persists it anyway. One fsync per batch fewer.
+  const rocksdb::WriteOptions unsynced;
+  if (auto known = outbox_sinks_.find(batch_id); known != outbox_sinks_.end()) {
+    auto& pending = known->second;
+    auto found = std::find(pending.begin(), pending.end(), sink);
+    if (found == pending.end()) return Ok();
+    if (pending.size() == 1) {
+      // The last sink: the entry goes, and its payload (a batch's rows) is never read back.
+      rocksdb::Status status = db_->Delete(unsynced, cf(kOutboxCf), key);
+      if (!status.ok()) {
+        return tl::unexpected(Fail(status, fmt::format("marking batch {} delivered", batch_id)));
+      }
+      outbox_sinks_.erase(known);
+      return Ok();
+    }
+  }
   std::string value;
   rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), cf(kOutboxCf), key, &value);
   // Idempotent: recovery may confirm a delivery that was already recorded.
@@ -960,11 +989,6 @@ Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view si
   auto found = std::find(sinks.begin(), sinks.end(), sink);
   if (found == sinks.end()) return Ok();
   sinks.erase(found);
-  // Not synced: the sink's own record of the delivery (a file manifest entry, a committed
-  // Kafka transaction) is durable before this is called, and a mark that a machine crash
-  // loses only makes recovery ask the sink (Sink::IsDelivered) instead. The next commit's
-  // sync persists it anyway. One fsync per batch fewer.
-  const rocksdb::WriteOptions unsynced;
   if (sinks.empty()) {
     status = db_->Delete(unsynced, cf(kOutboxCf), key);
   } else {
@@ -972,6 +996,11 @@ Status RocksCheckpointStore::MarkDelivered(int64_t batch_id, std::string_view si
   }
   if (!status.ok()) {
     return tl::unexpected(Fail(status, fmt::format("marking batch {} delivered", batch_id)));
+  }
+  if (sinks.empty()) {
+    outbox_sinks_.erase(batch_id);
+  } else {
+    outbox_sinks_[batch_id] = sinks;
   }
   return Ok();
 }
