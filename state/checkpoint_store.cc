@@ -811,11 +811,20 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   rocksdb::WriteBatch& batch = batch_;
   rocksdb::Status status;
   // Puts before deletes: a key both put and deleted in one batch ends up deleted.
-  for (const auto& [key, value] : write.state_puts) {
+  // Each put is released once copied (with what the statistics need of it), so the batch's
+  // state is held about once, not twice, while the WriteBatch fills.
+  std::vector<CountedEntry> counted;
+  counted.reserve(write.state_puts.size() + write.state_deletes.size());
+  for (auto& [key, value] : write.state_puts) {
     if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
+                       static_cast<int64_t>(value.size())});
+    std::string().swap(key);
+    std::string().swap(value);
   }
   for (const std::string& key : write.state_deletes) {
     if (status.ok()) status = batch.Delete(cf(kStateCf), key);
+    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});
   }
   if (status.ok()) status = batch.Put(cf(kCommitsCf), id_key, EncodeCommit(record));
 
@@ -840,16 +849,7 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   if (!status.ok())
     return tl::unexpected(Fail(status, fmt::format("preparing batch {}", batch_id)));
 
-  // The puts are in the WriteBatch now: released before the memtables take their third copy.
-  std::vector<CountedEntry> counted;
-  counted.reserve(write.state_puts.size() + write.state_deletes.size());
-  for (const auto& [key, value] : write.state_puts) {
-    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
-                       static_cast<int64_t>(value.size())});
-  }
-  for (const std::string& key : write.state_deletes) {
-    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});
-  }
+  // The rest of the write is in the WriteBatch too: released before the memtables copy it.
   std::vector<std::pair<std::string, std::string>>().swap(write.state_puts);
   std::vector<std::string>().swap(write.state_deletes);
   std::string().swap(write.outbox.payload);
