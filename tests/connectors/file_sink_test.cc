@@ -4,6 +4,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "connectors/connector_factories.h"
 #include "tests/connectors/connector_test_util.h"
@@ -68,6 +69,26 @@ TEST_CASE("a delivered batch is in the manifest and its rows are readable", "[fi
   CHECK(std::filesystem::exists(out + "/_driftd_manifest/0"));
   CHECK(Committed(out) ==
         std::vector<std::string>{R"({"model_id":"m1","count":1})", R"({"model_id":"m2"})"});
+}
+
+TEST_CASE("a batch of several megabytes, one row larger than the write blocks, comes back whole",
+          "[file][sink]") {
+  TempDir dir;
+  std::string out = dir.Sub("stats");
+  auto sink = OpenedSink(out);
+  std::vector<std::string> rows;
+  for (int i = 0; i < 30000; ++i) {
+    rows.push_back(fmt::format(R"({{"model_id":"m{}","count":{}}})", i, i * 7) +
+                   std::string(static_cast<size_t>(i % 200), ' '));
+  }
+  rows[12345] = R"({"model_id":"wide","note":")" + std::string(3 << 20, 'x') + R"("})";
+  size_t bytes = 0;
+  for (const auto& row : rows) bytes += row.size() + 1;
+  REQUIRE(sink->Deliver(Batch(0, rows)));
+  CHECK(std::filesystem::file_size(out + "/part-0000000000-stats.jsonl") == bytes);
+  // Delivered only when the manifest's byte count is the part's size.
+  CHECK(Delivered(*sink, 0));
+  CHECK(Committed(out) == rows);
 }
 
 TEST_CASE("a batch without rows gets a manifest entry and no part file", "[file][sink]") {

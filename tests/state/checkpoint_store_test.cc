@@ -271,6 +271,38 @@ TEST_CASE("an outbox entry with two sinks disappears only after both confirm del
   RequireOk(store->MarkDelivered(99, "kafka-alerts"));
 }
 
+TEST_CASE("the last sink's delivery deletes the entry, whether this store wrote it or found it at open",
+          "[state]") {
+  TempDir tmp;
+  {
+    auto store = OpenOrFail(tmp.path());
+    for (int64_t id : {3, 4, 5}) {
+      BatchWrite write = MakeBatch(id);
+      write.outbox.payload = "rows of batch " + std::to_string(id);
+      write.outbox.pending_sinks = {"file-stats"};
+      RequireOk(store->Commit(write));
+    }
+    // Written by this store: deleted without its payload being read back.
+    RequireOk(store->MarkDelivered(3, "file-stats"));
+    RequireOk(store->MarkDelivered(3, "file-stats"));
+    // A sink the entry does not wait for changes nothing.
+    RequireOk(store->MarkDelivered(4, "kafka-alerts"));
+  }
+  auto store = OpenOrFail(tmp.path());
+  // Found at open, before anything asked for the outbox.
+  RequireOk(store->MarkDelivered(4, "file-stats"));
+  auto outbox = store->PendingOutbox();
+  REQUIRE(outbox);
+  REQUIRE(outbox->size() == 1);
+  CHECK((*outbox)[0].batch_id == 5);
+  CHECK((*outbox)[0].payload == "rows of batch 5");
+  // Found by PendingOutbox.
+  RequireOk(store->MarkDelivered(5, "file-stats"));
+  outbox = store->PendingOutbox();
+  REQUIRE(outbox);
+  CHECK(outbox->empty());
+}
+
 TEST_CASE("state stats stay exact through puts, overwrites, deletes and a reopen", "[state]") {
   TempDir tmp;
   StateStats expected;
