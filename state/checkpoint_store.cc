@@ -822,8 +822,8 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   counted.reserve(write.state_puts.size() + write.state_deletes.size());
   for (auto& [key, value] : write.state_puts) {
     if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
-    counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
-                       static_cast<int64_t>(value.size())});
+    counted.push_back(
+        {StateKeyHash(key), static_cast<uint32_t>(key.size()), static_cast<int64_t>(value.size())});
     std::string().swap(key);
     std::string().swap(value);
   }
@@ -896,8 +896,8 @@ void RocksCheckpointStore::CountState(const std::vector<std::pair<std::string, s
   std::vector<CountedEntry> entries;
   entries.reserve(puts.size() + deletes.size());
   for (const auto& [key, value] : puts) {
-    entries.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()),
-                       static_cast<int64_t>(value.size())});
+    entries.push_back(
+        {StateKeyHash(key), static_cast<uint32_t>(key.size()), static_cast<int64_t>(value.size())});
   }
   for (const std::string& key : deletes) {
     entries.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});

@@ -1172,7 +1172,7 @@ void DriftMonitor::SequentialCheck(ModelState& m, size_t series, int64_t event_t
   const double sum = std::max(ev.cusum_up, ev.cusum_down);
   const AlertLevel level = sum >= ev.cusum_alert_h  ? AlertLevel::kAlert
                            : sum >= ev.cusum_warn_h ? AlertLevel::kWarn
-                                                   : AlertLevel::kOk;
+                                                    : AlertLevel::kOk;
   if (level <= s.cusum_seen) return;
   s.cusum_seen = level;
   MarkDirty(m, series);
@@ -1325,7 +1325,9 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
   size_t phase = 0;
   if (seasonal) {
     const int64_t phases = std::max<int64_t>(1, spec_.baseline.period_ms * 1000 / et_size_us_);
-    if (ev.phases.size() != static_cast<size_t>(phases)) ev.phases.resize(static_cast<size_t>(phases));
+    if (ev.phases.size() != static_cast<size_t>(phases)) {
+      ev.phases.resize(static_cast<size_t>(phases));
+    }
     if (!ValidTime(ev.season_end_us)) {
       ev.season_end_us = ev.window_min_us + spec_.baseline.cycles * spec_.baseline.period_ms * 1000;
     }
@@ -1604,8 +1606,8 @@ void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
                   : 0;
   if (opens) {
     ev.inc = Incident();
-    ev.inc.families = v.families_now != 0 ? v.families_now
-                                         : static_cast<uint8_t>(1u << lead_family);
+    ev.inc.families =
+        v.families_now != 0 ? v.families_now : static_cast<uint8_t>(1u << lead_family);
     ev.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
   } else if (changed && after == AlertLevel::kAlert && v.lead >= 0) {
     ev.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
@@ -1964,7 +1966,8 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
     e.window_n = raw.count();
     e.window_end_record = e.window_start_record + e.window_n;
     e.window_start_us = s.eval().window_min_us;
-    e.window_end_us = et_size_us_ > 0 ? s.eval().window_max_us : ExclusiveEndUs(s.eval().window_max_us);
+    e.window_end_us =
+        et_size_us_ > 0 ? s.eval().window_max_us : ExclusiveEndUs(s.eval().window_max_us);
     e.window_mean = raw.mean();
     e.window_stddev = raw.Stddev();
     e.baseline_n = s.baseline.count();
@@ -3027,7 +3030,9 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     inc.error_errors = r.I64();
     if (!base_apart) {
       s.mut_eval().err_baseline.errors = r.I64();
-      if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) return corrupt("bad error baseline");
+      if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) {
+        return corrupt("bad error baseline");
+      }
     }
     s.mut_eval().err_window.errors = r.I64();
     if (!ReadMoments(r, s.mut_eval().err_window.abs_error)) return corrupt("bad error window");
@@ -3177,8 +3182,9 @@ Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, uint32_t& b
       (!s.baseline_c.Decode(r) || !GetCounts(r, s.ref_counts, kBinsLimit))) {
     return corrupt("bad winsorized baseline");
   }
-  if ((bits & kHotWindow) && (!s.mut_eval().window_raw.Decode(r) || !s.mut_eval().window_sums.Decode(r) ||
-                              !GetCounts(r, s.mut_eval().window_counts, kBinsLimit))) {
+  if ((bits & kHotWindow) &&
+      (!s.mut_eval().window_raw.Decode(r) || !s.mut_eval().window_sums.Decode(r) ||
+       !GetCounts(r, s.mut_eval().window_counts, kBinsLimit))) {
     return corrupt("bad window");
   }
   if (bits & kHotSpan) {
@@ -4119,8 +4125,9 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         s.baseline_from_warmup = s.baseline == MomentsOf(s.warmup, edge_values_);
         if (s.baseline_from_warmup) s.baseline.Clear();
       }
-      if (has_histogram_ && i < series_names_.size() && s.frozen && s.eval().window_counts.empty() &&
-          !(info[i].hot_bits & kHotWindow) && (info[i].v6 || info[i].hot)) {
+      if (has_histogram_ && i < series_names_.size() && s.frozen &&
+          s.eval().window_counts.empty() && !(info[i].hot_bits & kHotWindow) &&
+          (info[i].v6 || info[i].hot)) {
         s.mut_eval().window_counts.assign(s.edges.bins(), 0);  // an empty window
       }
       DRIFTD_TRY(CheckHistograms(s, name_of(i)));

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "connectors/connector_factories.h"
 #include "tests/connectors/connector_test_util.h"

@@ -271,7 +271,7 @@ TEST_CASE("an outbox entry with two sinks disappears only after both confirm del
   RequireOk(store->MarkDelivered(99, "kafka-alerts"));
 }
 
-TEST_CASE("the last sink's delivery deletes the entry, whether this store wrote it or found it at open",
+TEST_CASE("the last sink's delivery deletes the entry, written by this store or found at open",
           "[state]") {
   TempDir tmp;
   {
