@@ -118,6 +118,21 @@ TEST_CASE("a committed batch's record, state and outbox read back", "[state]") {
   CHECK((*outbox)[0].pending_sinks == std::vector<std::string>{"alerts", "stats"});
 }
 
+TEST_CASE("puts out of key order, one key twice, and a key put and deleted read back as applied in "
+          "order",
+          "[state]") {
+  TempDir tmp;
+  auto store = OpenOrFail(tmp.path());
+  BatchWrite write = MakeBatch(0);
+  write.state_puts = {{"m/c", "first"}, {"m/a", "a"}, {"m/b", "gone"}, {"m/c", "last"}};
+  write.state_deletes = {"m/b"};
+  RequireOk(store->Commit(write));
+  const auto state = ReadState(*store);
+  CHECK(state == std::map<std::string, std::string>{{"m/a", "a"}, {"m/c", "last"}});
+  CHECK(store->Stats().keys == StatsOf(state).keys);
+  CHECK(store->Stats().bytes == StatsOf(state).bytes);
+}
+
 TEST_CASE("a batch with no pending sinks leaves no outbox entry", "[state]") {
   TempDir tmp;
   auto store = OpenOrFail(tmp.path());
