@@ -143,9 +143,21 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     point.level = evaluation.level;
     point.evaluated = evaluation.evaluated;
     point.detectors = evaluation.detectors;
-    auto& ring = history_[key];
+    auto [found, added] = history_.try_emplace(key);
+    if (added || history_cap_ == 0) {
+      const size_t cap = std::clamp<size_t>(
+          options_.evaluation_history_points / history_.size(), 1,
+          std::max<size_t>(options_.evaluation_history, 1));
+      if (history_cap_ == 0 || cap < history_cap_) {
+        for (auto& [series, points] : history_) {
+          while (points.size() > cap) points.pop_front();
+        }
+      }
+      history_cap_ = cap;
+    }
+    auto& ring = found->second;
     ring.push_back(std::move(point));
-    while (ring.size() > options_.evaluation_history) ring.pop_front();
+    while (ring.size() > history_cap_) ring.pop_front();
     // A window below minSamples has no readings: the gauges keep the last real ones.
     if (!evaluation.evaluated && data_.evaluations.count(key)) {
       data_.evaluations[key].level = evaluation.level;

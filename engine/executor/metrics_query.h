@@ -33,6 +33,11 @@ struct QueryMetricsOptions {
   /// Evaluations kept per (model, series) for SeriesHistory() (the status page's chart).
   /// Default: 60.
   size_t evaluation_history = 60;
+  /// Evaluations kept in all: with more series than evaluation_history_points /
+  /// evaluation_history, each keeps fewer (at least its latest), so the history's memory is
+  /// bounded whatever the number of models (a point with its detectors' readings is ~750
+  /// bytes: 60 of each of 130,000 series, 10,000 models, would be ~6 GB). Default: 100,000.
+  size_t evaluation_history_points = 100'000;
   /// Alert events kept for RecentAlerts(). Default: 100.
   size_t alert_history = 100;
   /// Partition names are Kafka's "<topic>-<partition>" and are split into the two labels.
@@ -181,6 +186,8 @@ class QueryMetrics {
   std::deque<AlertSummary> alerts_;
   std::deque<BatchPoint> batches_;
   std::map<std::pair<std::string, std::string>, std::deque<EvaluationPoint>> history_;
+  /// Points each series keeps now (evaluation_history, less with many series).
+  size_t history_cap_ = 0;
 };
 
 }  // namespace driftd

@@ -1,0 +1,69 @@
+#include "engine/executor/metrics_query.h"
+
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace driftd {
+namespace {
+
+Evaluation Evaluated(const std::string& model, int64_t batch_id) {
+  Evaluation evaluation;
+  evaluation.model = model;
+  evaluation.series = "prediction";
+  evaluation.evaluated = true;
+  evaluation.batch_id = batch_id;
+  evaluation.window_end_record = (batch_id + 1) * 100;
+  DetectorReading reading;
+  reading.detector = "mean_shift";
+  reading.statistic = static_cast<double>(batch_id);
+  evaluation.detectors.push_back(reading);
+  return evaluation;
+}
+
+TEST_CASE("each series keeps its evaluation history until many series share the points budget",
+          "[metrics]") {
+  QueryMetricsOptions options;
+  options.evaluation_history = 5;
+  options.evaluation_history_points = 20;
+  QueryMetrics metrics(options);
+
+  // Two series: each keeps its last 5 evaluations.
+  for (int64_t batch = 0; batch < 8; ++batch) {
+    metrics.RecordDrift({}, {Evaluated("m0", batch), Evaluated("m1", batch)}, 0);
+  }
+  auto history = metrics.SeriesHistory("m0", "prediction");
+  REQUIRE(history.size() == 5);
+  CHECK(history.front().batch_id == 3);
+  CHECK(history.back().batch_id == 7);
+  CHECK(history.back().detectors.at(0).statistic == 7);
+
+  // Ten series share 20 points: every series, the old ones too, keeps its last 2.
+  std::vector<Evaluation> more;
+  for (int model = 2; model < 10; ++model) more.push_back(Evaluated("m" + std::to_string(model), 8));
+  metrics.RecordDrift({}, more, 0);
+  history = metrics.SeriesHistory("m0", "prediction");
+  REQUIRE(history.size() == 2);
+  CHECK(history.front().batch_id == 6);
+  CHECK(history.back().batch_id == 7);
+  metrics.RecordDrift({}, {Evaluated("m1", 9)}, 0);
+  history = metrics.SeriesHistory("m1", "prediction");
+  REQUIRE(history.size() == 2);
+  CHECK(history.back().batch_id == 9);
+
+  // More series than points: each keeps its latest evaluation, and the latest evaluation of
+  // every series is still there for the gauges.
+  more.clear();
+  for (int model = 10; model < 40; ++model) {
+    more.push_back(Evaluated("m" + std::to_string(model), 10));
+  }
+  metrics.RecordDrift({}, more, 0);
+  history = metrics.SeriesHistory("m1", "prediction");
+  REQUIRE(history.size() == 1);
+  CHECK(history.back().batch_id == 9);
+  CHECK(metrics.Snapshot().evaluations.size() == 40);
+}
+
+}  // namespace
+}  // namespace driftd
