@@ -4433,7 +4433,9 @@ bool DriftMonitor::ResetBaselines(const std::string& model) {
     SeriesState fresh;
     fresh.seen = s.seen;
     fresh.alert = s.alert;
-    fresh.mut_eval().incident = s.mut_eval().incident;
+    // The incident id outlives the reset; a series that never had one stays without
+    // evaluation state.
+    if (s.eval().incident != 0) fresh.mut_eval().incident = s.eval().incident;
     // The keys it wrote, for the next write to replace or delete.
     fresh.warmup_blocks = s.warmup_blocks;
     fresh.base_in_store = s.base_in_store;
