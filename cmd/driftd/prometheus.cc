@@ -333,7 +333,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_drift_statistic", "gauge",
              "The detector's statistic at the last evaluated window of the model and series.");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_statistic",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -346,7 +347,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The statistic the detector's warn and alert levels need at the last evaluated "
              "window's sample sizes (level label).");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         for (const DetectorReading& r : e.detectors) {
           for (const auto& [level, value] :
                {std::pair<std::string_view, double>{"warn", r.warn_threshold},
@@ -364,7 +366,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "normal tail is its false-alarm probability (levels: warn 5, alert 5.5 by "
              "default).");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_score",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -377,7 +380,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The level the detector's last reading indicates on its own (before hysteresis): "
              "0 ok, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_level",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -390,7 +394,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The series' alert state after its last evaluation (hysteresis and cooldown "
              "applied): 0 ok or resolved, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         w.Sample("driftd_drift_series_level",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
                              {{"series", e.series}}),
@@ -402,7 +407,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "malformed series: the share of records without a value, or malformed; none for "
              "a categorical series).");
     for (const View& p : pipelines) {
-      for (const auto& [key, e] : p.metrics.evaluations) {
+      for (const auto& [key, shared] : p.metrics.evaluations) {
+        const Evaluation& e = *shared;
         if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,

@@ -114,11 +114,12 @@ std::string PipelineJson(const PipelineStatus& status) {
   std::set<std::string> seen;
   std::map<std::string, std::vector<const Evaluation*>> by_model;
   // A row per model, or per (model, segment): named "model [segment]".
-  for (const auto& [key, e] : m.evaluations) by_model[key.first].push_back(&e);
+  for (const auto& [key, e] : m.evaluations) by_model[key.first].push_back(e.get());
   for (const DriftMonitor::ModelStats& model : m.drift_models) {
     by_model[ModelLabel(model.model, model.segment)];
   }
-  for (const auto& [key, e] : m.evaluations) {
+  for (const auto& [key, shared] : m.evaluations) {
+    const Evaluation& e = *shared;
     if (seen.insert(e.series).second) series.push_back(e.series);
   }
   // Numbered series by their index, not as text ("x[10]" after "x[9]").

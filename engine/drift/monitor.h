@@ -145,6 +145,11 @@ struct Evaluation {
   int64_t batch_id = -1;
 };
 
+/// Evaluations are shared once made, not copied: the drift stage keeps each series' latest (for
+/// the checkpoint), the metrics keep them for the gauges and the history, the delivery thread
+/// reports them. At 10,000 models a batch may close 130,000 windows of ~1 KB each.
+using SharedEvaluation = std::shared_ptr<const Evaluation>;
+
 /// Counters for progress reports.
 struct DriftMonitorStats {
   int64_t models = 0;

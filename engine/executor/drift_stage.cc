@@ -3,6 +3,7 @@
 #include <simdjson.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -10,10 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
@@ -634,7 +635,7 @@ class DriftStage::Impl {
       if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
       Name(*monitor_name, &evaluation->model, &evaluation->segment);
       auto series_key = std::make_pair(*monitor_name, evaluation->series);
-      latest_[std::move(series_key)] = std::move(*evaluation);
+      latest_[std::move(series_key)] = std::make_shared<const Evaluation>(std::move(*evaluation));
       return Ok();
     }
     if (key.starts_with(kAdmitPrefix)) {
@@ -739,22 +740,28 @@ class DriftStage::Impl {
     events_.clear();
     evaluations_.clear();
     if (!monitor_) return;
+    std::vector<Evaluation> evaluations;
     // Windows close by the watermark this batch's rows move the clock to: every row of a
     // window closed now was read (rows still to come for it are late by their own partition's
     // watermark), so closing now rather than one batch later changes nothing but latency.
     monitor_->AdvanceWatermark(context.next_watermark_us);
-    monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations_);
+    monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations);
     // The monitor knows a segment's model as "<model>\x1f<value>...": events and evaluations
     // name the model and the segment apart.
-    std::vector<std::string> monitor_names;
-    monitor_names.reserve(evaluations_.size());
     for (AlertEvent& event : events_) {
       const std::string monitor_name = event.model;
       Name(monitor_name, &event.model, &event.segment);
     }
-    for (Evaluation& evaluation : evaluations_) {
-      monitor_names.push_back(evaluation.model);
-      Name(monitor_names.back(), &evaluation.model, &evaluation.segment);
+    evaluations_.reserve(evaluations.size());
+    for (Evaluation& evaluation : evaluations) {
+      std::string monitor_name = evaluation.model;
+      Name(monitor_name, &evaluation.model, &evaluation.segment);
+      auto series_key = std::make_pair(std::move(monitor_name), evaluation.series);
+      auto& shared =
+          evaluations_.emplace_back(std::make_shared<const Evaluation>(std::move(evaluation)));
+      auto latest = latest_.try_emplace(std::move(series_key)).first;
+      latest->second = shared;
+      dirty_evaluations_.push_back(latest);
     }
     if (alerts.columns.empty()) {
       alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
@@ -766,14 +773,9 @@ class DriftStage::Impl {
         rows->columns = {"evaluation_id", "model", "series", "level", "evaluated", "window",
                          "detectors"};
       }
-      for (const Evaluation& evaluation : evaluations_) {
-        rows->Add(evaluation.model, EvaluationToJson(evaluation));
+      for (const SharedEvaluation& evaluation : evaluations_) {
+        rows->Add(evaluation->model, EvaluationToJson(*evaluation));
       }
-    }
-    for (size_t i = 0; i < evaluations_.size(); ++i) {
-      auto series_key = std::make_pair(monitor_names[i], evaluations_[i].series);
-      dirty_evaluations_.insert(series_key);
-      latest_[std::move(series_key)] = evaluations_[i];
     }
   }
 
@@ -890,9 +892,9 @@ class DriftStage::Impl {
   }
 
   const std::vector<AlertEvent>& LastEvents() const { return events_; }
-  const std::vector<Evaluation>& LastEvaluations() const { return evaluations_; }
-  std::vector<Evaluation> LatestEvaluations() const {
-    std::vector<Evaluation> out;
+  const std::vector<SharedEvaluation>& LastEvaluations() const { return evaluations_; }
+  std::vector<SharedEvaluation> LatestEvaluations() const {
+    std::vector<SharedEvaluation> out;
     out.reserve(latest_.size());
     for (const auto& [key, evaluation] : latest_) out.push_back(evaluation);
     return out;
@@ -912,12 +914,15 @@ class DriftStage::Impl {
   void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes, StageProgress& progress) {
     const size_t first_put = puts.size();
-    for (const auto& series_key : dirty_evaluations_) {
-      auto it = latest_.find(series_key);
-      if (it == latest_.end()) continue;
-      puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(series_key.first),
-                                    EscapeKeyPart(series_key.second)),
-                        EncodeEvaluation(it->second));
+    // In key order, each series once (a batch may close several windows of one).
+    std::sort(dirty_evaluations_.begin(), dirty_evaluations_.end(),
+              [](LatestMap::iterator a, LatestMap::iterator b) { return a->first < b->first; });
+    dirty_evaluations_.erase(std::unique(dirty_evaluations_.begin(), dirty_evaluations_.end()),
+                             dirty_evaluations_.end());
+    for (LatestMap::iterator it : dirty_evaluations_) {
+      puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
+                                    EscapeKeyPart(it->first.second)),
+                        EncodeEvaluation(*it->second));
     }
     dirty_evaluations_.clear();
     progress.drift_values_over_key_cap += batch_counts_.values_over_key_cap;
@@ -1856,11 +1861,13 @@ class DriftStage::Impl {
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
-  std::vector<Evaluation> evaluations_;
+  std::vector<SharedEvaluation> evaluations_;
   bool want_evaluation_rows_ = false;
-  /// By (the model as the monitor knows it, series).
-  std::map<std::pair<std::string, std::string>, Evaluation> latest_;
-  std::set<std::pair<std::string, std::string>> dirty_evaluations_;
+  /// By (the model as the monitor knows it, series); entries are never removed, so the dirty
+  /// list may hold iterators.
+  using LatestMap = std::map<std::pair<std::string, std::string>, SharedEvaluation>;
+  LatestMap latest_;
+  std::vector<LatestMap::iterator> dirty_evaluations_;
 };
 
 Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec,
@@ -1909,10 +1916,10 @@ Result<std::string> DriftStage::BuildReferenceStatistics(const PipelineSpec& spe
   DRIFTD_TRY(impl->LoadReferenceRecords(records));
   return impl->ExportReference();
 }
-const std::vector<Evaluation>& DriftStage::LastEvaluations() const {
+const std::vector<SharedEvaluation>& DriftStage::LastEvaluations() const {
   return impl_->LastEvaluations();
 }
-std::vector<Evaluation> DriftStage::LatestEvaluations() const {
+std::vector<SharedEvaluation> DriftStage::LatestEvaluations() const {
   return impl_->LatestEvaluations();
 }
 void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,

@@ -83,10 +83,10 @@ class DriftStage final : public Stage {
 
   /// The alert events and the evaluations of the last Evaluate (for the metrics).
   const std::vector<AlertEvent>& LastEvents() const;
-  const std::vector<Evaluation>& LastEvaluations() const;
+  const std::vector<SharedEvaluation>& LastEvaluations() const;
   /// The latest evaluation of every (model, series) evaluated so far, restored ones included
   /// (they are persisted with the state, "drift-eval/<model>/<series>").
-  std::vector<Evaluation> LatestEvaluations() const;
+  std::vector<SharedEvaluation> LatestEvaluations() const;
 
  private:
   class Impl;

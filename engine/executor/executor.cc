@@ -854,7 +854,7 @@ class QueryExecutor::Impl {
   struct DriftSnapshot {
     bool taken = false;
     std::vector<AlertEvent> events;
-    std::vector<Evaluation> evaluations;
+    std::vector<SharedEvaluation> evaluations;
     std::optional<std::vector<DriftMonitor::ModelStats>> models;
   };
   DriftSnapshot DriftReport(bool alerts) const {

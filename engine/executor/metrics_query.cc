@@ -112,7 +112,7 @@ std::string ModelLabel(std::string_view model, std::string_view segment) {
 }
 
 void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
-                               const std::vector<Evaluation>& evaluations, int64_t now_ms) {
+                               const std::vector<SharedEvaluation>& evaluations, int64_t now_ms) {
   if (events.empty() && evaluations.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const AlertEvent& event : events) {
@@ -132,17 +132,11 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     summary.recorded_at_ms = now_ms;
     while (alerts_.size() > options_.alert_history) alerts_.pop_front();
   }
-  for (const Evaluation& evaluation : evaluations) {
+  for (const SharedEvaluation& shared : evaluations) {
+    const Evaluation& evaluation = *shared;
     const std::string label = ModelLabel(evaluation.model, evaluation.segment);
     ++data_.evaluations_by_model[label];
     auto key = std::make_pair(label, evaluation.series);
-    EvaluationPoint point;
-    point.batch_id = evaluation.batch_id;
-    point.window_end_record = evaluation.window_end_record;
-    point.window_end_us = evaluation.window_end_us;
-    point.level = evaluation.level;
-    point.evaluated = evaluation.evaluated;
-    point.detectors = evaluation.detectors;
     auto [found, added] = history_.try_emplace(key);
     if (added || history_cap_ == 0) {
       const size_t cap = std::clamp<size_t>(
@@ -156,21 +150,28 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
       history_cap_ = cap;
     }
     auto& ring = found->second;
-    ring.push_back(std::move(point));
+    ring.push_back(shared);
     while (ring.size() > history_cap_) ring.pop_front();
-    // A window below minSamples has no readings: the gauges keep the last real ones.
-    if (!evaluation.evaluated && data_.evaluations.count(key)) {
-      data_.evaluations[key].level = evaluation.level;
+    // A window below minSamples has no readings: the gauges keep the last real ones, with
+    // this window's level (a copy: the evaluations are shared and never changed).
+    SharedEvaluation& gauge = data_.evaluations[std::move(key)];
+    if (!evaluation.evaluated && gauge != nullptr) {
+      if (gauge->level != evaluation.level) {
+        auto relevelled = std::make_shared<Evaluation>(*gauge);
+        relevelled->level = evaluation.level;
+        gauge = std::move(relevelled);
+      }
       continue;
     }
-    data_.evaluations[std::move(key)] = evaluation;
+    gauge = shared;
   }
 }
 
-void QueryMetrics::RecordRestoredEvaluations(std::vector<Evaluation> latest) {
+void QueryMetrics::RecordRestoredEvaluations(std::vector<SharedEvaluation> latest) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (Evaluation& evaluation : latest) {
-    auto key = std::make_pair(ModelLabel(evaluation.model, evaluation.segment), evaluation.series);
+  for (SharedEvaluation& evaluation : latest) {
+    auto key =
+        std::make_pair(ModelLabel(evaluation->model, evaluation->segment), evaluation->series);
     data_.evaluations[std::move(key)] = std::move(evaluation);
   }
 }
@@ -211,7 +212,18 @@ std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& mode
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = history_.find({model, series});
   if (it == history_.end()) return {};
-  return {it->second.begin(), it->second.end()};
+  std::vector<EvaluationPoint> points;
+  points.reserve(it->second.size());
+  for (const SharedEvaluation& evaluation : it->second) {
+    EvaluationPoint& point = points.emplace_back();
+    point.batch_id = evaluation->batch_id;
+    point.window_end_record = evaluation->window_end_record;
+    point.window_end_us = evaluation->window_end_us;
+    point.level = evaluation->level;
+    point.evaluated = evaluation->evaluated;
+    point.detectors = evaluation->detectors;
+  }
+  return points;
 }
 
 }  // namespace driftd

@@ -112,7 +112,7 @@ struct QueryMetricsSnapshot {
   std::map<std::tuple<std::string, std::string, AlertLevel>, int64_t> alerts_by_model;
   /// The latest evaluation of each (model, series), from the first evaluation on and restored
   /// from the checkpoint after a restart; by (ModelLabel, series).
-  std::map<std::pair<std::string, std::string>, Evaluation> evaluations;
+  std::map<std::pair<std::string, std::string>, SharedEvaluation> evaluations;
   /// Windows closed per model (and segment: ModelLabel) since start (evaluated or not).
   std::map<std::string, int64_t> evaluations_by_model;
   /// Drift values and rows not watched since start: map keys over drift.maxKeysPerModel (or
@@ -150,9 +150,9 @@ class QueryMetrics {
   void RecordBatch(const ProgressRecord& progress);
   /// After every batch: its alert events and the windows it closed.
   void RecordDrift(const std::vector<AlertEvent>& events,
-                   const std::vector<Evaluation>& evaluations, int64_t now_ms);
+                   const std::vector<SharedEvaluation>& evaluations, int64_t now_ms);
   /// After restoring the checkpoint: the latest evaluation of every series.
-  void RecordRestoredEvaluations(std::vector<Evaluation> latest);
+  void RecordRestoredEvaluations(std::vector<SharedEvaluation> latest);
   /// After restoring the checkpoint and after every batch: each model's drift state.
   void RecordDriftModels(std::vector<DriftMonitor::ModelStats> models);
   /// Keeps a progress record (JSON) for RecentProgress().
@@ -185,7 +185,7 @@ class QueryMetrics {
   std::deque<std::string> progress_;
   std::deque<AlertSummary> alerts_;
   std::deque<BatchPoint> batches_;
-  std::map<std::pair<std::string, std::string>, std::deque<EvaluationPoint>> history_;
+  std::map<std::pair<std::string, std::string>, std::deque<SharedEvaluation>> history_;
   /// Points each series keeps now (evaluation_history, less with many series).
   size_t history_cap_ = 0;
 };

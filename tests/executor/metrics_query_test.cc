@@ -8,7 +8,7 @@
 namespace driftd {
 namespace {
 
-Evaluation Evaluated(const std::string& model, int64_t batch_id) {
+SharedEvaluation Evaluated(const std::string& model, int64_t batch_id) {
   Evaluation evaluation;
   evaluation.model = model;
   evaluation.series = "prediction";
@@ -19,7 +19,7 @@ Evaluation Evaluated(const std::string& model, int64_t batch_id) {
   reading.detector = "mean_shift";
   reading.statistic = static_cast<double>(batch_id);
   evaluation.detectors.push_back(reading);
-  return evaluation;
+  return std::make_shared<const Evaluation>(std::move(evaluation));
 }
 
 TEST_CASE("each series keeps its evaluation history until many series share the points budget",
@@ -40,7 +40,7 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
   CHECK(history.back().detectors.at(0).statistic == 7);
 
   // Ten series share 20 points: every series, the old ones too, keeps its last 2.
-  std::vector<Evaluation> more;
+  std::vector<SharedEvaluation> more;
   for (int model = 2; model < 10; ++model) more.push_back(Evaluated("m" + std::to_string(model), 8));
   metrics.RecordDrift({}, more, 0);
   history = metrics.SeriesHistory("m0", "prediction");
@@ -63,6 +63,31 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
   REQUIRE(history.size() == 1);
   CHECK(history.back().batch_id == 9);
   CHECK(metrics.Snapshot().evaluations.size() == 40);
+}
+
+TEST_CASE("a window below minSamples keeps the gauges' last readings with its level", "[metrics]") {
+  QueryMetrics metrics;
+  metrics.RecordDrift({}, {Evaluated("m0", 1)}, 0);
+  Evaluation few;
+  few.model = "m0";
+  few.series = "prediction";
+  few.evaluated = false;
+  few.level = AlertLevel::kWarn;
+  few.batch_id = 2;
+  const SharedEvaluation shared = std::make_shared<const Evaluation>(few);
+  metrics.RecordDrift({}, {shared}, 0);
+
+  const SharedEvaluation gauge = metrics.Snapshot().evaluations.at({"m0", "prediction"});
+  CHECK(gauge->level == AlertLevel::kWarn);
+  REQUIRE(gauge->detectors.size() == 1);
+  CHECK(gauge->detectors[0].statistic == 1);
+  // The evaluation recorded is not changed for it; the history shows it as it was.
+  CHECK(shared->detectors.empty());
+  auto history = metrics.SeriesHistory("m0", "prediction");
+  REQUIRE(history.size() == 2);
+  CHECK(!history.back().evaluated);
+  CHECK(history.back().level == AlertLevel::kWarn);
+  CHECK(history.front().level == AlertLevel::kOk);
 }
 
 }  // namespace
