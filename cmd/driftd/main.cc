@@ -53,6 +53,8 @@ struct RunFlags {
   std::string http = "127.0.0.1:9464";
   bool http_given = false;
   size_t progress_history = 32;
+  /// Series per pipeline with per-detector drift gauges in /metrics.
+  size_t metrics_max_series = 2000;
   /// /healthz fails (and the watchdog is withheld) while a query has been inside one batch,
   /// without reading input, for longer than this. 0: WatchdogSec under systemd, else 30 s.
   double liveness_timeout_s = 0;
@@ -241,6 +243,7 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
       process.reloads_ok = reloads_ok.load();
       process.reloads_failed = reloads_failed.load();
       process.start_time_seconds = start_time;
+      process.max_drift_series = flags.metrics_max_series;
       return RenderPrometheus(process, supervisor.Views());
     };
     // Healthy while the control loop turns (a reload may hold it for one batch) and no query
@@ -525,6 +528,12 @@ int main(int argc, char** argv) {
         ->add_option("--progress-history", flags.progress_history,
                      "Progress records per pipeline kept for /progress")
         ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+    command
+        ->add_option("--metrics-max-series", flags.metrics_max_series,
+                     "Drift series per pipeline whose per-detector gauges /metrics shows: those "
+                     "not OK first, then by their highest score")
+        ->check(CLI::Range(0, 10000000))
         ->capture_default_str();
     command->add_option(
         "--liveness-timeout", flags.liveness_timeout_s,

@@ -4,13 +4,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <set>
-#include <sstream>
 #include <functional>
 #include <iterator>
+#include <limits>
+#include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -158,6 +160,47 @@ double LevelValue(AlertLevel level) {
     case AlertLevel::kWarn: return 1;
     default: return 0;
   }
+}
+
+// The series of a pipeline whose per-detector gauges a scrape shows, in (model, series) order:
+// every one when there are at most `limit`, else the `limit` most urgent (a level other than
+// OK first, then the highest score of any detector, ties by model and series).
+std::vector<const Evaluation*> ExportedSeries(const QueryMetricsSnapshot& m, size_t limit) {
+  std::vector<const Evaluation*> out;
+  out.reserve(std::min(limit, m.evaluations.size()));
+  if (m.evaluations.size() <= limit) {
+    for (const auto& [key, evaluation] : m.evaluations) out.push_back(evaluation.get());
+    return out;
+  }
+  struct Candidate {
+    bool ok;
+    double score;
+    size_t order;  // in the map's (model, series) order
+    const Evaluation* evaluation;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(m.evaluations.size());
+  for (const auto& [key, evaluation] : m.evaluations) {
+    double score = -std::numeric_limits<double>::infinity();
+    for (const DetectorReading& r : evaluation->detectors) {
+      if (!std::isnan(r.score)) score = std::max(score, r.score);
+    }
+    const bool ok =
+        evaluation->level == AlertLevel::kOk || evaluation->level == AlertLevel::kResolved;
+    candidates.push_back({ok, score, candidates.size(), evaluation.get()});
+  }
+  auto urgent = [](const Candidate& a, const Candidate& b) {
+    if (a.ok != b.ok) return !a.ok;
+    if (a.score != b.score) return a.score > b.score;
+    return a.order < b.order;
+  };
+  std::nth_element(candidates.begin(), candidates.begin() + static_cast<ptrdiff_t>(limit),
+                   candidates.end(), urgent);
+  candidates.resize(limit);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.order < b.order; });
+  for (const Candidate& c : candidates) out.push_back(c.evaluation);
+  return out;
 }
 
 }  // namespace
@@ -329,12 +372,33 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     }
 
     // Drift gauges come from every evaluation (and are restored with the state), so each
-    // series shows up at its first closed window, drifting or not.
+    // series shows up at its first closed window, drifting or not; with more series than
+    // max_drift_series, the most urgent of them.
+    std::vector<std::vector<const Evaluation*>> exported;
+    for (const View& p : pipelines) {
+      exported.push_back(ExportedSeries(p.metrics, process.max_drift_series));
+    }
+    auto Exported = [&](const View& p) -> const std::vector<const Evaluation*>& {
+      return exported[static_cast<size_t>(&p - pipelines.data())];
+    };
+    w.Family("driftd_drift_series", "gauge",
+             "Drift series with an evaluation (restored ones included).");
+    for (const View& p : pipelines) {
+      w.Sample("driftd_drift_series", {{"pipeline", p.name}},
+               static_cast<double>(p.metrics.evaluations.size()));
+    }
+    w.Family("driftd_drift_series_shown", "gauge",
+             "Drift series whose per-detector gauges this scrape shows (at most "
+             "--metrics-max-series: those not OK first, then by their highest score).");
+    for (const View& p : pipelines) {
+      w.Sample("driftd_drift_series_shown", {{"pipeline", p.name}},
+               static_cast<double>(Exported(p).size()));
+    }
     w.Family("driftd_drift_statistic", "gauge",
              "The detector's statistic at the last evaluated window of the model and series.");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_statistic",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -347,8 +411,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The statistic the detector's warn and alert levels need at the last evaluated "
              "window's sample sizes (level label).");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           for (const auto& [level, value] :
                {std::pair<std::string_view, double>{"warn", r.warn_threshold},
@@ -366,8 +430,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "normal tail is its false-alarm probability (levels: warn 5, alert 5.5 by "
              "default).");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_score",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -380,8 +444,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The level the detector's last reading indicates on its own (before hysteresis): "
              "0 ok, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_level",
                    WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -394,8 +458,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The series' alert state after its last evaluation (hysteresis and cooldown "
              "applied): 0 ok or resolved, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         w.Sample("driftd_drift_series_level",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
                              {{"series", e.series}}),
@@ -407,8 +471,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "malformed series: the share of records without a value, or malformed; none for "
              "a categorical series).");
     for (const View& p : pipelines) {
-      for (const auto& [key, shared] : p.metrics.evaluations) {
-        const Evaluation& e = *shared;
+      for (const Evaluation* shown : Exported(p)) {
+        const Evaluation& e = *shown;
         if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,

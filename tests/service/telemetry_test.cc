@@ -176,6 +176,45 @@ TEST_CASE(
                                                   {"series", "prediction"}}) ==
             (model == "model-2" ? 2 : 0));
     }
+    // Every series is shown while they are at most --metrics-max-series (2000 by default).
+    CHECK(m.Value("driftd_drift_series", {{"pipeline", "telemetry"}}) == 12);
+    CHECK(m.Value("driftd_drift_series_shown", {{"pipeline", "telemetry"}}) == 12);
+    daemon.process.Signal(SIGTERM);
+    CHECK(ExitCodeOf(daemon.process.Wait(30s)) == 0);
+  }
+
+  // With more series than --metrics-max-series, a scrape shows the most urgent (the one in
+  // alert) and says how many there are.
+  {
+    std::string log3 = dir / "log3.txt";
+    Daemon daemon =
+        StartDaemon(dir / "p.yaml", log3, {"--quiet-progress", "--metrics-max-series", "1"});
+    REQUIRE(daemon.port > 0);
+    REQUIRE(WaitFor([&] {
+      return ScrapeMetrics(daemon.port)
+                 .Value("driftd_query_ready", {{"pipeline", "telemetry"}})
+                 .value_or(0) == 1;
+    }));
+    Exposition m = ScrapeMetrics(daemon.port);
+    REQUIRE(m.errors.empty());
+    CHECK(m.Value("driftd_drift_series", {{"pipeline", "telemetry"}}) == 12);
+    CHECK(m.Value("driftd_drift_series_shown", {{"pipeline", "telemetry"}}) == 1);
+    std::set<std::string> shown;
+    for (const Sample& sample : m.samples) {
+      if (sample.name.starts_with("driftd_drift_") && sample.labels.count("series")) {
+        shown.insert(sample.labels.at("model") + "/" + sample.labels.at("series"));
+      }
+    }
+    CHECK(shown == std::set<std::string>{"model-2/prediction"});
+    CHECK(m.Value("driftd_drift_series_level",
+                  {{"pipeline", "telemetry"}, {"model", "model-2"}, {"series", "prediction"}}) ==
+          2);
+    // The per-model gauges still cover every model.
+    for (int i = 0; i < 4; ++i) {
+      CHECK(m.Value("driftd_drift_model_values_total",
+                    {{"pipeline", "telemetry"}, {"model", ModelName(i)}})
+                .has_value());
+    }
     daemon.process.Signal(SIGTERM);
     CHECK(ExitCodeOf(daemon.process.Wait(30s)) == 0);
   }
