@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -20,6 +21,10 @@
 namespace driftd {
 
 namespace {
+
+// Rows of the status page's grid (models, or model segments): a page of 10,000 models made a
+// 70 MB /api/status that a browser re-reads every few seconds.
+constexpr size_t kMaxGridModels = 500;
 
 void Time(JsonObject& object, std::string_view key, int64_t us) {
   if (us == INT64_MIN) {
@@ -139,15 +144,39 @@ std::string PipelineJson(const PipelineStatus& status) {
   names.push_back(']');
   p.Raw("series", names);
 
+  // The grid's rows: every model up to kMaxGridModels, else the most urgent (roll-up in
+  // alert, then most series in alert, then in warn), in name order.
+  std::map<std::string, const DriftMonitor::ModelStats*> stats_by_model;
+  for (const DriftMonitor::ModelStats& stats : m.drift_models) {
+    stats_by_model.emplace(ModelLabel(stats.model, stats.segment), &stats);
+  }
+  std::vector<decltype(by_model)::const_iterator> rows;
+  rows.reserve(by_model.size());
+  for (auto it = by_model.cbegin(); it != by_model.cend(); ++it) rows.push_back(it);
+  if (rows.size() > kMaxGridModels) {
+    auto urgency = [&](decltype(by_model)::const_iterator row) {
+      auto stats = stats_by_model.find(row->first);
+      if (stats == stats_by_model.end()) return std::make_tuple(false, int64_t{0}, int64_t{0});
+      return std::make_tuple(stats->second->rollup_alert, stats->second->series_in_alert,
+                             stats->second->series_in_warn);
+    };
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](auto a, auto b) { return urgency(a) > urgency(b); });
+    rows.resize(kMaxGridModels);
+    std::sort(rows.begin(), rows.end(), [](auto a, auto b) { return a->first < b->first; });
+  }
+  p.Int("modelsTotal", static_cast<int64_t>(by_model.size()));
+
   std::string models = "[";
   bool first_model = true;
-  for (const auto& [model, evaluations] : by_model) {
+  for (auto row : rows) {
+    const auto& [model, evaluations] = *row;
     if (!first_model) models.push_back(',');
     first_model = false;
     JsonObject o(models);
     o.String("name", model);
-    for (const DriftMonitor::ModelStats& stats : m.drift_models) {
-      if (ModelLabel(stats.model, stats.segment) != model) continue;
+    if (auto found = stats_by_model.find(model); found != stats_by_model.end()) {
+      const DriftMonitor::ModelStats& stats = *found->second;
       o.String("model", stats.model);
       if (!stats.segment.empty()) o.String("segment", stats.segment);
       o.Int("seriesInAlert", stats.series_in_alert);
@@ -278,7 +307,13 @@ std::string FormatStatus(const std::string& json, bool tty) {
   for (simdjson::dom::element p : pipelines) {
     simdjson::dom::array models;
     if (p["models"].get(models) != simdjson::SUCCESS || models.size() == 0) continue;
-    out += fmt::format("\n{}: drift by model\n", Text(p, "name"));
+    const int64_t total = Int(p, "modelsTotal", static_cast<int64_t>(models.size()));
+    if (total > static_cast<int64_t>(models.size())) {
+      out += fmt::format("\n{}: drift by model (the {} most urgent of {})\n", Text(p, "name"),
+                         models.size(), total);
+    } else {
+      out += fmt::format("\n{}: drift by model\n", Text(p, "name"));
+    }
     out += fmt::format("  {:<20} {:<6} {}\n", "MODEL", "LEVEL", "SERIES IN ALERT / WARN");
     for (simdjson::dom::element model : models) {
       simdjson::dom::object cells;

@@ -1,7 +1,8 @@
 // Drift telemetry as an operator sees it: gauges for every (model, series, detector) from the
 // first evaluation, the same gauges after a restart with no new data, the evaluations stream,
 // Spark-shaped progress records, JSON logs carrying them as objects, and lag that goes away
-// once a file is read.
+// once a file is read. With many series and models, the gauges and the status page's grid
+// show the most urgent.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -184,7 +185,16 @@ TEST_CASE(
   }
 
   // With more series than --metrics-max-series, a scrape shows the most urgent (the one in
-  // alert) and says how many there are.
+  // alert) and says how many there are. With more models than the status page's grid takes
+  // (500), it shows the most urgent too: 600 more models, named to sort before the others.
+  std::string extra;
+  for (int i = 0; i < 600; ++i) {
+    extra += fmt::format(
+        "{{\"model_id\":\"extra-{:03}\",\"event_time\":1700000000000,\"prediction\":0.5,"
+        "\"feature_vector\":[0.1,0.2]}}\n",
+        i);
+  }
+  WriteFileAt(dir / "input/more.jsonl", extra);
   {
     std::string log3 = dir / "log3.txt";
     Daemon daemon =
@@ -215,6 +225,29 @@ TEST_CASE(
                     {{"pipeline", "telemetry"}, {"model", ModelName(i)}})
                 .has_value());
     }
+
+    REQUIRE(WaitFor([&] {
+      return ScrapeMetrics(daemon.port)
+          .Value("driftd_drift_model_values_total",
+                 {{"pipeline", "telemetry"}, {"model", "extra-599"}})
+          .has_value();
+    }));
+    const std::string body = HttpGet(daemon.port, "/api/status").body;
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    REQUIRE(parser.parse(body).get(root) == simdjson::SUCCESS);
+    simdjson::dom::element pipeline = root["pipelines"].at(0);
+    CHECK(pipeline["modelsTotal"].get_int64().value() == 604);
+    simdjson::dom::array models = pipeline["models"].get_array();
+    CHECK(models.size() == 500);
+    std::set<std::string> rows;
+    for (simdjson::dom::element model : models) {
+      rows.emplace(std::string_view(model["name"].get_string().value()));
+    }
+    CHECK(rows.count("model-2") == 1);
+    RunResult status = RunDriftd({"status", "--http", "127.0.0.1:" + std::to_string(daemon.port)});
+    CHECK_THAT(status.output, Catch::Contains("drift by model (the 500 most urgent of 604)"));
+    CHECK(std::regex_search(status.output, std::regex("model-2 +alert +alert: prediction")));
     daemon.process.Signal(SIGTERM);
     CHECK(ExitCodeOf(daemon.process.Wait(30s)) == 0);
   }
