@@ -3,8 +3,8 @@
 // beside the raw simdjson on-demand parse rate of the same bytes, measured in the same run.
 //
 //   bench_pipeline [--records N[,N...]] [--models M] [--features F] [--dir DIR]
-//                  [--drift | --drift-numeric] [--batch-records B] [--threads T[,T...]]
-//                  [--rounds R] [--keep] [--driftd PATH]
+//                  [--drift | --drift-numeric] [--drift-window W] [--batch-records B]
+//                  [--threads T[,T...]] [--rounds R] [--keep] [--driftd PATH]
 //
 // For each record count it writes generated inference logs and runs `driftd run` with the
 // availableNow trigger once per thread count (default 1 and 2; `threads: T` in the pipeline),
@@ -18,7 +18,11 @@
 // --drift adds drift detection on every feature and the prediction (default detectors and
 // warmup: with the missing-value series of both columns and each model's malformed series).
 // --drift-numeric lists the numeric detectors only (what the default was before the
-// data-quality series), to measure what those series cost in the same run of the machine. --batch-records B writes files of B records and reads one file per batch. For every
+// data-quality series), to measure what those series cost in the same run of the machine.
+// --drift-window W sets windowRecords and the warmup baseline's records to W (>= 200, the
+// default minSamples), so that series leave their warmup after W values and are evaluated
+// every W (the default warmup, 5000, outlasts short runs). --batch-records B writes files of
+// B records and reads one file per batch. For every
 // run the bench then prints, per batch: the drift series whose state changed, the encoded size
 // of those changes (model and series records, warmup values added, baselines that froze) and
 // what drift put; the encoded size of all the state the batch changed (aggregates and drift,
@@ -217,8 +221,12 @@ long long BytesUnder(const fs::path& path) {
 }
 
 std::string Pipeline(const fs::path& dir, const std::string& run, int threads, int features,
-                     bool drift, bool numeric_only, bool one_file_per_batch) {
+                     bool drift, bool numeric_only, bool one_file_per_batch, int drift_window) {
   std::string drift_section = drift ? "drift:\n  series: [feature_vector, prediction]\n" : "";
+  if (drift && drift_window > 0) {
+    drift_section += fmt::format(
+        "  windowRecords: {0}\n  baseline: {{type: warmup, records: {0}}}\n", drift_window);
+  }
   if (drift && numeric_only) {
     drift_section +=
         "  detectors: [{type: mean_shift}, {type: stddev_ratio}, {type: psi}, {type: js}, "
@@ -288,6 +296,7 @@ int main(int argc, char** argv) {
   bool keep = false;
   bool numeric_only = false;
   uint64_t batch_records = 0;
+  int drift_window = 0;
   fs::path base = fs::temp_directory_path() / fmt::format("driftd-bench-{}", getpid());
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
@@ -306,6 +315,8 @@ int main(int argc, char** argv) {
     std::string value = argv[i + 1];
     if (flag == "--batch-records") {
       batch_records = std::stoull(value);
+    } else if (flag == "--drift-window") {
+      drift_window = std::stoi(value);
     } else if (flag == "--records") {
       counts.clear();
       std::stringstream list(value);
@@ -388,7 +399,8 @@ int main(int argc, char** argv) {
       for (int threads : thread_counts) {
         const std::string name = fmt::format("-t{}-r{}", threads, round);
         const fs::path pipeline = dir / fmt::format("pipeline{}.yaml", name);
-        std::ofstream(pipeline) << Pipeline(dir, name, threads, features, drift, numeric_only, batch_records > 0);
+        std::ofstream(pipeline) << Pipeline(dir, name, threads, features, drift, numeric_only, batch_records > 0,
+                                        drift_window);
         // Progress records stay on: the bench reads what each batch wrote from them.
         ChildRun run = RunDaemon({"run", pipeline.string()}, (dir / ("run" + name + ".log")).string(),
                                  /*pin=*/threads == 1);
@@ -425,7 +437,7 @@ int main(int argc, char** argv) {
     generator->AppendJsonLines(count, 1000, extra);
     std::ofstream(dir / "input" / "part-99999.jsonl") << extra;
     std::string pipeline_text = Pipeline(dir, last, thread_counts.back(), features, drift,
-                                         numeric_only, batch_records > 0);
+                                         numeric_only, batch_records > 0, drift_window);
     auto at = pipeline_text.find("{availableNow: true}");
     pipeline_text.replace(at, std::string("{availableNow: true}").size(), "{once: true}");
     std::ofstream(dir / "pipeline-once.yaml") << pipeline_text;
