@@ -33,6 +33,39 @@ LagGauge GaugeOf(const PartitionLag& lag, bool kafka) {
 
 }  // namespace
 
+void EvaluationRing::Unwrap() {
+  std::rotate(items_.begin(), items_.begin() + static_cast<ptrdiff_t>(oldest_), items_.end());
+  oldest_ = 0;
+}
+
+void EvaluationRing::Push(SharedEvaluation evaluation, size_t cap) {
+  cap = std::max<size_t>(cap, 1);
+  if (items_.size() > cap) Trim(cap);
+  if (items_.size() < cap) {
+    Unwrap();
+    items_.push_back(std::move(evaluation));
+    return;
+  }
+  items_[oldest_] = std::move(evaluation);
+  oldest_ = (oldest_ + 1) % items_.size();
+}
+
+void EvaluationRing::Trim(size_t cap) {
+  cap = std::max<size_t>(cap, 1);
+  if (items_.size() <= cap) return;
+  Unwrap();
+  items_.erase(items_.begin(), items_.end() - static_cast<ptrdiff_t>(cap));
+  items_.shrink_to_fit();
+}
+
+std::vector<SharedEvaluation> EvaluationRing::InOrder() const {
+  std::vector<SharedEvaluation> out;
+  out.reserve(items_.size());
+  out.insert(out.end(), items_.begin() + static_cast<ptrdiff_t>(oldest_), items_.end());
+  out.insert(out.end(), items_.begin(), items_.begin() + static_cast<ptrdiff_t>(oldest_));
+  return out;
+}
+
 QueryMetrics::QueryMetrics(QueryMetricsOptions options) : options_(options) {}
 
 void QueryMetrics::LoopBusy() {
@@ -143,15 +176,11 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
           options_.evaluation_history_points / history_.size(), 1,
           std::max<size_t>(options_.evaluation_history, 1));
       if (history_cap_ == 0 || cap < history_cap_) {
-        for (auto& [series, points] : history_) {
-          while (points.size() > cap) points.pop_front();
-        }
+        for (auto& [series, points] : history_) points.Trim(cap);
       }
       history_cap_ = cap;
     }
-    auto& ring = found->second;
-    ring.push_back(shared);
-    while (ring.size() > history_cap_) ring.pop_front();
+    found->second.Push(shared, history_cap_);
     // A window below minSamples has no readings: the gauges keep the last real ones, with
     // this window's level (a copy: the evaluations are shared and never changed).
     SharedEvaluation& gauge = data_.evaluations[std::move(key)];
@@ -214,7 +243,7 @@ std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& mode
   if (it == history_.end()) return {};
   std::vector<EvaluationPoint> points;
   points.reserve(it->second.size());
-  for (const SharedEvaluation& evaluation : it->second) {
+  for (const SharedEvaluation& evaluation : it->second.InOrder()) {
     EvaluationPoint& point = points.emplace_back();
     point.batch_id = evaluation->batch_id;
     point.window_end_record = evaluation->window_end_record;

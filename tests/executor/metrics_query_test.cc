@@ -90,5 +90,29 @@ TEST_CASE("a window below minSamples keeps the gauges' last readings with its le
   CHECK(history.front().level == AlertLevel::kOk);
 }
 
+TEST_CASE("a series' evaluation ring keeps the newest, oldest first, as its room changes",
+          "[metrics]") {
+  EvaluationRing ring;
+  auto batches = [&] {
+    std::vector<int64_t> out;
+    for (const SharedEvaluation& e : ring.InOrder()) out.push_back(e->batch_id);
+    return out;
+  };
+  for (int64_t batch = 1; batch <= 5; ++batch) ring.Push(Evaluated("m", batch), 3);
+  CHECK(batches() == std::vector<int64_t>{3, 4, 5});
+  ring.Trim(2);
+  CHECK(batches() == std::vector<int64_t>{4, 5});
+  ring.Push(Evaluated("m", 6), 2);
+  CHECK(batches() == std::vector<int64_t>{5, 6});
+  // More room: it fills up again before it overwrites.
+  ring.Push(Evaluated("m", 7), 3);
+  ring.Push(Evaluated("m", 8), 3);
+  CHECK(batches() == std::vector<int64_t>{6, 7, 8});
+  // Less room than it holds, given with the push.
+  ring.Push(Evaluated("m", 9), 1);
+  CHECK(batches() == std::vector<int64_t>{9});
+  CHECK(ring.size() == 1);
+}
+
 }  // namespace
 }  // namespace driftd
