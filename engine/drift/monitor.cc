@@ -747,7 +747,14 @@ void DriftMonitor::Prefetch(uint32_t model, int step) const {
     return;
   }
   for (const SeriesState& s : m.series) {
-    if (!s.edges_ready) __builtin_prefetch(s.warmup.bytes().data() + s.warmup.bytes().size(), 1);
+    if (!s.edges_ready) {
+      __builtin_prefetch(s.warmup.bytes().data() + s.warmup.bytes().size(), 1);
+      continue;
+    }
+    // Past the warmup (a rate series from its first value): the bin counts a value increments
+    // and the evaluation state its window sums live in.
+    if (!s.ref_counts.empty()) __builtin_prefetch(s.ref_counts.data(), 1);
+    if (s.evaluation) __builtin_prefetch(s.evaluation.get(), 1);
   }
 }
 

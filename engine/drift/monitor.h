@@ -315,7 +315,8 @@ class DriftMonitor {
   void AtRecord(uint64_t ordinal) { record_ = ordinal; }
   /// A hint that `model`'s records come soon: its state is fetched into cache ahead of use,
   /// in three steps a model apart, each reading what the step before fetched: 0 the model, 1
-  /// its series, 2 the ends of their warmup values. Changes nothing.
+  /// its series, 2 the ends of their warmup values (past the warmup: their bin counts and
+  /// evaluation state). Changes nothing.
   void Prefetch(uint32_t model, int step) const;
 
   /// End of a batch: appends the events of windows closed since the last call, stamped with
