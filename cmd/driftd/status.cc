@@ -23,7 +23,7 @@ namespace driftd {
 namespace {
 
 // Rows of the status page's grid (models, or model segments): a page of 10,000 models made a
-// 70 MB /api/status that a browser re-reads every few seconds.
+// 66 MB /api/status that a browser re-reads every few seconds.
 constexpr size_t kMaxGridModels = 500;
 
 void Time(JsonObject& object, std::string_view key, int64_t us) {

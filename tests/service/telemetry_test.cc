@@ -27,6 +27,11 @@ int ExitCodeOf(std::optional<int> status) {
 
 Exposition ScrapeMetrics(int port) { return ParsePrometheus(HttpGet(port, "/metrics").body); }
 
+bool Ready(int port, const std::string& pipeline) {
+  return ScrapeMetrics(port).Value("driftd_query_ready", {{"pipeline", pipeline}}).value_or(0) ==
+         1;
+}
+
 // Windows each model's prediction closes: (records - warmup) / window.
 constexpr int kRecords = 3000;
 constexpr int kWindows = (kRecords - 500) / 500;
@@ -157,11 +162,7 @@ TEST_CASE(
     std::string log2 = dir / "log2.txt";
     Daemon daemon = StartDaemon(dir / "p.yaml", log2, {"--quiet-progress"});
     REQUIRE(daemon.port > 0);
-    REQUIRE(WaitFor([&] {
-      return ScrapeMetrics(daemon.port)
-          .Value("driftd_query_ready", {{"pipeline", "telemetry"}})
-          .value_or(0) == 1;
-    }));
+    REQUIRE(WaitFor([&] { return Ready(daemon.port, "telemetry"); }));
     Exposition m = ScrapeMetrics(daemon.port);
     for (int i = 0; i < 4; ++i) {
       const std::string model = ModelName(i);
@@ -200,11 +201,7 @@ TEST_CASE(
     Daemon daemon =
         StartDaemon(dir / "p.yaml", log3, {"--quiet-progress", "--metrics-max-series", "1"});
     REQUIRE(daemon.port > 0);
-    REQUIRE(WaitFor([&] {
-      return ScrapeMetrics(daemon.port)
-                 .Value("driftd_query_ready", {{"pipeline", "telemetry"}})
-                 .value_or(0) == 1;
-    }));
+    REQUIRE(WaitFor([&] { return Ready(daemon.port, "telemetry"); }));
     Exposition m = ScrapeMetrics(daemon.port);
     REQUIRE(m.errors.empty());
     CHECK(m.Value("driftd_drift_series", {{"pipeline", "telemetry"}}) == 12);
