@@ -165,7 +165,7 @@ double LevelValue(AlertLevel level) {
 // The series of a pipeline whose per-detector gauges a scrape shows, in (model, series) order:
 // every one when there are at most `limit`, else the `limit` most urgent (a level other than
 // OK first, then the highest score of any detector, ties by model and series).
-std::vector<const Evaluation*> ExportedSeries(const QueryMetricsSnapshot& m, size_t limit) {
+std::vector<const Evaluation*> ShownSeries(const QueryMetricsSnapshot& m, size_t limit) {
   std::vector<const Evaluation*> out;
   out.reserve(std::min(limit, m.evaluations.size()));
   if (m.evaluations.size() <= limit) {
@@ -374,12 +374,12 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     // Drift gauges come from every evaluation (and are restored with the state), so each
     // series shows up at its first closed window, drifting or not; with more series than
     // max_drift_series, the most urgent of them.
-    std::vector<std::vector<const Evaluation*>> exported;
+    std::vector<std::vector<const Evaluation*>> shown_series;
     for (const View& p : pipelines) {
-      exported.push_back(ExportedSeries(p.metrics, process.max_drift_series));
+      shown_series.push_back(ShownSeries(p.metrics, process.max_drift_series));
     }
-    auto Exported = [&](const View& p) -> const std::vector<const Evaluation*>& {
-      return exported[static_cast<size_t>(&p - pipelines.data())];
+    auto shown_of = [&](const View& p) -> const std::vector<const Evaluation*>& {
+      return shown_series[static_cast<size_t>(&p - pipelines.data())];
     };
     w.Family("driftd_drift_series", "gauge",
              "Drift series with an evaluation (restored ones included).");
@@ -392,12 +392,12 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "--metrics-max-series: those not OK first, then by their highest score).");
     for (const View& p : pipelines) {
       w.Sample("driftd_drift_series_shown", {{"pipeline", p.name}},
-               static_cast<double>(Exported(p).size()));
+               static_cast<double>(shown_of(p).size()));
     }
     w.Family("driftd_drift_statistic", "gauge",
              "The detector's statistic at the last evaluated window of the model and series.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_statistic",
@@ -411,7 +411,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The statistic the detector's warn and alert levels need at the last evaluated "
              "window's sample sizes (level label).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           for (const auto& [level, value] :
@@ -430,7 +430,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "normal tail is its false-alarm probability (levels: warn 5, alert 5.5 by "
              "default).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_score",
@@ -444,7 +444,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The level the detector's last reading indicates on its own (before hysteresis): "
              "0 ok, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_level",
@@ -458,7 +458,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The series' alert state after its last evaluation (hysteresis and cooldown "
              "applied): 0 ok or resolved, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         w.Sample("driftd_drift_series_level",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -471,7 +471,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "malformed series: the share of records without a value, or malformed; none for "
              "a categorical series).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : Exported(p)) {
+      for (const Evaluation* shown : shown_of(p)) {
         const Evaluation& e = *shown;
         if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",
