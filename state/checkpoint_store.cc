@@ -518,14 +518,20 @@ Status RocksCheckpointStore::OpenDatabase(const std::vector<std::string>& existi
   // this bound makes RocksDB flush them instead of keeping the WAL forever.
   db_options.max_total_wal_size = 32 << 20;
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // Write back a commit's WAL and a flush's table file a megabyte at a time while they are
+  // written, so that the sync that ends them waits for the last megabyte, not for all of it.
+  db_options.wal_bytes_per_sync = 1 << 20;
+  db_options.bytes_per_sync = 1 << 20;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   for (std::string_view name : kCfNames) {
     rocksdb::ColumnFamilyOptions options = MakeCfOptions(cache_, WriteBufferBytes(name));
     // Outbox entries live from a commit to their delivery: one that a flush catches (a
     // batch's rows, megabytes) is deleted soon after, and compressing it cost a buffer of its
-    // size and the CPU to fill it.
-    if (name == "outbox") options.compression = rocksdb::kNoCompression;
+    // size and the CPU to fill it. State is mostly varint-packed numbers: Snappy kept almost
+    // no block (the table files came to the same size with it as without), yet every flush and
+    // compaction paid for trying, 3.5% of a run of 10,000 models in batches of 100,000.
+    if (name == "outbox" || name == "state") options.compression = rocksdb::kNoCompression;
     descriptors.emplace_back(std::string(name), options);
   }
   // Column families of a newer driftd must be opened too (RocksDB insists on all of them);
