@@ -182,14 +182,20 @@ double NowEpochSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it starts later),
-// so that the control loop receives them with sigtimedwait. Returns that set.
+// The signal a query's thread sends the control loop when it ends, so that the loop notices
+// at once instead of at its next tick (a run of a file that ends by itself took up to 100 ms
+// longer than its work). Sent to the control thread only; one from outside just wakes the loop.
+int WakeSignal() { return SIGRTMIN; }
+
+// Blocks SIGINT, SIGTERM, SIGHUP and the wake signal in the calling thread (and the threads it
+// starts later), so that the control loop receives them with sigtimedwait. Returns that set.
 sigset_t BlockControlSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, WakeSignal());
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return signals;
 }
@@ -217,6 +223,7 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   };
   control_tick_ms.store(now_ms());
 
+  options.on_query_end = [control = pthread_self()] { pthread_kill(control, WakeSignal()); };
   Supervisor supervisor(std::move(options));
 
   // One rule for "stuck" everywhere (the watchdog, /healthz and so the container's

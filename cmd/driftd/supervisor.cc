@@ -156,6 +156,7 @@ struct Supervisor::Query {
   bool quiet_progress = false;
   std::chrono::milliseconds retry_initial{500};
   std::chrono::milliseconds retry_max{30'000};
+  std::function<void()> on_end;  // SupervisorOptions::on_query_end
   QueryMetrics metrics;
 
   mutable std::mutex mutex;
@@ -272,6 +273,7 @@ struct Supervisor::Query {
       backoff = std::min(backoff * 2, retry_max);
     }
     thread_done.store(true);
+    if (on_end) on_end();
   }
 
   void RequestStop() {
@@ -334,6 +336,7 @@ std::unique_ptr<Supervisor::Query> Supervisor::StartQuery(Candidate candidate) {
   query->quiet_progress = options_.quiet_progress;
   query->retry_initial = options_.retry_initial;
   query->retry_max = options_.retry_max;
+  query->on_end = options_.on_query_end;
   Query* raw = query.get();
   query->thread = std::thread([raw] { raw->Run(); });
   return query;

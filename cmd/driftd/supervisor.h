@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,9 @@ struct SupervisorOptions {
   /// Defaults: 500 ms, 30 s.
   std::chrono::milliseconds retry_initial{500};
   std::chrono::milliseconds retry_max{30'000};
+  /// Called on a query's thread as the thread ends (the query finished, failed for good or
+  /// was stopped), so that a control loop can act at once. Default: none.
+  std::function<void()> on_query_end;
 };
 
 class Supervisor {
