@@ -366,8 +366,11 @@ void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const 
   // window closes when the watermark reaches its end); otherwise per row on the watermark column.
   const bool row_lateness =
       watermark_column_ >= 0 && (window_column_ < 0 || watermark_column_ != window_column_);
-  // With many groups a row's group is rarely in cache: the groups of the rows 16 and 8 ahead
-  // are fetched (the group, then what it points to) while this one is added to.
+  // With many groups a row's group is rarely in cache: the groups of the rows 24, 16 and 8
+  // ahead are fetched while this one is added to, one level of pointers at a time (the group;
+  // its vectors' buffers; the array elements' Moments). Reading an array's element vectors
+  // with only the group fetched stalled on that buffer: 7.2% of a run of 10,000 models, 4.1%
+  // with the extra step.
   constexpr size_t kAhead = 8;
   const bool prefetch = key_ids != nullptr && window_column_ < 0 && groups_.size() > 256;
   auto group_ahead = [&](size_t i) -> const Group* {
@@ -379,9 +382,12 @@ void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const 
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t row = rows[i];
     if (prefetch) {
-      if (const Group* group = group_ahead(i + 2 * kAhead)) __builtin_prefetch(group, 1);
-      if (const Group* group = group_ahead(i + kAhead)) {
+      if (const Group* group = group_ahead(i + 3 * kAhead)) __builtin_prefetch(group, 1);
+      if (const Group* group = group_ahead(i + 2 * kAhead)) {
         __builtin_prefetch(group->scalars.data(), 1);
+        __builtin_prefetch(group->arrays.data());
+      }
+      if (const Group* group = group_ahead(i + kAhead)) {
         for (const std::vector<Moments>& elements : group->arrays) {
           for (size_t b = 0; b < elements.size() * sizeof(Moments); b += 64) {
             __builtin_prefetch(reinterpret_cast<const char*>(elements.data()) + b, 1);
