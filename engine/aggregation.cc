@@ -755,6 +755,10 @@ bool Aggregator::HasClosableWindows(int64_t watermark_us) const {
 }
 
 void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
+  size_t moments = group.scalars.size();
+  for (const auto& elements : group.arrays) moments += elements.size();
+  out.reserve(out.size() + 1 + 8 + 8 + 1 + 8 * (3 + group.arrays.size()) +
+              moments * Moments::kEncodedSize);
   out.push_back(static_cast<char>(kGroupFormat));
   PutI64(out, group.window_start_us);
   PutI64(out, group.count);
