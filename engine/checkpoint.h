@@ -142,6 +142,12 @@ class CheckpointStore {
 
   /// Live state key count and bytes (maintained incrementally, cheap).
   virtual StateStats Stats() = 0;
+
+  /// The store is about to be closed: the writes that may follow are the last delivery marks.
+  /// No flush or compaction starts from here on. One that a large commit set off and that was
+  /// still running at close was thrown away (the WAL holds every write, and the next open
+  /// replays it), after costing a table file's worth of work and keeping the close waiting.
+  virtual void PrepareClose() = 0;
 };
 
 /// Opens (creating if absent, unless options.read_only) the checkpoint in a directory.

@@ -38,6 +38,7 @@
 
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
+#include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/options.h>
@@ -371,6 +372,12 @@ class RocksCheckpointStore final : public CheckpointStore {
     }
     return Ok();
   }
+  void PrepareClose() override {
+    if (db_ != nullptr && !options_.read_only) {
+      rocksdb::CancelAllBackgroundWork(db_.get(), /*wait=*/false);
+    }
+  }
+
   rocksdb::WriteOptions SyncedWrite() const {
     rocksdb::WriteOptions write_options;
     write_options.sync = options_.sync;

@@ -297,6 +297,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
     }
+    store_->PrepareClose();  // only delivery marks follow
     DRIFTD_TRY(AwaitDelivery());
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return Ok();

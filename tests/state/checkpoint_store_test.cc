@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "tests/state/temp_dir.h"
@@ -157,6 +158,38 @@ TEST_CASE("a commit without a time is stamped with the commit time", "[state]") 
   REQUIRE(last);
   REQUIRE(last->has_value());
   CHECK((*last)->committed_at_ms >= before);
+}
+
+TEST_CASE("a store prepared for close still takes the last delivery marks, and a reopen sees them",
+          "[state]") {
+  TempDir tmp;
+  // Larger than the state's write buffer (16 MiB): the commit sets off a flush.
+  const std::string big(64 << 10, 'x');
+  std::map<std::string, std::string> expected;
+  {
+    auto store = OpenOrFail(tmp.path());
+    BatchWrite write = MakeBatch(0);
+    for (int i = 0; i < 400; ++i) {
+      const std::string key = fmt::format("k{:04}", i);
+      write.state_puts.emplace_back(key, big + key);
+      expected[key] = big + key;
+    }
+    write.outbox.payload = "rows";
+    write.outbox.pending_sinks = {"a", "b"};
+    RequireOk(store->Commit(std::move(write)));
+    store->PrepareClose();
+    RequireOk(store->MarkDelivered(0, "a"));
+    RequireOk(store->MarkDelivered(0, "b"));
+  }
+  auto store = OpenOrFail(tmp.path());
+  CHECK(ReadState(*store) == expected);
+  auto outbox = store->PendingOutbox();
+  REQUIRE(outbox);
+  CHECK(outbox->empty());
+  auto last = store->LastCommit();
+  REQUIRE(last);
+  REQUIRE(last->has_value());
+  CHECK((*last)->batch_id == 0);
 }
 
 TEST_CASE("a reopened checkpoint sees everything committed before close", "[state]") {
