@@ -535,10 +535,9 @@ Status RocksCheckpointStore::OpenDatabase(const std::vector<std::string>& existi
     rocksdb::ColumnFamilyOptions options = MakeCfOptions(cache_, WriteBufferBytes(name));
     // Outbox entries live from a commit to their delivery: one that a flush catches (a
     // batch's rows, megabytes) is deleted soon after, and compressing it cost a buffer of its
-    // size and the CPU to fill it. State is mostly varint-packed numbers: Snappy kept almost
-    // no block (the table files came to the same size with it as without), yet every flush and
-    // compaction paid for trying, 3.5% of a run of 10,000 models in batches of 100,000.
-    if (name == "outbox" || name == "state") options.compression = rocksdb::kNoCompression;
+    // size and the CPU to fill it. State keeps Snappy: at 10,000 models in batches of 100,000
+    // it cut what flushes and compactions write by ~40%, at no measurable cost in time.
+    if (name == "outbox") options.compression = rocksdb::kNoCompression;
     descriptors.emplace_back(std::string(name), options);
   }
   // Column families of a newer driftd must be opened too (RocksDB insists on all of them);
