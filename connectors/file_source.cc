@@ -88,6 +88,8 @@ struct FileRange {
 // Streams the lines of a list of byte ranges, each starting and ending at a line boundary. The
 // file's bytes are read straight into the chunk, whose records point into them (no copy per
 // record); only a line that the chunk's end cuts is copied, to the start of the next chunk.
+// Read, not mapped: a mapped file that someone truncates kills the process (SIGBUS) where a
+// read reports the rewrite, and the read's copy is ~7% of a file pipeline's CPU (2M records).
 class FileReader final : public SourceReader {
  public:
   FileReader(std::vector<FileRange> ranges, int64_t max_record_bytes)
