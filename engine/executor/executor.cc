@@ -345,6 +345,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
+    store_->PrepareClose();  // only delivery marks follow
     Status awaited = AwaitDelivery();
     if (status) status = awaited;
     // The last epochs are made durable before the query ends, so a clean stop leaves no
