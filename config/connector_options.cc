@@ -83,14 +83,6 @@ std::string ListNames(const std::vector<std::string_view>& names) {
 
 }  // namespace
 
-const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
-                                   ConnectorRole role) {
-  for (const ConnectorDecl& decl : catalog) {
-    if (decl.format == format && decl.role == role) return &decl;
-  }
-  return nullptr;
-}
-
 std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog,
                                                ConnectorRole role) {
   std::vector<std::string_view> formats;
@@ -221,6 +213,10 @@ Options ReadConnectorOptions(Reader& reader, const MapReader& parent, const Conn
         }
       }
       if (!ok) continue;
+      if (auto problem = OutOfRange(*declared_option, value)) {
+        reader.problems.Error(path, scalar->mark, std::move(*problem));
+        continue;
+      }
     }
     options.Set(option.key, std::move(value));
   }

@@ -13,10 +13,6 @@
 
 namespace driftd::config_detail {
 
-/// The declaration of `format` in `role`, or nullptr.
-const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
-                                   ConnectorRole role);
-
 /// The formats declared for `role`, sorted.
 std::vector<std::string_view> ConnectorFormats(const ConnectorCatalog& catalog, ConnectorRole role);
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <limits>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,7 +28,7 @@ struct DetectorParamInfo {
 
 struct DetectorInfo {
   DetectorKind kind;
-  std::string_view name;  // mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate
+  std::string_view name;  // the registered name: mean_shift, psi, ...
   double warn = 0;
   double alert = 0;
   /// Valid range of warn and alert.
@@ -36,14 +37,20 @@ struct DetectorInfo {
   std::vector<DetectorParamInfo> params;
   /// Watches the error series: needs prediction and label columns.
   bool error_series = false;
+  /// Among the detectors a drift section without a `detectors:` list gets.
+  bool by_default = true;
 };
 
-/// Every detector, in DetectorKind order.
+/// Every registered detector, in registration order.
 const std::vector<DetectorInfo>& Detectors();
 const std::vector<std::string_view>& DetectorNames();
 const DetectorInfo* FindDetector(std::string_view name);
 
 /// A DetectorSpec with the detector's default levels and parameters.
 DetectorSpec DefaultDetector(DetectorKind kind);
+
+/// The detector reference (Markdown, one table), from the registry: what `driftd reference`
+/// prints and config/README.md carries between its GENERATED DETECTORS markers.
+std::string DetectorReferenceMarkdown();
 
 }  // namespace driftd::config_detail

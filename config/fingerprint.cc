@@ -7,35 +7,18 @@
 #include <fmt/format.h>
 
 #include "config/loader.h"
+#include "engine/aggregates.h"
+#include "engine/drift/detectors.h"
 #include "engine/json_writer.h"
 #include "engine/redact.h"
 
 namespace driftd {
 namespace {
 
-// Spellings are fixed here rather than taken from ToString() so that a renamed enumerator in
-// engine/ cannot silently invalidate every checkpoint.
-std::string_view FnName(AggregateFn fn) {
-  switch (fn) {
-    case AggregateFn::kCount:
-      return "count";
-    case AggregateFn::kSum:
-      return "sum";
-    case AggregateFn::kMean:
-      return "mean";
-    case AggregateFn::kStddev:
-      return "stddev";
-    case AggregateFn::kVariance:
-      return "variance";
-    case AggregateFn::kMin:
-      return "min";
-    case AggregateFn::kMax:
-      return "max";
-    case AggregateFn::kApproxPercentile:
-      return "approx_percentile";
-  }
-  return "?";
-}
+// An aggregate's spelling is its definition's stable name (engine/aggregates.h), fixed once
+// released, so that a renamed aggregate cannot silently invalidate every checkpoint. Other
+// spellings are fixed here rather than taken from ToString() for the same reason.
+std::string_view FnName(AggregateFn fn) { return KindOf(fn).stable_name; }
 
 std::string_view BaselineName(BaselineKind kind) {
   switch (kind) {
@@ -47,34 +30,6 @@ std::string_view BaselineName(BaselineKind kind) {
       return "trailing";
     case BaselineKind::kSeasonal:
       return "seasonal";
-  }
-  return "?";
-}
-
-std::string_view DetectorName(DetectorKind kind) {
-  switch (kind) {
-    case DetectorKind::kMeanShift:
-      return "mean_shift";
-    case DetectorKind::kStddevRatio:
-      return "stddev_ratio";
-    case DetectorKind::kPsi:
-      return "psi";
-    case DetectorKind::kJensenShannon:
-      return "js";
-    case DetectorKind::kKs:
-      return "ks";
-    case DetectorKind::kCusum:
-      return "cusum";
-    case DetectorKind::kErrorRate:
-      return "error_rate";
-    case DetectorKind::kChiSquare:
-      return "chi_square";
-    case DetectorKind::kUnseenCategories:
-      return "unseen_categories";
-    case DetectorKind::kMissingRate:
-      return "missing_rate";
-    case DetectorKind::kMalformedRate:
-      return "malformed_rate";
   }
   return "?";
 }
@@ -113,6 +68,13 @@ class Quoter {
   }
 
   std::string operator()(std::string_view text) const {
+    std::string out;
+    AppendJsonString(out, Hidden(text));
+    return out;
+  }
+
+  // `text` with each secret replaced by its digest.
+  std::string Hidden(std::string_view text) const {
     std::string value(text);
     for (const std::string* secret : secrets_) {
       for (size_t at = value.find(*secret); at != std::string::npos;
@@ -122,9 +84,7 @@ class Quoter {
         at += hidden.size();
       }
     }
-    std::string out;
-    AppendJsonString(out, value);
-    return out;
+    return value;
   }
 
   std::string Array(const std::vector<std::string>& items) const {
@@ -143,22 +103,43 @@ class Quoter {
 
 }  // namespace
 
+std::string CheckpointPipelineName(const PipelineSpec& spec) {
+  return Quoter(spec).Hidden(spec.name);
+}
+
 std::string PipelineFingerprintJson(const PipelineSpec& spec) {
   const Quoter quote(spec);
-  // Options that say which data the source reads: another path or topic is another stream,
-  // whose offsets and state mean nothing to this checkpoint.
-  static constexpr std::string_view kIdentityOptions[] = {"assign", "path", "pattern", "subscribe",
-                                                          "subscribePattern"};
-  std::string out =
-      "{\"version\":1,\"source\":{\"format\":" + quote(spec.source.format) + ",\"identity\":{";
-  bool first = true;
-  for (std::string_view name : kIdentityOptions) {
-    if (!spec.source.options.Has(name)) continue;
-    if (!first) out += ',';
-    first = false;
-    out += quote(name) + ":" + quote(spec.source.options.GetString(name));
+  // Options that say which data a source reads (its declaration marks them, OptionDecl::
+  // identity): another path or topic is another stream, whose offsets and state mean nothing
+  // to this checkpoint. In name order.
+  auto identity = [&](const SourceSpec& source) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [name, value] : source.options.values()) {
+      if (std::find(source.identity_options.begin(), source.identity_options.end(), name) ==
+          source.identity_options.end()) {
+        continue;
+      }
+      if (!first) out += ',';
+      first = false;
+      out += quote(name) + ":" + quote(value);
+    }
+    return out + "}";
+  };
+  std::string out = "{\"version\":1,\"source\":{\"format\":" + quote(spec.source.format) +
+                    ",\"identity\":" + identity(spec.source) + "}";
+  // More inputs (absent without: a one-input pipeline's fingerprint is unchanged).
+  if (!spec.inputs.empty()) {
+    out += ",\"inputs\":[";
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const SourceSpec& source = spec.inputs[i].source;
+      if (i > 0) out += ',';
+      out += "{\"name\":" + quote(spec.inputs[i].name) + ",\"format\":" + quote(source.format) +
+             ",\"identity\":" + identity(source) + "}";
+    }
+    out += "]";
   }
-  out += "}},\"schema\":[";
+  out += ",\"schema\":[";
   for (size_t i = 0; i < spec.schema.fields.size(); ++i) {
     const Field& field = spec.schema.fields[i];
     if (i > 0) out += ',';
@@ -194,7 +175,7 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     out += fmt::format("{{\"fn\":{},\"column\":{}", quote(FnName(aggregate.fn)),
                        quote(aggregate.column));
     // A sketch's accuracy is its state's layout; the fractions asked of it are not state.
-    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+    if (KindOf(aggregate.fn).state == AggregateState::kSketch) {
       out += fmt::format(",\"accuracy\":{}", aggregate.accuracy);
     }
     out += '}';
@@ -260,23 +241,17 @@ std::string PipelineFingerprintJson(const PipelineSpec& spec) {
     bool first_detector = true;
     for (size_t i = 0; i < drift.detectors.size(); ++i) {
       const DetectorSpec& detector = drift.detectors[i];
-      // The categorical and data-quality detectors watch series of their own (string columns,
-      // which older checkpoints cannot hold; missing-value and malformed-record series, whose
-      // state starts afresh): adding or removing them leaves every other series' state as it
-      // is, so they are not part of the fingerprint, and pipelines that get them by default
-      // keep the fingerprint their checkpoints were written with.
-      switch (detector.kind) {
-        case DetectorKind::kChiSquare:
-        case DetectorKind::kUnseenCategories:
-        case DetectorKind::kMissingRate:
-        case DetectorKind::kMalformedRate:
-          continue;
-        default:
-          break;
-      }
+      // Detectors that watch series of their own (the categorical and data-quality ones:
+      // string columns, which older checkpoints cannot hold; missing-value and malformed-record
+      // series, whose state starts afresh) say so in their definition: adding or removing them
+      // leaves every other series' state as it is, so they are not part of the fingerprint, and
+      // pipelines that get them by default keep the fingerprint their checkpoints were written
+      // with.
+      const DetectorDefaults& defaults = DefaultsFor(detector.kind);
+      if (!defaults.in_fingerprint) continue;
       if (!first_detector) out += ',';
       first_detector = false;
-      out += "{\"kind\":" + quote(DetectorName(detector.kind));
+      out += "{\"kind\":" + quote(defaults.name);
       // Histogram state is laid out by bin count; thresholds and gates are not state.
       if (auto bins = detector.params.find("bins"); bins != detector.params.end()) {
         out += fmt::format(",\"bins\":{}", static_cast<int64_t>(bins->second));

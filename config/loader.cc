@@ -26,6 +26,7 @@
 #include "config/suggest.h"
 #include "config/yaml_precheck.h"
 #include "config/yaml_reader.h"
+#include "engine/aggregates.h"
 #include "engine/drift/detectors.h"
 #include "engine/drift/monitor.h"
 #include "engine/expr/expr.h"
@@ -35,6 +36,40 @@
 
 namespace driftd {
 namespace {
+
+/// A file baseline's reference is read whole: reference statistics are a few KB per model, and
+/// reference records beyond this are better given as statistics (`driftd baseline build`).
+constexpr size_t kMaxReferenceBytes = 256u << 20;
+
+/// The reference file of a file baseline, read in bounded time and memory: not a FIFO or device
+/// (opening one may block, reading it need not end), and no larger than kMaxReferenceBytes.
+Result<std::string> ReadReferenceFile(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return MakeError(ErrorCode::kConfig, "cannot read the file: not a regular file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+  // In blocks, to at most a block past the limit: memory follows the file, not the limit.
+  std::string text;
+  char block[64 * 1024];
+  while (text.size() <= kMaxReferenceBytes && in.read(block, sizeof block).gcount() > 0) {
+    text.append(block, static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) {
+    return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
+  }
+  if (text.size() > kMaxReferenceBytes) {
+    return MakeError(ErrorCode::kConfig,
+                     "the file is larger than {} bytes; give reference statistics (a few KB "
+                     "per model) rather than that many reference records",
+                     kMaxReferenceBytes);
+  }
+  return text;
+}
 
 using config_detail::Describe;
 using config_detail::MapReader;
@@ -112,14 +147,15 @@ const std::vector<std::pair<std::string_view, MalformedPolicy>> kPolicies = {
     {"dead_letter", MalformedPolicy::kDeadLetter},
 };
 
-const std::vector<std::pair<std::string_view, AggregateFn>> kAggregates = {
-    {"count", AggregateFn::kCount},   {"sum", AggregateFn::kSum},
-    {"mean", AggregateFn::kMean},     {"avg", AggregateFn::kMean},
-    {"stddev", AggregateFn::kStddev}, {"variance", AggregateFn::kVariance},
-    {"min", AggregateFn::kMin},       {"max", AggregateFn::kMax},
-    {"approx_percentile", AggregateFn::kApproxPercentile},
-    {"percentile_approx", AggregateFn::kApproxPercentile},
-};
+// The aggregates' names and aliases (engine/aggregates.h), in the table's order.
+const std::vector<std::pair<std::string_view, AggregateFn>> kAggregates = [] {
+  std::vector<std::pair<std::string_view, AggregateFn>> names;
+  for (const AggregateDecl& kind : AggregateKinds()) {
+    names.emplace_back(kind.name, kind.fn);
+    for (std::string_view alias : kind.aliases) names.emplace_back(alias, kind.fn);
+  }
+  return names;
+}();
 
 const std::vector<std::pair<std::string_view, OutputMode>> kOutputModes = {
     {"append", OutputMode::kAppend},
@@ -132,6 +168,7 @@ const std::vector<std::pair<std::string_view, StreamKind>> kStreams = {
     {"alerts", StreamKind::kAlerts},
     {"dead_letter", StreamKind::kDeadLetter},
     {"evaluations", StreamKind::kEvaluations},
+    {"performance", StreamKind::kPerformance},
 };
 
 const std::vector<std::pair<std::string_view, BaselineKind>> kBaselines = {
@@ -187,7 +224,7 @@ enum class ColumnUse {
   kNumericLike,  // double, long, int, array<double>
   kTimestamp,
   kLabel,  // prediction / label for error rate: numeric or boolean
-  kSeries,  // drift series: numeric, array<double>, maps, and categorical string columns
+  kSeries,  // drift series: numeric, array<double>, maps, and categorical string or boolean
 };
 
 bool Accepts(ColumnUse use, FieldType type) {
@@ -205,7 +242,8 @@ bool Accepts(ColumnUse use, FieldType type) {
       return IsNumeric(type) || type == FieldType::kBoolean;
     case ColumnUse::kSeries:
       return IsNumeric(type) || type == FieldType::kDoubleArray || IsMap(type) ||
-             type == FieldType::kString || type == FieldType::kStringArray;
+             type == FieldType::kString || type == FieldType::kStringArray ||
+             type == FieldType::kBoolean;
   }
   return false;
 }
@@ -224,7 +262,7 @@ std::string_view Expected(ColumnUse use) {
       return "a numeric or boolean column";
     case ColumnUse::kSeries:
       return "a numeric (double, long, int), array<double> or map<string,double> column, or a "
-             "categorical string, array<string> or map<string,string> column";
+             "categorical string, boolean, array<string> or map<string,string> column";
   }
   return "";
 }
@@ -259,24 +297,28 @@ class PipelineParser {
   PipelineSpec Parse(const YAML::Node& root, std::string_view file_name) {
     spec_.file = std::string(file_name);
     MapReader top(reader_, root, "", {1, 1},
-                  std::vector<std::string_view>{"name", "schema", "source", "query", "drift",
-                                                "sinks", "trigger", "checkpointLocation",
-                                                "scaleOut", "threads"},
-                  " (a pipeline: name, schema, source, query, drift, sinks, trigger, "
-                  "checkpointLocation, scaleOut, threads)");
+                  std::vector<std::string_view>{"name", "schema", "source", "inputs", "labels",
+                                                "query", "drift", "performance", "sinks",
+                                                "trigger", "checkpointLocation", "scaleOut",
+                                                "threads"},
+                  " (a pipeline: name, schema, source, inputs, labels, query, drift, "
+                  "performance, sinks, trigger, checkpointLocation, scaleOut, threads)");
     if (!top.valid()) return spec_;
     ParseName(top);
     ParseSchema(top);
     ParseSource(top);
+    ParseInputs(top);
     OfferMetadataColumns();
     ParseQuery(top);
     ParseDrift(top);
+    ParseLabels(top);
     KeepReadMetadataColumns();
     ParseSinks(top);
     ParseTrigger(top);
     ParseCheckpoint(top);
     ParseScaleOut(top);
     ParseThreads(top);
+    CheckLabels();
     CheckOutputModes();
     CheckOrderDependence();
     CheckDeadLetter();
@@ -284,6 +326,7 @@ class PipelineParser {
     CheckSinkValueFormats();
     CheckStreams();
     CheckPaths();
+    BindSources();
     return spec_;
   }
 
@@ -466,12 +509,24 @@ class PipelineParser {
 
   // ---- metadata columns ---------------------------------------------------------------------
 
-  bool KafkaSource() const { return spec_.source.format == "kafka"; }
+  // The source's records are whole messages with metadata (SourceTraits::whole_messages).
+  bool MessageSource() const { return spec_.source.traits.whole_messages; }
+
+  // The names of the source kinds of the catalog with a trait, for messages ("kafka").
+  std::string SourcesWith(bool SourceTraits::*trait) const {
+    std::vector<std::string_view> names;
+    if (options_.catalog) {
+      for (const ConnectorDecl& decl : *options_.catalog) {
+        if (decl.role == ConnectorRole::kSource && decl.traits.*trait) names.push_back(decl.format);
+      }
+    }
+    return names.empty() ? std::string("none") : Join(names);
+  }
 
   // With a Kafka source, the record's metadata columns that no schema field shadows become
   // readable; which of them the query reads is settled once the query and drift are parsed.
   void OfferMetadataColumns() {
-    if (!KafkaSource()) return;
+    if (!MessageSource()) return;
     for (const MetadataColumnDef& def : MetadataColumnDefs()) {
       const std::string name(def.name);
       if (schema_lines_.count(name) > 0 || columns_.count(name) > 0) continue;
@@ -495,7 +550,7 @@ class PipelineParser {
   bool ReadsColumn(const std::string& name, const std::string& path, SourceMark mark,
                    std::string_view what) {
     auto metadata = ParseMetadataColumn(name);
-    if (!metadata || !KafkaSource()) return true;
+    if (!metadata || !MessageSource()) return true;
     auto field = schema_lines_.find(name);
     if (field == schema_lines_.end()) {
       metadata_read_.insert(*metadata);
@@ -517,12 +572,13 @@ class PipelineParser {
   // so (true, reported).
   bool NotAMetadataSource(const std::string& name, const std::string& path, SourceMark mark,
                           const std::string& what) {
-    if (!ParseMetadataColumn(name) || KafkaSource() || spec_.source.format.empty()) return false;
+    if (!ParseMetadataColumn(name) || MessageSource() || spec_.source.format.empty()) return false;
     problems_.Error(path, mark,
                     fmt::format("{}: '{}' is a Kafka metadata column, and the {} source has "
-                                "none ({} exist only with source.format kafka); declare a schema "
+                                "none ({} exist only with source.format {}); declare a schema "
                                 "field '{}' if the records carry one",
-                                what, name, spec_.source.format, MetadataColumnList(), name));
+                                what, name, spec_.source.format, MetadataColumnList(),
+                                SourcesWith(&SourceTraits::whole_messages), name));
     return true;
   }
 
@@ -560,54 +616,127 @@ class PipelineParser {
                      " with format, options, malformed, valueFormat and valueOptions");
     spec_.source.mark = entry->key_mark;
     if (!source.valid()) return;
+    ParseSourceFields(source, "source", spec_.source, /*main=*/true);
+  }
+
+  // `inputs`: more inputs of the query's schema, read with the source as one stream.
+  void ParseInputs(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("inputs");
+    if (entry == nullptr) return;
+    auto items = reader_.ReadList(entry->value, "inputs",
+                                  " of inputs, e.g. - {name: eu, format: kafka, options: {...}}");
+    if (!items) return;
+    std::set<std::string> names;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string path = fmt::format("inputs[{}]", i);
+      const YAML::Node& node = (*items)[i];
+      MapReader input(reader_, node, path, config_detail::MarkOf(node),
+                      std::vector<std::string_view>{"name", "format", "options", "malformed",
+                                                    "valueFormat", "valueOptions"},
+                      " with name, format, options, malformed, valueFormat and valueOptions");
+      if (!input.valid()) continue;
+      InputSpec spec;
+      spec.source.mark = config_detail::MarkOf(node);
+      if (auto name = input.String("name", true)) {
+        if (!IsValidName(name->value)) {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("input name {} may contain only letters, digits, '.', '_' "
+                                      "and '-' (it prefixes the input's offsets)",
+                                      Show(*name)));
+        } else if (!names.insert(name->value).second || name->value == "main") {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("input name {} is used twice (\"main\" is the source's)",
+                                      Show(*name)));
+        }
+        spec.name = name->value;
+      }
+      ParseSourceFields(input, path, spec.source, /*main=*/false);
+      spec_.inputs.push_back(std::move(spec));
+    }
+  }
+
+  // format, options, malformed, valueFormat and valueOptions of an input, at `path`.
+  void ParseSourceFields(const MapReader& source, const std::string& path, SourceSpec& target,
+                         bool main) {
     const ConnectorDecl* decl = nullptr;
     bool format_ok = false;
     if (auto format = source.String("format", true)) {
-      spec_.source.format = format->value;
+      target.format = format->value;
       format_ok = CheckFormat(*format, ConnectorRole::kSource, &decl);
     }
-    if (format_ok || !options_.catalog) {
-      spec_.source.options =
-          config_detail::ReadConnectorOptions(reader_, source, decl,
-                                              fmt::format("{} source", spec_.source.format),
-                                              &spec_.source.option_marks);
+    if (decl) {
+      target.traits = decl->traits;
+      for (const OptionDecl& option : decl->options) {
+        if (option.identity) target.identity_options.push_back(option.name);
+      }
     }
-    ParseMalformed(source);
-    ParseValueFormat(source);
+    if (format_ok || !options_.catalog) {
+      target.options =
+          config_detail::ReadConnectorOptions(reader_, source, decl,
+                                              fmt::format("{} source", target.format),
+                                              &target.option_marks);
+    }
+    ParseMalformed(source, path, target, main);
+    ParseValueFormat(source, path, target, main);
   }
 
-  void ParseValueFormat(const MapReader& source) {
-    SourceSpec& spec = spec_.source;
-    value_format_ok_ = false;
-    value_format_decl_ = nullptr;
+  void ParseValueFormat(const MapReader& source, const std::string& path, SourceSpec& spec,
+                        bool main) {
+    (void)path;
+    const ValueFormatDecl* found = nullptr;
+    bool ok = ParseValueFormatOf(source, spec, found);
+    if (main) {
+      value_format_ok_ = ok;
+      value_format_decl_ = found;
+    } else if (ok) {
+      CheckInputValueFormat(path, spec, found);
+    }
+  }
+
+  // The checks CheckValueFormat makes for the source, made at once for another input.
+  void CheckInputValueFormat(const std::string& path, const SourceSpec& source,
+                             const ValueFormatDecl* decl) {
+    if (decl == nullptr) return;
+    if (decl->binary && !source.format.empty() && !source.traits.whole_messages) {
+      problems_.Error(path + ".valueFormat", source.value_format_mark,
+                      fmt::format("value format {} is binary and needs a source whose records "
+                                  "come whole, one per message ({}); the {} source splits "
+                                  "its input into lines",
+                                  decl->name, SourcesWith(&SourceTraits::whole_messages),
+                                  source.format));
+    }
+  }
+
+  bool ParseValueFormatOf(const MapReader& source, SourceSpec& spec,
+                          const ValueFormatDecl*& value_format_decl) {
+    value_format_decl = nullptr;
     if (auto format = source.String("valueFormat")) {
       spec.value_format = format->value;
       spec.value_format_mark = format->mark;
       std::vector<std::string_view> names;
       if (options_.value_formats) {
         for (const ValueFormatDecl& decl : *options_.value_formats) names.push_back(decl.name);
-        value_format_decl_ = FindValueFormat(*options_.value_formats, format->value);
+        value_format_decl = FindValueFormat(*options_.value_formats, format->value);
       } else {
         names.push_back("json");
       }
-      if (value_format_decl_ == nullptr && !(options_.value_formats == nullptr &&
+      if (value_format_decl == nullptr && !(options_.value_formats == nullptr &&
                                              format->value == "json")) {
         problems_.Error(format->path, format->mark,
                         fmt::format("unknown value format {} (known value formats: {}){}",
                                     Show(*format), Join(names),
                                     format->secret ? "" : DidYouMean(format->value, names)));
-        return;
+        return false;
       }
     } else if (source.Has("valueFormat")) {
-      return;  // reported by String()
+      return false;  // reported by String()
     } else if (options_.value_formats) {
-      value_format_decl_ = FindValueFormat(*options_.value_formats, spec.value_format);
+      value_format_decl = FindValueFormat(*options_.value_formats, spec.value_format);
     }
-    value_format_ok_ = true;
-    if (value_format_decl_ != nullptr) {
+    if (value_format_decl != nullptr) {
       ConnectorDecl decl;
-      decl.format = value_format_decl_->name;
-      decl.options = value_format_decl_->options;
+      decl.format = value_format_decl->name;
+      decl.options = value_format_decl->options;
       spec.value_options = config_detail::ReadConnectorOptions(
           reader_, source, &decl, fmt::format("{} value format", decl.format),
           &spec.value_option_marks, "valueOptions");
@@ -616,6 +745,7 @@ class PipelineParser {
           reader_, source, nullptr, "json value format", &spec.value_option_marks,
           "valueOptions");
     }
+    return true;
   }
 
   // The value format's own checks (its files, the schema they must fit), once the schema and
@@ -623,12 +753,13 @@ class PipelineParser {
   void CheckValueFormat() {
     const SourceSpec& source = spec_.source;
     if (!value_format_ok_ || value_format_decl_ == nullptr) return;
-    if (value_format_decl_->binary && !source.format.empty() && source.format != "kafka") {
+    if (value_format_decl_->binary && !source.format.empty() && !source.traits.whole_messages) {
       problems_.Error("source.valueFormat", source.value_format_mark,
                       fmt::format("value format {} is binary and needs a source whose records "
-                                  "come whole, one per message (kafka); the {} source splits "
+                                  "come whole, one per message ({}); the {} source splits "
                                   "its input into lines",
-                                  value_format_decl_->name, source.format));
+                                  value_format_decl_->name,
+                                  SourcesWith(&SourceTraits::whole_messages), source.format));
       return;
     }
     if (!problems_.errors().empty()) return;  // the schema or options may be incomplete
@@ -647,7 +778,7 @@ class PipelineParser {
 
   bool CheckFormat(const Scalar& format, ConnectorRole role, const ConnectorDecl** decl) {
     if (!options_.catalog) return true;
-    *decl = config_detail::FindConnector(*options_.catalog, format.value, role);
+    *decl = FindConnector(*options_.catalog, format.value, role);
     if (*decl) return true;
     const char* role_name = role == ConnectorRole::kSource ? "source" : "sink";
     auto formats = config_detail::ConnectorFormats(*options_.catalog, role);
@@ -656,7 +787,7 @@ class PipelineParser {
                                       format.secret ? "" : DidYouMean(format.value, formats));
     const ConnectorRole other =
         role == ConnectorRole::kSource ? ConnectorRole::kSink : ConnectorRole::kSource;
-    if (config_detail::FindConnector(*options_.catalog, format.value, other)) {
+    if (FindConnector(*options_.catalog, format.value, other)) {
       message += fmt::format(" ('{}' is a {} format)", format.value,
                              role == ConnectorRole::kSource ? "sink" : "source");
     }
@@ -664,25 +795,33 @@ class PipelineParser {
     return false;
   }
 
-  void ParseMalformed(const MapReader& source) {
+  void ParseMalformed(const MapReader& source, const std::string& path, SourceSpec& target,
+                      bool main) {
     const MapReader::Entry* entry = source.Find("malformed");
     if (entry == nullptr) {
-      policy_ok_ = true;
+      if (main) policy_ok_ = true;
       return;
     }
     MapReader malformed(
-        reader_, entry->value, "source.malformed", entry->key_mark,
-        std::vector<std::string_view>{"policy", "maxRecordBytes", "maxDepth", "maxArrayLength"},
-        " with policy, maxRecordBytes, maxDepth and maxArrayLength");
+        reader_, entry->value, path + ".malformed", entry->key_mark,
+        std::vector<std::string_view>{"policy", "maxRecordBytes", "maxDepth", "maxArrayLength",
+                                      "maxKeyBytes"},
+        " with policy, maxRecordBytes, maxDepth, maxArrayLength and maxKeyBytes");
     if (!malformed.valid()) return;
-    MalformedSpec& spec = spec_.source.malformed;
+    MalformedSpec& spec = target.malformed;
+    bool policy_ok = false;
     if (auto policy = malformed.Choice("policy", Names(kPolicies))) {
       spec.policy = *Lookup(kPolicies, *policy);
-      policy_ok_ = true;
+      policy_ok = true;
     } else {
-      policy_ok_ = !malformed.Has("policy");
+      policy_ok = !malformed.Has("policy");
     }
-    policy_mark_ = malformed.MarkOf("policy");
+    if (main) {
+      policy_ok_ = policy_ok;
+      policy_mark_ = malformed.MarkOf("policy");
+    } else if (policy_ok && spec.policy == MalformedPolicy::kDeadLetter) {
+      input_dead_letter_marks_.emplace_back(path + ".malformed.policy", malformed.MarkOf("policy"));
+    }
     if (auto bytes = malformed.Bytes("maxRecordBytes", 1)) {
       spec.max_record_bytes = *bytes;
     }
@@ -691,6 +830,231 @@ class PipelineParser {
     }
     if (auto length = malformed.Int("maxArrayLength", 1, 1'000'000)) {
       spec.max_array_length = *length;
+    }
+    if (auto bytes = malformed.Bytes("maxKeyBytes", 1)) {
+      spec.max_key_bytes = *bytes;
+    }
+  }
+
+  // ---- labels and performance ---------------------------------------------------------------
+
+  // `labels` (an input of ground truth with its own schema, joined to the predictions by a key)
+  // and `performance` (what is judged of the joined predictions).
+  void ParseLabels(const MapReader& top) {
+    const MapReader::Entry* entry = top.Find("labels");
+    const MapReader::Entry* performance_entry = top.Find("performance");
+    if (entry == nullptr) {
+      if (performance_entry != nullptr) {
+        problems_.Error("performance", performance_entry->key_mark,
+                        "performance is judged from labels: add a labels section (an input of "
+                        "ground truth joined to the predictions by a key)");
+      }
+      return;
+    }
+    MapReader labels(reader_, entry->value, "labels", entry->key_mark,
+                     std::vector<std::string_view>{"source", "schema", "key", "predictionKey",
+                                                   "label", "eventTime", "within"},
+                     " with source, schema, key, predictionKey, label, eventTime and within");
+    if (!labels.valid()) return;
+    LabelsSpec& spec = spec_.labels;
+    spec.enabled = true;
+    spec.mark = entry->key_mark;
+    if (const MapReader::Entry* source_entry = labels.Find("source")) {
+      MapReader source(reader_, source_entry->value, "labels.source", source_entry->key_mark,
+                       std::vector<std::string_view>{"format", "options", "malformed",
+                                                     "valueFormat", "valueOptions"},
+                       " with format, options, malformed, valueFormat and valueOptions");
+      spec.source.mark = source_entry->key_mark;
+      if (source.valid()) ParseSourceFields(source, "labels.source", spec.source, false);
+    } else {
+      labels.ReportMissing("source", " (e.g. source: {format: kafka, options: {...}})");
+    }
+    // The labels' own schema: top-level scalar fields.
+    std::map<std::string, FieldType> types;
+    if (const MapReader::Entry* schema_entry = labels.Find("schema")) {
+      auto items = reader_.ReadList(schema_entry->value, "labels.schema",
+                                    " of fields, e.g. - {name: request_id, type: string}");
+      for (size_t i = 0; items && i < items->size(); ++i) {
+        const std::string path = fmt::format("labels.schema[{}]", i);
+        MapReader field(reader_, (*items)[i], path, {},
+                        std::vector<std::string_view>{"name", "type", "nullable"},
+                        " with name, type and nullable");
+        if (!field.valid()) continue;
+        auto name = field.String("name", true);
+        auto type_text = field.String("type", true);
+        auto nullable = field.Bool("nullable");
+        if (!name || !type_text) continue;
+        auto parsed = ParseTypeSpec(type_text->value);
+        if (!parsed || parsed->is_struct || !(parsed->type == FieldType::kString ||
+                                              parsed->type == FieldType::kDouble ||
+                                              parsed->type == FieldType::kLong ||
+                                              parsed->type == FieldType::kInt ||
+                                              parsed->type == FieldType::kBoolean ||
+                                              parsed->type == FieldType::kTimestamp)) {
+          problems_.Error(type_text->path, type_text->mark,
+                          fmt::format("a labels field is a timestamp, string, double, long, int "
+                                      "or boolean, not {}",
+                                      Show(*type_text)));
+          continue;
+        }
+        if (!types.emplace(name->value, parsed->type).second) {
+          problems_.Error(name->path, name->mark,
+                          fmt::format("duplicate field {}", Show(*name)));
+          continue;
+        }
+        spec.schema.fields.emplace_back(name->value, parsed->type, nullable.value_or(true));
+      }
+    } else {
+      labels.ReportMissing("schema", " (e.g. - {name: request_id, type: string})");
+    }
+    auto column_of = [&](std::string_view key, bool required,
+                         const std::vector<FieldType>& allowed,
+                         const char* what) -> std::optional<std::string> {
+      auto value = labels.String(key, required);
+      if (!value) return std::nullopt;
+      auto it = types.find(value->value);
+      if (it == types.end()) {
+        problems_.Error(value->path, value->mark,
+                        fmt::format("{} {} is not a field of labels.schema", what, Show(*value)));
+        return std::nullopt;
+      }
+      if (std::find(allowed.begin(), allowed.end(), it->second) == allowed.end()) {
+        problems_.Error(value->path, value->mark,
+                        fmt::format("{} {} is a {}", what, Show(*value),
+                                    FieldTypeName(it->second)));
+        return std::nullopt;
+      }
+      return value->value;
+    };
+    if (auto key = column_of("key", true, {FieldType::kString}, "the join key")) {
+      spec.key = *key;
+      spec.prediction_key = *key;
+    }
+    if (auto key = labels.String("predictionKey")) spec.prediction_key = key->value;
+    if (!spec.prediction_key.empty()) {
+      auto it = columns_.find(spec.prediction_key);
+      if (it == columns_.end() || (it->second && *it->second != FieldType::kString)) {
+        problems_.Error(labels.Has("predictionKey") ? "labels.predictionKey" : "labels.key",
+                        labels.MarkOf(labels.Has("predictionKey") ? "predictionKey" : "key"),
+                        fmt::format("the predictions' join key '{}' is not a string column of "
+                                    "the schema",
+                                    spec.prediction_key));
+      }
+    }
+    if (auto label = column_of("label", true,
+                               {FieldType::kDouble, FieldType::kLong, FieldType::kInt,
+                                FieldType::kBoolean},
+                               "the label column")) {
+      spec.label = *label;
+    }
+    if (labels.Has("eventTime")) {
+      if (auto time = column_of("eventTime", true, {FieldType::kTimestamp}, "eventTime")) {
+        spec.event_time = *time;
+      }
+    } else {
+      for (const Field& field : spec.schema.fields) {
+        if (field.type == FieldType::kTimestamp) {
+          spec.event_time = field.name;
+          break;
+        }
+      }
+      if (spec.event_time.empty() && !spec.schema.fields.empty()) {
+        problems_.Error("labels.schema", labels.MarkOf("schema"),
+                        "the labels need an event time: a timestamp field (or name one with "
+                        "eventTime)");
+      }
+    }
+    if (auto within = labels.DurationMs("within", 1)) spec.within_ms = *within;
+    ParsePerformance(performance_entry);
+  }
+
+  void ParsePerformance(const MapReader::Entry* entry) {
+    PerformanceSpec& spec = spec_.performance;
+    if (entry != nullptr) {
+      MapReader performance(reader_, entry->value, "performance", entry->key_mark,
+                            std::vector<std::string_view>{"task", "prediction", "threshold",
+                                                          "window", "minCoverage",
+                                                          "baselineWindows", "minDrop", "warn",
+                                                          "alert", "bins"},
+                            " with task, prediction, threshold, window, minCoverage, "
+                            "baselineWindows, minDrop, warn, alert and bins");
+      if (!performance.valid()) return;
+      if (auto task = performance.Choice("task", {"classification", "regression"})) {
+        spec.task = *task == "regression" ? PerformanceTask::kRegression
+                                          : PerformanceTask::kClassification;
+      }
+      if (auto column = performance.String("prediction")) {
+        auto it = columns_.find(column->value);
+        if (it == columns_.end()) {
+          problems_.Error(column->path, column->mark,
+                          fmt::format("prediction column {} is not a column of the schema",
+                                      Show(*column)));
+        } else if (it->second && *it->second != FieldType::kDouble &&
+                   *it->second != FieldType::kLong && *it->second != FieldType::kInt) {
+          problems_.Error(column->path, column->mark,
+                          fmt::format("prediction column {} is a {}, not a number", Show(*column),
+                                      FieldTypeName(*it->second)));
+        }
+        spec.prediction = column->value;
+      }
+      auto bounded = [&](std::string_view key, double low, double high) -> std::optional<double> {
+        auto value = performance.Double(key);
+        if (value && !(*value >= low && *value <= high)) {
+          problems_.Error(performance.PathOf(key), performance.MarkOf(key),
+                          fmt::format("{} must be in [{}, {}]", key, low, high));
+          return std::nullopt;
+        }
+        return value;
+      };
+      if (auto threshold = bounded("threshold", 0, 1)) spec.threshold = *threshold;
+      if (auto window = performance.DurationMs("window", 1)) spec.window_ms = *window;
+      if (auto coverage = bounded("minCoverage", 0, 1)) spec.min_coverage = *coverage;
+      if (auto windows = performance.Int("baselineWindows", 1, 1000)) {
+        spec.baseline_windows = static_cast<int>(*windows);
+      }
+      if (auto drop = bounded("minDrop", 0, 1e9)) spec.min_drop = *drop;
+      if (auto warn = bounded("warn", 0, 37)) spec.warn = *warn;
+      if (auto alert = bounded("alert", 0, 37)) spec.alert = *alert;
+      if (auto bins = performance.Int("bins", 2, 1000)) spec.bins = static_cast<int>(*bins);
+      if (spec.alert < spec.warn) {
+        problems_.Error("performance.alert", performance.MarkOf("alert"),
+                        "the alert level must not be below the warn level");
+      }
+    }
+    if (spec.prediction.empty()) {
+      spec.prediction = !spec_.drift.prediction_column.empty() ? spec_.drift.prediction_column
+                                                                : std::string("prediction");
+      if (!columns_.count(spec.prediction)) {
+        problems_.Error(entry ? "performance" : "labels",
+                        entry ? entry->key_mark : spec_.labels.mark,
+                        fmt::format("no prediction column: name it with performance.prediction "
+                                    "(the schema has no '{}')",
+                                    spec.prediction));
+      }
+    }
+  }
+
+  // What labels need of the rest of the pipeline.
+  void CheckLabels() {
+    if (!spec_.labels.enabled) return;
+    if (!spec_.query.watermark) {
+      problems_.Error("labels", spec_.labels.mark,
+                      "labels need query.watermark: the event-time clock bounds how long a "
+                      "prediction waits for its label (labels.within) and says when a window's "
+                      "labels are in");
+    }
+    const bool has_model = spec_.drift.enabled ? !spec_.drift.model_column.empty() ||
+                                                     !spec_.query.group_by.empty()
+                                               : !spec_.query.group_by.empty();
+    if (!has_model) {
+      problems_.Error("labels", spec_.labels.mark,
+                      "labels judge each model's performance: the query needs groupBy (the "
+                      "model column first) or drift.modelColumn");
+    }
+    if (spec_.scale_out.enabled) {
+      problems_.Error("labels", spec_.labels.mark,
+                      "a query with labels runs in one process (scaleOut would need both "
+                      "inputs routed by the join key)");
     }
   }
 
@@ -702,8 +1066,9 @@ class PipelineParser {
     MapReader query(
         reader_, entry->value, "query", entry->key_mark,
         std::vector<std::string_view>{"where", "select", "groupBy", "aggregates", "window",
-                                      "watermark"},
-        " with where, select, groupBy, aggregates, window or watermark");
+                                      "watermark", "maxModels", "modelOverflow"},
+        " with where, select, groupBy, aggregates, window, watermark, maxModels or "
+        "modelOverflow");
     if (!query.valid()) {
       query_ok_ = false;
       group_by_ok_ = false;
@@ -805,6 +1170,14 @@ class PipelineParser {
                         "'watermark' has no value; expected e.g. {column: event_time, delay: 10 "
                         "minutes}");
       }
+    }
+
+    if (auto models = query.Int("maxModels", 1, 100'000'000)) {
+      spec.max_models = *models;
+      spec.max_models_mark = query.MarkOf("maxModels");
+    }
+    if (auto overflow = query.Choice("modelOverflow", {"drop", "other"})) {
+      spec.model_overflow = *overflow == "other" ? ModelOverflow::kOther : ModelOverflow::kDrop;
     }
 
     if (spec.IsAggregation()) {
@@ -951,7 +1324,7 @@ class PipelineParser {
     const std::string& name = compiled->alias;
     const SourceMark alias_mark = MarkWithin(item, compiled->alias_offset);
     if (columns_.count(name) > 0) {
-      const bool metadata = KafkaSource() && ParseMetadataColumn(name) &&
+      const bool metadata = MessageSource() && ParseMetadataColumn(name) &&
                             schema_lines_.count(name) == 0 && !taken(name);
       problems_.Error(item.path, alias_mark,
                       fmt::format("derived column '{}' is already a column{}", name,
@@ -992,8 +1365,9 @@ class PipelineParser {
 
   // approx_percentile(col, p [, accuracy]) with p a fraction or array(p1, p2, ...), as Spark
   // writes it; `args` is what is between the parentheses, without white space.
-  void ParsePercentile(const Scalar& item, const std::string& fn_name, std::string_view args,
-                       std::map<std::string, int>& seen) {
+  // A sketch aggregate (approx_percentile) with Spark's arguments.
+  void ParsePercentile(const Scalar& item, const AggregateDecl& kind, const std::string& fn_name,
+                       std::string_view args, std::map<std::string, int>& seen) {
     auto fail = [&](const std::string& why) {
       problems_.Error(item.path, item.mark,
                       fmt::format("cannot read aggregate {}: {}; expected {}(column, percentage "
@@ -1020,7 +1394,7 @@ class PipelineParser {
       return fail(fmt::format("it takes 2 or 3 arguments, not {}", parts.size()));
     }
     AggregateSpec aggregate;
-    aggregate.fn = AggregateFn::kApproxPercentile;
+    aggregate.fn = kind.fn;
     aggregate.mark = item.mark;
     aggregate.column = std::string(parts[0]);
     if (aggregate.column.empty() || aggregate.column == "*") {
@@ -1101,9 +1475,10 @@ class PipelineParser {
     if (size_t open = text.find('('); open != std::string::npos && text.back() == ')') {
       std::string lower = text.substr(0, open);
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (lower == "approx_percentile" || lower == "percentile_approx") {
-        ParsePercentile(item, lower, std::string_view(text).substr(open + 1, text.size() - open - 2),
-                        seen);
+      if (const AggregateDecl* kind = FindAggregate(lower);
+          kind != nullptr && kind->state == AggregateState::kSketch) {
+        ParsePercentile(item, *kind, lower,
+                        std::string_view(text).substr(open + 1, text.size() - open - 2), seen);
         return;
       }
     }
@@ -1111,7 +1486,8 @@ class PipelineParser {
       has_parens = true;
       std::string name = text.substr(0, open);
       for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (name == "approx_percentile" || name == "percentile_approx") {
+      if (const AggregateDecl* kind = FindAggregate(name);
+          kind != nullptr && kind->state == AggregateState::kSketch) {
         problems_.Error(item.path, item.mark,
                         fmt::format("cannot read aggregate {}: its parentheses do not close; in "
                                     "a flow list [...] quote it, or its commas split it",
@@ -1143,8 +1519,9 @@ class PipelineParser {
     AggregateSpec aggregate;
     aggregate.fn = *fn;
     aggregate.mark = item.mark;
-    if (column == "*" || (!has_parens && *fn == AggregateFn::kCount)) {
-      if (*fn != AggregateFn::kCount) {
+    const bool counts_rows = KindOf(*fn).counts_rows;
+    if (column == "*" || (!has_parens && counts_rows)) {
+      if (!counts_rows) {
         problems_.Error(item.path, item.mark,
                         fmt::format("{}(*) is not defined; only count takes *",
                                     item.secret ? "<redacted>" : lower));
@@ -1159,7 +1536,7 @@ class PipelineParser {
     } else {
       Scalar column_ref{column, item.secret, item.path, item.mark};
       if (!CheckColumn(column_ref,
-                       *fn == AggregateFn::kCount ? ColumnUse::kAny : ColumnUse::kNumericLike,
+                       counts_rows ? ColumnUse::kAny : ColumnUse::kNumericLike,
                        fmt::format("{} column", lower))) {
         return;
       }
@@ -1189,7 +1566,7 @@ class PipelineParser {
                                                   "predictionColumn", "labelColumn", "overrides",
                                                   "resolveEvidence", "segmentBy",
                                                   "maxSegmentsPerModel", "maxKeysPerModel",
-                                                  "maxKeys"},
+                                                  "maxKeys", "multivariate"},
                     " with series, baseline, detectors, ...");
     if (!drift.valid()) return;
     DriftSpec& spec = spec_.drift;
@@ -1335,6 +1712,65 @@ class PipelineParser {
     ParseBaseline(drift);
     ParseDetectors(drift);
     ParseOverrides(drift);
+    ParseMultivariate(drift);
+  }
+
+  // drift.multivariate: a PCA's reconstruction error over each model's numeric features.
+  void ParseMultivariate(const MapReader& drift) {
+    const MapReader::Entry* entry = drift.Find("multivariate");
+    if (entry == nullptr) return;
+    MultivariateSpec& spec = spec_.drift.multivariate;
+    spec.mark = entry->key_mark;
+    // `multivariate: true` (every default) or `false` (off), as well as a map.
+    if (entry->value.IsScalar() && (entry->value.Scalar() == "false" ||
+                                    entry->value.Scalar() == "true")) {
+      spec.enabled = entry->value.Scalar() == "true";
+    } else {
+      MapReader map(reader_, entry->value, "drift.multivariate", entry->key_mark,
+                    std::vector<std::string_view>{"features", "records", "explainedVariance"},
+                    ", e.g. {features: [amount, age_days], explainedVariance: 0.65}");
+      if (!map.valid()) return;
+      spec.enabled = true;
+      if (auto features = map.StringList("features", ", e.g. [amount, age_days]")) {
+        for (const Scalar& column : *features) {
+          if (!CheckColumn(column, ColumnUse::kNumericLike, "multivariate feature")) continue;
+          if (std::find(spec.features.begin(), spec.features.end(), column.value) !=
+              spec.features.end()) {
+            problems_.Error(column.path, column.mark,
+                            fmt::format("feature {} is listed twice", Show(column)));
+            continue;
+          }
+          spec.features.push_back(column.value);
+        }
+      }
+      if (auto records = map.Int("records", 2, kMaxInt)) spec.records = *records;
+      if (auto share = map.Double("explainedVariance")) {
+        if (*share > 0 && *share <= 1) {
+          spec.explained_variance = *share;
+        } else {
+          problems_.Error(map.PathOf("explainedVariance"), map.MarkOf("explainedVariance"),
+                          fmt::format("explainedVariance is a share of the variance in (0, 1], "
+                                      "found {}",
+                                      *share));
+        }
+      }
+    }
+    if (!spec.enabled) return;
+    if (spec.records == 0) spec.records = std::max<int64_t>(2, spec_.drift.baseline.records);
+    // The PCA is fitted on a model's first vectors in the drift stage's record order, which
+    // is fixed for record-count windows; event-time windows take a window's values in any
+    // order, and the baseline is not a file's statistics.
+    if (spec_.query.window || spec_.drift.window_ms > 0) {
+      problems_.Error("drift.multivariate", entry->key_mark,
+                      "multivariate drift fits its PCA on each model's first records in record "
+                      "order, which event-time windows (query.window, drift.window) do not fix: "
+                      "use record-count windows (drift.windowRecords)");
+    }
+    if (spec_.drift.baseline.kind == BaselineKind::kFile) {
+      problems_.Error("drift.multivariate", entry->key_mark,
+                      "multivariate drift fits its PCA on each model's first records: it needs "
+                      "a warmup baseline, not a file");
+    }
   }
 
   // The leaves under a struct named `name` (a dotted path), in schema order; none when `name`
@@ -1415,6 +1851,29 @@ class PipelineParser {
       spec.label_column = labels[0];
       return;
     }
+    // One of the two given: the other is its default, the one column of the usual names (not
+    // the given one), as for each key alone.
+    auto other = [](const std::vector<std::string>& found, const std::string& given) {
+      std::vector<std::string> rest;
+      for (const std::string& name : found) {
+        if (name != given) rest.push_back(name);
+      }
+      return rest;
+    };
+    if (has_label && !has_prediction && !drift.Has("predictionColumn")) {
+      const std::vector<std::string> rest = other(predictions, spec.label_column);
+      if (rest.size() == 1) {
+        spec.prediction_column = rest[0];
+        return;
+      }
+    }
+    if (has_prediction && !has_label && !drift.Has("labelColumn")) {
+      const std::vector<std::string> rest = other(labels, spec.prediction_column);
+      if (rest.size() == 1) {
+        spec.label_column = rest[0];
+        return;
+      }
+    }
     if (has_prediction != has_label) {
       problems_.Warn(
           has_prediction ? "drift.predictionColumn" : "drift.labelColumn",
@@ -1486,11 +1945,34 @@ class PipelineParser {
         CheckWarmupSize(drift, &map);
         break;
       case BaselineKind::kFile:
+        // Reference statistics are per model: they cannot serve drift per (model, segment).
+        if (!spec_.drift.segment_by.empty()) {
+          problems_.Error(map.PathOf("type"), map.MarkOf("type"),
+                          fmt::format("a file baseline holds statistics per model, but drift is "
+                                      "per (model, segment) ({}): use a warmup baseline, or set "
+                                      "drift.segmentBy: []",
+                                      fmt::join(spec_.drift.segment_by, ", ")));
+        }
         if (auto path = map.String("path", true)) {
           if (path->value.empty()) {
             problems_.Error(path->path, path->mark, "the baseline path is empty");
           }
           baseline.path = path->value;
+          // Read now, so that `validate` reads it as `run` does and the drift stage does no
+          // file I/O (it parses what was read: engine/executor/drift_stage.cc).
+          if (!path->value.empty() && options_.read_references) {
+            std::filesystem::path file = path->value;
+            if (file.is_relative() && !spec_.file.empty()) {
+              file = std::filesystem::path(spec_.file).parent_path() / file;
+            }
+            auto text = ReadReferenceFile(file.string());
+            if (text) {
+              baseline.reference = std::make_shared<const std::string>(std::move(*text));
+            } else {
+              problems_.Error(path->path, path->mark,
+                              fmt::format("'{}': {}", file.string(), text.error().message()));
+            }
+          }
         }
         break;
       case BaselineKind::kTrailing:
@@ -1540,12 +2022,13 @@ class PipelineParser {
   void ParseDetectors(const MapReader& drift) {
     const MapReader::Entry* entry = drift.Find("detectors");
     if (entry == nullptr) {
-      // Documented default: every detector with its default parameters; error_rate only when
-      // there are prediction and label columns to compare.
+      // Documented default: every detector registered as a default, with its default
+      // parameters; those of the error series only when there are prediction and label columns
+      // to compare.
       const bool labelled =
           !spec_.drift.prediction_column.empty() && !spec_.drift.label_column.empty();
       for (const config_detail::DetectorInfo& info : config_detail::Detectors()) {
-        if (info.kind == DetectorKind::kErrorRate && !labelled) continue;
+        if (!info.by_default || (info.error_series && !labelled)) continue;
         DetectorSpec detector = config_detail::DefaultDetector(info.kind);
         detector.mark = drift.anchor();
         spec_.drift.detectors.push_back(std::move(detector));
@@ -1650,11 +2133,12 @@ class PipelineParser {
         continue;
       }
       seen.emplace(detector.name, detector.mark.line);
-      if (info.kind == DetectorKind::kErrorRate) {
+      if (info.error_series) {
         if (spec_.drift.prediction_column.empty() || spec_.drift.label_column.empty()) {
           problems_.Error(map.PathOf("type"), map.MarkOf("type"),
-                          "the error_rate detector needs drift.predictionColumn and "
-                          "drift.labelColumn");
+                          fmt::format("the {} detector needs drift.predictionColumn and "
+                                      "drift.labelColumn",
+                                      info.name));
         }
       }
       spec_.drift.detectors.push_back(std::move(detector));
@@ -1667,8 +2151,8 @@ class PipelineParser {
                                  "({} against {}): add {{type: error_rate}} to drift.detectors",
                                  spec_.drift.prediction_column, spec_.drift.label_column));
     }
-    // A string series (string, array<string>, map<string,string>) is watched by its
-    // categories: some detector must read them.
+    // A string series (string, array<string>, map<string,string>) or a boolean one is watched
+    // by its categories: some detector must read them.
     bool categorical = false;
     for (const DetectorSpec& d : spec_.drift.detectors) {
       categorical = categorical || DefaultsFor(d.kind).Watches(SeriesKind::kCategorical);
@@ -1676,7 +2160,7 @@ class PipelineParser {
     for (const Scalar& column : drift_series_) {
       const FieldType type = ColumnType(column.value).value_or(FieldType::kDouble);
       if (categorical || (type != FieldType::kString && type != FieldType::kStringArray &&
-                          type != FieldType::kStringMap)) {
+                          type != FieldType::kStringMap && type != FieldType::kBoolean)) {
         continue;
       }
       std::vector<std::string_view> names;
@@ -1684,9 +2168,9 @@ class PipelineParser {
         if (d.Watches(SeriesKind::kCategorical)) names.push_back(d.name);
       }
       problems_.Error(column.path, column.mark,
-                      fmt::format("drift series {} is a string column, watched by its categories, "
+                      fmt::format("drift series {} is a {} column, watched by its categories, "
                                   "but none of drift.detectors reads categories: add one of {}",
-                                  Show(column), Join(names)));
+                                  Show(column), FieldTypeName(type), Join(names)));
       break;
     }
   }
@@ -2065,8 +2549,27 @@ class PipelineParser {
         problems_.Error(location->path, location->mark, "checkpointLocation is empty");
       }
       spec_.checkpoint_location = location->value;
+      CheckPathComponents(location->path, location->mark, location->value);
     } else if (!top.Has("checkpointLocation") && !spec_.name.empty()) {
       spec_.checkpoint_location = DefaultCheckpointLocation(spec_.name, options_.env);
+      CheckPathComponents("name", top.MarkOf("name"), spec_.checkpoint_location);
+    }
+  }
+
+  // A path whose parts a file system cannot hold (255 bytes a name on Linux) fails at start,
+  // not at validate, unless validate says so.
+  void CheckPathComponents(const std::string& path, SourceMark mark, const std::string& value) {
+    constexpr size_t kMaxName = 255;
+    for (const auto& part : std::filesystem::path(value)) {
+      if (part.string().size() <= kMaxName) continue;
+      problems_.Error(path, mark,
+                      fmt::format("the checkpoint directory {} has a part of {} bytes, more than "
+                                  "a file name may have ({}){}",
+                                  value.size() > 80 ? value.substr(0, 80) + "..." : value,
+                                  part.string().size(), kMaxName,
+                                  path == "name" ? "; shorten the name or set checkpointLocation"
+                                                 : ""));
+      return;
     }
   }
 
@@ -2078,7 +2581,7 @@ class PipelineParser {
     if (entry == nullptr) return;
     MapReader map(reader_, entry->value, "scaleOut", entry->key_mark,
                   std::vector<std::string_view>{"enabled", "instance"},
-                  ", e.g. {enabled: true, instance: ${HOSTNAME}}");
+                  ", e.g. {enabled: true, instance: \"${HOSTNAME}\"}");
     if (!map.valid()) return;
     ScaleOutSpec& scale = spec_.scale_out;
     scale.mark = entry->key_mark;
@@ -2097,19 +2600,24 @@ class PipelineParser {
     } else {
       scale.instance = DefaultInstanceName(options_.env);
     }
-    if (spec_.source.format != "kafka") {
+    if (!spec_.inputs.empty()) {
       problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
-                      fmt::format("scaleOut shares a Kafka source among processes through a "
-                                  "consumer group; this pipeline's source is '{}'",
-                                  spec_.source.format));
-    } else if (spec_.source.options.Has("assign")) {
+                      "scaleOut shares one Kafka source among processes; a query with inputs "
+                      "runs in one process (list the topics in the source's subscribe instead "
+                      "when they share the schema and the cluster)");
+    } else if (!spec_.source.traits.group_shared) {
       problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
-                      "scaleOut needs source.options subscribe or subscribePattern: with "
-                      "assign the partitions are fixed and cannot be shared");
+                      fmt::format("scaleOut shares a source among processes through a consumer "
+                                  "group ({}); this pipeline's source is '{}'",
+                                  SourcesWith(&SourceTraits::group_shared), spec_.source.format));
     }
+    // Which options of the source a group can share is the connector's to say (its bind).
     for (size_t i = 0; i < spec_.sinks.size(); ++i) {
       const SinkSpec& sink = spec_.sinks[i];
-      if (sink.format == "kafka" || sink.format == "console") continue;
+      const ConnectorDecl* decl =
+          options_.catalog ? FindConnector(*options_.catalog, sink.format, ConnectorRole::kSink)
+                           : nullptr;
+      if (decl == nullptr || decl->shared_by_processes) continue;
       problems_.Error(fmt::format("sinks[{}].format", i), sink.mark,
                       fmt::format("sink '{}' ({}) cannot be shared by the processes of a "
                                   "scaled-out pipeline: each would write its own part of the "
@@ -2136,18 +2644,21 @@ class PipelineParser {
   static constexpr int64_t kMaxThreads = 256;
 
   // Results must not depend on batching: say where a Kafka pipeline's would.
+  // Drift's record-count windows over Kafka partitions take their values in event-time order
+  // (DriftOrdersByEventTime), in one process or scaled out; that needs an event time.
   void CheckOrderDependence() {
-    if (spec_.source.format != "kafka" || !spec_.drift.enabled || spec_.query.window ||
-        spec_.drift.window_ms > 0) {
+    if (!spec_.source.traits.unordered_partitions || !spec_.drift.enabled || spec_.query.window ||
+        spec_.drift.window_ms > 0 || DriftOrdersByEventTime(spec_)) {
       return;
     }
     problems_.Warn(
         "drift.windowRecords", spec_.drift.mark,
-        "drift evaluates windows of drift.windowRecords values in the order records arrive: with "
-        "a Kafka source that order is fixed only within a partition, so the alerts are the same "
-        "whatever the batching only if producers key records by model (each model in one "
-        "partition). Use event-time windows (drift.window, or query.window, with a watermark) "
-        "when models span partitions");
+        "the schema has no timestamp column, so drift takes its windows of "
+        "drift.windowRecords values in the order records arrive: with a Kafka source that "
+        "order is fixed only within a partition, so the alerts are the same whatever the "
+        "batching (or the number of processes) only if producers key records by model. Add an "
+        "event time (a timestamp field), and drift takes each model's values in event-time "
+        "order");
   }
 
   // ---- rules across sections (Spark's) -----------------------------------------------------
@@ -2170,7 +2681,9 @@ class PipelineParser {
               fmt::format("the {} stream supports only outputMode append, found "
                           "'{}' ({} are emitted once and never updated)",
                           StreamName(sink.stream), ModeName(sink.output_mode),
-                          sink.stream == StreamKind::kAlerts ? "alerts" : "dead letters"));
+                          sink.stream == StreamKind::kAlerts ? "alerts"
+                          : sink.stream == StreamKind::kPerformance ? "window results"
+                                                                     : "dead letters"));
         }
         if (!info.mode_given) sink.output_mode = OutputMode::kAppend;
         continue;
@@ -2213,7 +2726,7 @@ class PipelineParser {
     for (size_t i = 0; i < spec_.sinks.size(); ++i) {
       if (!sink_info_[i].stream_ok || spec_.sinks[i].stream != StreamKind::kDeadLetter) continue;
       has_dead_letter_sink = true;
-      if (!policy_is_dead_letter) {
+      if (!policy_is_dead_letter && input_dead_letter_marks_.empty()) {
         problems_.Error(fmt::format("sinks[{}].stream", i), sink_info_[i].stream_mark,
                         fmt::format("a dead_letter sink receives records only with "
                                     "source.malformed.policy dead_letter (the policy is {})",
@@ -2224,6 +2737,59 @@ class PipelineParser {
       problems_.Error("source.malformed.policy", policy_mark_,
                       "policy dead_letter needs a sink with stream: dead_letter, or malformed "
                       "records would be lost");
+    }
+    for (const auto& [path, mark] : input_dead_letter_marks_) {
+      if (!has_dead_letter_sink) {
+        problems_.Error(path, mark,
+                        "policy dead_letter needs a sink with stream: dead_letter, or malformed "
+                        "records would be lost");
+      }
+    }
+  }
+
+  // Each source's options parsed once by its connector (ConnectorDecl::bind), now that the
+  // whole pipeline is known; what run creates the source from. A problem is reported at the
+  // option it names, with the line the parser recorded.
+  void BindSources() {
+    if (!options_.catalog || !problems_.errors().empty()) return;
+    auto bind = [&](const PipelineSpec& pipeline, SourceSpec& source, const std::string& prefix) {
+      const ConnectorDecl* decl =
+          FindConnector(*options_.catalog, source.format, ConnectorRole::kSource);
+      if (decl == nullptr || !decl->bind) return;
+      BindResult bound = decl->bind(pipeline, pipeline.source);
+      if (bound) {
+        source.bound = std::move(*bound);
+        return;
+      }
+      const OptionProblem& problem = bound.error();
+      if (problem.option.empty()) {
+        problems_.Error(prefix + ".options", source.mark, problem.message);
+        return;
+      }
+      auto mark = source.option_marks.find(problem.option);
+      problems_.Error(fmt::format("{}.options.{}", prefix, problem.option),
+                      mark != source.option_marks.end() ? mark->second : source.mark,
+                      problem.message);
+    };
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+      // An input's connector sees the pipeline the executor runs it as: with its source.
+      PipelineSpec input = spec_;
+      input.source = spec_.inputs[i].source;
+      bind(input, spec_.inputs[i].source, fmt::format("inputs[{}]", i));
+    }
+    // Last: the copies above must not carry the main source's bound options.
+    bind(spec_, spec_.source, "source");
+    if (spec_.labels.enabled) {
+      // The labels' connector sees the pipeline the executor runs them as (LabelsPipeline,
+      // engine/executor/performance_stage.h): their schema, no query and no sinks.
+      PipelineSpec labels;
+      labels.name = spec_.name;
+      labels.file = spec_.file;
+      labels.schema = spec_.labels.schema;
+      labels.source = spec_.labels.source;
+      labels.checkpoint_location = spec_.checkpoint_location;
+      labels.secrets = spec_.secrets;
+      bind(labels, spec_.labels.source, "labels.source");
     }
   }
 
@@ -2243,7 +2809,7 @@ class PipelineParser {
     auto collect = [&](const std::string& format, ConnectorRole role, const Options& options,
                        const std::map<std::string, SourceMark>& marks, const std::string& prefix,
                        const std::string& what) {
-      const ConnectorDecl* decl = config_detail::FindConnector(*options_.catalog, format, role);
+      const ConnectorDecl* decl = FindConnector(*options_.catalog, format, role);
       if (decl == nullptr) return;
       for (const OptionDecl& option : decl->options) {
         if (option.path_use == PathUse::kNone || !options.Has(option.name)) continue;
@@ -2257,6 +2823,12 @@ class PipelineParser {
     collect(spec_.source.format, ConnectorRole::kSource, spec_.source.options,
             spec_.source.option_marks, "source.options.",
             fmt::format("the {} source", spec_.source.format));
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+      const SourceSpec& input = spec_.inputs[i].source;
+      collect(input.format, ConnectorRole::kSource, input.options, input.option_marks,
+              fmt::format("inputs[{}].options.", i),
+              fmt::format("input '{}' ({})", spec_.inputs[i].name, input.format));
+    }
     for (size_t i = 0; i < spec_.sinks.size(); ++i) {
       const SinkSpec& sink = spec_.sinks[i];
       collect(sink.format, ConnectorRole::kSink, sink.options, sink.option_marks,
@@ -2343,6 +2915,8 @@ class PipelineParser {
   bool group_by_ok_ = true;
   bool policy_ok_ = true;
   SourceMark policy_mark_;
+  /// Inputs (other than the source) whose malformed policy is dead_letter: path and mark.
+  std::vector<std::pair<std::string, SourceMark>> input_dead_letter_marks_;
   bool value_format_ok_ = false;
   const ValueFormatDecl* value_format_decl_ = nullptr;
   bool sinks_ok_ = true;

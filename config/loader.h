@@ -43,6 +43,11 @@ struct LoadOptions {
   /// (connectors' ValueFormats() in the daemon). Default: nullptr, which accepts only the
   /// default format, json, and leaves source.valueOptions unchecked.
   const ValueFormatCatalog* value_formats = nullptr;
+  /// Reads a file baseline's reference (drift.baseline.path, relative to the pipeline file)
+  /// into BaselineSpec::reference, in bounded time and memory: a missing, unreadable or
+  /// oversized file is a problem at the path's line. Off for a tool that writes that very file
+  /// (`driftd baseline build`). Default: true.
+  bool read_references = true;
   /// Resolves ${VAR} references. Default: the process environment.
   EnvLookup env = ProcessEnv();
   /// When set, receives the warnings of a file that loaded (on failure, warnings are returned
@@ -76,6 +81,11 @@ std::string FormatProblems(std::string_view file, const std::vector<ConfigProble
 /// bins. Not included, because changing them leaves state readable: trigger, watermark delay,
 /// thresholds, hysteresis, cooldown, overrides, sinks, malformed-record policy, other options.
 std::string PipelineFingerprintJson(const PipelineSpec& spec);
+
+/// The pipeline's name as its checkpoint keeps it: a secret in it (`name: hooks-${TOKEN}`) as
+/// the fingerprint keeps one, `<redacted:DIGEST>`, so the checkpoint never holds it in clear and
+/// another secret still makes another name.
+std::string CheckpointPipelineName(const PipelineSpec& spec);
 
 /// scaleOut.instance when it is not given: $HOSTNAME (a Kubernetes pod's name), else the host
 /// name, with characters a name may not hold replaced by '_'.

@@ -1,7 +1,10 @@
-// Declarations and factories of the individual connectors; only registry.cc calls these.
+// Declarations and factories of the individual connectors (registry.cc lists them), and how a
+// connector declares that its options bind once (BindSource).
 #pragma once
 
+#include <any>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/sink.h"
@@ -11,6 +14,51 @@
 #include "engine/value_decoder.h"
 
 namespace driftd {
+
+/// What a source's bind makes of its options: its typed options, or the option at fault.
+template <typename T>
+using Bound = tl::expected<T, OptionProblem>;
+
+/// Declares how a source of type-T options is bound and created, after decl.options is set:
+/// `bind` sees the options with the declared ranges checked and the declared defaults filled in
+/// (so it writes no default of its own) and makes T once; `create` makes the source from T.
+/// config/ binds at load and keeps T in SourceSpec::bound; a spec built without config/ (a test,
+/// a tool) is bound when created, by the same code.
+template <typename T>
+void BindSource(ConnectorDecl& decl,
+                Bound<T> (*bind)(const PipelineSpec& pipeline, const SourceSpec& source,
+                                 const Options& options),
+                Result<std::unique_ptr<Source>> (*create)(const PipelineSpec& pipeline,
+                                                          T options)) {
+  ConnectorDecl declared;
+  declared.format = decl.format;
+  declared.options = decl.options;
+  decl.bind = [declared, bind](const PipelineSpec& pipeline,
+                               const SourceSpec& source) -> BindResult {
+    for (const OptionDecl& option : declared.options) {
+      if (option.required && !source.options.Has(option.name)) {
+        return tl::unexpected(OptionProblem{option.name, "is required"});
+      }
+    }
+    if (auto range = CheckDeclaredRanges(declared, source.options)) {
+      return tl::unexpected(std::move(*range));
+    }
+    Bound<T> bound = bind(pipeline, source, WithDeclaredDefaults(declared, source.options));
+    if (!bound) return tl::unexpected(std::move(bound.error()));
+    return BoundOptions(std::move(*bound));
+  };
+  decl.create_source = [bind_source = decl.bind, format = decl.format,
+                        create](const PipelineSpec& pipeline) -> Result<std::unique_ptr<Source>> {
+    if (const T* bound = std::any_cast<T>(&pipeline.source.bound)) return create(pipeline, *bound);
+    BindResult bound = bind_source(pipeline, pipeline.source);
+    if (!bound) {
+      const OptionProblem& problem = bound.error();
+      return MakeError(ErrorCode::kConfig, "{} source: {}{}", format,
+                       problem.option.empty() ? "" : problem.option + ": ", problem.message);
+    }
+    return create(pipeline, std::any_cast<T>(std::move(*bound)));
+  };
+}
 
 ConnectorDecl FileSourceDecl();
 ConnectorDecl RateSourceDecl();

@@ -33,7 +33,7 @@ std::string_view PrefixChars(std::string_view s, size_t chars) {
   return s;
 }
 
-void AppendCell(std::string& out, simdjson::dom::element value) {
+void AppendCell(std::string& out, simdjson::dom::element value, int64_t digits) {
   using simdjson::dom::element_type;
   switch (value.type()) {
     case element_type::NULL_VALUE:
@@ -53,7 +53,12 @@ void AppendCell(std::string& out, simdjson::dom::element value) {
       return;
     case element_type::DOUBLE: {
       size_t begin = out.size();
-      fmt::format_to(std::back_inserter(out), "{}", value.get_double().value_unsafe());
+      const double number = value.get_double().value_unsafe();
+      if (digits > 0) {
+        fmt::format_to(std::back_inserter(out), "{:.{}g}", number, static_cast<int>(digits));
+      } else {
+        fmt::format_to(std::back_inserter(out), "{}", number);
+      }
       // Doubles keep a decimal point, as Spark prints them (1.0, not 1).
       if (out.find_first_of(".eEn", begin) == std::string::npos) out += ".0";
       return;
@@ -66,7 +71,7 @@ void AppendCell(std::string& out, simdjson::dom::element value) {
       for (simdjson::dom::element item : array) {
         if (!first) out += ", ";
         first = false;
-        AppendCell(out, item);
+        AppendCell(out, item, digits);
       }
       out.push_back(']');
       return;
@@ -79,7 +84,7 @@ void AppendCell(std::string& out, simdjson::dom::element value) {
       for (auto field : object) {
         if (!first) out += ", ";
         first = false;
-        AppendCell(out, field.value);
+        AppendCell(out, field.value, digits);
       }
       out.push_back('}');
       return;
@@ -155,7 +160,7 @@ std::string FormatConsoleBatch(int64_t batch_id, const OutputRows& rows,
         simdjson::dom::element value;
         if (object.at_key(columns[c]).get(value) == simdjson::SUCCESS) {
           line[c].clear();
-          AppendCell(line[c], value);
+          AppendCell(line[c], value, options.significant_digits);
         }
       }
     }
@@ -206,6 +211,8 @@ ConnectorDecl ConsoleSinkDecl() {
   ConnectorDecl decl;
   decl.format = "console";
   decl.role = ConnectorRole::kSink;
+  // Each process prints its own batches.
+  decl.shared_by_processes = true;
   decl.doc =
       "Prints each batch's rows to stdout as a table, like Spark's console sink (`Batch: N` "
       "header, `+---+` borders). For development and demos: it is not exactly-once, and output "
@@ -214,6 +221,9 @@ ConnectorDecl ConsoleSinkDecl() {
       {"numRows", OptionType::kInt, "20", "Rows printed per batch."},
       {"truncate", OptionType::kBool, "true",
        "Cut cells longer than 20 characters (and right-align, as Spark does)."},
+      {"significantDigits", OptionType::kInt, "0",
+       "Significant digits of the doubles shown (`4`: 0.5533 for 0.5533022522522524); `0`: "
+       "every digit, as Spark prints them."},
   };
   return decl;
 }
@@ -222,8 +232,13 @@ Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec&, const SinkS
   ConsoleFormatOptions options;
   options.num_rows = spec.options.GetInt("numRows", 20);
   options.truncate = spec.options.GetBool("truncate", true);
+  options.significant_digits = spec.options.GetInt("significantDigits");
   if (options.num_rows < 0) {
     return MakeError(ErrorCode::kConfig, "numRows must not be negative, got {}", options.num_rows);
+  }
+  if (options.significant_digits < 0 || options.significant_digits > 17) {
+    return MakeError(ErrorCode::kConfig, "significantDigits must be 0 to 17, got {}",
+                     options.significant_digits);
   }
   return NewConsoleSink(spec, options, stdout);
 }

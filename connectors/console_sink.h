@@ -18,6 +18,10 @@ struct ConsoleFormatOptions {
   /// Cut cells longer than 20 characters to 17 + "..." and right-align them, as Spark's
   /// show(). false: full cells, left-aligned. Default: true.
   bool truncate = true;
+  /// Significant digits of the doubles shown (a mean of 0.5533022522522524 as 0.5533 with 4);
+  /// 0: every digit of the shortest exact form, as Spark prints them. Default: 0 (option
+  /// significantDigits).
+  int64_t significant_digits = 0;
 };
 
 /// The text printed for one batch:

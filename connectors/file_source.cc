@@ -30,6 +30,8 @@ constexpr size_t kMinBlockBytes = 64 << 10;
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 constexpr size_t kScanBlockBytes = 64 << 10;
 
+// The source's options as BindFileSource made them (their defaults are declared in
+// FileSourceDecl only).
 struct FileSourceOptions {
   std::string path;
   /// Files with new data per batch; 0: no limit.
@@ -37,7 +39,7 @@ struct FileSourceOptions {
   /// Bytes per batch (soft: one line longer than this still goes alone); 0: no limit.
   int64_t max_bytes_per_trigger = 0;
   std::vector<std::string> globs;
-  bool fail_on_data_loss = true;
+  bool fail_on_data_loss = false;
   /// Lines longer than this reach the decoder cut to max + 1 bytes (reported as too large).
   int64_t max_record_bytes = 1 << 20;
 };
@@ -419,6 +421,23 @@ std::vector<std::string> SplitGlobs(std::string_view text) {
   return globs;
 }
 
+Bound<FileSourceOptions> BindFileSource(const PipelineSpec&, const SourceSpec& source,
+                                        const Options& o) {
+  FileSourceOptions options;
+  options.path = o.GetString("path");
+  // Unset: no limit.
+  options.max_files_per_trigger = o.GetInt("maxFilesPerTrigger", 0);
+  options.max_bytes_per_trigger = o.GetInt("maxBytesPerTrigger", 0);
+  options.globs = SplitGlobs(o.GetString("fileNameGlob"));
+  options.fail_on_data_loss = o.GetBool("failOnDataLoss");
+  options.max_record_bytes = source.malformed.max_record_bytes;
+  if (options.path.empty()) {
+    return tl::unexpected(OptionProblem{"path", "the file source needs a directory"});
+  }
+  if (options.globs.empty()) return tl::unexpected(OptionProblem{"fileNameGlob", "has no pattern"});
+  return options;
+}
+
 }  // namespace
 
 ConnectorDecl FileSourceDecl() {
@@ -435,42 +454,32 @@ ConnectorDecl FileSourceDecl() {
       "complete. Files whose names start with `.` or `_` are ignored, so write elsewhere or "
       "under a hidden name and rename into place. Offsets: file name -> bytes consumed.";
   decl.options = {
-      {"path", OptionType::kString, "", "The input directory.", true, {},
-       PathUse::kReadsDirectory},
-      {"maxFilesPerTrigger", OptionType::kInt, "",
-       "Files with new data read per batch (unset: no limit)."},
-      {"maxBytesPerTrigger", OptionType::kInt, "",
-       "Bytes read per batch, cut at line ends; a single longer line still goes alone (unset: "
-       "no limit)."},
+      OptionDecl{"path", OptionType::kString, "", "The input directory.", true, {},
+                 PathUse::kReadsDirectory}
+          .Identity(),
+      OptionDecl{"maxFilesPerTrigger", OptionType::kInt, "",
+                 "Files with new data read per batch (unset or 0: no limit)."}
+          .AtLeast(0),
+      OptionDecl{"maxBytesPerTrigger", OptionType::kInt, "",
+                 "Bytes read per batch, cut at line ends; a single longer line still goes alone "
+                 "(unset or 0: no limit)."}
+          .AtLeast(0),
       {"fileNameGlob", OptionType::kString, "*.json,*.jsonl,*.ndjson",
        "File-name patterns (shell globs, comma-separated) of the files to read."},
       {"failOnDataLoss", OptionType::kBool, "true",
        "Stop when a file shrank or was removed below the committed position. false: warn and "
        "go on (lets a cleanup job remove processed files)."},
   };
+  BindSource<FileSourceOptions>(
+      decl, &BindFileSource, [](const PipelineSpec&, FileSourceOptions options) {
+        return Result<std::unique_ptr<Source>>(std::make_unique<FileSource>(std::move(options)));
+      });
   return decl;
 }
 
 Result<std::unique_ptr<Source>> CreateFileSource(const PipelineSpec& pipeline) {
-  const Options& o = pipeline.source.options;
-  FileSourceOptions options;
-  options.path = o.GetString("path");
-  options.max_files_per_trigger = o.GetInt("maxFilesPerTrigger", 0);
-  options.max_bytes_per_trigger = o.GetInt("maxBytesPerTrigger", 0);
-  options.globs = SplitGlobs(o.GetString("fileNameGlob", "*.json,*.jsonl,*.ndjson"));
-  options.fail_on_data_loss = o.GetBool("failOnDataLoss", true);
-  options.max_record_bytes = pipeline.source.malformed.max_record_bytes;
-  if (options.path.empty()) {
-    return MakeError(ErrorCode::kConfig, "the file source needs option path (a directory)");
-  }
-  if (options.globs.empty()) {
-    return MakeError(ErrorCode::kConfig, "fileNameGlob has no pattern");
-  }
-  if (options.max_files_per_trigger < 0 || options.max_bytes_per_trigger < 0) {
-    return MakeError(ErrorCode::kConfig,
-                     "maxFilesPerTrigger and maxBytesPerTrigger must not be negative");
-  }
-  return std::make_unique<FileSource>(std::move(options));
+  static const ConnectorDecl decl = FileSourceDecl();
+  return decl.create_source(pipeline);
 }
 
 }  // namespace driftd

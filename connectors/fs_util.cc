@@ -96,6 +96,31 @@ Status CreateDirectories(const std::string& directory) {
   return Ok();
 }
 
+Status CreateOwnerOnlyDirectories(const std::string& directory) {
+  // Each missing component is made 0700 here rather than by create_directories, whose modes
+  // the umask decides; the umask can only take bits away, so chmod sets the exact mode.
+  std::string path;
+  size_t at = 0;
+  while (at <= directory.size()) {
+    size_t slash = directory.find('/', at);
+    if (slash == std::string::npos) slash = directory.size();
+    path = directory.substr(0, slash);
+    at = slash + 1;
+    if (path.empty() || path == "." || path == "..") continue;
+    if (::mkdir(path.c_str(), 0700) == 0) {
+      if (::chmod(path.c_str(), 0700) != 0) return IoError("setting the mode of", path, errno);
+    } else if (errno != EEXIST) {
+      return IoError("creating directory", path, errno);
+    }
+  }
+  struct stat info {};
+  if (::stat(directory.c_str(), &info) != 0) return IoError("inspecting", directory, errno);
+  if (!S_ISDIR(info.st_mode)) {
+    return MakeError(ErrorCode::kIo, "{} is not a directory", directory);
+  }
+  return Ok();
+}
+
 Result<int64_t> FileSizeOrMissing(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -153,9 +178,18 @@ Result<std::string> ReadWholeFile(const std::string& path) {
 
 namespace {
 
+// The exact mode of a file kOwnerOnly asks for (the umask may have left it 0644, or less).
+Status RestrictAccess(int fd, const std::string& path, FileAccess access) {
+  if (access == FileAccess::kOwnerOnly && ::fchmod(fd, 0600) != 0) {
+    return IoError("setting the mode of", path, errno);
+  }
+  return Ok();
+}
+
 /// The temp-file, fsync, rename and directory-fsync protocol of WriteFileAtomically, with the
 /// file's bytes written by `write` to the open temp file.
 Status ReplaceFileAtomically(const std::string& directory, const std::string& name, bool durable,
+                             FileAccess access,
                              const std::function<Status(int fd, const std::string& path)>& write) {
   // Hidden (leading '.') so directory readers and the file source's globs skip it.
   std::string temp_path = JoinPath(directory, "." + name + ".tmp");
@@ -163,6 +197,7 @@ Status ReplaceFileAtomically(const std::string& directory, const std::string& na
   {
     UniqueFd fd{::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (!fd.valid()) return IoError("creating", temp_path, errno);
+    DRIFTD_TRY(RestrictAccess(fd.get(), temp_path, access));
     DRIFTD_TRY(write(fd.get(), temp_path));
     if (durable && ::fsync(fd.get()) != 0) return IoError("syncing", temp_path, errno);
   }
@@ -177,10 +212,11 @@ Status ReplaceFileAtomically(const std::string& directory, const std::string& na
 }  // namespace
 
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                           std::string_view data, bool durable) {
-  return ReplaceFileAtomically(directory, name, durable, [&](int fd, const std::string& path) {
-    return WriteAll(fd, path, data);
-  });
+                           std::string_view data, bool durable, FileAccess access) {
+  return ReplaceFileAtomically(directory, name, durable, access,
+                               [&](int fd, const std::string& path) {
+                                 return WriteAll(fd, path, data);
+                               });
 }
 
 Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::string& name,
@@ -204,7 +240,7 @@ Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::st
     bytes += static_cast<int64_t>(block.size());
     return Ok();
   };
-  auto replaced = ReplaceFileAtomically(directory, name, durable, write);
+  auto replaced = ReplaceFileAtomically(directory, name, durable, FileAccess::kShared, write);
   if (!replaced) return tl::unexpected(replaced.error());
   return bytes;
 }
@@ -216,11 +252,20 @@ Status SyncFile(const std::string& path) {
   return Ok();
 }
 
-Status AppendToFile(const std::string& path, std::string_view data) {
+Status AppendToFile(const std::string& path, std::string_view data, FileAccess access) {
   const size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) DRIFTD_TRY(CreateDirectories(path.substr(0, slash)));
-  UniqueFd fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)};
+  if (slash != std::string::npos && slash > 0) {
+    const std::string directory = path.substr(0, slash);
+    if (access == FileAccess::kOwnerOnly) {
+      DRIFTD_TRY(CreateOwnerOnlyDirectories(directory));
+    } else {
+      DRIFTD_TRY(CreateDirectories(directory));
+    }
+  }
+  UniqueFd fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                     access == FileAccess::kOwnerOnly ? 0600 : 0644)};
   if (!fd.valid()) return IoError("opening", path, errno);
+  DRIFTD_TRY(RestrictAccess(fd.get(), path, access));
   DRIFTD_TRY(WriteAll(fd.get(), path, data));
   if (::fsync(fd.get()) != 0) return IoError("syncing", path, errno);
   return Ok();

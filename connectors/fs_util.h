@@ -52,6 +52,15 @@ std::string JoinPath(std::string_view directory, std::string_view name);
 /// Creates `directory` and its parents if missing.
 Status CreateDirectories(const std::string& directory);
 
+/// Who may read a file a helper creates. kOwnerOnly: mode 0600 exactly, whatever the umask,
+/// also when the file was there already (a sink's files in a checkpoint: dead letters hold
+/// rows and errors). kShared: 0644 less the umask (output other programs read).
+enum class FileAccess { kShared, kOwnerOnly };
+
+/// Creates `directory` and its missing parents with mode 0700 exactly, whatever the umask
+/// (existing ones are left as they are).
+Status CreateOwnerOnlyDirectories(const std::string& directory);
+
 /// Size of the file at `path`; -1 if it does not exist.
 Result<int64_t> FileSizeOrMissing(const std::string& path);
 
@@ -76,7 +85,8 @@ Result<std::string> ReadWholeFile(const std::string& path);
 /// and a killed process loses nothing (the data is in the OS's cache), but an OS crash or power
 /// loss may; the caller then makes it durable later with SyncFile and SyncDirectory.
 Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                           std::string_view data, bool durable = true);
+                           std::string_view data, bool durable = true,
+                           FileAccess access = FileAccess::kShared);
 /// WriteFileAtomically of `lines`, each followed by '\n', written in blocks (the lines are not
 /// first joined into one string). The bytes written.
 Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::string& name,
@@ -86,7 +96,9 @@ Result<int64_t> WriteLinesAtomically(const std::string& directory, const std::st
 Status SyncFile(const std::string& path);
 Status SyncDirectory(const std::string& directory);
 
-/// Appends `data` to `path` (created if missing, with its directory) and fsyncs it.
-Status AppendToFile(const std::string& path, std::string_view data);
+/// Appends `data` to `path` (created if missing, with its directory) and fsyncs it. With
+/// kOwnerOnly, missing directories are created 0700 (CreateOwnerOnlyDirectories).
+Status AppendToFile(const std::string& path, std::string_view data,
+                    FileAccess access = FileAccess::kShared);
 
 }  // namespace driftd

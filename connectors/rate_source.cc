@@ -34,12 +34,14 @@ int64_t RowsOfPartition(uint64_t global_rows, int partitions, int partition) {
   return static_cast<int64_t>((global_rows - p - 1) / static_cast<uint64_t>(partitions) + 1);
 }
 
+// The source's options as BindRateSource made them (their defaults are declared in
+// RateSourceDecl only).
 struct RateOptions {
-  int64_t rows_per_second = 1;
-  int partitions = 1;
-  int64_t max_rows_per_trigger = 100'000;
+  int64_t rows_per_second = 0;
+  int partitions = 0;
+  int64_t max_rows_per_trigger = 0;
   int64_t total_rows = 0;
-  bool real_time = true;
+  bool real_time = false;
   int64_t start_time_ms = 0;
   bool inference = false;
   InferenceGeneratorOptions generator;
@@ -227,6 +229,8 @@ class RateSource final : public Source {
   std::optional<uint64_t> frozen_due_;
 };
 
+Bound<RateOptions> BindRateSource(const PipelineSpec&, const SourceSpec&, const Options& o);
+
 }  // namespace
 
 ConnectorDecl RateSourceDecl() {
@@ -242,20 +246,25 @@ ConnectorDecl RateSourceDecl() {
       "first start and kept in the checkpoint, so a restart continues the same timeline. "
       "Offsets: `rate-<p>` = rows produced by partition p, plus `startTimeMs`.";
   decl.options = {
-      {"rowsPerSecond", OptionType::kInt, "1", "Rows per second, across all partitions."},
-      {"numPartitions", OptionType::kInt, "1",
-       "Partitions; row n goes to partition n % numPartitions."},
-      {"maxRowsPerTrigger", OptionType::kInt, "100000", "Upper bound on rows per batch."},
-      {"totalRows", OptionType::kInt, "0",
-       "Rows after which the source ends (0: unbounded). Needed for availableNow with "
-       "realTime false."},
+      OptionDecl{"rowsPerSecond", OptionType::kInt, "1", "Rows per second, across all partitions."}
+          .Between(1, 1e9),
+      OptionDecl{"numPartitions", OptionType::kInt, "1",
+                 "Partitions; row n goes to partition n % numPartitions."}
+          .Between(1, 4096),
+      OptionDecl{"maxRowsPerTrigger", OptionType::kInt, "100000", "Upper bound on rows per batch."}
+          .AtLeast(1),
+      OptionDecl{"totalRows", OptionType::kInt, "0",
+                 "Rows after which the source ends (0: unbounded). Needed for availableNow with "
+                 "realTime false."}
+          .AtLeast(0),
       {"realTime", OptionType::kBool, "true",
        "true: rows become due as wall time passes (monotonic clock, from the committed row "
        "after a restart). false: all rows are due at once, each batch takes "
        "maxRowsPerTrigger (replays, tests, benchmarks)."},
-      {"startTimeMs", OptionType::kInt, "0",
-       "Event time of row 0 on a first start, milliseconds since the Unix epoch (0: the wall "
-       "clock at the first start)."},
+      OptionDecl{"startTimeMs", OptionType::kInt, "0",
+                 "Event time of row 0 on a first start, milliseconds since the Unix epoch (0: "
+                 "the wall clock at the first start)."}
+          .AtLeast(0),
       {"mode",
        OptionType::kEnum,
        "rate",
@@ -275,52 +284,48 @@ ConnectorDecl RateSourceDecl() {
        "\"model-<m> prediction scales by <x> after <duration>\"; \"after\" is event time since "
        "the start time."},
   };
+  BindSource<RateOptions>(decl, &BindRateSource, [](const PipelineSpec&, RateOptions options) {
+    return Result<std::unique_ptr<Source>>(std::make_unique<RateSource>(std::move(options)));
+  });
   return decl;
 }
 
-Result<std::unique_ptr<Source>> CreateRateSource(const PipelineSpec& pipeline) {
-  const Options& o = pipeline.source.options;
+namespace {
+
+Bound<RateOptions> BindRateSource(const PipelineSpec&, const SourceSpec&, const Options& o) {
   RateOptions options;
-  options.rows_per_second = o.GetInt("rowsPerSecond", 1);
-  options.partitions = static_cast<int>(o.GetInt("numPartitions", 1));
-  options.max_rows_per_trigger = o.GetInt("maxRowsPerTrigger", 100'000);
-  options.total_rows = o.GetInt("totalRows", 0);
-  options.real_time = o.GetBool("realTime", true);
-  options.start_time_ms = o.GetInt("startTimeMs", 0);
-  options.inference = o.GetString("mode", "rate") == "inference";
-  if (options.rows_per_second < 1 || options.rows_per_second > 1'000'000'000) {
-    return MakeError(ErrorCode::kConfig, "rowsPerSecond must be between 1 and 1e9, got {}",
-                     options.rows_per_second);
-  }
-  if (options.partitions < 1 || options.partitions > 4096) {
-    return MakeError(ErrorCode::kConfig, "numPartitions must be between 1 and 4096, got {}",
-                     options.partitions);
-  }
-  if (options.max_rows_per_trigger < 1) {
-    return MakeError(ErrorCode::kConfig, "maxRowsPerTrigger must be at least 1, got {}",
-                     options.max_rows_per_trigger);
-  }
-  if (options.total_rows < 0 || options.start_time_ms < 0) {
-    return MakeError(ErrorCode::kConfig, "totalRows and startTimeMs must not be negative");
-  }
+  options.rows_per_second = o.GetInt("rowsPerSecond");
+  options.partitions = static_cast<int>(o.GetInt("numPartitions"));
+  options.max_rows_per_trigger = o.GetInt("maxRowsPerTrigger");
+  options.total_rows = o.GetInt("totalRows");
+  options.real_time = o.GetBool("realTime");
+  options.start_time_ms = o.GetInt("startTimeMs");
+  options.inference = o.GetString("mode") == "inference";
   if (!options.inference && !o.GetString("drift").empty()) {
-    return MakeError(ErrorCode::kConfig, "drift scenarios need mode: inference");
+    return tl::unexpected(OptionProblem{"drift", "drift scenarios need mode: inference"});
   }
   if (options.inference) {
     InferenceGeneratorOptions& g = options.generator;
-    g.models = static_cast<int>(o.GetInt("models", 8));
-    g.features = static_cast<int>(o.GetInt("features", 8));
-    g.seed = static_cast<uint64_t>(o.GetInt("seed", 42));
-    g.labels = o.GetDouble("labels", 1.0);
+    g.models = static_cast<int>(o.GetInt("models"));
+    g.features = static_cast<int>(o.GetInt("features"));
+    g.seed = static_cast<uint64_t>(o.GetInt("seed"));
+    g.labels = o.GetDouble("labels");
     g.rows_per_second = options.rows_per_second;
     auto drift = ParseDriftScenarios(o.GetString("drift"));
-    if (!drift) return tl::unexpected(drift.error());
+    if (!drift) return tl::unexpected(OptionProblem{"drift", drift.error().message()});
     g.drift = std::move(*drift);
-    // Validates counts and scenario targets now, so a bad pipeline fails at creation.
+    // Validates counts and scenario targets now, so a bad pipeline fails at load.
     auto check = InferenceGenerator::Create(g);
-    if (!check) return tl::unexpected(check.error());
+    if (!check) return tl::unexpected(OptionProblem{"", check.error().message()});
   }
-  return std::make_unique<RateSource>(std::move(options));
+  return options;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> CreateRateSource(const PipelineSpec& pipeline) {
+  static const ConnectorDecl decl = RateSourceDecl();
+  return decl.create_source(pipeline);
 }
 
 }  // namespace driftd

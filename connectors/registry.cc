@@ -3,52 +3,113 @@
 #include <fmt/format.h>
 
 #include "connectors/connector_factories.h"
+#include "engine/aggregates.h"
 
 namespace driftd {
 
+// The source kinds, one line each: <Name>Decl() is defined in the kind's own file (its name,
+// options with types, ranges and defaults, traits, bind and factory).
+#define DRIFTD_SOURCE_KINDS(X) \
+  X(KafkaSource)               \
+  X(FileSource)                \
+  X(RateSource)                \
+  X(SocketSource)              \
+  X(StdinSource)
+
+// The sink kinds made one per spec, one line each: <Name>Decl() and Create<Name>(pipeline,
+// spec) are defined in the kind's own file. (The kafka sink, one Sink for all of a pipeline's
+// Kafka sinks, declares its factory itself: ConnectorDecl::create_shared_sink.)
+#define DRIFTD_SINK_KINDS(X) \
+  X(FileSink)                \
+  X(ConsoleSink)             \
+  X(WebhookSink)
+
+#define DRIFTD_DECLARE_SOURCE(name) ConnectorDecl name##Decl();
+DRIFTD_SOURCE_KINDS(DRIFTD_DECLARE_SOURCE)
+#undef DRIFTD_DECLARE_SOURCE
+#define DRIFTD_DECLARE_SINK(name)  \
+  ConnectorDecl name##Decl();      \
+  Result<std::unique_ptr<Sink>> Create##name(const PipelineSpec& pipeline, const SinkSpec& spec);
+DRIFTD_SINK_KINDS(DRIFTD_DECLARE_SINK)
+#undef DRIFTD_DECLARE_SINK
+
+namespace {
+
+// A sink made per spec by `create`: its factory sits with its registration.
+ConnectorDecl WithFactory(ConnectorDecl decl,
+                          Result<std::unique_ptr<Sink>> (*create)(const PipelineSpec&,
+                                                                  const SinkSpec&)) {
+  decl.create_sink = create;
+  return decl;
+}
+
+}  // namespace
+
+// Every connector of the daemon: config/, validate, the fingerprint, `driftd reference`,
+// progress and the executor find a kind here by its name. A new source or sink is its file
+// plus one line in DRIFTD_SOURCE_KINDS or DRIFTD_SINK_KINDS.
 const ConnectorCatalog& ConnectorDeclarations() {
+#define DRIFTD_SOURCE_ENTRY(name) name##Decl(),
+#define DRIFTD_SINK_ENTRY(name) WithFactory(name##Decl(), &Create##name),
   static const ConnectorCatalog catalog = {
-      KafkaSourceDecl(), FileSourceDecl(), RateSourceDecl(), SocketSourceDecl(),
-      KafkaSinkDecl(),   FileSinkDecl(),   ConsoleSinkDecl(),  WebhookSinkDecl(),
+      DRIFTD_SOURCE_KINDS(DRIFTD_SOURCE_ENTRY)
+      KafkaSinkDecl(),
+      DRIFTD_SINK_KINDS(DRIFTD_SINK_ENTRY)
   };
+#undef DRIFTD_SINK_ENTRY
+#undef DRIFTD_SOURCE_ENTRY
   return catalog;
 }
 
+const ConnectorDecl* FindSourceKind(std::string_view format) {
+  return FindConnector(ConnectorDeclarations(), format, ConnectorRole::kSource);
+}
+
+const ConnectorDecl* FindSinkKind(std::string_view format) {
+  return FindConnector(ConnectorDeclarations(), format, ConnectorRole::kSink);
+}
+
 Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline) {
-  const std::string& format = pipeline.source.format;
-  if (format == "file") return CreateFileSource(pipeline);
-  if (format == "rate") return CreateRateSource(pipeline);
-  if (format == "socket") return CreateSocketSource(pipeline);
-  if (format == "kafka") return CreateKafkaSource(pipeline);
-  return MakeError(ErrorCode::kConfig, "unknown source format '{}'", format);
+  const ConnectorDecl* kind = FindSourceKind(pipeline.source.format);
+  if (kind == nullptr || !kind->create_source) {
+    return MakeError(ErrorCode::kConfig, "unknown source format '{}'", pipeline.source.format);
+  }
+  return kind->create_source(pipeline);
 }
 
 Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
                                                        Source* source) {
   std::vector<std::unique_ptr<Sink>> sinks;
-  std::vector<const SinkSpec*> kafka_specs;
+  // Kinds whose sinks share one Sink, with their specs, in catalog order.
+  std::vector<std::pair<const ConnectorDecl*, std::vector<const SinkSpec*>>> shared;
+  for (const ConnectorDecl& decl : ConnectorDeclarations()) {
+    if (decl.role == ConnectorRole::kSink && decl.create_shared_sink) shared.push_back({&decl, {}});
+  }
   for (const SinkSpec& spec : pipeline.sinks) {
-    Result<std::unique_ptr<Sink>> sink = MakeError(ErrorCode::kConfig, "unknown sink format '{}'",
-                                                   spec.format);
-    if (spec.format == "kafka") {
-      kafka_specs.push_back(&spec);
+    const ConnectorDecl* kind = FindSinkKind(spec.format);
+    if (kind == nullptr || (!kind->create_sink && !kind->create_shared_sink)) {
+      return MakeError(ErrorCode::kConfig, "unknown sink format '{}'", spec.format);
+    }
+    if (kind->create_shared_sink) {
+      for (auto& [decl, specs] : shared) {
+        if (decl == kind) specs.push_back(&spec);
+      }
       continue;
     }
-    if (spec.value_format != "json") {
+    if (!kind->value_formats && spec.value_format != "json") {
       return MakeError(ErrorCode::kConfig,
                        "sink '{}': the {} sink writes rows as JSON; valueFormat {} applies to "
                        "sinks that write one message per row (kafka)",
                        spec.name, spec.format, spec.value_format);
     }
-    if (spec.format == "file") sink = CreateFileSink(pipeline, spec);
-    if (spec.format == "console") sink = CreateConsoleSink(pipeline, spec);
-    if (spec.format == "webhook") sink = CreateWebhookSink(pipeline, spec);
+    auto sink = kind->create_sink(pipeline, spec);
     if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("sink '{}'", spec.name)));
     sinks.push_back(std::move(*sink));
   }
-  if (!kafka_specs.empty() || pipeline.scale_out.enabled) {
-    auto sink = CreateKafkaSink(pipeline, kafka_specs, source, ValueFormats());
-    if (!sink) return tl::unexpected(sink.error().Wrap("kafka sink"));
+  for (auto& [decl, specs] : shared) {
+    if (specs.empty() && !(pipeline.scale_out.enabled && decl->carries_scale_out)) continue;
+    auto sink = decl->create_shared_sink(pipeline, specs, source, ValueFormats());
+    if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("{} sink", decl->format)));
     sinks.push_back(std::move(*sink));
   }
   return sinks;
@@ -66,6 +127,13 @@ void AppendOptionTable(std::string& out, const std::vector<OptionDecl>& options,
       for (const auto& choice : option.choices) {
         type += (type.empty() ? "" : " \\| ") + choice;
       }
+    }
+    if (option.min && option.max) {
+      type += fmt::format(", {} to {}", *option.min, *option.max);
+    } else if (option.min) {
+      type += fmt::format(", at least {}", *option.min);
+    } else if (option.max) {
+      type += fmt::format(", at most {}", *option.max);
     }
     std::string default_value = option.required ? "(required)"
                                 : option.default_value.empty()
@@ -112,6 +180,21 @@ std::string ConnectorReferenceMarkdown() {
       out += "\n";
     }
   }
+  out += "### Aggregate functions\n\n`query.aggregates` takes these (engine/aggregates.h); an "
+         "aggregate of an `array<double>` column is taken per element.\n\n"
+         "| function | also written | result | description |\n|---|---|---|---|\n";
+  for (const AggregateDecl& kind : AggregateKinds()) {
+    std::string aliases;
+    for (std::string_view alias : kind.aliases) {
+      aliases += fmt::format("{}`{}`", aliases.empty() ? "" : ", ", alias);
+    }
+    const std::string_view result = kind.counts_rows ? "integer"
+                                    : kind.state == AggregateState::kSketch
+                                        ? "number; an array for array(p, ...)"
+                                        : "number (null without values)";
+    out += fmt::format("| `{}` | {} | {} | {} |\n", kind.name, aliases, result, kind.doc);
+  }
+  out += "\n";
   return out;
 }
 

@@ -16,6 +16,10 @@ namespace driftd {
 /// Declarations of every connector (sources and sinks), for validation and documentation.
 const ConnectorCatalog& ConnectorDeclarations();
 
+/// The source or sink kind named `format` (source.format, sinks[].format), or nullptr.
+const ConnectorDecl* FindSourceKind(std::string_view format);
+const ConnectorDecl* FindSinkKind(std::string_view format);
+
 /// Creates the pipeline's source. The spec must have passed validation.
 Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline);
 
@@ -30,7 +34,8 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
 /// documentation and the executor's decoder (connectors/format/).
 const ValueFormatCatalog& ValueFormats();
 
-/// Markdown reference of every connector's options, generated from the declarations.
+/// Markdown reference of every connector's options, the value formats' and the aggregate
+/// functions, generated from their declarations (`driftd reference`).
 std::string ConnectorReferenceMarkdown();
 
 }  // namespace driftd

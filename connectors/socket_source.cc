@@ -34,11 +34,12 @@ constexpr std::string_view kPartition = "socket";
 constexpr int kPollMs = 200;
 constexpr auto kReconnectDelay = std::chrono::seconds(1);
 
+// The source's options as bound (their defaults are declared in SocketSourceDecl only).
 struct SocketOptions {
-  std::string host = "localhost";
+  std::string host;
   int port = 0;
-  /// Received bytes held before reading pauses (TCP backpressure). Default: 64 MiB.
-  int64_t max_buffered_bytes = 64 << 20;
+  /// Received bytes held before reading pauses (TCP backpressure).
+  int64_t max_buffered_bytes = 0;
 };
 
 int64_t NowUs() {
@@ -321,29 +322,31 @@ ConnectorDecl SocketSourceDecl() {
       "Offsets: `socket` = lines received.";
   decl.options = {
       {"host", OptionType::kString, "localhost", "Server host name or address."},
-      {"port", OptionType::kInt, "", "Server TCP port.", true},
-      {"maxBufferedBytes", OptionType::kInt, "67108864",
-       "Received bytes held between batches; beyond it, reading pauses and the sender blocks."},
+      OptionDecl{"port", OptionType::kInt, "", "Server TCP port.", true}.Between(1, 65535),
+      OptionDecl{"maxBufferedBytes", OptionType::kInt, "67108864",
+                 "Received bytes held between batches; beyond it, reading pauses and the sender "
+                 "blocks."}
+          .AtLeast(1024),
   };
+  BindSource<SocketOptions>(
+      decl,
+      [](const PipelineSpec&, const SourceSpec&, const Options& o) -> Bound<SocketOptions> {
+        SocketOptions options;
+        options.host = o.GetString("host");
+        options.port = static_cast<int>(o.GetInt("port"));
+        options.max_buffered_bytes = o.GetInt("maxBufferedBytes");
+        if (options.host.empty()) return tl::unexpected(OptionProblem{"host", "must not be empty"});
+        return options;
+      },
+      [](const PipelineSpec&, SocketOptions options) {
+        return Result<std::unique_ptr<Source>>(std::make_unique<SocketSource>(std::move(options)));
+      });
   return decl;
 }
 
 Result<std::unique_ptr<Source>> CreateSocketSource(const PipelineSpec& pipeline) {
-  const Options& o = pipeline.source.options;
-  SocketOptions options;
-  options.host = o.GetString("host", "localhost");
-  int64_t port = o.GetInt("port", 0);
-  options.max_buffered_bytes = o.GetInt("maxBufferedBytes", 64 << 20);
-  if (port < 1 || port > 65535) {
-    return MakeError(ErrorCode::kConfig, "port must be between 1 and 65535, got {}", port);
-  }
-  if (options.host.empty()) return MakeError(ErrorCode::kConfig, "host must not be empty");
-  if (options.max_buffered_bytes < 1024) {
-    return MakeError(ErrorCode::kConfig, "maxBufferedBytes must be at least 1024, got {}",
-                     options.max_buffered_bytes);
-  }
-  options.port = static_cast<int>(port);
-  return std::make_unique<SocketSource>(std::move(options));
+  static const ConnectorDecl decl = SocketSourceDecl();
+  return decl.create_source(pipeline);
 }
 
 }  // namespace driftd

@@ -7,17 +7,22 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "connectors/alert_text.h"
+#include "connectors/alertmanager_alerts.h"
 #include "connectors/connector_factories.h"
 #include "connectors/fs_util.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/redact.h"
 
 namespace driftd {
 
@@ -25,11 +30,33 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return GetLogger("webhook"); }
 
-// The parts of an http(s) URL that httplib wants apart: "scheme://host:port" and the path.
+// The parts of an http(s) URL that httplib wants apart: "scheme://host:port", the path, and
+// the credentials of "scheme://user:password@host" (percent-decoded), which httplib sends as
+// basic auth; left in the origin, they made httplib fail every request ("Connection").
 struct ParsedUrl {
   std::string origin;
   std::string path;
+  std::optional<std::pair<std::string, std::string>> credentials;
 };
+
+std::string PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
 
 Result<ParsedUrl> ParseUrl(const std::string& url) {
   size_t scheme_end = url.find("://");
@@ -47,7 +74,23 @@ Result<ParsedUrl> ParseUrl(const std::string& url) {
     return MakeError(ErrorCode::kConfig, "webhook url '{}' has no host", url);
   }
   ParsedUrl parsed;
-  parsed.origin = url.substr(0, path_begin);
+  std::string authority = url.substr(host_begin, path_begin == std::string::npos
+                                                     ? std::string::npos
+                                                     : path_begin - host_begin);
+  if (const size_t at = authority.rfind('@'); at != std::string::npos) {
+    const std::string userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const size_t colon = userinfo.find(':');
+    parsed.credentials.emplace(PercentDecode(userinfo.substr(0, colon)),
+                               colon == std::string::npos
+                                   ? std::string()
+                                   : PercentDecode(userinfo.substr(colon + 1)));
+    if (authority.empty()) {
+      return MakeError(ErrorCode::kConfig, "webhook url '{}' has no host after its credentials",
+                       url);
+    }
+  }
+  parsed.origin = scheme + "://" + authority;
   parsed.path = path_begin == std::string::npos ? "/" : url.substr(path_begin);
   return parsed;
 }
@@ -103,7 +146,11 @@ struct WebhookOptions {
   Template body_template = Template::kDriftd;
   std::string routing_key;
   std::string dashboard_url;
-  int64_t alertmanager_ends_after_s = 86'400;
+  /// Template alertmanager: seconds between re-sends of the firing alerts, and from a send to
+  /// the endsAt of the alerts it carries (options alertmanagerResendInterval and
+  /// alertmanagerEndsAfter, whose declarations hold the defaults).
+  int64_t alertmanager_resend_s = 0;
+  int64_t alertmanager_ends_after_s = 0;
 };
 
 // ---- body templates ------------------------------------------------------------------------
@@ -112,52 +159,32 @@ std::string Str(simdjson::dom::element row, const char* key) {
   std::string_view v;
   return row[key].get(v) == simdjson::SUCCESS ? std::string(v) : std::string();
 }
-double Num(simdjson::dom::element row, const char* key) {
-  double v = 0;
-  return row[key].get(v) == simdjson::SUCCESS ? v : 0;
-}
 
-std::string Summary(simdjson::dom::element row, const std::string& pipeline) {
-  const std::string level = Str(row, "level");
-  const std::string series = Str(row, "series");
-  std::string text = fmt::format("{} {} {}: {} {:.4g} (threshold {:.4g})", level,
-                                 Str(row, "model"), series, Str(row, "detector"),
-                                 Num(row, "statistic"), Num(row, "threshold"));
-  simdjson::dom::element window;
-  if (series != "*" && row["window"].get(window) == simdjson::SUCCESS) {
-    simdjson::dom::element baseline;
-    if (row["baseline"].get(baseline) == simdjson::SUCCESS) {
-      text += fmt::format(", window mean {:.4g} over {} values vs baseline mean {:.4g} (stddev {:.4g})",
-                          Num(window, "mean"), static_cast<int64_t>(Num(window, "n")),
-                          Num(baseline, "mean"), Num(baseline, "stddev"));
-    }
-  }
-  return text + fmt::format(" [pipeline {}]", pipeline);
+// The alert's line (connectors/alert_text.h) and the pipeline it comes from.
+std::string Summary(const std::string& row_json, const std::string& pipeline) {
+  return fmt::format("{} [pipeline {}]", AlertLine(row_json), pipeline);
 }
 
 bool Firing(const std::string& level) { return level == "ALERT" || level == "WARN"; }
 
-std::string NowRfc3339(int64_t offset_s = 0) {
-  const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count() +
-                     offset_s * 1'000'000;
-  return FormatTimestampUs(us);
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // Slack incoming webhooks: `text` (shown in notifications) plus one mrkdwn section.
 std::string SlackBody(simdjson::dom::element row, const std::string& row_json,
                       const std::string& pipeline, const WebhookOptions& options) {
-  (void)row_json;
   const std::string level = Str(row, "level");
   const char* icon = level == "ALERT" ? ":rotating_light:" : level == "WARN" ? ":warning:"
                                                                                : ":white_check_mark:";
-  const std::string summary = Summary(row, pipeline);
-  std::string detail = fmt::format("{} *{}* `{}` / `{}`\n{} {:.4g} (threshold {:.4g})\nalert {} (incident {})",
-                                   icon, level, Str(row, "model"), Str(row, "series"),
-                                   Str(row, "detector"), Num(row, "statistic"),
-                                   Num(row, "threshold"), Str(row, "alert_id"),
-                                   Str(row, "incident_id"));
+  const std::string summary = Summary(row_json, pipeline);
+  // The line says what is past its threshold, or for RESOLVED and OK the evidence that the
+  // series is back (a cumulative statistic still high then would read as drift).
+  std::string detail = fmt::format("{} *{}* `{}` / `{}`\n{}\nalert {} (incident {})", icon, level,
+                                   Str(row, "model"), Str(row, "series"), AlertLine(row_json),
+                                   Str(row, "alert_id"), Str(row, "incident_id"));
   if (!options.dashboard_url.empty()) {
     detail += fmt::format("\n<{}|driftd status>", options.dashboard_url);
   }
@@ -192,7 +219,7 @@ std::string PagerDutyBody(simdjson::dom::element row, const std::string& row_jso
   body.String("dedup_key", Str(row, "incident_id"));
   std::string payload;
   JsonObject p(payload);
-  p.String("summary", Summary(row, pipeline).substr(0, 1024));
+  p.String("summary", Summary(row_json, pipeline).substr(0, 1024));
   p.String("source", fmt::format("driftd/{}", pipeline));
   p.String("severity", level == "ALERT" ? "critical" : level == "WARN" ? "warning" : "info");
   p.String("component", Str(row, "model"));
@@ -215,53 +242,6 @@ std::string PagerDutyBody(simdjson::dom::element row, const std::string& row_jso
   return out;
 }
 
-// Alertmanager's API (POST /api/v2/alerts): an array of alerts identified by their labels.
-// driftd sends on state changes only, so a firing alert carries an endsAt far enough ahead
-// (alertmanagerEndsAfter) and a change resolves the previous level's alert (endsAt now).
-std::string AlertmanagerBody(simdjson::dom::element row, const std::string& pipeline,
-                             const WebhookOptions& options) {
-  const std::string level = Str(row, "level");
-  const std::string previous = Str(row, "previous_level");
-  auto alert = [&](const std::string& severity_level, bool firing) {
-    std::string out;
-    JsonObject a(out);
-    std::string labels;
-    JsonObject l(labels);
-    l.String("alertname", "DriftDetected");
-    l.String("pipeline", pipeline);
-    l.String("model", Str(row, "model"));
-    l.String("series", Str(row, "series"));
-    l.String("severity", severity_level == "ALERT" ? "critical" : "warning");
-    l.Close();
-    a.Raw("labels", labels);
-    std::string annotations;
-    JsonObject n(annotations);
-    n.String("summary", Summary(row, pipeline));
-    n.String("detector", Str(row, "detector"));
-    n.String("statistic", fmt::format("{}", Num(row, "statistic")));
-    n.String("threshold", fmt::format("{}", Num(row, "threshold")));
-    n.String("alert_id", Str(row, "alert_id"));
-    n.String("incident_id", Str(row, "incident_id"));
-    n.Close();
-    a.Raw("annotations", annotations);
-    if (firing) {
-      a.String("startsAt", NowRfc3339());
-      a.String("endsAt", NowRfc3339(options.alertmanager_ends_after_s));
-    } else {
-      a.String("endsAt", NowRfc3339());
-    }
-    if (!options.dashboard_url.empty()) a.String("generatorURL", options.dashboard_url);
-    a.Close();
-    return out;
-  };
-  std::vector<std::string> alerts;
-  if (Firing(level)) alerts.push_back(alert(level, true));
-  // The previous level's alert ends: a clear, or an escalation from WARN to ALERT.
-  if (Firing(previous) && previous != level) alerts.push_back(alert(previous, false));
-  if (!Firing(level) && !Firing(previous)) alerts.push_back(alert("WARN", false));
-  return fmt::format("[{}]", fmt::join(alerts, ","));
-}
-
 class WebhookSink final : public Sink {
  public:
   WebhookSink(const PipelineSpec& pipeline, const SinkSpec& spec, WebhookOptions options,
@@ -272,7 +252,14 @@ class WebhookSink final : public Sink {
         mode_(spec.output_mode),
         options_(std::move(options)),
         url_(std::move(url)),
-        headers_(std::move(headers)) {}
+        headers_(std::move(headers)) {
+    if (options_.body_template == Template::kAlertmanager) {
+      alertmanager_.emplace(AlertmanagerAlerts::Options{
+          pipeline_, options_.alertmanager_ends_after_s, options_.dashboard_url});
+    }
+  }
+
+  ~WebhookSink() override { StopResending(); }
 
   const std::string& name() const override { return name_; }
 
@@ -281,7 +268,9 @@ class WebhookSink final : public Sink {
     log_dir_ = log_path.parent_path().string();
     log_name_ = log_path.filename().string();
     if (log_dir_.empty()) log_dir_ = ".";
-    DRIFTD_TRY(CreateDirectories(log_dir_));
+    // The sink's files hold rows and errors (dead letters): the owner's only, like the
+    // checkpoint they live in.
+    DRIFTD_TRY(CreateOwnerOnlyDirectories(log_dir_));
     auto last = ReadWebhookDeliveryLog(options_.delivery_log);
     if (!last) return tl::unexpected(last.error());
     last_delivered_ = *last;
@@ -297,6 +286,13 @@ class WebhookSink final : public Sink {
     client_->set_read_timeout(sec, usec);
     client_->set_write_timeout(sec, usec);
     client_->set_keep_alive(true);
+    if (url_.credentials) {
+      client_->set_basic_auth(url_.credentials->first, url_.credentials->second);
+    }
+    if (alertmanager_) {
+      DRIFTD_TRY(LoadAlertmanagerAlerts());
+      resender_ = std::thread([this] { ResendLoop(); });
+    }
     return Ok();
   }
 
@@ -308,13 +304,18 @@ class WebhookSink final : public Sink {
 
   Status Deliver(const BatchOutput& output) override {
     if (last_delivered_ && *last_delivered_ >= output.batch_id) return Ok();
+    // The re-send thread waits while a batch goes out, so that Alertmanager never gets a
+    // re-send of an alert after the request that ended it.
+    std::lock_guard<std::mutex> lock(mutex_);
     const OutputRows& rows = output.For(stream_, mode_);
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_budget_ms);
     int64_t given_up = 0;
     for (size_t i = 0; i < rows.rows.size(); ++i) {
       std::string key = WebhookIdempotencyKey(pipeline_, output.batch_id, i, rows.rows[i]);
-      Status sent = Send(Body(rows.rows[i]), key, output.batch_id, deadline);
+      const std::string body = Body(rows.rows[i]);
+      if (body.empty()) continue;  // nothing for this receiver
+      Status sent = Send(body, key, output.batch_id, deadline);
       if (sent) continue;
       if (options_.on_failure == FailurePolicy::kRetry) return sent;
       // dead_letter / drop: this row is given up on, the rest of the batch (and the
@@ -336,32 +337,115 @@ class WebhookSink final : public Sink {
                       ? "were written to the dead-letter file"
                       : "were dropped");
     }
-    DRIFTD_TRY(WriteFileAtomically(log_dir_, log_name_, fmt::format("{}\n", output.batch_id)));
+    // The firing set before the delivery log: a crash between the two delivers the batch
+    // again, and its rows applied again change nothing.
+    if (alertmanager_ && alertmanager_->TakeChanged()) {
+      DRIFTD_TRY(WriteFileAtomically(log_dir_, AlertmanagerFileName(),
+                                     alertmanager_->Encode(output.batch_id), /*durable=*/true,
+                                     FileAccess::kOwnerOnly));
+    }
+    DRIFTD_TRY(WriteFileAtomically(log_dir_, log_name_, fmt::format("{}\n", output.batch_id),
+                                   /*durable=*/true, FileAccess::kOwnerOnly));
     last_delivered_ = output.batch_id;
     return Ok();
   }
 
   Status Close() override {
+    StopResending();
     if (client_) client_->stop();
     return Ok();
   }
 
  private:
-  // The request body of a row: the row itself, or the template's shape built from it.
+  // The request body of a row: the row itself, or the template's shape built from it; empty
+  // when the row tells this receiver nothing (alertmanager: a row that is not an alert's).
   std::string Body(const std::string& row) {
     if (options_.body_template == Template::kDriftd) return row;
+    if (options_.body_template == Template::kAlertmanager) {
+      return alertmanager_->Apply(row, NowUs());
+    }
     simdjson::dom::element element;
     if (parser_.parse(row).get(element) != simdjson::SUCCESS) return row;
     switch (options_.body_template) {
       case Template::kSlack: return SlackBody(element, row, pipeline_, options_);
       case Template::kPagerDuty: return PagerDutyBody(element, row, pipeline_, options_);
-      case Template::kAlertmanager: return AlertmanagerBody(element, pipeline_, options_);
+      case Template::kAlertmanager:
       case Template::kDriftd: break;
     }
     return row;
   }
 
-  // Appends a refused row with why to the dead-letter file (JSON lines), synced.
+  // "webhook-<sink>.alertmanager.json" beside the delivery log "webhook-<sink>.delivered".
+  std::string AlertmanagerFileName() const {
+    std::string name = log_name_;
+    const std::string suffix = ".delivered";
+    if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+    return name + ".alertmanager.json";
+  }
+
+  // The firing alerts as of the last delivered batch, saved by Deliver; none before the first.
+  Status LoadAlertmanagerAlerts() {
+    const std::string path = JoinPath(log_dir_, AlertmanagerFileName());
+    auto size = FileSizeOrMissing(path);
+    if (!size) return tl::unexpected(size.error());
+    if (*size < 0) return Ok();
+    auto text = ReadWholeFile(path);
+    if (!text) return tl::unexpected(text.error());
+    auto batch = alertmanager_->Decode(*text);
+    if (!batch) {
+      return MakeError(ErrorCode::kCorruption, "webhook sink '{}': {}: {}", name_, path,
+                       batch.error().message());
+    }
+    if (alertmanager_->size() > 0) {
+      Log()->info("sink={}: {} Alertmanager alert{} firing as of batch {}, re-sent every {} s",
+                  name_, alertmanager_->size(), alertmanager_->size() == 1 ? "" : "s", *batch,
+                  options_.alertmanager_resend_s);
+    }
+    return Ok();
+  }
+
+  // Alertmanager's protocol: every firing alert again, at once (a restart keeps them alive)
+  // and then every alertmanagerResendInterval, each time with a fresh endsAt, so that they
+  // expire within alertmanagerEndsAfter once driftd stops sending. One attempt per round: the
+  // next round is the retry.
+  void ResendLoop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool failing = false;
+    while (!stopping_) {
+      const std::string body = alertmanager_->Resend(NowUs());
+      if (!body.empty()) {
+        httplib::Result result = client_->Post(url_.path, headers_, body, "application/json");
+        const bool ok = result && result->status >= 200 && result->status < 300;
+        if (!ok && !failing) {
+          Log()->warn("sink={}: re-sending {} firing alert{} to {} failed ({}); trying again "
+                      "every {} s",
+                      name_, alertmanager_->size(), alertmanager_->size() == 1 ? "" : "s",
+                      options_.url,
+                      result ? fmt::format("HTTP {}", result->status)
+                             : httplib::to_string(result.error()),
+                      options_.alertmanager_resend_s);
+        } else if (ok && failing) {
+          Log()->info("sink={}: re-sending firing alerts to {} works again", name_, options_.url);
+        }
+        failing = !ok;
+      }
+      wake_.wait_for(lock, std::chrono::seconds(options_.alertmanager_resend_s),
+                     [this] { return stopping_; });
+    }
+  }
+
+  void StopResending() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (resender_.joinable()) resender_.join();
+  }
+
+  // Appends a refused row with why to the dead-letter file (JSON lines), synced, 0600. The line
+  // is redacted as a log line is (engine/redact.h): the error names the URL, whose token or
+  // password must not rest on disk in plain text any more than in the log.
   Status DeadLetter(const std::string& row, const std::string& key, int64_t batch_id,
                     const std::string& error) {
     std::string line;
@@ -373,7 +457,7 @@ class WebhookSink final : public Sink {
     entry.Raw("row", row);
     entry.Close();
     line.push_back('\n');
-    return AppendToFile(options_.dead_letter_path, line);
+    return AppendToFile(options_.dead_letter_path, Redact(line), FileAccess::kOwnerOnly);
   }
 
   // One row, retried with exponential backoff on connection errors, 5xx and 429, while
@@ -443,6 +527,13 @@ class WebhookSink final : public Sink {
   std::string log_name_;
   std::optional<int64_t> last_delivered_;
   simdjson::dom::parser parser_;
+  /// Template alertmanager: the firing alerts and the thread that re-sends them. mutex_
+  /// serializes Deliver and a re-send (both use client_ and alertmanager_).
+  std::optional<AlertmanagerAlerts> alertmanager_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread resender_;
 };
 
 }  // namespace
@@ -502,9 +593,19 @@ ConnectorDecl WebhookSinkDecl() {
       "wants, built from an alert row: `slack` (incoming webhook: `text` and a mrkdwn "
       "section), `pagerduty` (Events API v2: trigger on WARN/ALERT, resolve on RESOLVED/OK, "
       "`dedup_key` the incident id; needs `routingKey`), `alertmanager` (its `/api/v2/alerts` "
-      "array: labels alertname, pipeline, model, series, severity; a change of level ends the "
-      "previous level's alert). Connection errors, 5xx and 429 (honouring a `Retry-After` in "
-      "seconds) are retried with exponential backoff within `maxAttempts` and the batch's "
+      "array, as Prometheus serves it: labels alertname `DriftDetected`, pipeline, model, "
+      "segment (with segments), series, kind and severity; `warning` fires while a series is "
+      "at WARN or worse and `critical` while it is at ALERT, so Alertmanager's usual inhibit "
+      "rule (critical over warning, equal labels) shows one; RESOLVED or OK ends both at once, "
+      "with the summary saying the series is back. Firing alerts are re-sent every "
+      "`alertmanagerResendInterval` with endsAt `alertmanagerEndsAfter` ahead, so an alert of "
+      "a daemon that stopped resolves by itself within `alertmanagerEndsAfter`; the re-sends "
+      "are the receiver's protocol, not rows of the alerts stream, and the firing set is kept "
+      "beside the delivery log, so a restart goes on re-sending it). Each message's summary "
+      "is one line: for WARN and ALERT the detector past its threshold and the window against "
+      "the baseline, for RESOLVED and OK that the series is back, with the window against the "
+      "baseline and a detector of the window below its warn threshold. Connection errors, 5xx "
+      "and 429 (honouring a `Retry-After` in seconds) are retried with exponential backoff within `maxAttempts` and the batch's "
       "`retryBudgetMs`. What then happens to a row that is refused (another 4xx) or not "
       "accepted in time is `onFailure`: `dead_letter` (default: the row and the error are "
       "appended to `deadLetterPath` and the batch goes on, so one receiver never stops the "
@@ -515,7 +616,10 @@ ConnectorDecl WebhookSinkDecl() {
       "crash in the middle of a batch its rows are sent again with the same keys, so a receiver "
       "that de-duplicates by the key sees each row once.";
   decl.options = {
-      {"url", OptionType::kString, "", "`http://` or `https://` URL of the receiver.", true},
+      {"url", OptionType::kString, "",
+       "`http://` or `https://` URL of the receiver; `https://user:password@host/...` sends "
+       "the (percent-decoded) credentials as basic auth.",
+       true},
       {"method", OptionType::kEnum, "POST", "HTTP method.", false, {"POST", "PUT"}},
       {"timeoutMs", OptionType::kInt, "5000",
        "Connect, read and write timeout of one request, in milliseconds."},
@@ -537,9 +641,13 @@ ConnectorDecl WebhookSinkDecl() {
       {"dashboardUrl", OptionType::kString, "",
        "Link to put in messages (Slack, PagerDuty links, Alertmanager generatorURL), e.g. "
        "the status page."},
-      {"alertmanagerEndsAfter", OptionType::kInt, "86400",
-       "Seconds a firing Alertmanager alert stays active unless driftd resolves it (driftd "
-       "sends on changes only)."},
+      {"alertmanagerResendInterval", OptionType::kInt, "60",
+       "Seconds between re-sends of the firing alerts (template alertmanager), as Prometheus "
+       "re-sends every minute."},
+      {"alertmanagerEndsAfter", OptionType::kInt, "240",
+       "Seconds from a send to the endsAt of the firing alerts it carries (template "
+       "alertmanager): an alert resolves by itself this long after driftd stopped re-sending "
+       "it. More than `alertmanagerResendInterval`; 4 intervals ride out 3 lost re-sends."},
       {"backoffInitialMs", OptionType::kInt, "200",
        "Wait before the second attempt; doubles per attempt."},
       {"backoffMaxMs", OptionType::kInt, "5000", "Upper bound of the wait between attempts."},
@@ -587,16 +695,24 @@ Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
                                                             : Template::kDriftd;
   options.routing_key = spec.options.GetString("routingKey");
   options.dashboard_url = spec.options.GetString("dashboardUrl");
-  options.alertmanager_ends_after_s =
-      spec.options.GetInt("alertmanagerEndsAfter", options.alertmanager_ends_after_s);
+  // Defaults from the declaration (config/ fills every declared option in).
+  options.alertmanager_resend_s = spec.options.GetInt("alertmanagerResendInterval");
+  options.alertmanager_ends_after_s = spec.options.GetInt("alertmanagerEndsAfter");
   if (options.timeout_ms <= 0 || options.max_attempts <= 0 || options.backoff_initial_ms < 0 ||
       options.backoff_max_ms < options.backoff_initial_ms || options.retry_budget_ms < 0 ||
-      options.alertmanager_ends_after_s <= 0) {
+      options.alertmanager_resend_s <= 0) {
     return MakeError(ErrorCode::kConfig,
-                     "webhook sink '{}': timeoutMs, maxAttempts and alertmanagerEndsAfter must "
-                     "be positive, retryBudgetMs not negative, and backoffMaxMs at least "
+                     "webhook sink '{}': timeoutMs, maxAttempts and alertmanagerResendInterval "
+                     "must be positive, retryBudgetMs not negative, and backoffMaxMs at least "
                      "backoffInitialMs",
                      spec.name);
+  }
+  if (options.alertmanager_ends_after_s <= options.alertmanager_resend_s) {
+    return MakeError(ErrorCode::kConfig,
+                     "webhook sink '{}': alertmanagerEndsAfter ({} s) must be more than "
+                     "alertmanagerResendInterval ({} s), else a firing alert expires between "
+                     "two re-sends",
+                     spec.name, options.alertmanager_ends_after_s, options.alertmanager_resend_s);
   }
   if (options.body_template == Template::kPagerDuty && options.routing_key.empty()) {
     return MakeError(ErrorCode::kConfig,

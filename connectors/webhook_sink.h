@@ -7,6 +7,12 @@
 // file + fsync + rename) and, after a crash in the middle of a batch, re-sends the whole batch
 // with the same keys. Keys are the row's `alert_id` (stable across restarts: the drift engine
 // derives it deterministically) or, for rows without one, "<pipeline>-<batch>-<row>".
+//
+// With `template: alertmanager` the sink also speaks Alertmanager's protocol: a thread of its
+// own re-sends the firing alerts (connectors/alertmanager_alerts.h) every
+// alertmanagerResendInterval with a short endsAt, outside the batches and their delivery log,
+// so re-sends are never rows of the alerts stream; the firing set is saved beside the delivery
+// log, so a restart resumes the re-sends where they were.
 #pragma once
 
 #include <cstdint>

@@ -5,17 +5,33 @@
 #include <cstring>
 #include <iterator>
 #include <span>
+#include <type_traits>
 
+#include "engine/aggregates.h"
+#include "engine/codec.h"
 #include "engine/json_writer.h"
 
 namespace driftd {
 
 namespace {
 
+// Group keys in memory start with 'a': then per key column '\0' (null) or '\1' and the value
+// (a string as its u32 size and bytes, any other type as an i64, in host byte order), then for
+// a windowed query the window start (OrderedI64, big-endian). Rows are emitted in the order of
+// these keys. The checkpoint's keys (StoredKey) start with 'A' and use engine/codec.h: per key
+// column a u8 0 (null) or 1 and the value (String, or OrderedI64), then the window start.
+// Keys starting with 'a' in a checkpoint are the layout before the codec: the in-memory form.
 constexpr char kStatePrefix = 'a';
-// Format 1: count, emitted, moments. Format 2 adds the quantile sketches after the moments.
-constexpr uint8_t kGroupFormatMoments = 1;
-constexpr uint8_t kGroupFormat = 2;
+constexpr char kStoredPrefix = 'A';
+// A group's value (engine/codec.h): u8 format (3) | i64 window start | i64 count | bool emitted
+// | u32 scalar series, each a Moments body (its own version byte, stats.h) | u32 array series,
+// each a u32 element count and that many Moments bodies | u32 quantile series, each a u32
+// sketch count and that many sketch bodies (quantile_sketch.h).
+constexpr uint8_t kGroupFormat = 3;
+// The layout before the codec, still read (host byte order, which was little-endian): format 1
+// (count, emitted, moments) and 2 (the quantile sketches after the moments), with u64 counts.
+constexpr uint8_t kLegacyFormatMoments = 1;
+constexpr uint8_t kLegacyFormatSketches = 2;
 
 void PutU64(std::string& out, uint64_t v) {
   char bytes[8];
@@ -24,25 +40,21 @@ void PutU64(std::string& out, uint64_t v) {
 }
 void PutI64(std::string& out, int64_t v) { PutU64(out, static_cast<uint64_t>(v)); }
 
-bool GetU64(std::string_view& in, uint64_t& v) {
+// An i64 of an in-memory group key (host byte order: it never leaves the process).
+bool GetI64(std::string_view& in, int64_t& v) {
   if (in.size() < 8) return false;
   std::memcpy(&v, in.data(), 8);
   in.remove_prefix(8);
   return true;
 }
-bool GetI64(std::string_view& in, int64_t& v) {
-  uint64_t u = 0;
-  if (!GetU64(in, u)) return false;
-  v = static_cast<int64_t>(u);
-  return true;
-}
 
-bool ReadMoments(std::string_view& in, Moments& m) {
-  if (in.size() < Moments::kEncodedSize) return false;
-  auto decoded = Moments::Decode(in.substr(0, Moments::kEncodedSize));
+template <typename Reader>
+bool ReadMoments(Reader& in, Moments& m) {
+  std::string_view bytes;
+  if (!in.Raw(Moments::kEncodedSize, bytes)) return false;
+  auto decoded = Moments::Decode(bytes);
   if (!decoded) return false;
   m = *decoded;
-  in.remove_prefix(Moments::kEncodedSize);
   return true;
 }
 
@@ -104,28 +116,13 @@ size_t Aggregator::ArrayWidth(const Group& group) {
 
 namespace {
 
-// The value an aggregate takes over `m`; NaN renders as null.
+// Whether an aggregate reads a quantile sketch rather than the moments.
+bool IsSketch(AggregateFn fn) { return KindOf(fn).state == AggregateState::kSketch; }
+
+// The value an aggregate takes over `m` (its definition's finalize); NaN renders as null.
 double AggregateValue(AggregateFn fn, const Moments& m) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  switch (fn) {
-    case AggregateFn::kCount:
-      return static_cast<double>(m.count());
-    case AggregateFn::kSum:
-      return m.count() > 0 ? m.sum() : nan;
-    case AggregateFn::kMean:
-      return m.count() > 0 ? m.mean() : nan;
-    case AggregateFn::kStddev:
-      return m.count() > 1 ? m.Stddev() : nan;
-    case AggregateFn::kVariance:
-      return m.count() > 1 ? m.SampleVariance() : nan;
-    case AggregateFn::kMin:
-      return m.count() > 0 ? m.min() : nan;
-    case AggregateFn::kMax:
-      return m.count() > 0 ? m.max() : nan;
-    case AggregateFn::kApproxPercentile:
-      return nan;  // rendered from the group's sketch
-  }
-  return nan;
+  const AggregateDecl& kind = KindOf(fn);
+  return kind.finalize ? kind.finalize(m) : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace
@@ -179,7 +176,7 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
       return MakeError(ErrorCode::kConfig, "aggregate column '{}' is not numeric",
                        aggregate.column);
     }
-    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+    if (IsSketch(aggregate.fn)) {
       auto& quantiles = agg->quantile_series_;
       auto it = std::find_if(quantiles.begin(), quantiles.end(), [&](const QuantileSeries& q) {
         return q.column == index && q.accuracy == aggregate.accuracy;
@@ -204,7 +201,7 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
     const int index = schema.IndexOf(aggregate.column);
     Output& output = agg->outputs_[a];
     output.is_array = schema.fields[index].type == FieldType::kDoubleArray;
-    if (aggregate.fn == AggregateFn::kApproxPercentile) continue;  // its sketch names its columns
+    if (IsSketch(aggregate.fn)) continue;  // its sketch names its columns
     const auto& list = output.is_array ? agg->array_series_ : agg->scalar_series_;
     while (list[output.series].column != index) ++output.series;
     if (!output.is_array) {
@@ -218,7 +215,7 @@ void Aggregator::NameElements(size_t width) {
   for (size_t a = 0; a < outputs_.size(); ++a) {
     Output& output = outputs_[a];
     const AggregateSpec& aggregate = query_.aggregates[a];
-    if (!output.is_array || aggregate.fn == AggregateFn::kApproxPercentile) continue;
+    if (!output.is_array || IsSketch(aggregate.fn)) continue;
     for (size_t e = output.json_keys.size(); e < width; ++e) {
       output.json_keys.push_back(
           JsonKey(AggregateColumnName(aggregate.fn, aggregate.column, static_cast<int>(e))));
@@ -226,7 +223,70 @@ void Aggregator::NameElements(size_t width) {
   }
 }
 
-bool Aggregator::OwnsKey(std::string_view key) { return !key.empty() && key[0] == kStatePrefix; }
+bool Aggregator::OwnsKey(std::string_view key) {
+  return !key.empty() && (key[0] == kStatePrefix || key[0] == kStoredPrefix);
+}
+
+std::string Aggregator::StoredKey(std::string_view group_key) const {
+  std::string out;
+  out.reserve(group_key.size() + 4);
+  out.push_back(kStoredPrefix);
+  codec::Writer writer(out);
+  // Checked as it is read: a key restored from an old checkpoint comes from outside.
+  if (group_key.empty() || group_key[0] != kStatePrefix) return {};
+  std::string_view key = group_key.substr(1);
+  for (int index : key_columns_) {
+    if (key.empty()) return {};
+    const bool valid = key[0] != '\0';
+    key.remove_prefix(1);
+    writer.U8(valid ? 1 : 0);
+    if (!valid) continue;
+    if (schema_.fields[index].type == FieldType::kString) {
+      uint32_t size = 0;
+      if (key.size() < 4) return {};
+      std::memcpy(&size, key.data(), 4);
+      if (key.size() - 4 < size) return {};
+      writer.String(key.substr(4, size));
+      key.remove_prefix(4 + size);
+    } else {
+      int64_t value = 0;
+      if (!GetI64(key, value)) return {};
+      writer.OrderedI64(value);
+    }
+  }
+  if (key.size() != (window_column_ >= 0 ? 8u : 0u)) return {};
+  writer.Raw(key);  // the window start, big-endian already
+  return out;
+}
+
+std::string Aggregator::GroupKeyOf(std::string_view stored_key) const {
+  if (stored_key.empty() || stored_key[0] == kStatePrefix) return std::string(stored_key);
+  if (stored_key[0] != kStoredPrefix) return {};
+  std::string out;
+  out.reserve(stored_key.size());
+  out.push_back(kStatePrefix);
+  codec::Reader reader(stored_key.substr(1));
+  for (int index : key_columns_) {
+    bool valid = false;
+    if (!reader.Bool(valid)) return {};
+    out.push_back(valid ? '\1' : '\0');
+    if (!valid) continue;
+    if (schema_.fields[index].type == FieldType::kString) {
+      std::string_view value;
+      if (!reader.String(value)) return {};
+      const uint32_t size = static_cast<uint32_t>(value.size());
+      out.append(reinterpret_cast<const char*>(&size), 4);
+      out.append(value);
+    } else {
+      int64_t value = 0;
+      if (!reader.OrderedI64(value)) return {};
+      PutI64(out, value);
+    }
+  }
+  if (reader.rest().size() != (window_column_ >= 0 ? 8u : 0u)) return {};
+  out.append(reader.rest());
+  return out;
+}
 
 uint32_t Aggregator::FindOrAddGroup(std::string_view key, int64_t window_start_us) {
   auto it = index_.find(key);
@@ -494,7 +554,7 @@ void Aggregator::BuildColumns(const Group* sample, std::vector<std::string>& col
       continue;
     }
     int index = schema_.IndexOf(aggregate.column);
-    const bool percentile = aggregate.fn == AggregateFn::kApproxPercentile;
+    const bool percentile = IsSketch(aggregate.fn);
     if (schema_.fields[index].type != FieldType::kDoubleArray) {
       columns.push_back(percentile ? PercentileColumnName(aggregate, -1)
                                    : AggregateColumnName(aggregate.fn, aggregate.column, -1));
@@ -569,7 +629,7 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
     }
     const size_t a = static_cast<size_t>(&aggregate - query_.aggregates.data());
     const Output& output = outputs_[a];
-    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+    if (IsSketch(aggregate.fn)) {
       const std::vector<QuantileSketch>& sketches =
           group.sketches[aggregate_quantile_series_[a]];
       for (size_t e = 0; e < sketches.size(); ++e) {
@@ -581,7 +641,7 @@ void Aggregator::RenderGroup(const Group& group, EmittedRows& out) const {
     }
     auto value = [&](const Moments& m, std::string_view json_key) {
       object.WrittenKey(json_key);
-      if (aggregate.fn == AggregateFn::kCount) {
+      if (KindOf(aggregate.fn).counts_rows) {
         AppendJsonNumber(row, m.count());
       } else {
         AppendJsonNumber(row, AggregateValue(aggregate.fn, m));
@@ -630,7 +690,7 @@ RowShape Aggregator::Shape() const {
     ShapeType value;
     std::string name;
     std::optional<ElementMembers> elements;
-    if (aggregate.fn == AggregateFn::kApproxPercentile) {
+    if (IsSketch(aggregate.fn)) {
       // RenderPercentile: null for an empty sketch, else a number or an array of numbers.
       value = aggregate.percentage_array
                   ? ShapeType::Array(ShapeType::Scalar(Kind::kDouble), /*nullable=*/true)
@@ -641,7 +701,7 @@ RowShape Aggregator::Shape() const {
                                     PercentileColumnName(aggregate, 1));
       }
     } else {
-      value = aggregate.fn == AggregateFn::kCount ? ShapeType::Scalar(Kind::kLong)
+      value = KindOf(aggregate.fn).counts_rows ? ShapeType::Scalar(Kind::kLong)
                                                   : ShapeType::Scalar(Kind::kDouble, true);
       name = AggregateColumnName(aggregate.fn, aggregate.column, -1);
       if (is_array) {
@@ -759,20 +819,21 @@ void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
   for (const auto& elements : group.arrays) moments += elements.size();
   out.reserve(out.size() + 1 + 8 + 8 + 1 + 8 * (3 + group.arrays.size()) +
               moments * Moments::kEncodedSize);
-  out.push_back(static_cast<char>(kGroupFormat));
-  PutI64(out, group.window_start_us);
-  PutI64(out, group.count);
-  out.push_back(group.emitted ? 1 : 0);
-  PutU64(out, group.scalars.size());
+  codec::Writer writer(out);
+  writer.U8(kGroupFormat);
+  writer.I64(group.window_start_us);
+  writer.I64(group.count);
+  writer.Bool(group.emitted);
+  writer.U32(static_cast<uint32_t>(group.scalars.size()));
   for (const Moments& m : group.scalars) m.Encode(out);
-  PutU64(out, group.arrays.size());
+  writer.U32(static_cast<uint32_t>(group.arrays.size()));
   for (const auto& elements : group.arrays) {
-    PutU64(out, elements.size());
+    writer.U32(static_cast<uint32_t>(elements.size()));
     for (const Moments& m : elements) m.Encode(out);
   }
-  PutU64(out, group.sketches.size());
+  writer.U32(static_cast<uint32_t>(group.sketches.size()));
   for (const auto& sketches : group.sketches) {
-    PutU64(out, sketches.size());
+    writer.U32(static_cast<uint32_t>(sketches.size()));
     for (const QuantileSketch& sketch : sketches) sketch.Encode(out);
   }
 }
@@ -795,7 +856,7 @@ void Aggregator::EndBatch(int64_t watermark_us, bool evict,
           }
           continue;
         }
-        deletes.push_back(group.key);
+        deletes.push_back(StoredKey(group.key));
         index_.erase(group.key);
         group = Group{};
         group.live = false;
@@ -810,36 +871,78 @@ void Aggregator::EndBatch(int64_t watermark_us, bool evict,
     if (!group.live) continue;
     std::string value;
     EncodeGroup(group, value);
-    puts.emplace_back(group.key, std::move(value));
+    puts.emplace_back(StoredKey(group.key), std::move(value));
   }
+  // Groups restored from the layout before the codec, not changed by this batch: written anew.
+  for (uint32_t slot : rewrite_) {
+    const Group& group = groups_[slot];
+    if (!group.live || is_updated_[slot]) continue;
+    std::string value;
+    EncodeGroup(group, value);
+    puts.emplace_back(StoredKey(group.key), std::move(value));
+  }
+  rewrite_.clear();
+  for (std::string& key : legacy_keys_) deletes.push_back(std::move(key));
+  legacy_keys_.clear();
   for (uint32_t slot : updated_) is_updated_[slot] = 0;
   updated_.clear();
 }
 
-Status Aggregator::Restore(std::string_view key, std::string_view value) {
+Status Aggregator::Restore(std::string_view stored_key, std::string_view value) {
   auto corrupt = [&] {
     return MakeError(ErrorCode::kCorruption, "aggregation state entry of {} bytes is unreadable",
                      value.size());
   };
-  if (value.empty()) return corrupt();
+  const std::string key = GroupKeyOf(stored_key);
+  // A key of the old layout must convert to the codec's (its next write does that).
+  if (key.empty() || value.empty() || StoredKey(key).empty()) return corrupt();
   const uint8_t format = static_cast<uint8_t>(value[0]);
+  const bool legacy = stored_key[0] == kStatePrefix;
   // A format-1 group has no sketches: it serves a query without percentile aggregates only
   // (the checkpoint's fingerprint refuses a query whose aggregates changed).
-  if (format != kGroupFormat && !(format == kGroupFormatMoments && quantile_series_.empty())) {
+  if (legacy ? !(format == kLegacyFormatSketches ||
+                 (format == kLegacyFormatMoments && quantile_series_.empty()))
+             : format != kGroupFormat) {
     return corrupt();
   }
-  value.remove_prefix(1);
-  int64_t window_start = 0;
-  int64_t count = 0;
-  uint64_t scalars = 0;
-  if (!GetI64(value, window_start) || !GetI64(value, count) || value.empty()) return corrupt();
-  bool emitted = value[0] != 0;
-  value.remove_prefix(1);
-  if (!GetU64(value, scalars) || scalars != scalar_series_.size()) return corrupt();
   if (index_.find(key) != index_.end()) return corrupt();
+  Status status = legacy ? RestoreGroup(key, format, codec::LegacyReader(value.substr(1)))
+                         : RestoreGroup(key, format, codec::Reader(value.substr(1)));
+  if (!status) return status;
+  if (legacy) {
+    rewrite_.push_back(index_.find(key)->second);
+    legacy_keys_.emplace_back(stored_key);
+  }
+  return Ok();
+}
+
+template <typename Reader>
+Status Aggregator::RestoreGroup(std::string_view key, uint8_t format, Reader value) {
+  auto corrupt = [&] {
+    return MakeError(ErrorCode::kCorruption, "aggregation state entry of {} bytes is unreadable",
+                     value.rest().size());
+  };
+  // Counts are u32 in the codec's layout, u64 in the old one.
+  auto count = [&](uint64_t& n) {
+    if constexpr (std::is_same_v<Reader, codec::Reader>) {
+      uint32_t narrow = 0;
+      if (!value.U32(narrow)) return false;
+      n = narrow;
+      return true;
+    } else {
+      return value.U64(n);
+    }
+  };
+  int64_t window_start = 0;
+  int64_t rows = 0;
+  uint8_t emitted_byte = 0;
+  uint64_t scalars = 0;
+  if (!value.I64(window_start) || !value.I64(rows) || !value.U8(emitted_byte)) return corrupt();
+  const bool emitted = emitted_byte != 0;
+  if (!count(scalars) || scalars != scalar_series_.size()) return corrupt();
   uint32_t slot = FindOrAddGroup(key, window_start);
   Group& group = groups_[slot];
-  group.count = count;
+  group.count = rows;
   group.emitted = emitted;
   if (emitted && window_column_ >= 0) {
     // Closed before the restart (complete mode keeps it): not open any more.
@@ -852,27 +955,30 @@ Status Aggregator::Restore(std::string_view key, std::string_view value) {
     if (!ReadMoments(value, m)) return corrupt();
   }
   uint64_t arrays = 0;
-  if (!GetU64(value, arrays) || arrays != array_series_.size()) return corrupt();
+  if (!count(arrays) || arrays != array_series_.size()) return corrupt();
   for (auto& elements : group.arrays) {
     uint64_t size = 0;
-    if (!GetU64(value, size) || size > (1u << 20)) return corrupt();
+    if (!count(size) || size > (1u << 20)) return corrupt();
     elements.resize(size);
     for (Moments& m : elements) {
       if (!ReadMoments(value, m)) return corrupt();
     }
   }
-  if (format == kGroupFormatMoments) return Ok();
+  if (format == kLegacyFormatMoments) return Ok();
   uint64_t quantiles = 0;
-  if (!GetU64(value, quantiles) || quantiles != quantile_series_.size()) return corrupt();
+  if (!count(quantiles) || quantiles != quantile_series_.size()) return corrupt();
   for (size_t q = 0; q < quantiles; ++q) {
     uint64_t size = 0;
-    if (!GetU64(value, size) || size > (1u << 20)) return corrupt();
+    if (!count(size) || size > (1u << 20)) return corrupt();
     if (!quantile_series_[q].is_array && size != 1) return corrupt();
     const uint32_t k = QuantileSketch::KForAccuracy(quantile_series_[q].accuracy);
     std::vector<QuantileSketch>& sketches = group.sketches[q];
     sketches.clear();
+    // A sketch body says its own length: it is read from the rest, and the reader goes on
+    // after it.
+    std::string_view rest = value.rest();
     for (uint64_t e = 0; e < size; ++e) {
-      auto sketch = QuantileSketch::Decode(value);
+      auto sketch = QuantileSketch::Decode(rest);
       if (!sketch) {
         return MakeError(ErrorCode::kCorruption, "aggregation state entry: {}",
                          sketch.error().message());
@@ -880,8 +986,9 @@ Status Aggregator::Restore(std::string_view key, std::string_view value) {
       if (sketch->k() != k) return corrupt();
       sketches.push_back(std::move(*sketch));
     }
+    value = Reader(rest);
   }
-  return value.empty() ? Ok() : corrupt();
+  return value.done() ? Ok() : corrupt();
 }
 
 }  // namespace driftd

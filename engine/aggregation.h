@@ -87,11 +87,16 @@ class Aggregator {
                 std::vector<std::pair<std::string, std::string>>& puts,
                 std::vector<std::string>& deletes);
 
-  /// Restores one group from the checkpoint (a key and value reported by EndBatch).
+  /// Restores one group from the checkpoint (a key and value reported by EndBatch). A group
+  /// stored in the layout before engine/codec.h is read, and rewritten in the codec's layout
+  /// (its old key deleted) by the next EndBatch.
   Status Restore(std::string_view key, std::string_view value);
 
   /// True if `key` (from the checkpoint) belongs to this aggregator.
   static bool OwnsKey(std::string_view key);
+  /// The group key (the in-memory form, which rows are sorted by) of a key from the checkpoint;
+  /// empty when it is unreadable.
+  std::string GroupKeyOf(std::string_view stored_key) const;
 
   size_t num_groups() const { return live_groups_; }
   /// Windowed groups not yet closed by the watermark.
@@ -131,6 +136,11 @@ class Aggregator {
   uint32_t FindOrAddGroup(std::string_view key, int64_t window_start_us);
   void AddRow(Group& group, const RecordBatch& batch, size_t row);
   void EncodeGroup(const Group& group, std::string& out) const;
+  // The checkpoint's key of a group key: the key columns in the codec's order-preserving form.
+  std::string StoredKey(std::string_view group_key) const;
+  // Restore's reading of a group's value after its format byte, in either byte order.
+  template <typename Reader>
+  Status RestoreGroup(std::string_view key, uint8_t format, Reader value);
   void RenderGroup(const Group& group, EmittedRows& out) const;
   void BuildColumns(const Group* sample, std::vector<std::string>& columns) const;
   // A group of one of several aggregators (parts of one result table).
@@ -191,6 +201,10 @@ class Aggregator {
   size_t open_windows_ = 0;
   int64_t dropped_by_watermark_ = 0;
   int64_t without_event_time_ = 0;
+  // Groups restored from keys and values of the layout before engine/codec.h: the next EndBatch
+  // writes them anew and deletes their old keys.
+  std::vector<uint32_t> rewrite_;
+  std::vector<std::string> legacy_keys_;
 };
 
 /// Expands the aggregate specs to output column names for a given array length of each array

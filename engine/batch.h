@@ -89,6 +89,15 @@ class InputChunk {
     added.cut = cut;
   }
 
+  /// Gives the records from `first` on the partition index `map(index)` (a query's inputs
+  /// number their partitions apart: engine/executor/inputs.h).
+  template <typename Map>
+  void MapPartitions(size_t first, Map&& map) {
+    for (size_t i = first; i < records_.size(); ++i) {
+      records_[i].position.partition = map(records_[i].position.partition);
+    }
+  }
+
   /// Metadata of the record appended last: Kafka's timestamp type.
   void SetTimestampType(int8_t type) { records_.back().timestamp_type = type; }
   /// The key of the record appended last (call at most once per record, before AddHeader).

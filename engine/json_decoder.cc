@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1036,7 +1037,30 @@ bool JsonDecoder::Impl::DecodeArrayElements(int field, ondemand::array& array, s
     case FieldType::kLong:
     case FieldType::kInt: {
       int64_t number = 0;
-      const error_code error = value.get_int64().get(number);
+      error_code error = value.get_int64().get(number);
+      if (error == simdjson::INCORRECT_TYPE) {
+        // A number written with a fraction or an exponent whose value is a whole number (1.0,
+        // 2e3), as Python's json and pandas write an integer label held as a float, is that
+        // integer: nothing is lost. A fractional one (1.5) stays a wrong type.
+        // Read from the token, which a failed read leaves unconsumed (the value's error is
+        // classified from it below); a whole number is then consumed as a double.
+        // (An integer without a fraction or exponent failed for its range alone.)
+        const std::string_view token = TrimRight(value.raw_json_token());
+        double real = 0;
+        const auto [end, parsed] = std::from_chars(token.data(), token.data() + token.size(), real);
+        if (token.find_first_of(".eE") != std::string_view::npos && parsed == std::errc() &&
+            end == token.data() + token.size() && std::isfinite(real) && real == std::trunc(real)) {
+          if (!(real >= -9.223372036854775808e18 && real < 9.223372036854775808e18)) {
+            return FieldProblem(field, MalformedReason::kNumberOutOfRange,
+                                "number out of range for", "number", &value, row);
+          }
+          double consumed = 0;
+          if (value.get_double().get(consumed) == simdjson::SUCCESS) {
+            number = static_cast<int64_t>(consumed);
+            error = simdjson::SUCCESS;
+          }
+        }
+      }
       if (error == simdjson::SUCCESS) [[likely]] {
         if (fields_[field].type == FieldType::kInt &&
             (number < std::numeric_limits<int32_t>::min() ||

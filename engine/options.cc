@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace driftd {
 
 std::string_view OptionTypeName(OptionType type) {
@@ -111,6 +113,64 @@ std::map<std::string, std::string> Options::WithPrefix(std::string_view prefix) 
     }
   }
   return out;
+}
+
+std::optional<std::string> OutOfRange(const OptionDecl& option, std::string_view value) {
+  if (!option.min && !option.max) return std::nullopt;
+  if (option.type != OptionType::kInt && option.type != OptionType::kDouble) return std::nullopt;
+  double number = 0;
+  const char* end = value.data() + value.size();
+  if (option.type == OptionType::kInt) {
+    int64_t whole = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), end, whole);
+    if (ec != std::errc() || ptr != end) return std::nullopt;  // a type error, reported as such
+    number = static_cast<double>(whole);
+  } else {
+    auto [ptr, ec] = std::from_chars(value.data(), end, number);
+    if (ec != std::errc() || ptr != end) return std::nullopt;
+  }
+  const bool below = option.min && number < *option.min;
+  const bool above = option.max && number > *option.max;
+  if (!below && !above) return std::nullopt;
+  auto show = [](double bound) { return fmt::format("{}", bound); };
+  if (option.min && option.max) {
+    return fmt::format("must be between {} and {}, found {}", show(*option.min), show(*option.max),
+                       value);
+  }
+  if (option.min && *option.min == 0) return fmt::format("must not be negative, found {}", value);
+  if (option.min && *option.min == 1 && option.type == OptionType::kInt) {
+    return fmt::format("must be positive, found {}", value);
+  }
+  if (option.min) return fmt::format("must be at least {}, found {}", show(*option.min), value);
+  return fmt::format("must be at most {}, found {}", show(*option.max), value);
+}
+
+const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
+                                   ConnectorRole role) {
+  for (const ConnectorDecl& decl : catalog) {
+    if (decl.format == format && decl.role == role) return &decl;
+  }
+  return nullptr;
+}
+
+Options WithDeclaredDefaults(const ConnectorDecl& decl, Options options) {
+  for (const OptionDecl& option : decl.options) {
+    if (!options.Has(option.name) && !option.default_value.empty()) {
+      options.Set(option.name, option.default_value);
+    }
+  }
+  return options;
+}
+
+std::optional<OptionProblem> CheckDeclaredRanges(const ConnectorDecl& decl,
+                                                 const Options& options) {
+  for (const OptionDecl& option : decl.options) {
+    if (!options.Has(option.name)) continue;
+    if (auto problem = OutOfRange(option, options.GetString(option.name))) {
+      return OptionProblem{option.name, std::move(*problem)};
+    }
+  }
+  return std::nullopt;
 }
 
 bool IsSecretOptionName(std::string_view name) {

@@ -3,15 +3,27 @@
 // the reference documentation is generated from them.
 #pragma once
 
+#include <any>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <tl/expected.hpp>
+
 #include "engine/result.h"
 
 namespace driftd {
+
+struct PipelineSpec;
+struct SourceSpec;
+struct SinkSpec;
+struct ValueFormatDecl;
+class Source;
+class Sink;
 
 enum class OptionType {
   kString,
@@ -44,7 +56,65 @@ struct OptionDecl {
   std::vector<std::string> choices = {};
   /// Default: kNone (not a path, or a path no rule is about).
   PathUse path_use = PathUse::kNone;
+  /// Smallest and largest value of a kInt or kDouble option, checked with the other declared
+  /// rules when a pipeline is loaded, so the error names the option's line. Default: unbounded.
+  std::optional<double> min = std::nullopt;
+  std::optional<double> max = std::nullopt;
+  /// The option says which data a source reads (a directory, topics): another value is another
+  /// stream, whose offsets and state mean nothing to a checkpoint, so it is part of the
+  /// pipeline's fingerprint (config/fingerprint.cc). Default: false.
+  bool identity = false;
+
+  /// Copies with a range or the identity mark, for declaration tables:
+  /// `OptionDecl{"maxOffsetsPerTrigger", OptionType::kInt, "", "..."}.AtLeast(1)`.
+  OptionDecl AtLeast(double value) const {
+    OptionDecl copy = *this;
+    copy.min = value;
+    return copy;
+  }
+  OptionDecl Between(double low, double high) const {
+    OptionDecl copy = *this;
+    copy.min = low;
+    copy.max = high;
+    return copy;
+  }
+  OptionDecl Identity() const {
+    OptionDecl copy = *this;
+    copy.identity = true;
+    return copy;
+  }
 };
+
+/// Whether `value` (the option's text, of its declared type) is within the option's range;
+/// otherwise what is wrong, e.g. "must be positive, found 0".
+std::optional<std::string> OutOfRange(const OptionDecl& option, std::string_view value);
+
+/// A problem a connector finds in its options, tied to the option at fault (empty: the
+/// connector as a whole), so that config/ reports it at that option's YAML path and line.
+struct OptionProblem {
+  std::string option;
+  std::string message;
+};
+
+/// What config/, progress and the engine need to know of a source kind, stated by its
+/// declaration so that no code compares format names. Defaults: false.
+struct SourceTraits {
+  /// Offsets are "<topic>-<partition>" of numbered partitions of topics (progress shows them
+  /// per topic, as Spark's Kafka source does).
+  bool topic_partitions = false;
+  /// Records of different partitions arrive in no fixed order: record-count windows over
+  /// several partitions need a canonical order (engine/executor/order_buffer.h).
+  bool unordered_partitions = false;
+  /// Each record is one whole message with a key, topic, partition, offset, timestamp and
+  /// headers: binary value formats and the metadata columns need it.
+  bool whole_messages = false;
+  /// Several processes can share its partitions through a consumer group (scaleOut).
+  bool group_shared = false;
+};
+
+/// A connector's options as its `bind` made them: its own typed struct (std::any_cast).
+using BoundOptions = std::any;
+using BindResult = tl::expected<BoundOptions, OptionProblem>;
 
 enum class ConnectorRole { kSource, kSink };
 
@@ -59,6 +129,32 @@ struct ConnectorDecl {
   /// accepts `valueFormat` and `valueOptions` (engine/value_encoder.h). Default: false (rows
   /// are written as JSON).
   bool value_formats = false;
+  /// Source: what it is (see SourceTraits).
+  SourceTraits traits;
+  /// Sink: every process of a scaled-out pipeline may write it (each batch's output goes in
+  /// one transaction, or is only shown). Default: false.
+  bool shared_by_processes = false;
+
+  /// Source: parses the options (declared types, ranges and defaults applied) into the
+  /// connector's typed options, with the checks across options and against the rest of the
+  /// pipeline. config/ calls it once, at load, and keeps the result in SourceSpec::bound;
+  /// create_source reads that, so validate and run check the same things once.
+  std::function<BindResult(const PipelineSpec& pipeline, const SourceSpec& source)> bind;
+  /// Source: makes the source of pipeline.source from its bound options.
+  std::function<Result<std::unique_ptr<Source>>(const PipelineSpec& pipeline)> create_source;
+  /// Sink: makes the sink of one spec.
+  std::function<Result<std::unique_ptr<Sink>>(const PipelineSpec& pipeline,
+                                              const SinkSpec& spec)>
+      create_sink;
+  /// Sink, instead of create_sink: one Sink for every sink of this format (they share one
+  /// transactional producer); `source` is the pipeline's source; `formats` encode the rows.
+  std::function<Result<std::unique_ptr<Sink>>(
+      const PipelineSpec& pipeline, const std::vector<const SinkSpec*>& specs, Source* source,
+      const std::vector<ValueFormatDecl>& formats)>
+      create_shared_sink;
+  /// Sink made with create_shared_sink: a scaled-out pipeline needs it even when no sink of
+  /// this format is configured (it writes the query's internal topics). Default: false.
+  bool carries_scale_out = false;
 
   const OptionDecl* Find(std::string_view name) const {
     for (const auto& option : options) {
@@ -96,6 +192,18 @@ class Options {
  private:
   std::map<std::string, std::string> values_;
 };
+
+/// The declaration of `format` in `role`, or nullptr.
+const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
+                                   ConnectorRole role);
+
+/// `options` with the declared default of every option it lacks: the options of a spec built
+/// without config/ (tests, tools) as config/ would have filled them.
+Options WithDeclaredDefaults(const ConnectorDecl& decl, Options options);
+
+/// The declared checks of one option's value that need no YAML: its range (OutOfRange), for
+/// options that did not come through config/. The first problem, or nullopt.
+std::optional<OptionProblem> CheckDeclaredRanges(const ConnectorDecl& decl, const Options& options);
 
 /// True for option names whose values must never be printed (password, secret, key, token...).
 bool IsSecretOptionName(std::string_view name);

@@ -1,5 +1,8 @@
 #include "engine/pipeline_spec.h"
 
+#include "engine/aggregates.h"
+#include "engine/drift/detectors.h"
+
 namespace driftd {
 
 std::string_view ToString(MalformedPolicy policy) {
@@ -12,19 +15,7 @@ std::string_view ToString(MalformedPolicy policy) {
   return "unknown";
 }
 
-std::string_view ToString(AggregateFn fn) {
-  switch (fn) {
-    case AggregateFn::kCount: return "count";
-    case AggregateFn::kSum: return "sum";
-    case AggregateFn::kMean: return "mean";
-    case AggregateFn::kStddev: return "stddev";
-    case AggregateFn::kVariance: return "variance";
-    case AggregateFn::kMin: return "min";
-    case AggregateFn::kMax: return "max";
-    case AggregateFn::kApproxPercentile: return "approx_percentile";
-  }
-  return "unknown";
-}
+std::string_view ToString(AggregateFn fn) { return KindOf(fn).name; }
 
 std::string_view ToString(OutputMode mode) {
   switch (mode) {
@@ -41,6 +32,7 @@ std::string_view ToString(StreamKind stream) {
     case StreamKind::kAlerts: return "alerts";
     case StreamKind::kDeadLetter: return "dead_letter";
     case StreamKind::kEvaluations: return "evaluations";
+    case StreamKind::kPerformance: return "performance";
   }
   return "unknown";
 }
@@ -56,20 +48,9 @@ std::string_view ToString(TriggerKind kind) {
 }
 
 std::string_view ToString(DetectorKind kind) {
-  switch (kind) {
-    case DetectorKind::kMeanShift: return "mean_shift";
-    case DetectorKind::kStddevRatio: return "stddev_ratio";
-    case DetectorKind::kPsi: return "psi";
-    case DetectorKind::kJensenShannon: return "js";
-    case DetectorKind::kKs: return "ks";
-    case DetectorKind::kCusum: return "cusum";
-    case DetectorKind::kErrorRate: return "error_rate";
-    case DetectorKind::kChiSquare: return "chi_square";
-    case DetectorKind::kUnseenCategories: return "unseen_categories";
-    case DetectorKind::kMissingRate: return "missing_rate";
-    case DetectorKind::kMalformedRate: return "malformed_rate";
-  }
-  return "unknown";
+  const auto& registry = DetectorDefaultsTable();
+  const auto index = static_cast<size_t>(kind);
+  return index < registry.size() ? registry[index].name : "unknown";
 }
 
 std::string_view ToString(BaselineKind kind) {
@@ -88,6 +69,30 @@ Schema QuerySchema(const PipelineSpec& spec) {
     schema.fields.push_back({derived.name, derived.type, true});
   }
   return schema;
+}
+
+int DriftTimeColumn(const PipelineSpec& spec) {
+  const Schema schema = QuerySchema(spec);
+  // As drift dates its values (engine/executor/drift_stage.cc).
+  if (spec.query.watermark) return schema.IndexOf(spec.query.watermark->column);
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    if (schema.fields[i].type == FieldType::kTimestamp) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool DriftOrdersByEventTime(const PipelineSpec& spec) {
+  // In one process or scaled out: each task orders its own models' values.
+  if (!spec.drift.enabled || spec.query.window || spec.drift.window_ms > 0) return false;
+  return ReadsUnorderedPartitions(spec) && DriftTimeColumn(spec) >= 0;
+}
+
+bool ReadsUnorderedPartitions(const PipelineSpec& spec) {
+  bool unordered = spec.source.traits.unordered_partitions;
+  for (const InputSpec& input : spec.inputs) {
+    unordered = unordered || input.source.traits.unordered_partitions;
+  }
+  return unordered;
 }
 
 }  // namespace driftd

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,11 +39,24 @@ struct MalformedSpec {
   /// is a drift series with state of its own, so this bounds memory and state per record and
   /// per model. Default: 4096 (embeddings of up to 4096 dimensions).
   int64_t max_array_length = 4096;
+  /// A string value longer than this in a column that keys the query's state (the model
+  /// column, segmentBy and groupBy columns) makes the record malformed (reason too_large), under
+  /// every policy: a key is held in memory, in every state key and in every output row of its
+  /// model, so one huge value would make rows no sink can take. Default: 1 KiB.
+  int64_t max_key_bytes = 1024;
 };
 
 struct SourceSpec {
-  std::string format;  // kafka, file, rate, socket
+  std::string format;  // a source kind's name (connectors/registry.h): kafka, file, rate, ...
   Options options;     // validated against the connector's declaration, defaults filled in
+  /// What the kind is, from its declaration (config/ copies it; a spec built by hand sets it).
+  SourceTraits traits;
+  /// The options that say which data it reads (OptionDecl::identity), for the checkpoint's
+  /// fingerprint; config/ copies them from the declaration.
+  std::vector<std::string> identity_options;
+  /// The options as the connector's bind made them, once, at load (ConnectorDecl::bind);
+  /// empty for a spec built without config/, which the connector then binds when created.
+  BoundOptions bound;
   MalformedSpec malformed;
   /// How each record's bytes are decoded: the name of a value format (engine/value_decoder.h).
   /// Default: "json".
@@ -102,6 +116,11 @@ struct DerivedColumnSpec {
   SourceMark mark;
 };
 
+enum class ModelOverflow {
+  kDrop,   // the row is counted and left out
+  kOther,  // the row is counted and kept under the model "(other)"
+};
+
 struct QuerySpec {
   /// query.where: a boolean expression; a row for which it is not TRUE is filtered out before
   /// every stage (counted as filtered, never as malformed). Empty: every row. Default: empty.
@@ -122,6 +141,15 @@ struct QuerySpec {
   /// For a non-aggregation query: the columns to emit, schema or derived (empty: every schema
   /// column).
   std::vector<std::string> select;
+  /// Models (values of the model column: drift's, else the first groupBy column) the query
+  /// keeps state for; rows of further models are handled by `model_overflow` and counted, so
+  /// that no producer can grow memory, state and metrics without bound (engine/executor/
+  /// model_gate.h). Scaled out, each task takes its share. Default: 100'000.
+  int64_t max_models = 100'000;
+  SourceMark max_models_mark;
+  /// What happens to a row of a model over max_models: kDrop (counted, not aggregated nor
+  /// watched) or kOther (counted, and kept under the model "(other)"). Default: kDrop.
+  ModelOverflow model_overflow = ModelOverflow::kDrop;
 
   bool IsAggregation() const { return !aggregates.empty() || !group_by.empty() || window; }
 };
@@ -142,6 +170,10 @@ struct BaselineSpec {
   int64_t duration_ms = 0;
   /// file: path to reference statistics or records.
   std::string path;
+  /// file: the bytes of that file, read by config/ when the pipeline loads
+  /// (LoadOptions::read_references), so the drift stage does no file I/O and `validate` reads it
+  /// as `run` does. Null when the spec was not loaded so.
+  std::shared_ptr<const std::string> reference;
   /// trailing: number of previous windows. Default: 3.
   int windows = 3;
   /// seasonal: length of the cycle (a multiple of the query window's size), and how many whole
@@ -151,6 +183,10 @@ struct BaselineSpec {
   SourceMark mark;
 };
 
+/// A drift detector: its position in the detector registry (engine/drift/detectors.h,
+/// DetectorDefaultsTable). The built-in detectors that code names are spelled here; a detector
+/// registered later needs no name here, it is found by its registered name
+/// (ParseDetectorKind).
 enum class DetectorKind {
   kMeanShift,
   kStddevRatio,
@@ -169,8 +205,7 @@ enum class DetectorKind {
 
 struct DetectorSpec {
   DetectorKind kind = DetectorKind::kMeanShift;
-  std::string name;  // as written: mean_shift, stddev_ratio, psi, js, ks, cusum, error_rate,
-                     // chi_square, unseen_categories, missing_rate, malformed_rate
+  std::string name;  // as written: a registered detector's name (mean_shift, psi, ...)
   /// Thresholds on the detector's statistic; defaults depend on the detector.
   double warn = 0;
   double alert = 0;
@@ -186,6 +221,21 @@ struct ThresholdOverride {
   std::string detector;
   std::optional<double> warn;
   std::optional<double> alert;
+  SourceMark mark;
+};
+
+/// Multivariate drift (YAML: drift.multivariate): per model, the reconstruction error of a PCA
+/// fitted on its first complete vectors of numeric features, watched as one more numeric series
+/// named `multivariate:pca` (engine/drift/multivariate.h).
+struct MultivariateSpec {
+  bool enabled = false;
+  /// The features: numeric columns and array<double> columns (each element one), in this order.
+  /// Default: every numeric and array<double> drift series.
+  std::vector<std::string> features;
+  /// Complete vectors of a model that fix its PCA. Default: drift.baseline.records.
+  int64_t records = 0;
+  /// Share of the standardized features' variance the kept components explain. Default: 0.65.
+  double explained_variance = 0.65;
   SourceMark mark;
 };
 
@@ -236,6 +286,8 @@ struct DriftSpec {
   /// A model with at least this many series in ALERT also gets one model-level alert
   /// (YAML: modelAlertSeries; 0 disables the roll-up). Default: 3.
   int model_alert_series = 3;
+  /// Default: off.
+  MultivariateSpec multivariate;
   SourceMark mark;
 };
 
@@ -249,6 +301,9 @@ enum class StreamKind {
   /// Every closed drift window of every (model, series): its statistics and each detector's
   /// reading and level, whether or not the level changed.
   kEvaluations,
+  /// Each model's performance per window (labels): estimated when the window closes, realized
+  /// once its labels are in (engine/executor/performance_stage.h).
+  kPerformance,
 };
 
 struct SinkSpec {
@@ -294,11 +349,76 @@ struct ScaleOutSpec {
   SourceMark mark;
 };
 
+/// One more input of a query (YAML `inputs`): records of the query's schema, read with the
+/// source's as one stream, with offsets, partitions and clocks of their own (engine/executor/
+/// inputs.h).
+struct InputSpec {
+  /// Names the input in the checkpoint's offsets ("<name>/<key>") and the progress record.
+  std::string name;
+  SourceSpec source;
+};
+
+/// Ground truth that arrives later, on an input of its own (YAML `labels`), joined to the
+/// predictions by a key within an event-time bound (engine/executor/performance_stage.h).
+struct LabelsSpec {
+  bool enabled = false;
+  /// The labels input and its records' schema.
+  SourceSpec source;
+  Schema schema;
+  /// The join key: a string column of the labels (`key`) and of the predictions
+  /// (`predictionKey`, default: the same name).
+  std::string key;
+  std::string prediction_key;
+  /// The labels' column holding the ground truth (double, long, int or boolean).
+  std::string label;
+  /// The labels' event time (a timestamp column). Default: the labels' first timestamp field.
+  std::string event_time;
+  /// A label belongs to its prediction when their event times are at most this far apart; a
+  /// prediction waits this long (of event time) for its label. Default: 1 hour.
+  int64_t within_ms = 3'600'000;
+  SourceMark mark;
+};
+
+enum class PerformanceTask { kClassification, kRegression };
+
+/// What is judged of the joined predictions (YAML `performance`).
+struct PerformanceSpec {
+  /// Default: classification (the prediction a probability or score in [0, 1], the label 0/1).
+  PerformanceTask task = PerformanceTask::kClassification;
+  /// The predictions' column with the score (classification) or predicted value (regression).
+  /// Default: drift.predictionColumn, else `prediction`.
+  std::string prediction;
+  /// A score at or above it predicts the positive class. Default: 0.5.
+  double threshold = 0.5;
+  /// Event-time windows of the predictions' time in which performance is judged. Default: 1 h.
+  int64_t window_ms = 3'600'000;
+  /// A window's realized performance is judged once this share of its predictions is labelled.
+  /// Default: 0.8.
+  double min_coverage = 0.8;
+  /// Windows (with the coverage) that form each model's baseline. Default: 3.
+  int baseline_windows = 3;
+  /// The smallest drop of accuracy (classification) or rise of MAE in baseline MAEs
+  /// (regression) that raises a level, whatever the evidence. Default: 0.02.
+  double min_drop = 0.02;
+  /// Score levels of WARN and ALERT (calibrated: engine/drift/calibration.h). Default: 5, 5.5.
+  double warn = 5.0;
+  double alert = 5.5;
+  /// Score bins (classification: equal-width over [0, 1]) of the ROC AUC, the calibration and
+  /// the estimates. Default: 50.
+  int bins = 50;
+};
+
 struct PipelineSpec {
   std::string name;
   std::string file;  // where it was loaded from, for messages
   Schema schema;
+  /// The query's first input (progress names it "main" when there are more).
   SourceSpec source;
+  /// The query's other inputs of the same schema. Default: none.
+  std::vector<InputSpec> inputs;
+  /// Labels joined to the predictions, and the performance judged from them. Default: off.
+  LabelsSpec labels;
+  PerformanceSpec performance;
   QuerySpec query;
   DriftSpec drift;
   std::vector<SinkSpec> sinks;
@@ -317,6 +437,16 @@ struct PipelineSpec {
 /// The columns the query's stages see: the schema's fields, the metadata columns it reads,
 /// then the derived columns.
 Schema QuerySchema(const PipelineSpec& spec);
+
+/// Whether drift takes its values in event-time order (engine/executor/order_buffer.h):
+/// record-count windows on a Kafka input (whose partitions are read in no fixed order), with an
+/// event-time column, in one process or scaled out (each task orders its own models' values).
+bool DriftOrdersByEventTime(const PipelineSpec& spec);
+/// Whether some input of the query has SourceTraits::unordered_partitions.
+bool ReadsUnorderedPartitions(const PipelineSpec& spec);
+/// The event-time column drift orders by (a QuerySchema index): the watermark column, else the
+/// first timestamp column; -1 when there is none.
+int DriftTimeColumn(const PipelineSpec& spec);
 
 std::string_view ToString(MalformedPolicy policy);
 std::string_view ToString(AggregateFn fn);

@@ -8,6 +8,8 @@
 #include <spdlog/details/log_msg.h>
 #include <spdlog/formatter.h>
 
+#include "engine/json_writer.h"
+
 namespace driftd {
 namespace {
 
@@ -24,6 +26,19 @@ Registry& TheRegistry() {
 
 bool LongerFirst(const std::string& a, const std::string& b) {
   return a.size() != b.size() ? a.size() > b.size() : a < b;
+}
+
+// `text` with each of `needles` (in that order: longest first) replaced.
+std::string ReplaceAll(std::string_view text, const std::vector<std::string>& needles,
+                       std::string_view replacement) {
+  std::string out(text);
+  for (const std::string& needle : needles) {
+    for (size_t at = out.find(needle); at != std::string::npos; at = out.find(needle, at)) {
+      out.replace(at, needle.size(), replacement);
+      at += replacement.size();
+    }
+  }
+  return out;
 }
 
 class RedactingSink final : public spdlog::sinks::sink {
@@ -50,20 +65,92 @@ class RedactingSink final : public spdlog::sinks::sink {
   std::shared_ptr<spdlog::sinks::sink> inner_;
 };
 
+std::string JsonEscaped(std::string_view text) {
+  std::string quoted;
+  AppendJsonString(quoted, text);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// RFC 3986 unreserved characters stay, every other byte becomes %XX.
+std::string PercentEncoded(std::string_view text, bool lower_case, bool plus_for_space) {
+  static constexpr char kUpper[] = "0123456789ABCDEF";
+  static constexpr char kLower[] = "0123456789abcdef";
+  const char* digits = lower_case ? kLower : kUpper;
+  std::string out;
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out.push_back(c);
+    } else if (c == ' ' && plus_for_space) {
+      out.push_back('+');
+    } else {
+      out.push_back('%');
+      out.push_back(digits[byte >> 4]);
+      out.push_back(digits[byte & 0xF]);
+    }
+  }
+  return out;
+}
+
+std::string PercentDecoded(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> SecretForms(std::string_view secret) {
+  std::vector<std::string> forms;
+  auto add = [&](std::string form) {
+    if (form.size() < kMinRedactedSize) return;
+    if (std::find(forms.begin(), forms.end(), form) == forms.end()) {
+      forms.push_back(std::move(form));
+    }
+  };
+  if (secret.size() < kMinRedactedSize) return forms;
+  add(std::string(secret));
+  const std::string escaped = JsonEscaped(secret);
+  add(escaped);
+  add(JsonEscaped(escaped));
+  for (bool lower : {false, true}) {
+    for (bool plus : {false, true}) add(PercentEncoded(secret, lower, plus));
+  }
+  if (secret.find('%') != std::string_view::npos) {
+    const std::string decoded = PercentDecoded(secret);
+    add(decoded);
+    add(JsonEscaped(decoded));
+  }
+  return forms;
+}
 
 void RegisterSecrets(const std::vector<std::string>& values) {
   Registry& registry = TheRegistry();
   std::unique_lock<std::shared_mutex> lock(registry.mutex);
   bool added = false;
   for (const std::string& value : values) {
-    if (value.size() < kMinRedactedSize) continue;
-    if (std::find(registry.secrets.begin(), registry.secrets.end(), value) !=
-        registry.secrets.end()) {
-      continue;
+    for (std::string& form : SecretForms(value)) {
+      if (std::find(registry.secrets.begin(), registry.secrets.end(), form) !=
+          registry.secrets.end()) {
+        continue;
+      }
+      registry.secrets.push_back(std::move(form));
+      added = true;
     }
-    registry.secrets.push_back(value);
-    added = true;
   }
   if (!added) return;
   std::sort(registry.secrets.begin(), registry.secrets.end(), LongerFirst);
@@ -72,27 +159,21 @@ void RegisterSecrets(const std::vector<std::string>& values) {
 
 std::string RedactWith(std::string_view text, const std::vector<std::string>& secrets,
                        std::string_view replacement) {
-  std::vector<const std::string*> order;
+  std::vector<std::string> forms;
   for (const std::string& secret : secrets) {
-    if (secret.size() >= kMinRedactedSize) order.push_back(&secret);
+    for (std::string& form : SecretForms(secret)) forms.push_back(std::move(form));
   }
-  std::sort(order.begin(), order.end(),
-            [](const std::string* a, const std::string* b) { return LongerFirst(*a, *b); });
-  std::string out(text);
-  for (const std::string* secret : order) {
-    for (size_t at = out.find(*secret); at != std::string::npos; at = out.find(*secret, at)) {
-      out.replace(at, secret->size(), replacement);
-      at += replacement.size();
-    }
-  }
-  return out;
+  std::sort(forms.begin(), forms.end(), LongerFirst);
+  forms.erase(std::unique(forms.begin(), forms.end()), forms.end());
+  return ReplaceAll(text, forms, replacement);
 }
 
 std::string Redact(std::string_view text) {
   Registry& registry = TheRegistry();
   if (!registry.any.load(std::memory_order_acquire)) return std::string(text);
   std::shared_lock<std::shared_mutex> lock(registry.mutex);
-  return RedactWith(text, registry.secrets);
+  // The registry holds every form already, longest first.
+  return ReplaceAll(text, registry.secrets, kRedacted);
 }
 
 std::shared_ptr<spdlog::sinks::sink> MakeRedactingSink(

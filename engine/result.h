@@ -45,11 +45,20 @@ class [[nodiscard]] Error {
   std::string message_;
 };
 
+/// A value or the Error that stopped it. [[nodiscard]]: a result is looked at, returned, or
+/// visibly ignored (IgnoreError). It is a tl::expected (value(), error(), operator bool,
+/// map_error, ...), which converts to it.
 template <typename T>
-using Result = tl::expected<T, Error>;
+class [[nodiscard]] Result : public tl::expected<T, Error> {
+ public:
+  using Base = tl::expected<T, Error>;
+  using Base::Base;
+  Result(const Base& other) : Base(other) {}  // NOLINT: a tl::expected is a Result
+  Result(Base&& other) : Base(std::move(other)) {}  // NOLINT
+};
 
 /// Result of an operation that yields nothing on success.
-using Status = tl::expected<void, Error>;
+using Status = Result<void>;
 
 inline tl::unexpected<Error> MakeError(ErrorCode code, std::string message) {
   return tl::unexpected<Error>(Error(code, std::move(message)));
@@ -63,7 +72,8 @@ tl::unexpected<Error> MakeError(ErrorCode code, fmt::format_string<Args...> form
 inline Status Ok() { return {}; }
 
 /// Makes ignoring a Status visible at the call site: IgnoreError(sink.Flush());  // best effort
-inline void IgnoreError(const Status&) {}
+template <typename T>
+inline void IgnoreError(const Result<T>&) {}
 
 }  // namespace driftd
 

@@ -114,11 +114,52 @@ Result<RowShape> SelectShape(const PipelineSpec& spec) {
 
 }  // namespace
 
+RowShape PerformanceRowShape() {
+  using Kind = ShapeType::Kind;
+  auto member = [](std::string name, Kind kind, bool nullable = false) {
+    return ShapeField{std::move(name), ShapeType::Scalar(kind, nullable), {}};
+  };
+  auto numbers = [&](std::string name, std::initializer_list<const char*> fields) {
+    std::vector<ShapeField> members;
+    for (const char* field : fields) members.push_back(member(field, Kind::kDouble, true));
+    return ShapeType::Record(std::move(name), std::move(members), /*nullable=*/true);
+  };
+  return ShapeType::Record(
+      "Performance",
+      {member("model", Kind::kString),
+       {"window",
+        ShapeType::Record("PerformanceWindow",
+                          {member("start", Kind::kTimestamp), member("end", Kind::kTimestamp)}),
+        {}},
+       member("task", Kind::kString), member("status", Kind::kString),
+       member("predictions", Kind::kLong), member("labelled", Kind::kLong),
+       member("coverage", Kind::kDouble, true), member("coverage_at_window_end", Kind::kDouble, true),
+       member("unlabelled", Kind::kLong, true), member("duplicate_labels", Kind::kLong, true),
+       {"label_delay", numbers("LabelDelay", {"p50_seconds", "p90_seconds", "max_seconds"}), {}},
+       {"realized",
+        numbers("Realized", {"accuracy", "precision", "recall", "f1", "roc_auc", "roc_auc_error",
+                             "log_loss", "ece", "mae", "rmse", "mape", "bias"}),
+        {}},
+       {"estimated",
+        numbers("Estimated", {"accuracy", "accuracy_low", "accuracy_high", "f1", "roc_auc", "mae",
+                              "mae_low", "mae_high"}),
+        {}},
+       {"baseline",
+        ShapeType::Record("PerformanceBaseline",
+                          {member("windows", Kind::kLong), member("n", Kind::kLong),
+                           member("accuracy", Kind::kDouble, true),
+                           member("mae", Kind::kDouble, true), member("frozen", Kind::kBoolean)}),
+        {}},
+       member("level", Kind::kString, true), member("score", Kind::kDouble, true),
+       member("batch_id", Kind::kLong)});
+}
+
 Result<RowShape> StreamRowShape(const PipelineSpec& spec, StreamKind stream) {
   switch (stream) {
     case StreamKind::kAlerts: return AlertRowShape();
     case StreamKind::kEvaluations: return EvaluationRowShape();
     case StreamKind::kDeadLetter: return DeadLetterRowShape();
+    case StreamKind::kPerformance: return PerformanceRowShape();
     case StreamKind::kStats: break;
   }
   if (!spec.query.IsAggregation()) return SelectShape(spec);

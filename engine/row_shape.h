@@ -88,6 +88,9 @@ std::vector<int> SelectOutputColumns(const PipelineSpec& spec);
 /// window and aggregates, or its selected columns), or the fixed shapes of the alerts,
 /// evaluations and dead-letter rows (engine/drift/README.md). kConfig when the query itself
 /// is not valid (an unknown column).
+/// The shape of the performance stream's rows (engine/executor/performance_stage.h).
+RowShape PerformanceRowShape();
+
 Result<RowShape> StreamRowShape(const PipelineSpec& spec, StreamKind stream);
 
 }  // namespace driftd

@@ -51,6 +51,8 @@ struct BatchOutput {
   OutputRows dead_letters;
   /// One row per closed drift window (filled only when a sink takes the evaluations stream).
   OutputRows evaluations;
+  /// Each model's performance per window (labels).
+  OutputRows performance;
   /// Source end offsets of the batch (for Kafka's send_offsets_to_transaction).
   SourceOffsets source_end;
   /// Scaled out (engine/group.h): rows and clock marks for the tasks that own their models
@@ -66,6 +68,7 @@ struct BatchOutput {
       case StreamKind::kAlerts: return alerts;
       case StreamKind::kDeadLetter: return dead_letters;
       case StreamKind::kEvaluations: return evaluations;
+      case StreamKind::kPerformance: return performance;
       case StreamKind::kStats: break;
     }
     switch (mode) {
@@ -76,6 +79,26 @@ struct BatchOutput {
     return stats_append;
   }
 };
+
+/// The largest row one of a sink's streams can take: the row's bytes (as the stream holds them,
+/// JSON) plus its key's. A row over it would fail every delivery of its batch (a Kafka record
+/// over the topic's max.message.bytes aborts the transaction, and a retry cannot help), so the
+/// executor sets such rows aside before the batch commits (engine/executor/output_limits.h)
+/// and the sink skips them.
+struct RowLimit {
+  std::string sink;  // the SinkSpec's name
+  StreamKind stream = StreamKind::kStats;
+  OutputMode mode = OutputMode::kUpdate;
+  size_t max_bytes = 0;
+  /// What sets the limit, for messages ("topic alerts takes records of up to 1048588 bytes").
+  std::string why;
+};
+
+/// Whether a row of `rows` at `i` is over `limit` (the measure RowLimit states).
+inline bool OverRowLimit(const OutputRows& rows, size_t i, size_t limit) {
+  const size_t key = i < rows.keys.size() ? rows.keys[i].size() : 0;
+  return rows.rows[i].size() + key > limit;
+}
 
 /// A delivery target. One Sink object may serve several SinkSpecs of its format (all Kafka
 /// sinks of a pipeline share one transactional producer, so a batch commits everywhere or
@@ -140,6 +163,12 @@ class Sink {
   /// Whether Deliver commits a scaled-out query's batch: the Kafka sink, whose transaction
   /// holds the batch's internal records and offsets (engine/group.h). Default: false.
   virtual bool CommitsScaledOutBatches() const { return false; }
+
+  /// After Open: the most each of the sink's (stream, output mode) targets takes of one row;
+  /// none for a target without a limit. Asked before each batch (a limit may become known
+  /// late). Deliver skips the rows over a limit (OverRowLimit): the executor has set them
+  /// aside, counted, before the batch committed. Default: none.
+  virtual std::vector<RowLimit> RowLimits() { return {}; }
 
   /// Flushes and releases resources; best effort.
   virtual Status Close() { return Ok(); }

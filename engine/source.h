@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/batch.h"
@@ -31,6 +32,13 @@ struct PartitionLag {
 struct TopicPartition {
   std::string topic;
   int32_t partition = 0;
+};
+
+/// One input of a query as its progress record lists it (Spark's `sources` entries).
+struct SourceSummary {
+  std::string name;    // the input's name ("" for a query's only input)
+  std::string prefix;  // of its offsets keys and lag partitions ("" for the first input)
+  std::string description;
 };
 
 /// Reads the records of one planned batch, in chunks so memory stays bounded.
@@ -94,6 +102,19 @@ class Source {
     (void)partition_index;
     return "";
   }
+
+  /// The event-time clock partition a RecordPosition::partition index belongs to: its offsets
+  /// key when the partitions are independent, else "" (the source is one stream).
+  virtual std::string ClockPartitionOf(uint32_t partition_index) const {
+    return HasIndependentPartitions() ? PartitionKeyOf(partition_index) : std::string();
+  }
+  /// The clock partition of an offsets key (the same names as ClockPartitionOf).
+  virtual std::string ClockPartitionOfKey(std::string_view key) const {
+    return HasIndependentPartitions() ? std::string(key) : std::string();
+  }
+
+  /// The inputs this source reads, for the progress record. Default: itself.
+  virtual std::vector<SourceSummary> Summaries() const { return {{"", "", Describe()}}; }
 
   /// The topic and partition number a RecordPosition::partition index names, for the `topic`
   /// and `partition` metadata columns (engine/metadata_columns.h); nullopt for a source without

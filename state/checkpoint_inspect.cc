@@ -25,6 +25,8 @@ struct Facts {
   std::vector<CommitRecord> recent;  // newest first; recent.front() is the last batch
   StateStats stats;
   std::vector<OutboxEntry> outbox;
+  /// Why the write-ahead log does not end cleanly, or empty.
+  std::string wal_tail;
 };
 
 // Reads every block of every table file of the checkpoint and checks its checksum, read-only.
@@ -63,6 +65,36 @@ Status VerifyChecksums(const std::string& directory) {
   return Ok();
 }
 
+// Whether the write-ahead log ends in whole records. A writer replays it up to its first
+// damaged record (RocksDB's point-in-time recovery) and goes on from there, which is right
+// after a crash in the middle of a commit (that batch was never acknowledged), but the same
+// open would also silently drop committed batches of a log cut short. Only this read-only
+// replay, which refuses any damage, can tell that something was dropped; not which of the two
+// it was. Empty when the log is whole (or the checkpoint cannot be opened this way: the main
+// open reports that).
+std::string WalTailDamage(const std::string& directory) {
+  std::vector<std::string> families;
+  if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), directory, &families).ok()) {
+    return "";
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& family : families) {
+    descriptors.emplace_back(family, rocksdb::ColumnFamilyOptions());
+  }
+  rocksdb::DBOptions options;
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kAbsoluteConsistency;
+  options.info_log = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status =
+      rocksdb::DB::OpenForReadOnly(options, directory, descriptors, &handles, &raw);
+  std::unique_ptr<rocksdb::DB> db{raw};
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    (void)db->DestroyColumnFamilyHandle(handle);  // best effort: the db closes next
+  }
+  return status.IsCorruption() ? status.ToString() : "";
+}
+
 Result<Facts> Gather(const std::string& directory) {
   CheckpointOptions options;
   options.read_only = true;
@@ -71,6 +103,7 @@ Result<Facts> Gather(const std::string& directory) {
   DRIFTD_TRY(VerifyChecksums(directory));
   Facts facts;
   facts.directory = directory;
+  facts.wal_tail = WalTailDamage(directory);
   auto metadata = (*store)->ReadMetadata();
   if (!metadata) return tl::unexpected(metadata.error());
   facts.metadata = std::move(*metadata);
@@ -127,6 +160,15 @@ std::string TextReport(const Facts& facts) {
     line("  watermark", WatermarkText(last.watermark_us));
   }
   line("checksums", "verified (every block of every table file)");
+  if (!facts.wal_tail.empty()) {
+    line("write-ahead log",
+         fmt::format("ends in a damaged or incomplete record ({}): the batches above end at "
+                     "the last whole one. A crash during a commit leaves this, and that batch "
+                     "was never acknowledged; if the daemon had logged later batches as "
+                     "committed, the log was cut short and they are lost: restore the "
+                     "checkpoint from a backup",
+                     facts.wal_tail));
+  }
   line("state", fmt::format("{}, {} bytes ({})", Plural(facts.stats.keys, "key", "keys"),
                             facts.stats.bytes, HumanBytes(facts.stats.bytes)));
   line("outbox", facts.outbox.empty()
@@ -182,6 +224,11 @@ std::string JsonReport(const Facts& facts) {
   std::string out;
   JsonObject report(out);
   report.String("checkpoint", facts.directory).Bool("checksumsVerified", true);
+  if (facts.wal_tail.empty()) {
+    report.Null("walTailDamage");
+  } else {
+    report.String("walTailDamage", facts.wal_tail);
+  }
   if (facts.metadata) {
     report.String("pipeline", facts.metadata->pipeline_name).Key("fingerprint");
     AppendFingerprint(out, facts.metadata->fingerprint_json);

@@ -19,11 +19,16 @@
 //
 // Big-endian ids make RocksDB's bytewise order the numeric order (batch ids are >= 0).
 //
-// CommitRecord value: u8 version (2) | i64 batch_id | i64 watermark_us | i64 committed_at_ms |
-//   u32 length + start offsets JSON | u32 length + end offsets JSON | u32 length + largest
-//   event time per clock partition, JSON ({"topic-0": us, ...}). Integers are big-endian.
-//   Version 1 (no event times) is still read.
-// Outbox value: u8 version (1) | u32 sink count | per sink: u32 length + name | payload (rest).
+// Keys and values use the codec of engine/codec.h (big-endian integers, u32-length-prefixed
+// strings, a version byte first in every value).
+//
+// CommitRecord value: u8 version (3) | i64 batch_id | i64 watermark_us | i64 committed_at_ms |
+//   start offsets | end offsets | largest event time per clock partition (µs), each as
+//   codec::PutOffsets writes them (u32 count, then key String and i64 per entry, in key order).
+//   Versions 2 (the offsets and event times as u32-length-prefixed JSON text) and 1 (without
+//   event times) are still read; the next commit writes version 3.
+// Outbox value: u8 version (1) | u32 sink count | per sink: String name | payload (rest: the
+//   executor's encoding of the batch's output, engine/executor/outbox_codec.cc).
 //
 // Commit() writes the state puts (then deletes), the commit record, the outbox entry and the
 // deletion of commit records beyond the history limit in one WriteBatch, so a crash leaves either
@@ -41,11 +46,13 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -56,6 +63,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "engine/codec.h"
 #include "engine/log.h"
 
 namespace driftd {
@@ -74,7 +82,11 @@ constexpr std::string_view kFormatVersionKey = "format_version";
 constexpr std::string_view kCreatedAtKey = "created_at_ms";
 constexpr std::string_view kCheckpointIdKey = "checkpoint_id";
 
-constexpr uint8_t kCommitEncodingVersion = 2;
+// Commit records: 3 keeps the offsets in the codec's binary form; 2 (offsets as JSON text, with
+// the event times) and 1 (without them) are still read, and rewritten as 3 by the next commit.
+constexpr uint8_t kCommitEncodingVersion = 3;
+constexpr uint8_t kCommitJsonOffsets = 2;
+constexpr uint8_t kCommitWithoutEventTimes = 1;
 constexpr uint8_t kOutboxEncodingVersion = 1;
 
 std::shared_ptr<spdlog::logger> Log() { return GetLogger("state"); }
@@ -88,70 +100,17 @@ int64_t NowMs() {
       .count();
 }
 
-// --- Encoding -------------------------------------------------------------------------------
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
-}
-
-void PutU64(std::string& out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
-}
-
-/// Reads big-endian integers and length-prefixed strings from a value, failing on truncation.
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-
-  bool U8(uint8_t& v) {
-    if (data_.size() < 1) return false;
-    v = static_cast<uint8_t>(data_[0]);
-    data_.remove_prefix(1);
-    return true;
-  }
-  bool U32(uint32_t& v) {
-    if (data_.size() < 4) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(data_[i]);
-    data_.remove_prefix(4);
-    return true;
-  }
-  bool U64(uint64_t& v) {
-    if (data_.size() < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(data_[i]);
-    data_.remove_prefix(8);
-    return true;
-  }
-  bool I64(int64_t& v) {
-    uint64_t u = 0;
-    if (!U64(u)) return false;
-    v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool Bytes(std::string_view& v) {
-    uint32_t length = 0;
-    if (!U32(length) || data_.size() < length) return false;
-    v = data_.substr(0, length);
-    data_.remove_prefix(length);
-    return true;
-  }
-  std::string_view Rest() const { return data_; }
-  bool Done() const { return data_.empty(); }
-
- private:
-  std::string_view data_;
-};
+// --- Encoding (engine/codec.h) --------------------------------------------------------------
 
 std::string EncodeBatchId(int64_t batch_id) {
   std::string key;
   key.reserve(8);
-  PutU64(key, static_cast<uint64_t>(batch_id));
+  codec::Writer(key).U64(static_cast<uint64_t>(batch_id));
   return key;
 }
 
 Result<int64_t> DecodeBatchId(std::string_view key) {
-  Reader reader(key);
+  codec::Reader reader(key);
   int64_t batch_id = 0;
   if (key.size() != 8 || !reader.I64(batch_id) || batch_id < 0) {
     return MakeError(ErrorCode::kCorruption, "malformed batch id key ({} bytes)", key.size());
@@ -160,40 +119,49 @@ Result<int64_t> DecodeBatchId(std::string_view key) {
 }
 
 std::string EncodeCommit(const CommitRecord& commit) {
-  const std::string start = OffsetsToJson(commit.start);
-  const std::string end = OffsetsToJson(commit.end);
-  const std::string times = OffsetsToJson(commit.max_event_us);
   std::string out;
-  out.reserve(1 + 3 * 8 + 12 + start.size() + end.size() + times.size());
-  out.push_back(static_cast<char>(kCommitEncodingVersion));
-  PutU64(out, static_cast<uint64_t>(commit.batch_id));
-  PutU64(out, static_cast<uint64_t>(commit.watermark_us));
-  PutU64(out, static_cast<uint64_t>(commit.committed_at_ms));
-  PutU32(out, static_cast<uint32_t>(start.size()));
-  out += start;
-  PutU32(out, static_cast<uint32_t>(end.size()));
-  out += end;
-  PutU32(out, static_cast<uint32_t>(times.size()));
-  out += times;
+  out.reserve(1 + 3 * 8 + 12 + 24 * (commit.start.size() + commit.end.size() +
+                                     commit.max_event_us.size()));
+  codec::Writer writer(out);
+  writer.U8(kCommitEncodingVersion);
+  writer.I64(commit.batch_id);
+  writer.I64(commit.watermark_us);
+  writer.I64(commit.committed_at_ms);
+  codec::PutOffsets(writer, commit.start);
+  codec::PutOffsets(writer, commit.end);
+  codec::PutOffsets(writer, commit.max_event_us);
   return out;
 }
 
 Result<CommitRecord> DecodeCommit(std::string_view value) {
-  Reader reader(value);
+  codec::Reader reader(value);
   uint8_t version = 0;
   CommitRecord commit;
-  std::string_view start, end, times;
   if (!reader.U8(version)) {
     return MakeError(ErrorCode::kCorruption, "empty commit record");
   }
-  if (version != kCommitEncodingVersion && version != 1) {
+  if (version != kCommitEncodingVersion && version != kCommitJsonOffsets &&
+      version != kCommitWithoutEventTimes) {
     return MakeError(ErrorCode::kIncompatible,
                      "commit record encoding {} is not supported (this driftd reads {})", version,
                      kCommitEncodingVersion);
   }
   if (!reader.I64(commit.batch_id) || !reader.I64(commit.watermark_us) ||
-      !reader.I64(commit.committed_at_ms) || !reader.Bytes(start) || !reader.Bytes(end) ||
-      (version >= 2 && !reader.Bytes(times)) || !reader.Done()) {
+      !reader.I64(commit.committed_at_ms)) {
+    return MakeError(ErrorCode::kCorruption, "truncated commit record ({} bytes)", value.size());
+  }
+  if (version == kCommitEncodingVersion) {
+    if (!codec::GetOffsets(reader, commit.start) || !codec::GetOffsets(reader, commit.end) ||
+        !codec::GetOffsets(reader, commit.max_event_us) || !reader.done()) {
+      return MakeError(ErrorCode::kCorruption, "truncated commit record ({} bytes)",
+                       value.size());
+    }
+    return commit;
+  }
+  // Versions 1 and 2 kept the offsets as JSON text.
+  std::string_view start, end, times;
+  if (!reader.String(start) || !reader.String(end) ||
+      (version == kCommitJsonOffsets && !reader.String(times)) || !reader.done()) {
     return MakeError(ErrorCode::kCorruption, "truncated commit record ({} bytes)", value.size());
   }
   auto start_offsets = OffsetsFromJson(start);
@@ -202,7 +170,7 @@ Result<CommitRecord> DecodeCommit(std::string_view value) {
   if (!end_offsets) return tl::unexpected(end_offsets.error().Wrap("commit end offsets"));
   commit.start = std::move(*start_offsets);
   commit.end = std::move(*end_offsets);
-  if (version >= 2) {
+  if (version == kCommitJsonOffsets) {
     auto event_times = OffsetsFromJson(times);
     if (!event_times) return tl::unexpected(event_times.error().Wrap("commit event times"));
     commit.max_event_us = std::move(*event_times);
@@ -213,12 +181,10 @@ Result<CommitRecord> DecodeCommit(std::string_view value) {
 /// An outbox entry's value is this header followed by the payload.
 std::string EncodeOutboxHeader(const std::vector<std::string>& sinks) {
   std::string out;
-  out.push_back(static_cast<char>(kOutboxEncodingVersion));
-  PutU32(out, static_cast<uint32_t>(sinks.size()));
-  for (const auto& sink : sinks) {
-    PutU32(out, static_cast<uint32_t>(sink.size()));
-    out += sink;
-  }
+  codec::Writer writer(out);
+  writer.U8(kOutboxEncodingVersion);
+  writer.U32(static_cast<uint32_t>(sinks.size()));
+  for (const auto& sink : sinks) writer.String(sink);
   return out;
 }
 
@@ -229,7 +195,7 @@ std::string EncodeOutbox(const std::vector<std::string>& sinks, std::string_view
 }
 
 Result<OutboxEntry> DecodeOutbox(int64_t batch_id, std::string_view value) {
-  Reader reader(value);
+  codec::Reader reader(value);
   uint8_t version = 0;
   uint32_t count = 0;
   if (!reader.U8(version)) return MakeError(ErrorCode::kCorruption, "empty outbox entry");
@@ -246,12 +212,12 @@ Result<OutboxEntry> DecodeOutbox(int64_t batch_id, std::string_view value) {
   entry.pending_sinks.reserve(std::min<uint32_t>(count, 64));
   for (uint32_t i = 0; i < count; ++i) {
     std::string_view sink;
-    if (!reader.Bytes(sink)) {
+    if (!reader.String(sink)) {
       return MakeError(ErrorCode::kCorruption, "truncated outbox entry of batch {}", batch_id);
     }
     entry.pending_sinks.emplace_back(sink);
   }
-  entry.payload.assign(reader.Rest());
+  entry.payload.assign(reader.rest());
   return entry;
 }
 
@@ -299,6 +265,101 @@ size_t WriteBufferBytes(std::string_view cf_name) {
   return 1 << 20;
 }
 
+/// Creates the checkpoint directory and its missing parents with mode 0700 exactly, whatever the
+/// umask: the state, the outbox's rows and the sinks' files (dead letters) are the owner's only.
+Status CreateCheckpointDirectory(const std::string& directory) {
+  std::string path;
+  for (size_t at = 0; at <= directory.size();) {
+    size_t slash = directory.find('/', at);
+    if (slash == std::string::npos) slash = directory.size();
+    path = directory.substr(0, slash);
+    at = slash + 1;
+    if (path.empty() || path == "." || path == "..") continue;
+    if (::mkdir(path.c_str(), 0700) == 0) {
+      // mkdir's mode passes through the umask, which can only take bits away.
+      if (::chmod(path.c_str(), 0700) != 0) {
+        return MakeError(ErrorCode::kIo, "checkpoint '{}': cannot set the mode of {}: {}",
+                         directory, path, std::strerror(errno));
+      }
+    } else if (errno != EEXIST) {
+      return MakeError(ErrorCode::kIo, "checkpoint '{}': cannot create the directory {}: {}",
+                       directory, path, std::strerror(errno));
+    }
+  }
+  return Ok();
+}
+
+/// RocksDB's files as the owner's only: each file it creates is made 0600, each directory
+/// 0700, whatever the umask. RocksDB creates them 0644 less the umask, and its own switch for
+/// this (Env::SetAllowNonOwnerAccess) does not reach the POSIX file system of this RocksDB.
+class OwnerOnlyFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit OwnerOnlyFileSystem(const std::shared_ptr<rocksdb::FileSystem>& target)
+      : FileSystemWrapper(target) {}
+  const char* Name() const override { return "DriftdOwnerOnly"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    return Restrict(target()->NewWritableFile(f, o, r, d), f, 0600);
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                       rocksdb::IODebugContext* d) override {
+    return Restrict(target()->ReopenWritableFile(f, o, r, d), f, 0600);
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
+                                      const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* d) override {
+    return Restrict(target()->ReuseWritableFile(f, old, o, r, d), f, 0600);
+  }
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    return Restrict(target()->NewRandomRWFile(f, o, r, d), f, 0600);
+  }
+  rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o,
+                             rocksdb::FileLock** l, rocksdb::IODebugContext* d) override {
+    return Restrict(target()->LockFile(f, o, l, d), f, 0600);
+  }
+  rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o,
+                              std::shared_ptr<rocksdb::Logger>* r,
+                              rocksdb::IODebugContext* d) override {
+    return Restrict(target()->NewLogger(f, o, r, d), f, 0600);
+  }
+  rocksdb::IOStatus CreateDir(const std::string& f, const rocksdb::IOOptions& o,
+                              rocksdb::IODebugContext* d) override {
+    return Restrict(target()->CreateDir(f, o, d), f, 0700);
+  }
+  rocksdb::IOStatus CreateDirIfMissing(const std::string& f, const rocksdb::IOOptions& o,
+                                       rocksdb::IODebugContext* d) override {
+    return Restrict(target()->CreateDirIfMissing(f, o, d), f, 0700);
+  }
+
+ private:
+  static rocksdb::IOStatus Restrict(rocksdb::IOStatus status, const std::string& path,
+                                    mode_t mode) {
+    if (!status.ok()) return status;
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && (info.st_mode & 0777) != mode &&
+        ::chmod(path.c_str(), mode) != 0) {
+      return rocksdb::IOStatus::IOError("setting the mode of " + path, std::strerror(errno));
+    }
+    return status;
+  }
+};
+
+/// The Env every checkpoint database of the process uses (never destroyed: RocksDB's
+/// background threads may run until exit).
+rocksdb::Env* OwnerOnlyEnv() {
+  static rocksdb::Env* env =
+      rocksdb::NewCompositeEnv(
+          std::make_shared<OwnerOnlyFileSystem>(rocksdb::FileSystem::Default()))
+          .release();
+  return env;
+}
+
 /// True if every file in `dir` is one RocksDB writes while creating a database before CURRENT
 /// exists (the info log, LOCK, IDENTITY, the first MANIFEST, a temp file of CURRENT).
 bool OnlyCreationLeftovers(const std::string& dir) {
@@ -311,6 +372,23 @@ bool OnlyCreationLeftovers(const std::string& dir) {
     if (!leftover || !entry.is_regular_file()) return false;
   }
   return !ec;
+}
+
+// Whether the directory holds RocksDB's own files: a manifest and write-ahead logs or tables
+// (`data`: a non-empty log or table).
+bool HoldsDatabaseFiles(const std::string& dir, bool data = false) {
+  std::error_code ec;
+  bool manifest = false;
+  bool files = false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    manifest = manifest || name.starts_with("MANIFEST-");
+    if (name.ends_with(".log") || name.ends_with(".sst")) {
+      std::error_code size_error;
+      files = files || !data || fs::file_size(entry.path(), size_error) > 0;
+    }
+  }
+  return !ec && (data ? files : manifest && files);
 }
 
 class RocksCheckpointStore final : public CheckpointStore {
@@ -437,11 +515,7 @@ Status RocksCheckpointStore::Init() {
     if (options_.read_only) {
       return MakeError(ErrorCode::kIo, "checkpoint '{}' does not exist", directory_);
     }
-    fs::create_directories(directory_, ec);
-    if (ec) {
-      return MakeError(ErrorCode::kIo, "checkpoint '{}': cannot create the directory: {}",
-                       directory_, ec.message());
-    }
+    DRIFTD_TRY(CreateCheckpointDirectory(directory_));
   } else if (!fs::is_directory(status)) {
     return MakeError(ErrorCode::kInvalidArgument, "checkpoint '{}' is not a directory", directory_);
   } else {
@@ -453,6 +527,14 @@ Status RocksCheckpointStore::Init() {
     if (!has_database && !empty && !options_.read_only && OnlyCreationLeftovers(directory_)) {
       // Killed while RocksDB created the database, before it wrote CURRENT: create it again.
       Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
+    } else if (!has_database && !empty && HoldsDatabaseFiles(directory_)) {
+      // RocksDB's files without the CURRENT that names their manifest: a damaged checkpoint,
+      // not someone else's directory.
+      return MakeError(ErrorCode::kCorruption,
+                       "checkpoint '{}' is damaged: it holds a database's files but no CURRENT "
+                       "file naming its manifest; restore it from a backup, or start over with "
+                       "a new checkpointLocation",
+                       directory_);
     } else if (!has_database && !empty) {
       return MakeError(ErrorCode::kIncompatible,
                        "'{}' is not a driftd checkpoint: the directory is not empty and holds no "
@@ -462,6 +544,14 @@ Status RocksCheckpointStore::Init() {
     if (!has_database && options_.read_only) {
       return MakeError(ErrorCode::kIo, "checkpoint '{}' is empty: no pipeline has run with it",
                        directory_);
+    }
+    // A checkpoint made by an older driftd, or under a lax umask, becomes the owner's only.
+    struct stat info {};
+    if (!options_.read_only && ::stat(directory_.c_str(), &info) == 0 &&
+        (info.st_mode & 0077) != 0 && ::chmod(directory_.c_str(), 0700) != 0) {
+      Log()->warn("checkpoint '{}' can be read by other users (mode {:o}) and its mode cannot "
+                  "be changed: {}",
+                  directory_, info.st_mode & 0777, std::strerror(errno));
     }
   }
 
@@ -482,10 +572,19 @@ Status RocksCheckpointStore::Init() {
     bool only_ours = std::all_of(existing_cfs.begin(), existing_cfs.end(), [](const auto& name) {
       return std::find(std::begin(kCfNames), std::end(kCfNames), name) != std::end(kCfNames);
     });
-    if (!missing.empty() && only_ours && !options_.read_only) {
+    if (!missing.empty() && only_ours) {
       auto empty = DatabaseIsEmpty(existing_cfs);
       if (!empty) return tl::unexpected(empty.error());
-      if (*empty) {
+      if (*empty && existing_cfs.size() <= 1 && HoldsDatabaseFiles(directory_, true)) {
+        // Only the (unused) default column family listed, yet the files hold data: a manifest
+        // cut short lists what it had time to, so the data is in column families it lost.
+        return MakeError(ErrorCode::kCorruption,
+                         "checkpoint '{}' is damaged: its manifest lists no column family but "
+                         "the default while the directory holds data; restore it from a "
+                         "backup, or start over with a new checkpointLocation",
+                         directory_);
+      }
+      if (*empty && !options_.read_only) {
         Log()->info("checkpoint '{}': finishing a creation that was interrupted", directory_);
         missing.clear();
       }
@@ -512,6 +611,8 @@ Status RocksCheckpointStore::OpenDatabase(const std::vector<std::string>& existi
   cache_ = rocksdb::NewLRUCache(std::max<size_t>(options_.block_cache_bytes, 1 << 20));
 
   rocksdb::DBOptions db_options;
+  // Files 0600 and directories 0700, as the checkpoint directory is.
+  db_options.env = OwnerOnlyEnv();
   db_options.create_if_missing = !options_.read_only;
   db_options.create_missing_column_families = !options_.read_only;
   db_options.max_open_files = options_.read_only ? -1 : 64;  // secondary mode requires -1
@@ -611,13 +712,12 @@ Status RocksCheckpointStore::CheckOrWriteMarker(bool created_now) {
   auto marker = GetMeta(kLayoutKey);
   if (!marker) return tl::unexpected(marker.error());
   if (*marker) {
-    int version = 0;
-    try {
-      version = std::stoi(**marker);
-    } catch (const std::exception&) {
+    const auto parsed = codec::ParseDecimal<int>(**marker);
+    if (!parsed) {
       return MakeError(ErrorCode::kCorruption, "checkpoint '{}': unreadable layout marker '{}'",
                        directory_, **marker);
     }
+    const int version = *parsed;
     if (version > kLayoutVersion) {
       return MakeError(ErrorCode::kIncompatible,
                        "checkpoint '{}' has layout version {}, written by a newer driftd (this "
@@ -706,13 +806,17 @@ Result<std::optional<CheckpointMetadata>> RocksCheckpointStore::ReadMetadata() {
   metadata.pipeline_name = std::move(**name);
   metadata.fingerprint_json = fingerprint->value_or("");
   metadata.checkpoint_id = checkpoint_id->value_or("");
-  try {
-    if (*version) metadata.format_version = std::stoi(**version);
-    if (*created) metadata.created_at_ms = std::stoll(**created);
-  } catch (const std::exception&) {
+  // Absent in older checkpoints: the defaults stand.
+  const std::optional<int> format_version =
+      *version ? codec::ParseDecimal<int>(**version) : metadata.format_version;
+  const std::optional<int64_t> created_at =
+      *created ? codec::ParseDecimal(**created) : metadata.created_at_ms;
+  if (!format_version || !created_at) {
     return MakeError(ErrorCode::kCorruption, "checkpoint '{}': unreadable metadata numbers",
                      directory_);
   }
+  metadata.format_version = *format_version;
+  metadata.created_at_ms = *created_at;
   return std::optional<CheckpointMetadata>(std::move(metadata));
 }
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include "cmd/driftd/demo_pipeline.inc"
 #include "config/loader.h"
+#include "connectors/alert_text.h"
 #include "connectors/inference_generator.h"
 #include "connectors/kafka/embedded_cluster.h"
 #include "connectors/kafka/kafka_sink.h"
@@ -73,46 +73,11 @@ Result<DemoTopics> TopicsOf(std::string_view pipeline_yaml) {
   return topics;
 }
 
-// A number with up to 4 significant digits, or "?".
-using JsonValue = simdjson::simdjson_result<simdjson::dom::element>;
-
-std::string Number(JsonValue value) {
-  double number = 0;
-  if (value.get(number) != simdjson::SUCCESS) return "?";
-  return fmt::format("{:.4g}", number);
-}
-
-std::string Text(JsonValue value) {
-  std::string_view text;
-  if (value.get(text) != simdjson::SUCCESS) return "?";
-  return std::string(text);
-}
-
-// "Alert read back from Kafka ... : ALERT model-2 feature_vector[3] ..." and the record itself.
-std::string FormatAlert(const TailRecord& record, simdjson::dom::parser& parser) {
-  std::string out =
-      fmt::format("Alert read back from Kafka topic {} (partition {}, offset {}): ", record.topic,
-                  record.partition, record.offset);
-  simdjson::dom::element alert;
-  if (parser.parse(record.value.data(), record.value.size()).get(alert) != simdjson::SUCCESS) {
-    out += "(not JSON)\n";
-  } else {
-    auto field = [&](std::string_view path) { return alert.at_pointer(path); };
-    fmt::format_to(std::back_inserter(out), "{} {} {}: {} {} (threshold {})", Text(field("/level")),
-                   Text(field("/model")), Text(field("/series")), Text(field("/detector")),
-                   Number(field("/statistic")), Number(field("/threshold")));
-    if (JsonValue baseline_mean = field("/baseline/mean"); !baseline_mean.error()) {
-      fmt::format_to(std::back_inserter(out),
-                     ", window mean {} over {} values vs baseline mean {} (stddev {})",
-                     Number(field("/window/mean")), Number(field("/window/n")),
-                     Number(baseline_mean), Number(field("/baseline/stddev")));
-    }
-    out += '\n';
-  }
-  out += "  ";
-  out += record.value;
-  out += '\n';
-  return out;
+// One line per alert: where it was read back from and what it says (connectors/alert_text.h);
+// the record itself stays on the topic, for whoever consumes it.
+std::string FormatAlert(const TailRecord& record) {
+  return fmt::format("Alert read back from Kafka topic {} (partition {}, offset {}): {}\n",
+                     record.topic, record.partition, record.offset, AlertLine(record.value));
 }
 
 }  // namespace
@@ -128,7 +93,6 @@ struct DemoKafka::Parts {
   std::string input_topic;
   std::string alerts_topic;
   std::FILE* out = stdout;
-  simdjson::dom::parser parser;  // the tail thread's
 };
 
 DemoKafka::DemoKafka(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
@@ -180,7 +144,7 @@ Result<std::unique_ptr<DemoKafka>> DemoKafka::Start(std::string_view pipeline_ya
     tail.bootstrap_servers = brokers;
     tail.topic = p->alerts_topic;
     tail.on_record = [p](const TailRecord& record) {
-      std::string text = FormatAlert(record, p->parser);
+      std::string text = FormatAlert(record);
       // One write per alert, so that it never interleaves with a console table.
       std::fwrite(text.data(), 1, text.size(), p->out);
       std::fflush(p->out);

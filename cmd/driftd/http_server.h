@@ -1,9 +1,14 @@
-// The daemon's HTTP endpoint (cpp-httplib): /metrics (Prometheus text), /healthz, /readyz,
-// /progress, and the status page (/ with its data at /api/status and /api/series; the page is
-// built into the binary, it loads nothing from elsewhere). It only reads through the handlers it is given; it owns no pipeline state.
+// The daemon's HTTP endpoint: /metrics (Prometheus text), /healthz, /readyz, /progress, the
+// status page (/ with its data at /api/status and /api/series; the page is built into the
+// binary, it loads nothing from elsewhere), /api/report (`driftd report`'s data) and POST
+// /admin/rebaseline. It only reads through the handlers it is given; it owns no pipeline
+// state. Connections are served by an epoll loop (http_loop.h) that hands complete requests
+// to small pools, so that slow and idle clients cannot delay a probe; who may call it is
+// http_access.h's rule.
 //
-// Lifecycle: Start (binds, then serves on its own threads), destruction stops it. Handlers are
-// called on the server's threads, concurrently.
+// Lifecycle: Start binds, listens and serves on its own threads before it returns;
+// destruction stops it (it waits only for handlers already running). Handlers are called on
+// the server's threads, concurrently.
 #pragma once
 
 #include <chrono>
@@ -13,13 +18,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
+#include <vector>
 
+#include "cmd/driftd/http_loop.h"
 #include "engine/result.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace driftd {
 
@@ -31,22 +33,28 @@ struct HttpAddress {
 /// "127.0.0.1:9464", "[::1]:9464", "0.0.0.0:0". "off" is handled by the caller.
 Result<HttpAddress> ParseHttpAddress(std::string_view text);
 
-/// Connection handling of the endpoint. Probes must be answered within a second whatever
-/// other clients do: every connection gets a thread of its own (idle and slow clients cost a
-/// thread each, not the probes' turn), at most this many at once. Default: 512.
-inline constexpr size_t kMaxConnectionThreads = 512;
-/// Longest wait for the next piece of a request (its line, a header, the body) or for the
-/// client to read the answer. Default: 2 s.
-inline constexpr std::chrono::seconds kReadTimeout{2};
-inline constexpr std::chrono::seconds kWriteTimeout{5};
-/// A keep-alive connection without a new request closes after this. Default: 2 s.
-inline constexpr std::chrono::seconds kKeepAlive{2};
-/// A connection that sends nothing is left to the kernel this long before the server accepts
-/// it (TCP_DEFER_ACCEPT). Default: 10 s.
-inline constexpr std::chrono::seconds kDeferAccept{10};
-/// Connections the kernel queues before the server accepts them (capped by somaxconn), so that
-/// a crowd connecting at once does not drop a probe's SYN. Default: 1024.
-inline constexpr int kListenBacklog = 1024;
+/// Connection handling of the endpoint (see http_loop.h). Connections open at once, in all
+/// and per client address: beyond them the connection that has waited longest without an
+/// answer is closed to make room, so a new one (a probe) always gets in. The total is lowered
+/// to half the open-file limit when that is smaller; `driftd run` raises its soft limit to the
+/// hard one at start. Default: 10,000 and 5,000.
+inline constexpr size_t kMaxConnections = 10'000;
+inline constexpr size_t kMaxConnectionsPerAddress = 5'000;
+/// A request's line and headers must arrive within this of its first byte, its body within
+/// this of its headers; else 408 and the connection closes. Default: 10 s each.
+inline constexpr std::chrono::seconds kHeaderDeadline{10};
+inline constexpr std::chrono::seconds kBodyDeadline{10};
+/// A connection without a (next) request closes after this. Default: 5 s.
+inline constexpr std::chrono::seconds kKeepAlive{5};
+/// The client must have taken the whole answer within this. Default: 10 s.
+inline constexpr std::chrono::seconds kWriteTimeout{10};
+/// Threads answering /healthz and /readyz, and threads for every other route (/metrics can
+/// take a while at many models). Default: 2 and 4.
+inline constexpr size_t kProbeThreads = 2;
+inline constexpr size_t kWorkerThreads = 4;
+/// Connections the kernel queues before the loop accepts them (capped by somaxconn), so that
+/// a crowd connecting at once does not drop a probe's SYN. Default: 4096.
+inline constexpr int kListenBacklog = 4096;
 
 struct HttpHandlers {
   /// The /metrics body.
@@ -64,11 +72,17 @@ struct HttpHandlers {
   std::function<std::optional<std::string>(const std::string& pipeline, const std::string& model,
                                            const std::string& series)>
       series;
+  /// /api/report?pipeline=: the data of `driftd report` (JSON) for one pipeline, or every
+  /// pipeline when empty; nullopt for an unknown pipeline (404). Unset: 404.
+  std::function<std::optional<std::string>(const std::string& pipeline)> report;
   /// POST /admin/rebaseline?pipeline=&model=: an empty string when queued (202), else the
-  /// reason it was not (404). Only from loopback clients, or with the bearer token
-  /// `admin_token` when one is set. Unset: 404.
+  /// reason it was not (404). With the bearer token `admin_token` when one is set, else from
+  /// loopback clients with `X-Driftd-Admin: 1` (http_access.h). Unset: 404.
   std::function<std::string(const std::string& pipeline, const std::string& model)> rebaseline;
   std::string admin_token;
+  /// Host names served besides IP literals, localhost and the bound name
+  /// (--http-allowed-hosts, checked by ParseAllowedHosts).
+  std::vector<std::string> allowed_hosts;
 };
 
 class HttpServer {
@@ -83,9 +97,10 @@ class HttpServer {
   int port() const { return port_; }
 
  private:
-  HttpServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  HttpServer();
+  struct Routes;
+  std::unique_ptr<Routes> routes_;  // before loop_: the loop's handlers point into it
+  std::unique_ptr<HttpLoop> loop_;
   int port_ = 0;
 };
 

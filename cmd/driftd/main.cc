@@ -1,9 +1,10 @@
 // driftd: the command line. Wiring only: parse arguments, set up logging and signals, load the
-// pipelines and run them under the supervisor. Exit codes are documented in README.md and
-// cmd/driftd/supervisor.h.
+// pipelines and run them under the supervisor. Exit codes are documented in
+// cmd/driftd/README.md and cmd/driftd/supervisor.h.
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,13 +28,16 @@
 #include "cmd/driftd/baseline.h"
 #include "cmd/driftd/config_watch.h"
 #include "cmd/driftd/demo.h"
+#include "cmd/driftd/http_access.h"
 #include "cmd/driftd/http_server.h"
 #include "cmd/driftd/logging.h"
 #include "cmd/driftd/notify.h"
 #include "cmd/driftd/preflight.h"
 #include "cmd/driftd/prometheus.h"
+#include "cmd/driftd/report.h"
 #include "cmd/driftd/status.h"
 #include "cmd/driftd/supervisor.h"
+#include "config/detectors.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/executor/executor.h"
@@ -52,9 +56,13 @@ struct RunFlags {
   bool quiet_progress = false;
   std::string http = "127.0.0.1:9464";
   bool http_given = false;
+  /// Host names the endpoint answers besides IP addresses and localhost (DNS rebinding).
+  std::vector<std::string> http_allowed_hosts;
   size_t progress_history = 32;
   /// Series per pipeline with per-detector drift gauges in /metrics.
   size_t metrics_max_series = 2000;
+  /// Models per pipeline with per-model families in /metrics.
+  size_t metrics_max_models = 500;
   /// /healthz fails (and the watchdog is withheld) while a query has been inside one batch,
   /// without reading input, for longer than this. 0: WatchdogSec under systemd, else 30 s.
   double liveness_timeout_s = 0;
@@ -208,6 +216,17 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   auto log = GetLogger("driftd");
   using Clock = std::chrono::steady_clock;
 
+  // Every HTTP connection holds a descriptor, as do RocksDB's files, Kafka's sockets and the
+  // sinks' files: the soft limit (often 1024) would let a crowd of clients exhaust it. The
+  // hard limit is what the operator granted; nothing in the process uses select().
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    const rlim_t before = files.rlim_cur;
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &files) == 0) {
+      log->debug("open-file limit raised from {} to {}", before, files.rlim_cur);
+    }
+  }
+
   // Signals are blocked before any thread starts, so only this thread receives them.
   const sigset_t signals = BlockControlSignals();
 
@@ -235,6 +254,12 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
       : watchdog           ? std::max<int64_t>(1, watchdog->count() / 1000)
                            : 30'000);
 
+  // The pipelines are loaded before the endpoint opens: a file that does not load ends the
+  // process at once with its exit code, with no server to stop (and no client of it to wait
+  // for). Loading connects to nothing, so the endpoint is up a moment later.
+  int refused = supervisor.Load();
+  if (!directory && refused > 0) return kExitConfig;
+
   // Declared after the supervisor so that it stops before the supervisor goes away.
   std::unique_ptr<HttpServer> http;
   if (flags.http != "off") {
@@ -251,6 +276,7 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
       process.reloads_failed = reloads_failed.load();
       process.start_time_seconds = start_time;
       process.max_drift_series = flags.metrics_max_series;
+      process.max_models_shown = flags.metrics_max_models;
       return RenderPrometheus(process, supervisor.Views());
     };
     // Healthy while the control loop turns (a reload may hold it for one batch) and no query
@@ -263,11 +289,30 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
       return supervisor.RequestBaselineReset(pipeline, model);
     };
     if (const char* token = std::getenv("DRIFTD_ADMIN_TOKEN")) handlers.admin_token = token;
+    auto allowed_hosts = ParseAllowedHosts(flags.http_allowed_hosts);
+    if (!allowed_hosts) {
+      log->error("{}", allowed_hosts.error().message());
+      return kExitUsage;
+    }
+    handlers.allowed_hosts = std::move(*allowed_hosts);
     handlers.series = [&](const std::string& pipeline, const std::string& model,
                           const std::string& series) -> std::optional<std::string> {
-      auto points = supervisor.SeriesHistory(pipeline, model, series);
+      std::optional<std::vector<EvaluationPoint>> points;
+      SharedEvaluation latest;
+      supervisor.VisitMetrics(pipeline, [&](const std::string&, const QueryMetrics& metrics) {
+        points = metrics.SeriesHistory(model, series);
+        latest = metrics.LatestEvaluation(model, series);
+      });
       if (!points) return std::nullopt;
-      return RenderSeriesJson(pipeline, model, series, *points);
+      return RenderSeriesJson(pipeline, model, series, *points, latest.get());
+    };
+    handlers.report = [&](const std::string& pipeline) -> std::optional<std::string> {
+      std::vector<ReportPipeline> reports;
+      supervisor.VisitMetrics(pipeline, [&](const std::string& name, const QueryMetrics& metrics) {
+        reports.push_back(ReportFromMetrics(name, metrics));
+      });
+      if (reports.empty() && !pipeline.empty()) return std::nullopt;
+      return RenderReportJson(reports, "daemon", DRIFTD_VERSION);
     };
     handlers.ready = [&](std::string& detail) { return supervisor.Ready(detail); };
     handlers.progress = [&](const std::string& pipeline) {
@@ -289,9 +334,6 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
                 address->host, http->port());
     }
   }
-
-  int refused = supervisor.Load();
-  if (!directory && refused > 0) return kExitConfig;
 
   std::unique_ptr<ConfigWatch> config_watch;
   if (flags.reload_on_change) {
@@ -532,6 +574,14 @@ int main(int argc, char** argv) {
                      "HOST:PORT, port 0 for any free port (the log names it), or off")
         ->capture_default_str();
     command
+        ->add_option("--http-allowed-hosts", flags.http_allowed_hosts,
+                     "Host names (comma-separated; .example.com for a domain and its "
+                     "subdomains; * for any) the endpoint answers besides IP addresses, "
+                     "localhost and the --http host: a request naming another Host is refused "
+                     "(DNS rebinding)")
+        ->delimiter(',')
+        ->envname("DRIFTD_HTTP_ALLOWED_HOSTS");
+    command
         ->add_option("--progress-history", flags.progress_history,
                      "Progress records per pipeline kept for /progress")
         ->check(CLI::Range(1, 100000))
@@ -540,6 +590,12 @@ int main(int argc, char** argv) {
         ->add_option("--metrics-max-series", flags.metrics_max_series,
                      "Drift series per pipeline whose per-detector gauges /metrics shows: those "
                      "not OK first, then by their highest score")
+        ->check(CLI::Range(0, 10000000))
+        ->capture_default_str();
+    command
+        ->add_option("--metrics-max-models", flags.metrics_max_models,
+                     "Models per pipeline whose per-model families (alerts, series by level, "
+                     "values) /metrics shows: those in ALERT first, then by series alerting")
         ->check(CLI::Range(0, 10000000))
         ->capture_default_str();
     command->add_option(
@@ -598,6 +654,24 @@ int main(int argc, char** argv) {
                    "Pipeline file (YAML), or a directory of them checked as `run DIR` loads it")
       ->required();
 
+  ReportCommand report_command;
+  std::string report_http;
+  CLI::App* report_app = app.add_subcommand(
+      "report",
+      "Write one self-contained HTML file of drift per model and series (the baseline's and the "
+      "latest window's distributions, the statistic against its thresholds, incidents) from a "
+      "checkpoint or a running daemon");
+  auto* report_checkpoint =
+      report_app->add_option("--checkpoint", report_command.checkpoint,
+                         "A pipeline's checkpoint directory (opened read-only)");
+  auto* report_from_http =
+      report_app->add_option("--http", report_http, "A running daemon's HTTP address");
+  report_checkpoint->excludes(report_from_http);
+  report_app->add_option("--pipeline", report_command.pipeline,
+                     "With --http: only this pipeline (default: every one)");
+  report_app
+      ->add_option("-o,--output", report_command.output, "The HTML file to write ('-': stdout)")
+      ->required();
   std::string inspect_path;
   bool inspect_json = false;
   CLI::App* inspect = app.add_subcommand("inspect", "Print what a checkpoint holds");
@@ -658,8 +732,8 @@ int main(int argc, char** argv) {
 
   CLI::App* reference = app.add_subcommand(
       "reference",
-      "Print the connector and value format option reference (Markdown), from the "
-      "declarations");
+      "Print the connector, value format and drift detector reference (Markdown), from the "
+      "declarations and the detector registry");
   std::string sink_schema_pipeline;
   std::string sink_schema_sink;
   CLI::App* sink_schema = app.add_subcommand(
@@ -704,10 +778,26 @@ int main(int argc, char** argv) {
     return RunStatusCommand(*address, watch ? watch_seconds : 0, status_json);
   }
   if (reference->parsed()) {
-    std::cout << ConnectorReferenceMarkdown();
+    std::cout << ConnectorReferenceMarkdown() << "### Drift detectors\n\n"
+              << config_detail::DetectorReferenceMarkdown();
     return kExitOk;
   }
   if (sink_schema->parsed()) return PrintSinkSchema(sink_schema_pipeline, sink_schema_sink);
+  if (report_app->parsed()) {
+    if (report_command.checkpoint.empty() == report_http.empty()) {
+      std::cerr << "driftd report: give --checkpoint DIR or --http HOST:PORT\n";
+      return kExitUsage;
+    }
+    if (!report_http.empty()) {
+      auto address = ParseHttpAddress(report_http);
+      if (!address) {
+        std::cerr << address.error().message() << "\n";
+        return kExitUsage;
+      }
+      report_command.http = *address;
+    }
+    return RunReportCommand(report_command, DRIFTD_VERSION);
+  }
   if (inspect->parsed()) {
     auto report = InspectCheckpoint(inspect_path, inspect_json);
     if (!report) {

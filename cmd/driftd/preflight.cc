@@ -40,7 +40,9 @@ const std::pair<const std::string, SourceMark>* NamedOption(
   return best;
 }
 
-ConfigProblem OptionProblem(const std::string& prefix, SourceMark anchor,
+// A sink's error at the option it names. Sources' options are bound at load (ConnectorDecl::
+// bind) and their problems carry the option; sinks' are still checked when created.
+ConfigProblem SinkOptionProblem(const std::string& prefix, SourceMark anchor,
                             const std::map<std::string, SourceMark>& marks,
                             const std::string& message) {
   if (const auto* option = NamedOption(message, marks)) {
@@ -78,17 +80,26 @@ size_t SinkOfError(const PipelineSpec& spec, const std::string& message) {
 
 std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
   std::vector<ConfigProblem> problems;
+  // The sources' options were bound at load, each problem reported at its option's line; what
+  // is left to fail here concerns the source as a whole.
   auto source = CreateSource(spec);
   if (!source) {
-    problems.push_back(OptionProblem("source", spec.source.mark, spec.source.option_marks,
-                                     source.error().message()));
+    problems.push_back({"source", spec.source.mark, source.error().message()});
+  }
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    PipelineSpec input = spec;
+    input.source = spec.inputs[i].source;
+    if (auto created = CreateSource(input); !created) {
+      problems.push_back(
+          {fmt::format("inputs[{}]", i), spec.inputs[i].source.mark, created.error().message()});
+    }
   }
   // The sinks see the source, as at start (a scaled-out Kafka sink shares its group).
   if (auto sinks = CreateSinks(spec, source ? source->get() : nullptr);
       !sinks && !spec.sinks.empty()) {
     const std::string& message = sinks.error().message();
     const size_t i = SinkOfError(spec, message);
-    problems.push_back(OptionProblem(fmt::format("sinks[{}]", i), spec.sinks[i].mark,
+    problems.push_back(SinkOptionProblem(fmt::format("sinks[{}]", i), spec.sinks[i].mark,
                                      spec.sinks[i].option_marks, message));
   }
   if (spec.drift.enabled) {

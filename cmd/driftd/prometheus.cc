@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -203,6 +204,25 @@ std::vector<const Evaluation*> ShownSeries(const QueryMetricsSnapshot& m, size_t
   return out;
 }
 
+// The models of a pipeline whose per-model families a scrape shows, in their order: every one
+// when there are at most `limit`, else the `limit` most urgent (a roll-up in ALERT, then the
+// most series in ALERT, then in WARN, then the most values; ties in their order).
+std::vector<const DriftMonitor::ModelStats*> ShownModels(const QueryMetricsSnapshot& m,
+                                                         size_t limit) {
+  std::vector<const DriftMonitor::ModelStats*> out;
+  for (const DriftMonitor::ModelStats& model : m.drift_models) out.push_back(&model);
+  if (out.size() <= limit) return out;
+  auto rank = [](const DriftMonitor::ModelStats* s) {
+    return std::make_tuple(s->rollup_alert, s->series_in_alert, s->series_in_warn, s->values);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const auto* a, const auto* b) {
+    return rank(a) > rank(b);
+  });
+  out.resize(limit);
+  std::sort(out.begin(), out.end());  // back in the snapshot's order (pointers into it)
+  return out;
+}
+
 }  // namespace
 
 std::string RenderPrometheus(const ProcessMetricsView& process,
@@ -339,6 +359,52 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
               "Map values drift did not watch since start: their model had "
               "drift.maxKeysPerModel keys (or the pipeline drift.maxKeys).",
               [](const View& p) { return static_cast<double>(p.metrics.drift_values_over_key_cap); });
+  PerPipeline(w, pipelines, "driftd_models", "gauge",
+              "Models the query keeps state for (admitted under query.maxModels).",
+              [](const View& p) { return static_cast<double>(p.metrics.models); });
+  PerPipeline(w, pipelines, "driftd_max_models", "gauge",
+              "The cap on models, query.maxModels (0: the query has no string model column).",
+              [](const View& p) { return static_cast<double>(p.metrics.max_models); });
+  PerPipeline(w, pipelines, "driftd_rows_over_model_cap_total", "counter",
+              "Rows of models over query.maxModels since start: dropped, or kept under the "
+              "model \"(other)\" (query.modelOverflow).",
+              [](const View& p) { return static_cast<double>(p.metrics.rows_over_model_cap); });
+  {
+    w.Family("driftd_labels_total", "counter",
+             "The labels' join since start, by outcome: predictions labelled and never labelled, "
+             "labels without a prediction, outside the bound, late, duplicate; duplicate and "
+             "late predictions; rows without a key.");
+    for (const View& p : pipelines) {
+      if (!p.metrics.labels) continue;
+      const JoinCounts& j = p.metrics.join;
+      for (const auto& [outcome, value] :
+           std::initializer_list<std::pair<const char*, int64_t>>{
+               {"labelled", j.labelled},
+               {"unlabelled", j.unlabelled},
+               {"label_without_prediction", j.labels_without_prediction},
+               {"label_outside_bound", j.labels_outside_bound},
+               {"label_late", j.labels_late},
+               {"duplicate_label", j.duplicate_labels},
+               {"duplicate_prediction", j.duplicate_predictions},
+               {"prediction_late", j.predictions_late},
+               {"without_key", j.without_key}}) {
+        w.Sample("driftd_labels_total", {{"pipeline", p.name}, {"outcome", outcome}},
+                 static_cast<double>(value));
+      }
+    }
+    w.Family("driftd_labels_pending", "gauge",
+             "Predictions and labels waiting in the join's state for their other half.");
+    for (const View& p : pipelines) {
+      if (!p.metrics.labels) continue;
+      w.Sample("driftd_labels_pending", {{"pipeline", p.name}},
+               static_cast<double>(p.metrics.join.pending));
+    }
+  }
+  PerPipeline(w, pipelines, "driftd_output_rows_over_sink_limit_total", "counter",
+              "Output rows over what a sink takes of one row (a Kafka topic's "
+              "max.message.bytes) since start: set aside to the dead-letter stream, cut to "
+              "fit.",
+              [](const View& p) { return static_cast<double>(p.metrics.rows_over_sink_limit); });
   PerPipeline(w, pipelines, "driftd_drift_rows_over_segment_cap_total", "counter",
               "Rows drift did not watch since start: their model had drift.maxSegmentsPerModel "
               "segments.",
@@ -350,13 +416,33 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_alerts_total", "counter",
              "Alert events emitted since start, by model and level (warn, alert, resolved, "
              "ok: a warning that cleared).");
+    // Per-model families cover at most max_models_shown models per pipeline, the most urgent.
+    std::vector<std::vector<const DriftMonitor::ModelStats*>> shown_models;
+    for (const View& p : pipelines) {
+      shown_models.push_back(ShownModels(p.metrics, process.max_models_shown));
+    }
+    auto models_of = [&](const View& p) -> const std::vector<const DriftMonitor::ModelStats*>& {
+      return shown_models[static_cast<size_t>(&p - pipelines.data())];
+    };
+    w.Family("driftd_drift_models", "gauge", "Models (and segments) with drift series.");
+    for (const View& p : pipelines) {
+      w.Sample("driftd_drift_models", {{"pipeline", p.name}},
+               static_cast<double>(p.metrics.drift_models.size()));
+    }
+    w.Family("driftd_drift_models_shown", "gauge",
+             "Models (and segments) the per-model families show (--metrics-max-models, the most "
+             "urgent first).");
+    for (const View& p : pipelines) {
+      w.Sample("driftd_drift_models_shown", {{"pipeline", p.name}},
+               static_cast<double>(models_of(p).size()));
+    }
     for (const View& p : pipelines) {
       std::set<std::pair<std::string, std::string>> models;  // (model, segment)
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
-        models.emplace(m.model, m.segment);
-      }
-      for (const auto& [key, count] : p.metrics.alerts_by_model) {
-        models.emplace(std::get<0>(key), std::get<1>(key));
+      for (const DriftMonitor::ModelStats* m : models_of(p)) models.emplace(m->model, m->segment);
+      if (p.metrics.drift_models.size() <= process.max_models_shown) {
+        for (const auto& [key, count] : p.metrics.alerts_by_model) {
+          models.emplace(std::get<0>(key), std::get<1>(key));
+        }
       }
       for (const auto& [model, segment] : models) {
         for (AlertLevel level :
@@ -483,7 +569,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_drift_evaluations_total", "counter",
              "Drift windows closed since start per model (evaluated, or below minSamples).");
     for (const View& p : pipelines) {
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+      for (const DriftMonitor::ModelStats* shown : models_of(p)) {
+        const DriftMonitor::ModelStats& m = *shown;
         auto it = p.metrics.evaluations_by_model.find(ModelLabel(m.model, m.segment));
         w.Sample("driftd_drift_evaluations_total",
                  WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
@@ -494,7 +581,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "Drift series of a model by current level (ok, warn, alert), restored state "
              "included.");
     for (const View& p : pipelines) {
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+      for (const DriftMonitor::ModelStats* shown : models_of(p)) {
+        const DriftMonitor::ModelStats& m = *shown;
         const int64_t ok = m.series - m.series_in_warn - m.series_in_alert;
         for (const auto& [level, count] : {std::pair<const char*, int64_t>{"ok", ok},
                                            {"warn", m.series_in_warn},
@@ -509,7 +597,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_drift_model_alert", "gauge",
              "1 while the model's roll-up is in ALERT (drift.modelAlertSeries series alerting).");
     for (const View& p : pipelines) {
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+      for (const DriftMonitor::ModelStats* shown : models_of(p)) {
+        const DriftMonitor::ModelStats& m = *shown;
         w.Sample("driftd_drift_model_alert",
                  WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
                  m.rollup_alert ? 1 : 0);
@@ -518,7 +607,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_drift_model_values_total", "counter",
              "Values of a model's drift series taken in (baseline and windows).");
     for (const View& p : pipelines) {
-      for (const DriftMonitor::ModelStats& m : p.metrics.drift_models) {
+      for (const DriftMonitor::ModelStats* shown : models_of(p)) {
+        const DriftMonitor::ModelStats& m = *shown;
         w.Sample("driftd_drift_model_values_total",
                  WithSegment({{"pipeline", p.name}, {"model", m.model}}, m.segment, {}),
                  static_cast<double>(m.values));

@@ -38,6 +38,8 @@ struct ProcessMetricsView {
   /// those not OK first, then by their highest score. At 10,000 models, 68,000 series with
   /// an evaluation otherwise made a scrape of 1.75 million samples (200 MB).
   size_t max_drift_series = 2000;
+  /// Models (and segments) per pipeline the per-model families show, the most urgent first.
+  size_t max_models_shown = 500;
 };
 
 std::string RenderPrometheus(const ProcessMetricsView& process,

@@ -20,11 +20,26 @@
 
 namespace driftd {
 
-namespace {
+const DetectorReading* WorstReading(const std::vector<DetectorReading>& readings) {
+  // The order of the monitor's own choice of the detector an alert names: the reading's level,
+  // then its calibrated score (one scale for every detector), then how far past its threshold.
+  auto rank = [](const DetectorReading& r) {
+    const double threshold = r.level == AlertLevel::kAlert ? r.alert_threshold : r.warn_threshold;
+    const double ratio = threshold > 0 ? r.statistic / threshold : r.statistic;
+    return std::make_tuple(static_cast<int>(r.level), r.score, std::clamp(ratio, 0.0, 1e3));
+  };
+  const DetectorReading* worst = nullptr;
+  for (const DetectorReading& r : readings) {
+    if (worst == nullptr || rank(r) > rank(*worst)) worst = &r;
+  }
+  return worst;
+}
 
-// Rows of the status page's grid (models, or model segments): a page of 10,000 models made a
-// 66 MB /api/status that a browser re-reads every few seconds.
-constexpr size_t kMaxGridModels = 500;
+bool IsPerformanceSeries(std::string_view series) {
+  return series.starts_with("estimated:") || series.starts_with("performance:");
+}
+
+namespace {
 
 void Time(JsonObject& object, std::string_view key, int64_t us) {
   if (us == INT64_MIN) {
@@ -34,40 +49,151 @@ void Time(JsonObject& object, std::string_view key, int64_t us) {
   }
 }
 
-std::string ReadingsJson(const std::vector<DetectorReading>& readings) {
+// A wall-clock time in milliseconds, null when unknown (0: restored from a checkpoint).
+void WallTime(JsonObject& object, std::string_view key, int64_t ms) {
+  if (ms <= 0) {
+    object.Null(key);
+  } else {
+    object.Timestamp(key, ms * 1000);
+  }
+}
+
+}  // namespace
+
+std::string ReadingJson(const DetectorReading& r) {
+  std::string out;
+  JsonObject d(out);
+  d.String("detector", r.detector);
+  d.Number("statistic", r.statistic);
+  d.Number("score", r.score);
+  d.Number("warn", r.warn);
+  d.Number("alert", r.alert);
+  d.Number("warn_threshold", r.warn_threshold);
+  d.Number("alert_threshold", r.alert_threshold);
+  d.Number("effect", r.effect);
+  d.Number("min_effect", r.min_effect);
+  d.String("level", LevelLabel(r.level));
+  if (r.held_from != AlertLevel::kOk) d.String("held_by_min_effect", LevelLabel(r.held_from));
+  if (!r.extras.empty()) {
+    std::string extras;
+    JsonObject x(extras);
+    for (const auto& [name, value] : r.extras) x.Number(name, value);
+    x.Close();
+    d.Raw("extras", extras);
+  }
+  d.Close();
+  return out;
+}
+
+std::string DistributionJson(const Evaluation& e) {
   std::string out = "[";
-  for (size_t i = 0; i < readings.size(); ++i) {
+  for (size_t i = 0; i < e.distribution.size(); ++i) {
     if (i > 0) out.push_back(',');
-    const DetectorReading& r = readings[i];
-    JsonObject d(out);
-    d.String("detector", r.detector);
-    d.Number("statistic", r.statistic);
-    d.Number("score", r.score);
-    d.Number("warn", r.warn);
-    d.Number("alert", r.alert);
-    d.Number("warn_threshold", r.warn_threshold);
-    d.Number("alert_threshold", r.alert_threshold);
-    d.String("level", LevelLabel(r.level));
-    d.Close();
+    const DistributionCell& cell = e.distribution[i];
+    JsonObject o(out);
+    if (e.series_kind == SeriesKind::kCategorical) {
+      o.String("category", cell.category);
+    } else {
+      // The first bin has no lower edge, the last no upper: null.
+      if (std::isfinite(cell.lower)) {
+        o.Number("lower", cell.lower);
+      } else {
+        o.Null("lower");
+      }
+      if (std::isfinite(cell.upper)) {
+        o.Number("upper", cell.upper);
+      } else {
+        o.Null("upper");
+      }
+    }
+    o.Int("baseline", cell.baseline);
+    o.Int("window", cell.window);
+    o.Close();
   }
   out.push_back(']');
   return out;
 }
 
-// The detector furthest past its thresholds (what a grid cell shows).
-const DetectorReading* Worst(const Evaluation& e) {
-  const DetectorReading* worst = nullptr;
-  double worst_score = -1;
-  for (const DetectorReading& r : e.detectors) {
-    // Levels are calibrated scores: the same scale for every detector.
-    const double level = r.alert > 0 ? r.alert : 1;
-    const double score = static_cast<double>(r.level) * 1e6 + std::min(r.score / level, 1e5);
-    if (score > worst_score) {
-      worst_score = score;
-      worst = &r;
-    }
+std::string IncidentJson(const IncidentSummary& i) {
+  std::string out;
+  JsonObject o(out);
+  o.String("incidentId", i.incident_id);
+  o.String("model", ModelLabel(i.model, i.segment));
+  o.String("series", i.series);
+  o.String("level", LevelLabel(i.level));
+  o.String("openedLevel", LevelLabel(i.opened_level));
+  o.String("detector", i.detector);
+  o.Number("statistic", i.statistic);
+  o.Number("threshold", i.threshold);
+  Time(o, "since", i.since_us);
+  WallTime(o, "detectedAt", i.since_ms);
+  o.Int("sinceBatch", i.since_batch);
+  WallTime(o, "updatedAt", i.updated_ms);
+  o.Close();
+  return out;
+}
+
+std::string AlertJson(const AlertSummary& a) {
+  std::string out;
+  JsonObject o(out);
+  o.String("alertId", a.alert_id);
+  o.String("incidentId", a.incident_id);
+  o.String("level", LevelLabel(a.level));
+  o.String("previousLevel", LevelLabel(a.previous_level));
+  o.String("model", a.model);
+  if (!a.segment.empty()) o.String("segment", a.segment);
+  o.String("series", a.series);
+  o.String("detector", a.detector);
+  o.Number("statistic", a.statistic);
+  o.Number("threshold", a.threshold);
+  o.Number("score", a.score);
+  o.Int("batchId", a.batch_id);
+  Time(o, "windowStart", a.window_start_us);
+  Time(o, "windowEnd", a.window_end_us);
+  WallTime(o, "recordedAt", a.recorded_at_ms);
+  o.Close();
+  return out;
+}
+
+std::string PointJson(const EvaluationPoint& p) {
+  std::string out;
+  JsonObject o(out);
+  o.Int("batchId", p.batch_id);
+  o.Int("windowEndRecord", p.window_end_record);
+  Time(o, "windowStart", p.window_start_us);
+  Time(o, "windowEnd", p.window_end_us);
+  o.Int("windowN", p.window_n);
+  o.Number("windowMean", p.window_mean);
+  o.Int("baselineN", p.baseline_n);
+  o.Number("baselineMean", p.baseline_mean);
+  o.String("level", LevelLabel(p.level));
+  o.Bool("evaluated", p.evaluated);
+  if (const DetectorReading* worst = WorstReading(p.detectors)) o.String("worst", worst->detector);
+  std::string readings = "[";
+  for (size_t i = 0; i < p.detectors.size(); ++i) {
+    if (i > 0) readings.push_back(',');
+    readings += ReadingJson(p.detectors[i]);
   }
-  return worst;
+  readings.push_back(']');
+  o.Raw("detectors", readings);
+  o.Close();
+  return out;
+}
+
+namespace {
+
+// Rows of the status page's grid (models, or model segments): a page of 10,000 models made a
+// 66 MB /api/status that a browser re-reads every few seconds.
+constexpr size_t kMaxGridModels = 500;
+
+std::string ReadingsJson(const std::vector<DetectorReading>& readings) {
+  std::string out = "[";
+  for (size_t i = 0; i < readings.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += ReadingJson(readings[i]);
+  }
+  out.push_back(']');
+  return out;
 }
 
 std::string PipelineJson(const PipelineStatus& status) {
@@ -113,6 +239,12 @@ std::string PipelineJson(const PipelineStatus& status) {
   }
   batches.push_back(']');
   p.Raw("batchHistory", batches);
+
+  // Open incidents, by (model label, series), for the cells and the incidents table.
+  std::map<std::pair<std::string, std::string>, const IncidentSummary*> incident_of;
+  for (const IncidentSummary& incident : status.incidents) {
+    incident_of[{ModelLabel(incident.model, incident.segment), incident.series}] = &incident;
+  }
 
   // The grid: series in first-seen order (monitor order), then one row per model.
   std::vector<std::string> series;
@@ -184,6 +316,17 @@ std::string PipelineJson(const PipelineStatus& status) {
       o.Int("values", stats.values);
       o.Bool("rollupAlert", stats.rollup_alert);
     }
+    // The model's oldest incident open now (its roll-up's included): what "since" shows.
+    const IncidentSummary* oldest = nullptr;
+    for (auto it = incident_of.lower_bound({model, ""});
+         it != incident_of.end() && it->first.first == model; ++it) {
+      const IncidentSummary& i = *it->second;
+      if (oldest == nullptr || std::make_pair(i.since_ms, i.since_batch) <
+                                   std::make_pair(oldest->since_ms, oldest->since_batch)) {
+        oldest = &i;
+      }
+    }
+    if (oldest != nullptr) o.Raw("incidentSince", IncidentJson(*oldest));
     std::string cells;
     JsonObject c(cells);
     for (const Evaluation* e : evaluations) {
@@ -191,10 +334,11 @@ std::string PipelineJson(const PipelineStatus& status) {
       JsonObject x(cell);
       x.String("level", LevelLabel(e->level));
       x.Bool("evaluated", e->evaluated);
-      if (const DetectorReading* worst = Worst(*e)) {
-        x.String("detector", worst->detector);
-        x.Number("statistic", worst->statistic);
-        x.Number("alert", worst->alert);
+      // The cell's worst detector, the same choice the chart opens on: its calibrated score is
+      // what the cell shows (one scale for every detector), its statistic and thresholds are
+      // in the detector's own units.
+      if (const DetectorReading* worst = WorstReading(e->detectors)) {
+        x.Raw("worst", ReadingJson(*worst));
       }
       x.Int("windowN", e->window_n);
       if (e->window_n > 0 && e->series_kind != SeriesKind::kCategorical) {
@@ -203,6 +347,9 @@ std::string PipelineJson(const PipelineStatus& status) {
       x.Int("batchId", e->batch_id);
       Time(x, "windowEnd", e->window_end_us);
       x.Raw("detectors", ReadingsJson(e->detectors));
+      if (auto incident = incident_of.find({model, e->series}); incident != incident_of.end()) {
+        x.Raw("incident", IncidentJson(*incident->second));
+      }
       x.Close();
       c.Raw(e->series, cell);
     }
@@ -213,24 +360,55 @@ std::string PipelineJson(const PipelineStatus& status) {
   models.push_back(']');
   p.Raw("models", models);
 
+  std::string incidents = "[";
+  for (const IncidentSummary& incident : status.incidents) {
+    if (incidents.size() > 1) incidents.push_back(',');
+    incidents += IncidentJson(incident);
+  }
+  incidents.push_back(']');
+  p.Raw("incidents", incidents);
+
+  // Per model: its estimated and realized performance over its last windows.
+  std::string performance = "[";
+  std::map<std::string, std::map<std::string, const std::vector<EvaluationPoint>*>> by_metric;
+  for (const auto& [key, points] : status.performance) {
+    by_metric[key.first][key.second] = &points;
+  }
+  for (const auto& [model, of_model] : by_metric) {
+    std::map<std::string, std::pair<const std::vector<EvaluationPoint>*,
+                                    const std::vector<EvaluationPoint>*>>
+        metrics;  // metric -> (estimated, realized)
+    for (const auto& [name, points] : of_model) {
+      const size_t colon = name.find(':');
+      auto& slot = metrics[name.substr(colon + 1)];
+      (name.starts_with("estimated:") ? slot.first : slot.second) = points;
+    }
+    for (const auto& [metric, pair] : metrics) {
+      if (performance.size() > 1) performance.push_back(',');
+      JsonObject o(performance);
+      o.String("model", model);
+      o.String("metric", metric);
+      for (const auto& [key, points] : {std::make_pair("estimated", pair.first),
+                                        std::make_pair("realized", pair.second)}) {
+        std::string arr = "[";
+        for (size_t i = 0; points != nullptr && i < points->size(); ++i) {
+          if ((*points)[i].detectors.empty()) continue;
+          if (arr.size() > 1) arr.push_back(',');
+          arr += PointJson((*points)[i]);
+        }
+        arr.push_back(']');
+        o.Raw(key, arr);
+      }
+      o.Close();
+    }
+  }
+  performance.push_back(']');
+  p.Raw("performance", performance);
+
   std::string alerts = "[";
   for (size_t i = status.alerts.size(); i-- > 0;) {  // newest first
     if (alerts.size() > 1) alerts.push_back(',');
-    const AlertSummary& a = status.alerts[i];
-    JsonObject o(alerts);
-    o.String("alertId", a.alert_id);
-    o.String("level", LevelLabel(a.level));
-    o.String("previousLevel", LevelLabel(a.previous_level));
-    o.String("model", a.model);
-    if (!a.segment.empty()) o.String("segment", a.segment);
-    o.String("series", a.series);
-    o.String("detector", a.detector);
-    o.Number("statistic", a.statistic);
-    o.Number("threshold", a.threshold);
-    o.Int("batchId", a.batch_id);
-    Time(o, "windowEnd", a.window_end_us);
-    o.Timestamp("recordedAt", a.recorded_at_ms * 1000);
-    o.Close();
+    alerts += AlertJson(status.alerts[i]);
   }
   alerts.push_back(']');
   p.Raw("recentAlerts", alerts);
@@ -273,6 +451,12 @@ double Num(simdjson::dom::element e, const char* key) {
 bool Flag(simdjson::dom::element e, const char* key) {
   bool v = false;
   return e[key].get(v) == simdjson::SUCCESS && v;
+}
+
+// "2026-12-04T19:42:49.827Z" as "2026-12-04 19:42:49Z"; "" for no time.
+std::string ShortTime(const std::string& rfc3339) {
+  if (rfc3339.size() < 19 || rfc3339[10] != 'T') return rfc3339;
+  return fmt::format("{} {}Z", rfc3339.substr(0, 10), rfc3339.substr(11, 8));
 }
 
 std::string Color(const std::string& level, bool tty) {
@@ -331,6 +515,14 @@ std::string FormatStatus(const std::string& json, bool tty) {
       if (!warning.empty()) {
         detail += fmt::format("{}warn: {}", detail.empty() ? "" : "; ", fmt::join(warning, ", "));
       }
+      simdjson::dom::element since;
+      if (model["incidentSince"].get(since) == simdjson::SUCCESS) {
+        std::string at = Text(since, "since");
+        if (at.empty()) at = Text(since, "detectedAt");
+        if (at.size() > 19) at = at.substr(0, 19);
+        std::replace(at.begin(), at.end(), 'T', ' ');
+        detail += fmt::format(" (since {} UTC)", at);
+      }
       out += fmt::format("  {:<20} {}{:<6}{} {}\n", Text(model, "name"), Color(level, tty), level,
                          reset, detail);
     }
@@ -341,14 +533,18 @@ std::string FormatStatus(const std::string& json, bool tty) {
       for (simdjson::dom::element a : alerts) {
         if (++shown > 8) break;
         const std::string level = Text(a, "level");
-        out += fmt::format("    {}{:<8}{} {} {} {} {:.4g} (threshold {:.4g}) batch {}\n",
-                           Color(level, tty), level, reset,
+        // When driftd raised it, and the end of the window it judged (event time: earlier
+        // than the first while catching up).
+        const std::string window_end = ShortTime(Text(a, "windowEnd"));
+        out += fmt::format("    {} {}{:<8}{} {} {} {} {:.4g} (threshold {:.4g}) batch {}{}\n",
+                           ShortTime(Text(a, "recordedAt")), Color(level, tty), level, reset,
                            Text(a, "segment").empty()
                                ? Text(a, "model")
                                : fmt::format("{} [{}]", Text(a, "model"), Text(a, "segment")),
                            Text(a, "series"),
                            Text(a, "detector"), Num(a, "statistic"), Num(a, "threshold"),
-                           Int(a, "batchId"));
+                           Int(a, "batchId"),
+                           window_end.empty() ? "" : ", window ending " + window_end);
       }
     }
   }
@@ -389,7 +585,8 @@ std::string RenderStatusJson(std::string_view version, const std::vector<Pipelin
 
 std::string RenderSeriesJson(const std::string& pipeline, const std::string& model,
                              const std::string& series,
-                             const std::vector<EvaluationPoint>& points) {
+                             const std::vector<EvaluationPoint>& points,
+                             const Evaluation* latest) {
   std::string out;
   JsonObject root(out);
   root.String("pipeline", pipeline);
@@ -398,18 +595,22 @@ std::string RenderSeriesJson(const std::string& pipeline, const std::string& mod
   std::string arr = "[";
   for (size_t i = 0; i < points.size(); ++i) {
     if (i > 0) arr.push_back(',');
-    const EvaluationPoint& p = points[i];
-    JsonObject o(arr);
-    o.Int("batchId", p.batch_id);
-    o.Int("windowEndRecord", p.window_end_record);
-    Time(o, "windowEnd", p.window_end_us);
-    o.String("level", LevelLabel(p.level));
-    o.Bool("evaluated", p.evaluated);
-    o.Raw("detectors", ReadingsJson(p.detectors));
-    o.Close();
+    arr += PointJson(points[i]);
   }
   arr.push_back(']');
   root.Raw("points", arr);
+  if (latest != nullptr) {
+    // What the latest window's histogram or categorical detectors compared, with the
+    // detector the grid cell shows (the chart opens on it).
+    if (const DetectorReading* worst = WorstReading(latest->detectors)) {
+      root.String("worst", worst->detector);
+    }
+    root.String("kind", latest->series_kind == SeriesKind::kCategorical ? "categorical"
+                                                                         : "numeric");
+    Time(root, "windowStart", latest->window_start_us);
+    Time(root, "windowEnd", latest->window_end_us);
+    root.Raw("distribution", DistributionJson(*latest));
+  }
   root.Close();
   return out;
 }

@@ -13,6 +13,7 @@
 
 #include "cmd/driftd/logging.h"
 #include "cmd/driftd/preflight.h"
+#include "cmd/driftd/status.h"
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/executor/executor.h"
@@ -212,6 +213,7 @@ struct Supervisor::Query {
       }
       ExecutorOptions options;
       options.fingerprint_json = fingerprint;
+      options.checkpoint_name = CheckpointPipelineName(spec);
       options.metrics = &metrics;
       options.on_progress = [this, log](const std::string& json) {
         if (!quiet_progress) log->info("{}{}", kProgressLogPrefix, json);
@@ -245,9 +247,18 @@ struct Supervisor::Query {
           status = running->Run();
           if (status) {
             const QueryCounters& counters = running->counters();
-            log->info("pipeline {} stopped after batch {} ({} input rows, {} alerts)", spec.name,
-                      counters.last_batch_id.load(), counters.input_rows.load(),
-                      counters.alerts.load());
+            if (counters.batches.load() == 0) {
+              // Nothing new since the checkpoint's last batch (a restart with nothing to
+              // read): the log's "resuming after batch N" names it.
+              log->info("pipeline {} stopped with no new batch: nothing new to read", spec.name);
+            } else {
+              const int64_t batches = counters.batches.load();
+              log->info("pipeline {} stopped after batch {} (this run: {} batch{}, {} input "
+                        "rows, {} alerts)",
+                        spec.name, counters.last_batch_id.load(), batches,
+                        batches == 1 ? "" : "es", counters.input_rows.load(),
+                        counters.alerts.load());
+            }
             std::lock_guard<std::mutex> lock(mutex);
             RetireExecutor();
             state = QueryState::kFinished;
@@ -327,7 +338,7 @@ std::vector<std::string> Supervisor::ListFiles(std::vector<std::string>& problem
 
 std::unique_ptr<Supervisor::Query> Supervisor::StartQuery(Candidate candidate) {
   auto query = std::make_unique<Query>(options_.progress_history,
-                                       candidate.spec.source.format == "kafka");
+                                       candidate.spec.source.traits.topic_partitions);
   query->file = std::move(candidate.file);
   query->content = std::move(candidate.content);
   query->spec = std::move(candidate.spec);
@@ -666,6 +677,12 @@ std::vector<PipelineStatus> Supervisor::Statuses() const {
     status.trigger_interval_ms = query.spec.trigger.interval_ms;
     status.alerts = query.metrics.RecentAlerts();
     status.batches = query.metrics.RecentBatches();
+    status.incidents = query.metrics.OpenIncidents();
+    for (const auto& [key, evaluation] : view.metrics.evaluations) {
+      if (IsPerformanceSeries(key.second)) {
+        status.performance[key] = query.metrics.SeriesHistory(key.first, key.second);
+      }
+    }
     status.busy_ms = query.metrics.BusyForMs();
     status.view = std::move(view);
     out.push_back(std::move(status));
@@ -680,6 +697,20 @@ std::optional<std::vector<EvaluationPoint>> Supervisor::SeriesHistory(
     if (query->spec.name == pipeline) return query->metrics.SeriesHistory(model, series);
   }
   return std::nullopt;
+}
+
+bool Supervisor::VisitMetrics(
+    const std::string& pipeline,
+    const std::function<void(const std::string& name, const QueryMetrics& metrics)>& visit)
+    const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool any = false;
+  for (const auto& [file, query] : queries_) {
+    if (!pipeline.empty() && query->spec.name != pipeline) continue;
+    visit(query->spec.name, query->metrics);
+    any = true;
+  }
+  return any;
 }
 
 std::string Supervisor::RequestBaselineReset(const std::string& pipeline,

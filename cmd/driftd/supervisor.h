@@ -38,6 +38,10 @@ struct PipelineStatus {
   int64_t trigger_interval_ms = 0;
   std::vector<AlertSummary> alerts;
   std::vector<BatchPoint> batches;
+  /// The incidents open now.
+  std::vector<IncidentSummary> incidents;
+  /// The performance stage's series' last evaluations, by (model label, series).
+  std::map<std::pair<std::string, std::string>, std::vector<EvaluationPoint>> performance;
   /// How long the current batch has been running without progress (0: between batches).
   int64_t busy_ms = 0;
 };
@@ -102,6 +106,11 @@ class Supervisor {
   std::optional<std::vector<EvaluationPoint>> SeriesHistory(const std::string& pipeline,
                                                             const std::string& model,
                                                             const std::string& series) const;
+  /// Calls `visit` with the name and metrics of the running query of `pipeline` (every query's
+  /// when empty), under the supervisor's lock: keep it short. False when there is none.
+  bool VisitMetrics(const std::string& pipeline,
+                    const std::function<void(const std::string& name,
+                                             const QueryMetrics& metrics)>& visit) const;
   /// Starts a model's drift baselines over in the pipeline's running query (at its next
   /// batch). Returns an empty string when queued, else why not (unknown pipeline or model).
   std::string RequestBaselineReset(const std::string& pipeline, const std::string& model);
@@ -136,7 +145,7 @@ class Supervisor {
 /// list is what was read before).
 std::vector<std::string> ListPipelineFiles(const std::string& directory, std::string& problem);
 
-// Exit codes (sysexits.h where one fits), documented in README.md and `driftd --help`.
+// Exit codes (sysexits.h where one fits), documented in cmd/driftd/README.md and `driftd --help`.
 // One code per cause, whichever connector reported it.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;     // the query failed at run time: a sink could not

@@ -879,16 +879,11 @@ ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context, const O
         problem_option, fmt::format("{} does not cover the rows: {}", where, plan.error())});
   }
   config.plan = std::move(*plan);
-  const std::string registry_url = options.GetString("schemaRegistryUrl");
-  if (!registry_url.empty()) {
-    SchemaRegistryOptions registry;
-    registry.url = registry_url;
-    registry.timeout_ms = options.GetDurationMs("schemaRegistryTimeout", 10'000);
-    auto client = SchemaRegistryClient::Create(std::move(registry));
-    if (!client) {
-      return tl::unexpected(ValueFormatProblem{"schemaRegistryUrl", client.error().message()});
+  if (auto client = CreateSchemaRegistryClient(options)) {
+    if (!*client) {
+      return tl::unexpected(ValueFormatProblem{client->error().option, client->error().message});
     }
-    config.registry = std::move(*client);
+    config.registry = std::move(**client);
     config.subject = options.GetString("subject");
     if (config.subject.empty()) config.subject = context.default_subject;
   }
@@ -930,6 +925,7 @@ void AddAvroEncoder(ValueFormatDecl& decl) {
       {"schemaRegistryTimeout", OptionType::kDuration, "10 seconds",
        "Connect and read timeout of a Schema Registry request."},
   };
+  for (OptionDecl& option : SchemaRegistryAccessOptions()) decl.sink_options.push_back(option);
   decl.create_encoder = CreateAvroEncoder;
 }
 

@@ -676,12 +676,9 @@ ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& 
     }
     config.writer = std::move(*writer);
   } else {
-    SchemaRegistryOptions registry;
-    registry.url = registry_url;
-    registry.timeout_ms = options.GetDurationMs("schemaRegistryTimeout", 10'000);
-    auto client = SchemaRegistryClient::Create(std::move(registry));
+    auto client = *CreateSchemaRegistryClient(options);
     if (!client) {
-      return tl::unexpected(ValueFormatProblem{"schemaRegistryUrl", client.error().message()});
+      return tl::unexpected(ValueFormatProblem{client.error().option, client.error().message});
     }
     config.registry = std::move(*client);
   }
@@ -713,6 +710,7 @@ ValueFormatDecl AvroFormatDeclaration() {
       {"schemaRegistryTimeout", OptionType::kDuration, "10 seconds",
        "Connect and read timeout of a Schema Registry request."},
   };
+  for (OptionDecl& option : SchemaRegistryAccessOptions()) decl.options.push_back(option);
   decl.create = CreateAvroDecoder;
   AddAvroEncoder(decl);
   return decl;

@@ -3,6 +3,14 @@
 // decoder) and registers a writer schema under a subject (POST <url>/subjects/<subject>/versions,
 // for the avro encoder), and nothing else.
 //
+// A registry that wants credentials gets HTTP basic auth, from the URL's user info
+// (https://user:password@registry:8081) or from `user:password` given apart (Confluent's
+// basic.auth.user.info, typically from an environment variable); over https it verifies the
+// registry's certificate against a CA file (or the system's CAs) and can present a client
+// certificate. Create checks all of it without connecting, so that `driftd validate` finds what
+// `run` would; no message of the client shows the password (its URL is shown without the user
+// info).
+//
 // Thread-safety: one thread at a time (each decoder owns its client).
 #pragma once
 
@@ -10,22 +18,42 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "engine/options.h"
 #include "engine/result.h"
 
 namespace driftd {
 
 struct SchemaRegistryOptions {
-  /// Base URL, e.g. "http://registry:8081" or "http://apicurio:8080/apis/ccompat/v7".
+  /// Base URL, e.g. "http://registry:8081" or "http://apicurio:8080/apis/ccompat/v7"; it may
+  /// carry user info for basic auth ("https://user:password@registry:8081", percent-encoded).
   std::string url;
   /// Connect and read timeout per request, in ms. Default: 10 s.
   int64_t timeout_ms = 10'000;
+  /// Basic auth as "user:password" (not together with user info in the URL). Default: none.
+  std::string credentials;
+  /// https: PEM file of the CAs that sign the registry's certificate. Default: the system's.
+  std::string ca_file;
+  /// https: PEM client certificate and its private key, presented to a registry that asks
+  /// for one (mutual TLS); both or neither. Default: none.
+  std::string cert_file;
+  std::string key_file;
+};
+
+/// What is wrong with the registry options, and the option (its valueOptions name) it is about.
+struct SchemaRegistryProblem {
+  std::string option;
+  std::string message;
 };
 
 class SchemaRegistryClient {
  public:
-  /// Checks the URL's shape (http or https, a host); it does not connect.
-  static Result<std::unique_ptr<SchemaRegistryClient>> Create(SchemaRegistryOptions options);
+  /// Checks the URL's shape (http or https, a host), the credentials' shape, and that the TLS
+  /// files are readable PEM (a CA certificate; a certificate and the private key that matches
+  /// it); it does not connect.
+  static tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem> Create(
+      SchemaRegistryOptions options);
   ~SchemaRegistryClient();
 
   /// The Avro schema text of `id`; nullopt when the registry answers that it has no such
@@ -38,13 +66,26 @@ class SchemaRegistryClient {
   /// incompatible schema: HTTP 409, with the registry's message).
   Result<uint32_t> Register(const std::string& subject, const std::string& schema);
 
-  const std::string& url() const { return options_.url; }
+  /// The URL without its user info, as messages show it.
+  const std::string& url() const { return shown_url_; }
 
  private:
   struct Target;
   SchemaRegistryClient(SchemaRegistryOptions options, std::unique_ptr<Target> target);
   SchemaRegistryOptions options_;
+  std::string shown_url_;
   std::unique_ptr<Target> target_;
 };
+
+/// The registry's options of a value format (valueOptions): schemaRegistryUrl with the
+/// timeout, credentials and TLS files, read from `options`; nullopt when schemaRegistryUrl is
+/// not set.
+std::optional<tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem>>
+CreateSchemaRegistryClient(const Options& options);
+
+/// The declarations of the credentials and TLS options, for the value formats that talk to a
+/// registry (schemaRegistryCredentials, schemaRegistryCaFile, schemaRegistryCertFile,
+/// schemaRegistryKeyFile).
+std::vector<OptionDecl> SchemaRegistryAccessOptions();
 
 }  // namespace driftd

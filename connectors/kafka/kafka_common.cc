@@ -129,6 +129,51 @@ Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int partitions,
   }
 }
 
+QueuePtr AskTopicConfigs(rd_kafka_t* rk, const std::vector<std::string>& topics,
+                         int timeout_ms) {
+  char error[512];
+  QueuePtr queue{rd_kafka_queue_new(rk)};
+  std::vector<rd_kafka_ConfigResource_t*> resources;
+  for (const std::string& topic : topics) {
+    resources.push_back(rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str()));
+  }
+  rd_kafka_AdminOptions_t* options = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+  rd_kafka_AdminOptions_set_request_timeout(options, timeout_ms, error, sizeof error);
+  rd_kafka_DescribeConfigs(rk, resources.data(), resources.size(), options, queue.get());
+  rd_kafka_AdminOptions_destroy(options);
+  for (rd_kafka_ConfigResource_t* resource : resources) rd_kafka_ConfigResource_destroy(resource);
+  return queue;
+}
+
+std::optional<std::map<std::string, std::string>> TopicConfigsAnswer(rd_kafka_queue_t* queue,
+                                                                     const std::string& name,
+                                                                     int wait_ms) {
+  EventPtr event{rd_kafka_queue_poll(queue, wait_ms)};
+  if (!event) return std::nullopt;
+  std::map<std::string, std::string> values;
+  const rd_kafka_DescribeConfigs_result_t* result =
+      rd_kafka_event_DescribeConfigs_result(event.get());
+  if (rd_kafka_event_error(event.get()) != RD_KAFKA_RESP_ERR_NO_ERROR || result == nullptr) {
+    return values;
+  }
+  size_t count = 0;
+  const rd_kafka_ConfigResource_t** described =
+      rd_kafka_DescribeConfigs_result_resources(result, &count);
+  for (size_t i = 0; i < count; ++i) {
+    if (rd_kafka_ConfigResource_error(described[i]) != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+    size_t entries = 0;
+    const rd_kafka_ConfigEntry_t** configs =
+        rd_kafka_ConfigResource_configs(described[i], &entries);
+    for (size_t e = 0; e < entries; ++e) {
+      const char* value = rd_kafka_ConfigEntry_value(configs[e]);
+      if (name == rd_kafka_ConfigEntry_name(configs[e]) && value != nullptr) {
+        values[rd_kafka_ConfigResource_name(described[i])] = value;
+      }
+    }
+  }
+  return values;
+}
+
 std::string Describe(const rd_kafka_error_t* error) {
   return fmt::format("{} ({})", rd_kafka_error_string(error), rd_kafka_error_name(error));
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,5 +89,16 @@ Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int partitions,
 
 /// Error text of an rd_kafka_error_t, with its code name.
 std::string Describe(const rd_kafka_error_t* error);
+
+/// Asks the brokers for config `name` of each of `topics` (DescribeConfigs) and returns at
+/// once: the answer comes on the returned queue (TopicConfigsAnswer reads it).
+QueuePtr AskTopicConfigs(rd_kafka_t* rk, const std::vector<std::string>& topics,
+                         int timeout_ms);
+/// The answer to AskTopicConfigs on `queue` if it came within `wait_ms`: config `name` by
+/// topic, for the topics whose brokers said (an older broker, one without DescribeConfigs,
+/// or a topic without the permission says nothing). nullopt while no answer has come.
+std::optional<std::map<std::string, std::string>> TopicConfigsAnswer(rd_kafka_queue_t* queue,
+                                                                     const std::string& name,
+                                                                     int wait_ms);
 
 }  // namespace driftd::kafka

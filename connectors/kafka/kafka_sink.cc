@@ -31,8 +31,9 @@
 // to stop a delivery half-way. DRIFTD_KAFKA_SINK_FAULT=fatal raises a fabricated fatal producer
 // error (rd_kafka_test_fatal_error) that says the producer was fenced just before
 // commit_transaction; fatal_txn_state raises a fatal INVALID_TXN_STATE there instead, once per
-// process (it models the broker aborting a transaction that outlived its timeout). A suffix
-// "@N" limits the fault to batches with id >= N ("fatal@3").
+// process (it models the broker aborting a transaction that outlived its timeout);
+// stall_in_commit holds the first scaled-out commit for DRIFTD_KAFKA_SINK_STALL_MS (default 25 s)
+// before it goes on. A suffix "@N" limits the fault to batches with id >= N ("fatal@3").
 #include "connectors/kafka/kafka_sink.h"
 
 #include <signal.h>
@@ -41,6 +42,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <charconv>
+#include <deque>
 #include <optional>
 #include <thread>
 
@@ -73,6 +76,15 @@ constexpr int kMaxCallAttempts = 10;
 // The longest a stop waits for init_transactions while the brokers do not answer.
 constexpr int64_t kConnectSliceMs = 500;
 constexpr int kRequestTimeoutMs = 10'000;
+// Producers lost to stalls in five minutes before a scaled-out query stops (RejoinAfterStall).
+constexpr size_t kMaxStallsInFiveMinutes = 5;
+// How long Open waits for the topics' size limits (MeasureLimits).
+constexpr int kTopicLimitWaitMs = 500;
+// librdkafka's message.max.bytes when it is not set.
+constexpr size_t kDefaultMessageMaxBytes = 1'000'000;
+// What a record batch of one record adds to its key and value: the batch header (61 bytes),
+// the record's varints and attributes, with room to spare.
+constexpr size_t kRecordOverhead = 128;
 // Records scanned per step when searching the progress topic backwards from its end.
 constexpr int64_t kProgressScanWindow = 1000;
 
@@ -88,6 +100,10 @@ struct Target {
   OutputMode mode = OutputMode::kAppend;
   /// Turns each row into the record's value (valueFormat: json, the row as it is, or avro).
   std::unique_ptr<ValueEncoder> encoder;
+  /// The longest row (JSON and key bytes, OverRowLimit) a record of the topic can carry, and
+  /// what sets it (MeasureLimits). An encoded value is never longer than its JSON row.
+  size_t max_row_bytes = SIZE_MAX;
+  std::string limit_why;
 };
 
 struct KafkaSinkOptions {
@@ -108,6 +124,8 @@ struct KafkaSinkOptions {
   std::string fault;
   /// The fault applies to batches with at least this id. Default: 0.
   int64_t fault_from_batch = 0;
+  /// stall_in_commit: how long (DRIFTD_KAFKA_SINK_STALL_MS). Default: 25 s.
+  int64_t stall_ms = 25'000;
   /// scaleOut: the group whose metadata goes into each transaction, with the internal topics'
   /// records; no progress topic (the group's committed offsets say what was delivered).
   std::shared_ptr<kafka::KafkaGroup> group;
@@ -190,11 +208,15 @@ class KafkaSink final : public Sink {
           kafka::FetchMetadata(producer_.get(), target.topic.c_str(), kRequestTimeoutMs);
       if (!metadata) return Fail(tl::unexpected(metadata.error().Wrap("kafka sink")));
       if ((*metadata)->topic_cnt != 1 || (*metadata)->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        return Fail(MakeError(ErrorCode::kConfig, "kafka sink '{}': topic {} does not exist",
+        // kExternal: it may exist soon (a service directory restarts the query with backoff).
+        return Fail(MakeError(ErrorCode::kExternal,
+                              "kafka sink '{}': topic {} does not exist; create it "
+                              "(run DIR tries the query again with backoff)",
                               target.sink_name, target.topic));
       }
     }
     if (Status opened = OpenEncoders(); !opened) return Fail(opened);
+    MeasureLimits();
     // An existing progress topic is used as it is: creating topics needs a permission that a
     // locked-down cluster may not grant, and an API that librdkafka's mock cluster (the demo's
     // embedded stand-in) lacks.
@@ -276,6 +298,17 @@ class KafkaSink final : public Sink {
 
   bool CommitsScaledOutBatches() const override { return options_.group != nullptr; }
 
+  std::vector<RowLimit> RowLimits() override {
+    TakeTopicLimits(0);
+    std::vector<RowLimit> limits;
+    for (const Target& target : options_.targets) {
+      if (target.max_row_bytes == SIZE_MAX) continue;
+      limits.push_back(
+          {target.sink_name, target.stream, target.mode, target.max_row_bytes, target.limit_why});
+    }
+    return limits;
+  }
+
   Status Close() override {
     if (!producer_) return Ok();
     if (fatal_) {
@@ -317,11 +350,15 @@ class KafkaSink final : public Sink {
       auto listed = TopicListed(target.topic);
       if (!listed) return Fail(tl::unexpected(listed.error().Wrap("kafka sink")));
       if (!*listed) {
-        return Fail(MakeError(ErrorCode::kConfig, "kafka sink '{}': topic {} does not exist",
+        // kExternal: it may exist soon (a service directory restarts the query with backoff).
+        return Fail(MakeError(ErrorCode::kExternal,
+                              "kafka sink '{}': topic {} does not exist; create it "
+                              "(run DIR tries the query again with backoff)",
                               target.sink_name, target.topic));
       }
     }
     if (Status opened = OpenEncoders(); !opened) return Fail(opened);
+    MeasureLimits();
     Log()->info("kafka sink: transactional.id={} (scaled out, group {})",
                 options_.transactional_id, options_.source_group_id);
     return Ok();
@@ -333,13 +370,26 @@ class KafkaSink final : public Sink {
   // committed offsets instead of sending this one again.
   Status DeliverScaledOut(const BatchOutput& output) {
     options_.group->ClearChangelogOffsets();
+    if (!producer_) {
+      // The producer was dropped after a stall (below) and its successor could not start yet.
+      DRIFTD_TRY(RejoinAfterStall(output.batch_id, "the previous producer was dropped"));
+    }
     auto [outcome, status] = DeliverScaledOutOnce(output);
     rd_kafka_poll(producer_.get(), 0);
     if (outcome == Outcome::kOk) return Ok();
     if (outcome == Outcome::kFailed && !status &&
         status.error().code() == ErrorCode::kUnrecoverable) {
-      fatal_ = status.error();
-      return status;
+      // Scaled out, the transactional.id is this instance's own: a fatal error is almost always
+      // this process having been too slow (a stall past transaction.timeout.ms made the broker
+      // abort the transaction and bump the producer's epoch, or the group moved on), not
+      // another daemon. The batch is dropped, a new producer takes the id, and the consumer
+      // rejoins; only fencing again and again says a second process runs this instance.
+      DRIFTD_TRY(RejoinAfterStall(output.batch_id, status.error().message()));
+      return MakeError(ErrorCode::kAborted,
+                       "kafka sink: batch {} dropped: this process was too slow (its transaction "
+                       "outlived transaction.timeout.ms or its group moved on); it rejoins and "
+                       "computes the batch again",
+                       output.batch_id);
     }
     // A row that does not fit its sink's value format would fail again however often the
     // batch were computed.
@@ -390,6 +440,11 @@ class KafkaSink final : public Sink {
     if (fault && options_.fault == "before_commit") {
       rd_kafka_flush(producer_.get(), options_.timeout_ms);
       raise(SIGKILL);
+    }
+    if (fault && options_.fault == "stall_in_commit" && !fault_fired_) {
+      // A process held up inside its commit (a long GC-like pause, a stopped VM).
+      fault_fired_ = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.stall_ms));
     }
     auto committed = Call("commit_transaction", [&] {
       return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
@@ -497,6 +552,38 @@ class KafkaSink final : public Sink {
     return Ok();
   }
 
+  // A scaled-out producer lost to a stall: a successor with the same transactional.id (its
+  // init_transactions ends what the old one left). Fenced again and again within minutes means
+  // another process runs this instance: that stops the query.
+  Status RejoinAfterStall(int64_t batch_id, std::string_view why) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!stalls_.empty() && now - stalls_.front() > std::chrono::minutes(5)) stalls_.pop_front();
+    stalls_.push_back(now);
+    if (stalls_.size() > kMaxStallsInFiveMinutes) {
+      fatal_ = Error(ErrorCode::kUnrecoverable,
+                     fmt::format("kafka sink: the producer of transactional.id {} was fenced {} "
+                                 "times in five minutes: another process runs instance '{}' of "
+                                 "pipeline '{}' (give each process its own scaleOut.instance): {}",
+                                 options_.transactional_id, stalls_.size(),
+                                 options_.transactional_id, options_.pipeline_name, why));
+      return tl::unexpected(*fatal_);
+    }
+    Log()->warn("kafka sink: batch {}: the producer cannot go on ({}); this process was too slow, "
+                "so it drops the batch, starts a new producer and rejoins the group",
+                batch_id, why);
+    if (producer_) {
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      producer_.reset();
+    }
+    fatal_.reset();
+    Status opened = Open();
+    if (!opened) {
+      return MakeError(ErrorCode::kAborted, "kafka sink: a new producer after a stall: {}",
+                       opened.error().message());
+    }
+    return Ok();
+  }
+
   // Keeps the first fatal error's message: after it the producer can do nothing else.
   Status Fail(Status status) {
     producer_.reset();
@@ -504,20 +591,28 @@ class KafkaSink final : public Sink {
   }
 
   // The error of a fatal librdkafka error: the producer can do nothing more. `code` tells
-  // whether another instance took over.
+  // whether another instance took over. Scaled out, the transactional.id is this instance's
+  // own, and fencing almost always means this process stalled (the broker aborted its
+  // transaction past transaction.timeout.ms and bumped the epoch): DeliverScaledOut rejoins.
   Error FatalError(std::string_view what, rd_kafka_resp_err_t code, std::string_view detail) const {
-    const bool fenced = IsFencing(code);
-    return Error(
-        ErrorCode::kUnrecoverable,
-        fmt::format("kafka sink: {} failed with a fatal producer error: {} ({}). {}", what, detail,
-                    rd_kafka_err2name(code),
-                    fenced ? fmt::format("Another instance of pipeline '{}' (transactional.id {}) "
-                                         "has fenced this one, which stops: two daemons must not "
-                                         "run one pipeline",
-                                         options_.pipeline_name, options_.transactional_id)
-                           : fmt::format("The transactional producer (transactional.id {}) "
-                                         "cannot go on; the pipeline stops",
-                                         options_.transactional_id)));
+    std::string consequence;
+    if (!IsFencing(code)) {
+      consequence = fmt::format("The transactional producer (transactional.id {}) cannot go on",
+                                options_.transactional_id);
+    } else if (options_.group) {
+      consequence = fmt::format("The broker fenced this producer (transactional.id {}): its "
+                                "transaction outlived transaction.timeout.ms, or another "
+                                "process took this instance's id",
+                                options_.transactional_id);
+    } else {
+      consequence = fmt::format("Another instance of pipeline '{}' (transactional.id {}) has "
+                                "fenced this one, which stops: two daemons must not run one "
+                                "pipeline",
+                                options_.pipeline_name, options_.transactional_id);
+    }
+    return Error(ErrorCode::kUnrecoverable,
+                 fmt::format("kafka sink: {} failed with a fatal producer error: {} ({}). {}",
+                             what, detail, rd_kafka_err2name(code), consequence));
   }
 
   // The producer's own fatal error, if it has one: librdkafka may report the consequences of a
@@ -616,6 +711,56 @@ class KafkaSink final : public Sink {
     }
   }
 
+  // What a record of each target may hold: the producer's message.max.bytes and the topic's
+  // max.message.bytes (as the broker reports it), less a record batch's own bytes. A row over
+  // it would abort every transaction of its batch, so the executor sets such rows aside before
+  // they are committed. The topics' limits are asked for at Open and waited for a moment; a
+  // cluster that answers later (or never: the demo's embedded stand-in has no DescribeConfigs)
+  // leaves the producer's limit until the answer comes (TakeTopicLimits, before each batch).
+  void MeasureLimits() {
+    producer_limit_ = kDefaultMessageMaxBytes;
+    if (auto it = options_.client.find("message.max.bytes"); it != options_.client.end()) {
+      size_t parsed = 0;
+      auto [end, ec] =
+          std::from_chars(it->second.data(), it->second.data() + it->second.size(), parsed);
+      if (ec == std::errc() && end == it->second.data() + it->second.size()) {
+        producer_limit_ = parsed;
+      }
+    }
+    for (Target& target : options_.targets) {
+      target.max_row_bytes = producer_limit_ > kRecordOverhead ? producer_limit_ - kRecordOverhead : 0;
+      target.limit_why = fmt::format("the producer's message.max.bytes is {}", producer_limit_);
+    }
+    std::vector<std::string> topics;
+    for (const Target& target : options_.targets) topics.push_back(target.topic);
+    if (topics.empty()) return;
+    limits_asked_ = kafka::AskTopicConfigs(producer_.get(), topics, kRequestTimeoutMs);
+    TakeTopicLimits(kTopicLimitWaitMs);
+  }
+
+  // Applies the topics' limits once the answer to MeasureLimits' question is there.
+  void TakeTopicLimits(int wait_ms) {
+    if (!limits_asked_) return;
+    auto answer = kafka::TopicConfigsAnswer(limits_asked_.get(), "max.message.bytes", wait_ms);
+    if (!answer) return;
+    limits_asked_.reset();
+    for (Target& target : options_.targets) {
+      auto it = answer->find(target.topic);
+      if (it == answer->end()) continue;
+      size_t parsed = 0;
+      auto [end, ec] =
+          std::from_chars(it->second.data(), it->second.data() + it->second.size(), parsed);
+      if (ec != std::errc() || end != it->second.data() + it->second.size() ||
+          parsed >= producer_limit_) {
+        continue;
+      }
+      target.max_row_bytes = parsed > kRecordOverhead ? parsed - kRecordOverhead : 0;
+      target.limit_why =
+          fmt::format("topic {} takes records of up to {} bytes (max.message.bytes)", target.topic,
+                      parsed);
+    }
+  }
+
   // Registers the targets' writer schemas where they have a registry, before the first
   // transaction; a registry that cannot be reached fails the Open, which is tried again.
   Status OpenEncoders() {
@@ -636,6 +781,15 @@ class KafkaSink final : public Sink {
     for (const Target& target : options_.targets) {
       const OutputRows& rows = output.For(target.stream, target.mode);
       for (size_t i = 0; i < rows.rows.size(); ++i) {
+        // Set aside by the executor before the batch committed (engine/executor/
+        // output_limits.h); a batch from an older outbox is delivered without it too.
+        if (OverRowLimit(rows, i, target.max_row_bytes)) [[unlikely]] {
+          Log()->warn("kafka sink '{}': batch {} row {} ({} stream) is over what topic {} takes "
+                      "({} bytes, {}); not produced",
+                      target.sink_name, output.batch_id, i, ToString(target.stream),
+                      target.topic, target.max_row_bytes, target.limit_why);
+          continue;
+        }
         std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
         if (Status encoded = target.encoder->Encode(rows.rows[i], value_buffer_); !encoded) {
           Status aborted = Abort();
@@ -696,6 +850,10 @@ class KafkaSink final : public Sink {
       PartitionList offsets{
           rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
       for (const auto& [key, offset] : output.source_end) {
+        // The first input's offsets only: another input's keys carry its name
+        // ("labels/topic-0", engine/executor/inputs.h) and may be of another cluster; their
+        // source commits them to its own group.
+        if (key.find('/') != std::string::npos) continue;
         auto parsed = kafka::ParsePartitionKey(key);
         if (!parsed) continue;
         rd_kafka_topic_partition_list_add(offsets.get(), parsed->first.c_str(), parsed->second)
@@ -934,6 +1092,10 @@ class KafkaSink final : public Sink {
 
   KafkaSinkOptions options_;
   const std::string name_ = "kafka";
+  /// The producer's message.max.bytes, and the question for the topics' limits while it has no
+  /// answer (MeasureLimits).
+  size_t producer_limit_ = kDefaultMessageMaxBytes;
+  kafka::QueuePtr limits_asked_;
   /// The record value being produced (encoded row); reused.
   std::string value_buffer_;
   Handle producer_;
@@ -951,6 +1113,8 @@ class KafkaSink final : public Sink {
   bool replacing_ = false;
   /// The one-shot fault (fatal_txn_state) has been raised.
   bool fault_fired_ = false;
+  /// When scaled-out producers were lost to stalls (RejoinAfterStall), the last five minutes'.
+  std::deque<std::chrono::steady_clock::time_point> stalls_;
   /// Open is under way (executor's thread), and a stop asked it to give up (any thread).
   bool connecting_ = false;
   std::atomic<bool> cancelled_{false};
@@ -999,6 +1163,11 @@ ConnectorDecl KafkaSinkDecl() {
       "`valueFormat: avro` (see the value formats below).";
   decl.passthrough_prefix = "kafka.";
   decl.value_formats = true;
+  // Each batch is one transaction: every process of a scaled-out pipeline may write, and the
+  // sink carries the query's internal topics there.
+  decl.shared_by_processes = true;
+  decl.carries_scale_out = true;
+  decl.create_shared_sink = &CreateKafkaSink;
   decl.options = {
       {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
       {"keyColumn", OptionType::kString, "",
@@ -1106,11 +1275,15 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     }
     options.fault = std::string(text);
     if (options.fault != "before_commit" && options.fault != "after_commit" &&
-        options.fault != "fatal" && options.fault != "fatal_txn_state") {
+        options.fault != "fatal" && options.fault != "fatal_txn_state" &&
+        options.fault != "stall_in_commit") {
       return MakeError(ErrorCode::kConfig,
-                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit, fatal "
-                       "or fatal_txn_state, optionally with @<batch id>",
+                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit, fatal, "
+                       "fatal_txn_state or stall_in_commit, optionally with @<batch id>",
                        fault);
+    }
+    if (const char* stall = std::getenv("DRIFTD_KAFKA_SINK_STALL_MS")) {
+      options.stall_ms = std::max<int64_t>(0, std::atoll(stall));
     }
   }
   return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(std::move(options)));

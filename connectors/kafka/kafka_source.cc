@@ -24,7 +24,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <future>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -75,6 +74,8 @@ constexpr int kCommitWaitMs = 2'000;
 // Pause between watermark requests that a reader repeats while the brokers are unreachable.
 constexpr auto kRetryPause = std::chrono::milliseconds(200);
 
+// The source's options as its bind made them, once, at load (their defaults are declared in
+// KafkaSourceDecl only).
 struct KafkaSourceOptions {
   Mode mode = Mode::kSubscribe;
   /// subscribe: the topics.
@@ -83,14 +84,15 @@ struct KafkaSourceOptions {
   std::string pattern;
   /// assign: the partitions of each topic.
   std::map<std::string, std::vector<int32_t>> assign;
-  /// "earliest", "latest" or per-partition JSON. Default: latest.
-  std::string starting_offsets = "latest";
-  /// Records per batch over all partitions; 0: no limit. Default: 0.
+  /// startingOffsets: "earliest", "latest" or per-partition JSON, with the JSON's offsets by
+  /// "topic-partition" in starting_partitions.
+  std::string starting_offsets;
+  std::map<std::string, int64_t> starting_partitions;
+  /// maxOffsetsPerTrigger: records per batch over all partitions; 0 when unset (no limit).
   int64_t max_offsets_per_trigger = 0;
-  /// Default: true.
-  bool fail_on_data_loss = true;
-  /// How long reading a planned range may wait for records. Default: 120000 ms.
-  int64_t poll_timeout_ms = 120'000;
+  bool fail_on_data_loss = false;
+  /// kafkaConsumer.pollTimeoutMs: how long reading a planned range may wait for records.
+  int64_t poll_timeout_ms = 0;
   /// librdkafka settings (kafka.* without the prefix).
   std::map<std::string, std::string> client;
   std::string group_id;
@@ -184,78 +186,105 @@ Result<std::map<std::string, int64_t>> ParseStartingOffsetsJson(const std::strin
   return offsets;
 }
 
-Result<KafkaSourceOptions> ParseOptions(const PipelineSpec& pipeline) {
-  const Options& options = pipeline.source.options;
+// What a message of ParseAssign or ParseStartingOffsetsJson says after "<option>: ".
+std::string AfterOption(const Error& error, std::string_view option) {
+  std::string text = error.message();
+  if (const std::string lead = std::string(option) + ": "; text.rfind(lead, 0) == 0) {
+    text.erase(0, lead.size());
+  }
+  return text;
+}
+
+// The source's options (declared types, ranges and defaults applied) parsed once, with the
+// checks across options, each problem tied to its option.
+Bound<KafkaSourceOptions> Bind(const PipelineSpec& pipeline, const SourceSpec&,
+                               const Options& options) {
+  auto problem = [](std::string option, std::string message) -> Bound<KafkaSourceOptions> {
+    return tl::unexpected(OptionProblem{std::move(option), std::move(message)});
+  };
   KafkaSourceOptions parsed;
   parsed.pipeline_name = pipeline.name;
   for (MetadataColumn column : pipeline.query.metadata) {
     parsed.read_key |= column == MetadataColumn::kKey;
     parsed.read_headers |= column == MetadataColumn::kHeaders;
   }
-  int modes = 0;
+  std::vector<std::string_view> modes;
   if (std::string subscribe = options.GetString("subscribe"); !subscribe.empty()) {
-    ++modes;
+    modes.push_back("subscribe");
     parsed.mode = Mode::kSubscribe;
     parsed.topics = SplitTopics(subscribe);
-    if (parsed.topics.empty()) return MakeError(ErrorCode::kConfig, "subscribe names no topic");
+    if (parsed.topics.empty()) return problem("subscribe", "names no topic");
   }
   if (std::string pattern = options.GetString("subscribePattern"); !pattern.empty()) {
-    ++modes;
+    modes.push_back("subscribePattern");
     parsed.mode = Mode::kSubscribePattern;
     parsed.pattern = pattern;
     try {
       std::regex check(pattern);
     } catch (const std::regex_error& error) {
-      return MakeError(ErrorCode::kConfig, "subscribePattern '{}' is not a regular expression: {}",
-                       pattern, error.what());
+      return problem("subscribePattern", fmt::format("'{}' is not a regular expression: {}",
+                                                     pattern, error.what()));
     }
   }
   if (std::string assign = options.GetString("assign"); !assign.empty()) {
-    ++modes;
+    modes.push_back("assign");
     parsed.mode = Mode::kAssign;
     auto assigned = ParseAssign(assign);
-    if (!assigned) return tl::unexpected(assigned.error());
+    if (!assigned) return problem("assign", AfterOption(assigned.error(), "assign"));
     parsed.assign = std::move(*assigned);
   }
-  if (modes != 1) {
-    return MakeError(ErrorCode::kConfig,
-                     "the kafka source needs exactly one of subscribe, subscribePattern, assign");
+  if (modes.size() != 1) {
+    return problem(modes.empty() ? "" : std::string(modes.back()),
+                   "the kafka source needs exactly one of subscribe, subscribePattern, assign");
   }
-  parsed.starting_offsets = options.GetString("startingOffsets", "latest");
+  parsed.starting_offsets = options.GetString("startingOffsets");
   if (parsed.starting_offsets != "earliest" && parsed.starting_offsets != "latest") {
-    auto check = ParseStartingOffsetsJson(parsed.starting_offsets);
-    if (!check) return tl::unexpected(check.error());
+    auto offsets = ParseStartingOffsetsJson(parsed.starting_offsets);
+    if (!offsets) {
+      return problem("startingOffsets", AfterOption(offsets.error(), "startingOffsets"));
+    }
+    parsed.starting_partitions = std::move(*offsets);
   }
-  parsed.max_offsets_per_trigger = options.GetInt("maxOffsetsPerTrigger", 0);
-  if (parsed.max_offsets_per_trigger < 0) {
-    return MakeError(ErrorCode::kConfig, "maxOffsetsPerTrigger must be positive");
+  // Unset: no limit (the declaration's ranges refuse 0 and negative numbers).
+  if (options.Has("maxOffsetsPerTrigger")) {
+    parsed.max_offsets_per_trigger = options.GetInt("maxOffsetsPerTrigger");
   }
-  parsed.fail_on_data_loss = options.GetBool("failOnDataLoss", true);
-  parsed.poll_timeout_ms = options.GetInt("kafkaConsumer.pollTimeoutMs", 120'000);
-  if (parsed.poll_timeout_ms <= 0) {
-    return MakeError(ErrorCode::kConfig, "kafkaConsumer.pollTimeoutMs must be positive");
-  }
+  parsed.fail_on_data_loss = options.GetBool("failOnDataLoss");
+  parsed.poll_timeout_ms = options.GetInt("kafkaConsumer.pollTimeoutMs");
   parsed.client = options.WithPrefix("kafka.");
   if (parsed.client["bootstrap.servers"].empty()) {
-    return MakeError(ErrorCode::kConfig, "the kafka source needs kafka.bootstrap.servers");
+    return problem("kafka.bootstrap.servers", "the kafka source needs kafka.bootstrap.servers");
   }
   for (const char* managed : kManagedSettings) {
     if (parsed.client.count(managed)) {
-      return MakeError(ErrorCode::kConfig,
-                       "kafka.{} is not supported: the kafka source manages offsets itself",
-                       managed);
+      return problem(fmt::format("kafka.{}", managed),
+                     fmt::format("kafka.{} is not supported: the kafka source manages offsets "
+                                 "itself",
+                                 managed));
     }
   }
+  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
+  // so that validate refuses what the start would.
+  for (const auto& [name, value] : parsed.client) {
+    if (auto conf = kafka::MakeConf({{name, value}}); !conf) {
+      return problem(fmt::format("kafka.{}", name),
+                     AfterOption(conf.error(), fmt::format("kafka.{}", name)));
+    }
+  }
+  if (auto conf = kafka::MakeConf(parsed.client); !conf) {
+    return problem("", conf.error().message());
+  }
   parsed.group_id = kafka::GroupId(pipeline);
+  // A kafka sink commits the offsets inside its transaction (the sink kind's own knowledge).
   parsed.commit_offsets = std::none_of(pipeline.sinks.begin(), pipeline.sinks.end(),
                                        [](const SinkSpec& sink) { return sink.format == "kafka"; });
   parsed.scale_out = pipeline.scale_out.enabled;
   parsed.instance = pipeline.scale_out.instance;
   if (parsed.scale_out) {
     if (parsed.mode == Mode::kAssign) {
-      return MakeError(ErrorCode::kConfig,
-                       "scaleOut needs subscribe or subscribePattern: with assign the partitions "
-                       "are fixed, and the group cannot share them");
+      return problem("assign",
+                     "scaleOut needs subscribe or subscribePattern: with assign the partitions "
+                     "are fixed, and the group cannot share them");
     }
     // Offsets go into each batch's transaction; nothing else may commit for the group.
     parsed.commit_offsets = false;
@@ -519,13 +548,10 @@ class KafkaSource final : public Source, public GroupMember {
 
   Result<SourceOffsets> InitialOffsets() override {
     DRIFTD_TRY(RefreshPartitions());
-    std::map<std::string, int64_t> specific;
+    const std::map<std::string, int64_t>& specific = options_.starting_partitions;
     const bool is_json =
         options_.starting_offsets != "earliest" && options_.starting_offsets != "latest";
     if (is_json) {
-      auto parsed = ParseStartingOffsetsJson(options_.starting_offsets);
-      if (!parsed) return tl::unexpected(parsed.error());
-      specific = std::move(*parsed);
       for (const auto& [key, offset] : specific) {
         if (!index_.count(key)) {
           return MakeError(ErrorCode::kConfig,
@@ -1223,22 +1249,56 @@ class KafkaSource final : public Source, public GroupMember {
     return marks;
   }
 
-  // The watermarks of partitions_[i] for each i of `indexes`, in that order: asked of the
-  // brokers all at once (each request is a round trip; a batch asks them of every partition).
-  // `waiting` as QueryWatermarksWaiting.
+  // The watermarks of partitions_[i] for each i of `indexes`, in that order. Two ListOffsets
+  // requests for all of them (the earliest and the latest offsets; librdkafka sends one per
+  // leader), not two per partition: a batch asks them of every partition, and a thread per
+  // partition made an idle query start and end dozens of threads a second. A partition the
+  // batched request could not answer is asked on its own, as QueryWatermarks(Waiting) does.
   std::vector<Result<Watermarks>> QueryAllWatermarks(const std::vector<uint32_t>& indexes,
                                                      bool waiting) {
-    auto query = [this, waiting](uint32_t i) {
-      return waiting ? QueryWatermarksWaiting(partitions_[i]) : QueryWatermarks(partitions_[i]);
-    };
-    std::vector<std::future<Result<Watermarks>>> others;
-    for (size_t k = 1; k < indexes.size(); ++k) {
-      others.push_back(std::async(std::launch::async, query, indexes[k]));
+    std::vector<std::optional<Watermarks>> found(indexes.size());
+    if (indexes.size() > 1) {
+      auto ask = [&](int64_t which, bool high) {
+        kafka::PartitionList list{
+            rd_kafka_topic_partition_list_new(static_cast<int>(indexes.size()))};
+        for (uint32_t i : indexes) {
+          rd_kafka_topic_partition_list_add(list.get(), partitions_[i].topic.c_str(),
+                                            partitions_[i].partition)
+              ->offset = which;
+        }
+        const rd_kafka_resp_err_t err =
+            rd_kafka_offsets_for_times(consumer_.get(), list.get(), request_timeout_ms_);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
+        for (size_t k = 0; k < indexes.size(); ++k) {
+          const rd_kafka_topic_partition_t& element = list->elems[k];
+          if (element.err != RD_KAFKA_RESP_ERR_NO_ERROR || element.offset < 0) {
+            found[k].reset();
+            continue;
+          }
+          if (!high) {
+            found[k] = Watermarks{element.offset, 0, false};
+          } else if (found[k]) {
+            found[k]->high = element.offset;
+          }
+        }
+        return true;
+      };
+      if (!ask(RD_KAFKA_OFFSET_BEGINNING, false) || !ask(RD_KAFKA_OFFSET_END, true)) {
+        for (auto& marks : found) marks.reset();
+      }
     }
     std::vector<Result<Watermarks>> marks;
     marks.reserve(indexes.size());
-    if (!indexes.empty()) marks.push_back(query(indexes[0]));
-    for (auto& other : others) marks.push_back(other.get());
+    for (size_t k = 0; k < indexes.size(); ++k) {
+      PartitionState& state = partitions_[indexes[k]];
+      if (found[k] && found[k]->high >= found[k]->low) {
+        state.low = found[k]->low;
+        state.high = found[k]->high;
+        marks.push_back(*found[k]);
+      } else {
+        marks.push_back(waiting ? QueryWatermarksWaiting(state) : QueryWatermarks(state));
+      }
+    }
     return marks;
   }
 
@@ -1652,40 +1712,49 @@ ConnectorDecl KafkaSourceDecl() {
       "also writes to Kafka), so standard lag tools see the progress.";
   decl.passthrough_prefix = "kafka.";
   decl.options = {
-      {"subscribe", OptionType::kString, "", "Comma-separated topics to read."},
-      {"subscribePattern", OptionType::kString, "",
-       "Regular expression; every topic whose whole name matches is read (topics created "
-       "later too)."},
-      {"assign", OptionType::kJson, "",
-       "Explicit partitions, as JSON: {\"topic\":[0,1]}. Exactly one of subscribe, "
-       "subscribePattern and assign is required."},
+      OptionDecl{"subscribe", OptionType::kString, "", "Comma-separated topics to read."}
+          .Identity(),
+      OptionDecl{"subscribePattern", OptionType::kString, "",
+                 "Regular expression; every topic whose whole name matches is read (topics "
+                 "created later too)."}
+          .Identity(),
+      OptionDecl{"assign", OptionType::kJson, "",
+                 "Explicit partitions, as JSON: {\"topic\":[0,1]}. Exactly one of subscribe, "
+                 "subscribePattern and assign is required."}
+          .Identity(),
       {"startingOffsets", OptionType::kJson, "latest",
        "Where a new query starts: earliest, latest, or JSON per partition "
        "{\"topic\":{\"0\":23,\"1\":-2}} (-2 earliest, -1 latest). Ignored when resuming from a "
        "checkpoint; partitions discovered later start at earliest."},
-      {"maxOffsetsPerTrigger", OptionType::kInt, "",
-       "Upper bound on records per batch, split across partitions in proportion to their lag."},
+      OptionDecl{"maxOffsetsPerTrigger", OptionType::kInt, "",
+                 "Upper bound on records per batch, split across partitions in proportion to "
+                 "their lag (unset: no limit)."}
+          .AtLeast(1),
       {"failOnDataLoss", OptionType::kBool, "true",
        "Stop when offsets to read are gone (retention, deleted records or topics). false: skip "
        "them and count them as lost."},
-      {"kafkaConsumer.pollTimeoutMs", OptionType::kInt, "120000",
-       "How long reading a planned range waits for its records before failing, milliseconds "
-       "(it also bounds each metadata and offset request, to at most 10 s)."},
+      OptionDecl{"kafkaConsumer.pollTimeoutMs", OptionType::kInt, "120000",
+                 "How long reading a planned range waits for its records before failing, "
+                 "milliseconds (it also bounds each metadata and offset request, to at most "
+                 "10 s)."}
+          .AtLeast(1),
       {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
        true},
   };
+  decl.traits = {.topic_partitions = true,
+                 .unordered_partitions = true,
+                 .whole_messages = true,
+                 .group_shared = true};
+  BindSource<KafkaSourceOptions>(
+      decl, &Bind, [](const PipelineSpec&, KafkaSourceOptions options) {
+        return Result<std::unique_ptr<Source>>(std::make_unique<KafkaSource>(std::move(options)));
+      });
   return decl;
 }
 
 Result<std::unique_ptr<Source>> CreateKafkaSource(const PipelineSpec& pipeline) {
-  auto options = ParseOptions(pipeline);
-  if (!options) return tl::unexpected(options.error());
-  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
-  // so that validate refuses what the start would.
-  if (auto conf = kafka::MakeConf(options->client); !conf) {
-    return tl::unexpected(conf.error().Wrap("kafka source"));
-  }
-  return std::unique_ptr<Source>(std::make_unique<KafkaSource>(std::move(*options)));
+  static const ConnectorDecl decl = KafkaSourceDecl();
+  return decl.create_source(pipeline);
 }
 
 }  // namespace driftd

@@ -199,6 +199,11 @@ struct DetectorConfig {
   double min_effect = 0;
   double allowance = 0;  // cusum
   double threshold = 0;  // error_rate
+  /// Every parameter of the detector's definition (DetectorDefaults::params, in that order),
+  /// as configured or defaulted.
+  std::vector<double> params;
+  /// The parameter `name` of the definition; `fallback` for a name it does not declare.
+  double Param(std::string_view name, double fallback = 0) const;
 };
 
 /// A parameter of a detector kind, as written in pipeline files (camelCase).
@@ -211,16 +216,25 @@ struct DetectorParamDef {
   std::string_view doc;
 };
 
-/// One table entry per detector kind.
+/// A detector's definition: everything config/ (keys, ranges, defaults), the fingerprint, the
+/// docs (`driftd reference`), the row shapes (alerts, evaluations, their Avro schemas) and the
+/// monitor need to know of it. One file per detector in engine/drift/detectors/ returns it,
+/// and one line of engine/drift/detectors/registered.inc registers it.
 struct DetectorDefaults {
-  DetectorKind kind;
+  /// Its position in the registry, set by the registry (definitions leave it).
+  DetectorKind kind = DetectorKind::kMeanShift;
+  /// The stable spelling: the `type` in pipeline files, `detector` in alerts and evaluations.
   std::string_view name;
-  DetectorFamily family;
+  DetectorFamily family = DetectorFamily::kLocation;
   /// What the statistic is, for docs.
   std::string_view statistic;
   /// Default levels (scores).
-  double warn;
-  double alert;
+  double warn = 5;
+  double alert = 5.5;
+  /// Its parameters. Two names have a meaning for the monitor: `bins` (it reads the frozen
+  /// histogram of a numeric series: the monitor keeps one when some detector declares it) and
+  /// `categories` (it reads a categorical series' cells, of which that many are tracked by
+  /// name). `minEffect` is the floor of DetectorReading::min_effect.
   std::vector<DetectorParamDef> params;
   /// Integrates evidence already: its level needs no hysteresis.
   bool immediate = false;
@@ -234,11 +248,21 @@ struct DetectorDefaults {
   std::vector<std::string_view> extras = {};
   /// The kinds of value series it watches (SeriesBit of each; not the error series).
   uint8_t series = SeriesBit(SeriesKind::kNumeric);
+  /// Fed per value through the CUSUM sums the monitor keeps in each numeric series' state
+  /// (EvaluationInput::cusum*); one such detector at most (cusum).
+  bool sequential = false;
+  /// Among the detectors a drift section without a `detectors:` list gets.
+  bool by_default = true;
+  /// Part of the pipeline's fingerprint (config/fingerprint.cc): false for a detector whose
+  /// series' state starts afresh when it is added, so that adding it keeps old checkpoints.
+  bool in_fingerprint = true;
 
   bool Watches(SeriesKind of) const { return !error_series && (series & SeriesBit(of)) != 0; }
+  /// Whether it declares the parameter `name`.
+  bool Declares(std::string_view name) const;
 };
 
-/// The defaults table, one entry per DetectorKind, in DetectorKind order:
+/// The registry, in registration order (engine/drift/detectors/registered.inc):
 ///   mean_shift   warn 5  alert 5.5  minEffect 0.1    (winsorized mean, look-backs 1..16 windows)
 ///   stddev_ratio warn 5  alert 5.5  minEffect 1.1    (winsorized sd ratio, kurtosis-calibrated)
 ///   psi          warn 5  alert 5.5  minEffect 0.05   bins 10 (level: Pearson chi-square)
@@ -252,15 +276,21 @@ struct DetectorDefaults {
 ///                                                    new categories, two-proportion test)
 ///   missing_rate warn 5  alert 5.5  minEffect 0.02   (missing-value series; two-proportion)
 ///   malformed_rate warn 5 alert 5.5 minEffect 0.02   (malformed-record series; two-proportion)
+/// and the detectors registered after them (engine/drift/README.md lists every one).
 /// psi and js watch categorical series too (over the category cells).
 const std::vector<DetectorDefaults>& DetectorDefaultsTable();
+/// The definition of a registered kind (every DetectorKind a DetectorSpec holds is one).
 const DetectorDefaults& DefaultsFor(DetectorKind kind);
 std::optional<DetectorKind> ParseDetectorKind(std::string_view name);
 
 /// A DetectorSpec with every default filled in (what config/ produces for `{type: psi}`).
 DetectorSpec DefaultDetectorSpec(DetectorKind kind);
-/// The detectors a drift section without a `detectors:` list gets: every kind.
+/// The detectors a drift section without a `detectors:` list gets: every kind registered
+/// `by_default`.
 std::vector<DetectorSpec> DefaultDetectorSpecs();
+/// The detector a configured spec makes: levels (the kind's when warn == alert == 0) and every
+/// parameter resolved.
+DetectorConfig ResolveDetector(const DetectorSpec& spec);
 
 /// A detector parameter: spec.params[name] (also accepting the snake_case spelling), else the
 /// kind's default, else `fallback`.

@@ -15,22 +15,26 @@ namespace driftd {
 namespace {
 
 // Version 2 adds each reading's score, thresholds, effect and floor; version 3 the series' kind
-// (numeric, categorical, missing, malformed) at the end. Versions 1 and 2 (numeric series only)
-// are still read.
-constexpr uint8_t kEncodingVersion = 3;
+// (numeric, categorical, missing, malformed) at the end; version 4 the segment's label and the
+// distributions compared: a varint cell count, a byte (1: categories), for bins the first lower
+// edge, then per cell its category name or its upper edge (the compact decimal form) and the
+// baseline's and the window's counts as varints. Versions 1 to 3 are still read.
+constexpr uint8_t kEncodingVersion = 4;
 
 // DetectorReading names are string_views into static storage; decoded names are looked up
 // here (the known names first, anything else interned once per process).
 std::string_view StaticName(std::string_view name) {
-  static constexpr std::array<std::string_view, 36> kKnown = {
-      "mean_shift", "stddev_ratio", "psi", "js", "ks", "cusum", "error_rate", "z",
-      "welch_t", "effect", "baseline_error_rate", "window_error_rate", "baseline_mae",
-      "window_mae", "error_threshold", "lookback_windows", "sd_ratio", "kurtosis",
-      "chi_square", "df", "g", "upper", "lower", "allowance", "page_hinkley", "rollup",
-      "unseen_categories", "missing_rate", "malformed_rate", "cramers_v", "window_share",
-      "baseline_share", "baseline_rate", "window_rate", "tvd", "kind"};
-  for (std::string_view known : kKnown) {
-    if (known == name) return known;
+  // Every registered detector's name and extras, and the names that are not a detector's.
+  static const std::vector<std::string_view> known = [] {
+    std::vector<std::string_view> out = {"rollup", "kind", "effect"};
+    for (const DetectorDefaults& detector : DetectorDefaultsTable()) {
+      out.push_back(detector.name);
+      out.insert(out.end(), detector.extras.begin(), detector.extras.end());
+    }
+    return out;
+  }();
+  for (std::string_view k : known) {
+    if (k == name) return k;
   }
   static std::mutex mutex;
   static std::set<std::string, std::less<>> interned;
@@ -214,7 +218,7 @@ RowShape EvaluationRowShape() {
        Member("batch_id", Kind::kLong)});
 }
 
-std::string EncodeEvaluation(const Evaluation& e) {
+std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
   std::string out;
   drift::ByteWriter w(out);
   w.U8(kEncodingVersion);
@@ -256,6 +260,24 @@ std::string EncodeEvaluation(const Evaluation& e) {
     }
   }
   w.U8(static_cast<uint8_t>(e.series_kind));
+  w.Str(e.segment);
+  const bool categories = e.series_kind == SeriesKind::kCategorical;
+  const size_t cells = with_distribution ? e.distribution.size() : 0;
+  w.Varint(cells);
+  w.U8(categories ? 1 : 0);
+  int hint = 0;
+  // A histogram's bins are contiguous: the first lower edge, then each bin's upper one.
+  if (!categories && cells > 0) w.Decimal(e.distribution[0].lower, hint);
+  for (size_t i = 0; i < cells; ++i) {
+    const DistributionCell& cell = e.distribution[i];
+    if (categories) {
+      w.Str(cell.category);
+    } else {
+      w.Decimal(cell.upper, hint);
+    }
+    w.Varint(static_cast<uint64_t>(std::max<int64_t>(cell.baseline, 0)));
+    w.Varint(static_cast<uint64_t>(std::max<int64_t>(cell.window, 0)));
+  }
   return out;
 }
 
@@ -322,6 +344,25 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     const uint8_t series_kind = r.U8();
     if (series_kind >= kSeriesKinds) return corrupt("bad series kind");
     e.series_kind = static_cast<SeriesKind>(series_kind);
+  }
+  if (version >= 4) {
+    e.segment = std::string(r.Str());
+    const uint64_t cells = r.Varint();
+    const bool categories = r.U8() != 0;
+    if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
+    e.distribution.resize(static_cast<size_t>(cells));
+    double lower = !categories && cells > 0 ? r.Decimal() : 0;
+    for (DistributionCell& cell : e.distribution) {
+      if (categories) {
+        cell.category = std::string(r.Str());
+      } else {
+        cell.lower = lower;
+        cell.upper = r.Decimal();
+        lower = cell.upper;
+      }
+      cell.baseline = static_cast<int64_t>(r.Varint());
+      cell.window = static_cast<int64_t>(r.Varint());
+    }
   }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   return e;

@@ -29,8 +29,9 @@ ShapeType EvaluationWindowShape();
 ShapeType BaselineShape(bool nullable);
 ShapeType DetectorReadingShape();
 
-/// Versioned little-endian bytes (engine/drift/codec.h).
-std::string EncodeEvaluation(const Evaluation& evaluation);
+/// Versioned little-endian bytes (engine/drift/codec.h); `with_distribution` false leaves the
+/// distribution out (a point of a series' history).
+std::string EncodeEvaluation(const Evaluation& evaluation, bool with_distribution = true);
 /// kCorruption on truncated or malformed bytes. Detector names map back to the static names.
 Result<Evaluation> DecodeEvaluation(std::string_view bytes);
 

@@ -116,6 +116,17 @@ struct AlertEvent {
 /// `detectors` and `top_bins` are left out when empty.
 RowShape AlertRowShape();
 
+/// One cell of the two distributions a window's histogram or categorical detectors compared:
+/// a histogram bin [lower, upper) (infinite at the ends), or a category (kOtherCategory for the
+/// untracked and new ones together), with the baseline's and the window's value counts.
+struct DistributionCell {
+  std::string category;  // empty for a histogram bin
+  double lower = 0;
+  double upper = 0;
+  int64_t baseline = 0;
+  int64_t window = 0;
+};
+
 /// One closed window of a (model, series), whether or not it changed the alert level, or the
 /// CUSUM crossing a level between window ends: the window and baseline statistics and every
 /// detector's reading (statistic, score, levels, thresholds, effect). The evaluations stream and
@@ -143,6 +154,9 @@ struct Evaluation {
   double baseline_stddev = 0;
   std::vector<DetectorReading> detectors;
   int64_t batch_id = -1;
+  /// What the histogram or categorical detectors compared (empty for other series and for a
+  /// window not evaluated), for the status page and `driftd report`.
+  std::vector<DistributionCell> distribution;
 };
 
 /// Evaluations are shared once made, not copied: the drift stage keeps each series' latest (for

@@ -51,6 +51,8 @@ class ChunkPipeline {
     std::vector<std::vector<uint32_t>> lane_rows;
     /// Rows the query's filter removed (decode step).
     int64_t filtered_rows = 0;
+    /// Which of the query's inputs the records are of (decode step; engine/executor/inputs.h).
+    size_t input_index = 0;
   };
 
   struct Steps {

@@ -1,8 +1,9 @@
 // The drift stage of a query: feeds decoded rows to the DriftMonitor per model and series,
 // evaluates at the end of each batch (event-time windows close by the query clock's watermark),
 // renders alert rows, and persists its state through the checkpoint. Owned and called by the
-// executor's thread. A file baseline (drift.baseline {type: file, path}) is loaded in Create, so
-// a missing or malformed reference fails the start with its path named.
+// executor's thread. It does no file I/O: a file baseline's reference (drift.baseline {type:
+// file, path}) is read by config/ when the pipeline loads (BaselineSpec::reference) and parsed
+// in Create, so a malformed reference fails `validate` and the start with its path named.
 //
 // Record-count windows number a model's values in the order they arrive, which is a fixed order
 // only within one input partition: the stage reports models whose records come through more

@@ -50,6 +50,21 @@ void EventClock::Report(std::string_view name, int64_t max_us, bool more_availab
   partition.idle = idle;
 }
 
+void EventClock::Reset(std::string_view name, int64_t max_us) {
+  Partition& partition = Slot(name);
+  partition.max_us = max_us;
+  partition.more_available = false;
+  partition.last_active_ms = INT64_MIN;
+  partition.idle = false;
+}
+
+EventClock::PartitionState EventClock::StateOf(std::string_view name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return {std::string(name)};
+  const Partition& partition = partitions_[it->second];
+  return {partition.name, partition.max_us, partition.more_available, partition.idle};
+}
+
 std::vector<EventClock::PartitionState> EventClock::Partitions() const {
   std::vector<PartitionState> out;
   for (const Partition& partition : partitions_) {

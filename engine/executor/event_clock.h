@@ -78,6 +78,10 @@ class EventClock {
   /// ...and a partition's state as its reader reported it (a row block's clock mark).
   void Report(std::string_view name, int64_t max_us, bool more_available, bool idle);
 
+  /// A partition taken over from another reader (scale-out): its largest event time as that
+  /// reader left it, its activity not known yet.
+  void Reset(std::string_view name, int64_t max_us);
+
   struct PartitionState {
     std::string name;
     int64_t max_us = INT64_MIN;
@@ -86,12 +90,20 @@ class EventClock {
   };
   /// Every partition's state (a scaled-out task persists it with its state).
   std::vector<PartitionState> Partitions() const;
+  /// One partition's state (a default one when it is not known).
+  PartitionState StateOf(std::string_view name) const;
 
   /// Fills `times` for the rows of `batch`, in row order (which is each partition's order), and
   /// advances each partition's largest event time. `partition_name` maps a record position's
   /// partition index to its clock partition's name.
   template <typename NameOf>
-  void Stamp(const RecordBatch& batch, NameOf&& partition_name, RowTimes& times);
+  void Stamp(const RecordBatch& batch, NameOf&& partition_name, RowTimes& times) {
+    Stamp(batch, options_.column, partition_name, times);
+  }
+  /// As above, for rows whose event time is column `column` of their own schema (the labels
+  /// input's).
+  template <typename NameOf>
+  void Stamp(const RecordBatch& batch, int column, NameOf&& partition_name, RowTimes& times);
 
   /// The watermark for the next batch (call after the batch's rows were stamped); it never
   /// moves back. Does not change watermark_us() until CommitBatch.
@@ -125,11 +137,12 @@ class EventClock {
 };
 
 template <typename NameOf>
-void EventClock::Stamp(const RecordBatch& batch, NameOf&& partition_name, RowTimes& times) {
+void EventClock::Stamp(const RecordBatch& batch, int column_index, NameOf&& partition_name,
+                       RowTimes& times) {
   times.event_us.assign(batch.num_rows, INT64_MIN);
   times.late_before.assign(batch.num_rows, INT64_MIN);
-  if (!enabled()) return;
-  const Column& column = batch.columns[options_.column];
+  if (!enabled() || column_index < 0) return;
+  const Column& column = batch.columns[static_cast<size_t>(column_index)];
   for (size_t row = 0; row < batch.num_rows; ++row) {
     const uint32_t index = batch.positions[row].partition;
     if (index >= slot_of_index_.size()) slot_of_index_.resize(index + 1, -1);

@@ -3,24 +3,31 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <random>
 #include <span>
 #include <thread>
 
 #include <sched.h>
-#include <simdjson.h>
 
+#include "engine/executor/checkpoint_claim.h"
 #include "engine/executor/chunk_pipeline.h"
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/event_clock.h"
-#include "engine/expr/projection.h"
+#include "engine/executor/inputs.h"
 #include "engine/executor/metrics_query.h"
+#include "engine/executor/order_buffer.h"
 #include "engine/executor/outbox_codec.h"
+#include "engine/executor/output_limits.h"
+#include "engine/executor/performance_stage.h"
+#include "engine/executor/placement.h"
 #include "engine/executor/progress.h"
 #include "engine/executor/scale_out.h"
+#include "engine/executor/status_history.h"
 #include "engine/executor/stage.h"
+#include "engine/executor/task.h"
+#include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
+#include "engine/key_guard.h"
 #include "engine/log.h"
 
 namespace driftd {
@@ -46,51 +53,6 @@ int64_t MillisSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-// 128 random bits in hex: a checkpoint's identity, unique without coordination.
-std::string NewCheckpointId() {
-  std::random_device random;
-  std::string id;
-  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(random()));
-  return id;
-}
-
-// Top-level keys whose values differ between two fingerprint objects.
-std::vector<std::string> FingerprintDifferences(std::string_view stored, std::string_view current) {
-  simdjson::dom::parser parser_a;
-  simdjson::dom::parser parser_b;
-  simdjson::dom::object a;
-  simdjson::dom::object b;
-  std::vector<std::string> changed;
-  if (parser_a.parse(stored.data(), stored.size()).get(a) != simdjson::SUCCESS ||
-      parser_b.parse(current.data(), current.size()).get(b) != simdjson::SUCCESS) {
-    changed.push_back("(fingerprint unreadable)");
-    return changed;
-  }
-  for (auto field : a) {
-    simdjson::dom::element other;
-    if (b.at_key(field.key).get(other) != simdjson::SUCCESS) {
-      changed.emplace_back(field.key);
-      continue;
-    }
-    if (simdjson::minify(field.value) != simdjson::minify(other)) changed.emplace_back(field.key);
-  }
-  for (auto field : b) {
-    simdjson::dom::element other;
-    if (a.at_key(field.key).get(other) != simdjson::SUCCESS) changed.emplace_back(field.key);
-  }
-  return changed;
-}
-
-// The scope of a query's state when one process runs all of it (one task).
-constexpr uint32_t kQueryScope = 0;
-
-// Checkpoint format 1 kept each stage's keys unscoped, told apart by their first bytes.
-std::string_view LegacyNamespaceOf(std::string_view key) {
-  if (key.starts_with("drift")) return "drift";
-  if (!key.empty() && key[0] == 'a') return "agg";
-  return "";
-}
-
 // The cores this process may run on (its CPU affinity, as taskset or a cpuset sets it).
 int AvailableCores() {
   cpu_set_t set;
@@ -112,6 +74,13 @@ EventClockOptions ClockOptions(const PipelineSpec& spec) {
   }
   // The event time may be a metadata column (the Kafka timestamp) or a derived one.
   options.column = column.empty() ? -1 : QuerySchema(spec).IndexOf(column);
+  // Drift's record-count windows over partitions take their values in event-time order
+  // (engine/executor/order_buffer.h): without a declared watermark, drift's own time column is
+  // the clock, without delay, and a partition silent for a minute stops holding it back.
+  if (options.column < 0 && OrderBuffer::Applies(spec)) {
+    options.column = OrderBuffer::TimeColumn(spec);
+    options.idle_timeout_ms = 60'000;
+  }
   return options;
 }
 
@@ -119,79 +88,152 @@ EventClockOptions ClockOptions(const PipelineSpec& spec) {
 
 class QueryExecutor::Impl {
  public:
+  /// What a thread of the batch decodes with (the executor's own for thread 0).
+  struct ThreadContext {
+    std::vector<ValueDecoder*> decoders;  // by input
+    Projection* projection = nullptr;
+    MetadataFiller* metadata = nullptr;
+  };
+  struct ThreadParts {
+    std::vector<std::unique_ptr<ValueDecoder>> decoders;
+    std::unique_ptr<Projection> projection;
+    std::unique_ptr<MetadataFiller> metadata;
+  };
+
   Impl(const PipelineSpec& spec, ExecutorOptions options, QueryIo io, QueryCounters& counters)
       : spec_(spec),
         options_(std::move(options)),
         io_(std::move(io)),
         counters_(counters),
-        clock_(ClockOptions(spec)),
+        clock_column_(ClockOptions(spec).column),
         log_(GetLogger("engine")),
         metadata_(spec.query.metadata) {}
 
   Status Init() {
     // A scaled-out process runs its tasks on one thread.
     threads_ = spec_.scale_out.enabled ? 1 : (spec_.threads > 0 ? spec_.threads : AvailableCores());
-    auto decoder = CreateDecoder();
-    if (!decoder) return tl::unexpected(decoder.error());
-    decoder_ = std::move(*decoder);
-    auto source = io_.create_source(spec_);
-    if (!source) return tl::unexpected(source.error());
-    source_ = std::move(*source);
-    auto sinks = io_.create_sinks(spec_, *source_);
+    // Every input: its source and decoder, the first one's as a query of one input has them.
+    std::vector<QueryInputs::Input> inputs;
+    for (size_t input = 0; input <= spec_.inputs.size(); ++input) {
+      const PipelineSpec spec = InputPipeline(input);
+      auto decoder = CreateDecoder(spec);
+      if (!decoder) return tl::unexpected(decoder.error());
+      decoders_.push_back(std::move(*decoder));
+      auto source = io_.create_source(spec);
+      if (!source) {
+        return tl::unexpected(input == 0 ? source.error()
+                                         : source.error().Wrap(fmt::format(
+                                               "input '{}'", spec_.inputs[input - 1].name)));
+      }
+      inputs.push_back({input == 0 ? std::string("main") : spec_.inputs[input - 1].name,
+                        std::move(*source)});
+    }
+    if (spec_.labels.enabled) {
+      const PipelineSpec labels = LabelsPipeline(spec_);
+      auto decoder = CreateDecoder(labels);
+      if (!decoder) return tl::unexpected(decoder.error().Wrap("labels"));
+      decoders_.push_back(std::move(*decoder));
+      auto source = io_.create_source(labels);
+      if (!source) return tl::unexpected(source.error().Wrap("labels"));
+      labels_input_ = inputs.size();
+      labels_time_column_ = spec_.labels.schema.IndexOf(spec_.labels.event_time);
+      inputs.push_back({"labels", std::move(*source)});
+    }
+    auto query_inputs = std::make_unique<QueryInputs>(std::move(inputs));
+    inputs_ = query_inputs.get();
+    source_ = std::move(query_inputs);
+    // The sinks see the first input (a scaled-out Kafka sink shares its group).
+    auto sinks = io_.create_sinks(spec_, inputs_->source(0));
     if (!sinks) return tl::unexpected(sinks.error());
     sinks_ = std::move(*sinks);
     auto projection = Projection::Create(spec_);
     if (!projection) return tl::unexpected(projection.error());
     projection_ = std::move(*projection);
-    auto stages = CreateStages(spec_, static_cast<uint32_t>(threads_));
-    if (!stages) return tl::unexpected(stages.error());
-    stages_ = std::move(*stages);
-    for (auto& stage : stages_) {
-      if (auto* drift = dynamic_cast<DriftStage*>(stage.get())) drift_ = drift;
-    }
+    // What this thread decodes with; threads > 1 add their own.
+    ThreadContext own{{}, projection_.get(), &metadata_};
+    for (auto& decoder : decoders_) own.decoders.push_back(decoder.get());
+    contexts_.push_back(std::move(own));
     if (threads_ > 1) DRIFTD_TRY(InitThreads());
     return Ok();
   }
 
-  // A decoder of the source's value format that converts only the columns the pipeline reads.
-  Result<std::unique_ptr<ValueDecoder>> CreateDecoder() {
-    auto used = ColumnsUsed(spec_);
+  // The schema of input `input`'s records.
+  const Schema& SchemaOf(size_t input) const {
+    return input == labels_input_ ? spec_.labels.schema : spec_.schema;
+  }
+
+  // The pipeline as the connectors see input `input`: its source in the source's place.
+  PipelineSpec InputPipeline(size_t input) const {
+    if (input == labels_input_) return LabelsPipeline(spec_);
+    if (input == 0) return spec_;
+    PipelineSpec spec = spec_;
+    spec.source = spec_.inputs[input - 1].source;
+    return spec;
+  }
+
+  // A decoder of the input's value format that converts only the columns the pipeline reads.
+  Result<std::unique_ptr<ValueDecoder>> CreateDecoder(const PipelineSpec& spec) {
+    auto used = ColumnsUsed(spec);
     if (!used) return tl::unexpected(used.error());
     Result<std::unique_ptr<ValueDecoder>> decoder =
-        io_.create_decoder ? io_.create_decoder(spec_)
+        io_.create_decoder ? io_.create_decoder(spec)
                            : std::unique_ptr<ValueDecoder>(std::make_unique<JsonDecoder>(
-                                 spec_.schema, spec_.source.malformed));
-    if (decoder) (*decoder)->Project(*used);
-    return decoder;
+                                 spec.schema, spec.source.malformed));
+    if (!decoder) return decoder;
+    (*decoder)->Project(*used);
+    return GuardKeyLengths(std::move(*decoder), spec);
+  }
+
+  // The input of a chunk's records (a chunk holds one input's only: engine/executor/inputs.h).
+  size_t InputOfChunk(const InputChunk& chunk) const {
+    return chunk.empty() ? 0 : inputs_->InputOf(chunk.records()[0].position.partition);
   }
 
   // threads > 1: a decoder, projection and metadata filler per thread (the executor's own for
-  // thread 0), a lane per stage shard, and the pipeline's workers.
+  // thread 0). The pipeline's workers and lanes come with the task they fold (StartThreads).
   Status InitThreads() {
-    contexts_.push_back({decoder_.get(), projection_.get(), &metadata_});
     for (int thread = 1; thread < threads_; ++thread) {
-      auto decoder = CreateDecoder();
-      if (!decoder) return tl::unexpected(decoder.error());
+      auto& owned = thread_parts_.emplace_back();
+      ThreadContext context;
+      for (size_t input = 0; input < decoders_.size(); ++input) {
+        auto decoder = CreateDecoder(InputPipeline(input));  // the labels' too
+        if (!decoder) return tl::unexpected(decoder.error());
+        context.decoders.push_back(decoder->get());
+        owned.decoders.push_back(std::move(*decoder));
+      }
       auto projection = Projection::Create(spec_);
       if (!projection) return tl::unexpected(projection.error());
-      auto& owned = thread_parts_.emplace_back();
-      owned.decoder = std::move(*decoder);
       owned.projection = std::move(*projection);
       owned.metadata = std::make_unique<MetadataFiller>(spec_.query.metadata);
-      contexts_.push_back(
-          {owned.decoder.get(), owned.projection.get(), owned.metadata.get()});
+      context.projection = owned.projection.get();
+      context.metadata = owned.metadata.get();
+      contexts_.push_back(std::move(context));
     }
-    for (auto& stage : stages_) {
-      const uint32_t shards = stage->shard_count();
-      for (uint32_t shard = 0; shard < shards; ++shard) {
-        lanes_.push_back({stage.get(), shard, shards > 1});
-      }
-    }
+    return Ok();
+  }
+
+  // The pipeline's workers, one lane per stage shard of the task the source's rows go straight
+  // into (threads > 1; a placement that routes rows elsewhere folds them on this thread).
+  void StartThreads() {
+    QueryTask* task = placement_->DirectTask(tasks_);
+    if (threads_ <= 1 || task == nullptr) return;
     // Two chunks in flight per thread keep every thread busy while the slowest lane catches
     // up, at 2 x chunk_bytes of input (and its decoded rows) per thread.
-    pipeline_ = std::make_unique<ChunkPipeline>(static_cast<size_t>(threads_), lanes_.size(),
+    pipeline_ = std::make_unique<ChunkPipeline>(static_cast<size_t>(threads_), task->lane_count(),
                                                 2 * static_cast<size_t>(threads_));
-    return Ok();
+  }
+
+  // How the query's tasks are made: the clock, the partitions' names for drift's order, the
+  // shards of a stage that splits its state over the batch's threads.
+  QueryTask::Options TaskOptions() {
+    QueryTask::Options options;
+    options.shards = static_cast<uint32_t>(threads_);
+    options.clock = ClockOptions(spec_);
+    options.partition_key = [this](uint32_t index) {
+      std::lock_guard<std::mutex> lock(source_mutex_);
+      return source_->PartitionKeyOf(index);
+    };
+    return options;
   }
 
   Status Start() {
@@ -200,17 +242,42 @@ class QueryExecutor::Impl {
     auto store = io_.open_checkpoint(spec_.checkpoint_location, checkpoint_options);
     if (!store) return tl::unexpected(store.error().Wrap("opening the checkpoint"));
     store_ = std::move(*store);
-    DRIFTD_TRY(CheckMetadata());
+    auto claimed = ClaimCheckpoint(*store_, spec_, options_.fingerprint_json,
+                                   options_.checkpoint_name);
+    if (!claimed) return tl::unexpected(claimed.error());
+    checkpoint_id_ = std::move(*claimed);
 
     auto last = store_->LastCommit();
     if (!last) return tl::unexpected(last.error());
     Clock::time_point restore_start = Clock::now();
     int64_t restored = 0;
-    // Scaled out, each task restores its own state once the group assigns it.
-    if (!spec_.scale_out.enabled) DRIFTD_TRY(RestoreStages(restored));
-    if (options_.metrics && drift_) {
-      options_.metrics->RecordDriftModels(drift_->ModelStats());
-      options_.metrics->RecordRestoredEvaluations(drift_->LatestEvaluations());
+    // Scaled out, the tasks come with the group's assignment (after the source started); one
+    // process runs its one task from here.
+    if (!spec_.scale_out.enabled) {
+      placement_ = std::make_unique<LocalPlacement>(spec_, TaskOptions(), *store_, sinks_);
+      DRIFTD_TRY(placement_->Start(*last, tasks_, restored));
+      StartThreads();
+    }
+    if (options_.metrics) {
+      const TaskTotals totals = Totals();
+      if (totals.gated) {
+        options_.metrics->RecordRestoredModels(totals.models, spec_.query.max_models);
+      }
+      if (totals.drift) {
+        options_.metrics->RecordDriftModels(DriftModelStats());
+        std::vector<SharedEvaluation> evaluations;
+        for (const auto& [id, task] : tasks_) {
+          if (!task->drift()) continue;
+          std::vector<SharedEvaluation> latest = task->drift()->LatestEvaluations();
+          evaluations.insert(evaluations.end(), latest.begin(), latest.end());
+        }
+        options_.metrics->RecordRestoredEvaluations(evaluations);
+      }
+      for (auto& [id, task] : tasks_) {
+        if (HistoryStage* history = task->history()) {
+          options_.metrics->RecordRestoredHistory(history->TakeRestored());
+        }
+      }
     }
     run_id_ = NewCheckpointId();
 
@@ -218,16 +285,15 @@ class QueryExecutor::Impl {
     if (*last) {
       next_batch_id_ = (*last)->batch_id + 1;
       committed = (*last)->end;
-      clock_.Restore((*last)->max_event_us, (*last)->watermark_us);
       log_->info("pipeline {}: resuming after batch {} ({} state entries restored in {} ms)",
                  spec_.name, (*last)->batch_id, restored, MillisSince(restore_start));
     } else {
       log_->info("pipeline {}: starting with an empty checkpoint at {}", spec_.name,
                  spec_.checkpoint_location);
     }
-    if (threads_ > 1) {
+    if (pipeline_) {
       log_->info("pipeline {}: batches run on {} threads ({} lanes)", spec_.name, threads_,
-                 lanes_.size());
+                 placement_->DirectTask(tasks_)->lane_count());
     }
 
     for (auto& sink : sinks_) {
@@ -235,7 +301,8 @@ class QueryExecutor::Impl {
       DRIFTD_TRY(sink->Open().map_error(
           [&](const Error& e) { return e.Wrap(fmt::format("opening sink '{}'", sink->name())); }));
     }
-    DRIFTD_TRY(RefuseStaleCheckpoint(*last ? (*last)->batch_id : -1));
+    RefreshLimits();
+    DRIFTD_TRY(RefuseStaleCheckpoint(sinks_, spec_, *last ? (*last)->batch_id : -1));
     DRIFTD_TRY(FinishOutbox());
     DRIFTD_TRY(source_->Start(committed));
     if (committed.empty()) {
@@ -251,18 +318,15 @@ class QueryExecutor::Impl {
       if (group == nullptr) {
         return MakeError(ErrorCode::kConfig, "scaleOut: the source is not a consumer group member");
       }
-      ScaleOutRunner::Parts parts;
+      ScaledOutPlacement::Parts parts;
       parts.spec = &spec_;
       parts.source = source_.get();
       parts.group = group;
       for (auto& sink : sinks_) parts.sinks.push_back(sink.get());
       parts.store = store_.get();
-      parts.decoder = decoder_.get();
-      parts.projection = projection_.get();
-      parts.metadata = &metadata_;
-      parts.chunk_bytes = options_.chunk_bytes;
-      parts.stop_requested = [this] { return stop_requested_.load(); };
-      scale_out_ = std::make_unique<ScaleOutRunner>(std::move(parts));
+      parts.clock = ClockOptions(spec_);
+      placement_ = std::make_unique<ScaledOutPlacement>(std::move(parts));
+      DRIFTD_TRY(placement_->Start(*last, tasks_, restored));
     }
     started_ = true;
     return Ok();
@@ -469,124 +533,25 @@ class QueryExecutor::Impl {
     return last_progress_;
   }
 
-  bool IsReady() const { return started_ && source_ && source_->IsReady(); }
+  // Not ready while a batch cannot be delivered: the query makes no progress, whatever its
+  // source says.
+  bool IsReady() const {
+    return started_ && source_ && source_->IsReady() && !delivery_failing_.load();
+  }
 
  private:
-  // Hands every state entry of the query's scope to the stage whose namespace it is in.
-  Status RestoreStages(int64_t& restored) {
-    Status status = Ok();
-    DRIFTD_TRY(store_->ScanState([&](std::string_view encoded, std::string_view value) {
-      if (!status) return;
-      StateKeyView key;
-      if (!DecodeStateKey(encoded, key)) {
-        status = MakeError(ErrorCode::kCorruption,
-                           "checkpoint {}: a state key of {} bytes is unreadable",
-                           spec_.checkpoint_location, encoded.size());
-        return;
-      }
-      if (key.scope != kQueryScope) return;
-      ++restored;
-      for (auto& stage : stages_) {
-        if (stage->state_namespace() == key.ns) {
-          status = stage->Restore(key.key, value);
-          return;
-        }
-      }
-      // A stage the pipeline no longer has (drift removed, say): its state is left alone.
-    }));
-    DRIFTD_TRY(status);
-    for (auto& stage : stages_) DRIFTD_TRY(stage->FinishRestore());
-    return Ok();
-  }
-
-  // Format 1 checkpoints kept state keys unscoped: give each its scope and namespace, in one
-  // atomic write with the new format version.
-  Status MigrateFormat1(CheckpointMetadata metadata) {
-    std::vector<std::pair<std::string, std::string>> puts;
-    std::vector<std::string> deletes;
-    DRIFTD_TRY(store_->ScanState([&](std::string_view key, std::string_view value) {
-      deletes.emplace_back(key);
-      const std::string_view ns = LegacyNamespaceOf(key);
-      if (!ns.empty()) puts.emplace_back(EncodeStateKey(kQueryScope, ns, key), value);
-    }));
-    metadata.format_version = 2;
-    DRIFTD_TRY(store_->RewriteState(puts, deletes, metadata));
-    log_->info("pipeline {}: checkpoint {} upgraded to format 2 ({} state entries)", spec_.name,
-               spec_.checkpoint_location, puts.size());
-    return Ok();
-  }
-
-  Status CheckMetadata() {
-
-    auto metadata = store_->ReadMetadata();
-    if (!metadata) return tl::unexpected(metadata.error());
-    if (!*metadata) {
-      CheckpointMetadata fresh;
-      fresh.pipeline_name = spec_.name;
-      fresh.fingerprint_json = options_.fingerprint_json;
-      fresh.created_at_ms = NowMs();
-      fresh.checkpoint_id = NewCheckpointId();
-      checkpoint_id_ = fresh.checkpoint_id;
-      return store_->WriteMetadata(fresh);
-    }
-    const CheckpointMetadata& stored = **metadata;
-    if (stored.pipeline_name != spec_.name) {
-      return MakeError(ErrorCode::kIncompatible,
-                       "checkpoint {} belongs to pipeline '{}', not '{}': point "
-                       "checkpointLocation at a directory of this pipeline's own",
-                       spec_.checkpoint_location, stored.pipeline_name, spec_.name);
-    }
-    if (!options_.fingerprint_json.empty() && stored.fingerprint_json != options_.fingerprint_json) {
-      std::vector<std::string> changed =
-          FingerprintDifferences(stored.fingerprint_json, options_.fingerprint_json);
-      return MakeError(
-          ErrorCode::kIncompatible,
-          "pipeline '{}' changed in ways its checkpoint {} cannot serve: {} changed. The "
-          "saved state and offsets were computed for the old definition. Revert the change, or "
-          "start over with a new checkpointLocation (or delete the old one) to recompute from "
-          "the source's startingOffsets",
-          spec_.name, spec_.checkpoint_location, fmt::join(changed, ", "));
-    }
-    checkpoint_id_ = stored.checkpoint_id;
-    if (stored.format_version < 2) {
-      CheckpointMetadata upgraded = stored;
-      if (upgraded.checkpoint_id.empty()) upgraded.checkpoint_id = NewCheckpointId();
-      checkpoint_id_ = upgraded.checkpoint_id;
-      return MigrateFormat1(upgraded);
-    }
-    if (stored.format_version > 2) {
-      return MakeError(ErrorCode::kIncompatible,
-                       "checkpoint {} has format {}, newer than this driftd reads (2): run the "
-                       "driftd that wrote it, or start over with a new checkpointLocation",
-                       spec_.checkpoint_location, stored.format_version);
-    }
-    if (checkpoint_id_.empty()) {
-      // A checkpoint from before ids existed gets one now, kept from then on.
-      CheckpointMetadata upgraded = stored;
-      upgraded.checkpoint_id = NewCheckpointId();
-      DRIFTD_TRY(store_->WriteMetadata(upgraded));
-      checkpoint_id_ = upgraded.checkpoint_id;
-    }
-    return Ok();
-  }
-
-  // A checkpoint behind what its sinks delivered is a copy, or an old backup, of one that went
-  // on running: starting from it would compute and deliver those batches a second time.
-  Status RefuseStaleCheckpoint(int64_t last_batch) {
+  // What the sinks take of one row, asked again before each batch (a Kafka sink may learn its
+  // topics' limits late). Only while no delivery runs: the sinks' limits are theirs to change.
+  void RefreshLimits() {
+    std::vector<RowLimit> row_limits;
     for (auto& sink : sinks_) {
-      auto delivered = sink->LastDelivered();
-      if (!delivered) return tl::unexpected(delivered.error());
-      if (!*delivered || **delivered <= last_batch) continue;
-      return MakeError(
-          ErrorCode::kIncompatible,
-          "checkpoint {} is behind its output: sink '{}' has delivered batch {} of this "
-          "checkpoint, whose last committed batch is {}. It is a copy or an older backup of a "
-          "checkpoint that kept running; starting from it would deliver batches {} to {} "
-          "again. Run from the current checkpoint, or start over with a new checkpointLocation",
-          spec_.checkpoint_location, sink->name(), **delivered, last_batch, last_batch + 1,
-          **delivered);
+      std::vector<RowLimit> limits = sink->RowLimits();
+      row_limits.insert(row_limits.end(), limits.begin(), limits.end());
     }
-    return Ok();
+    const bool dead_letter_sink =
+        std::any_of(spec_.sinks.begin(), spec_.sinks.end(),
+                    [](const SinkSpec& sink) { return sink.stream == StreamKind::kDeadLetter; });
+    limits_ = OutputLimits(std::move(row_limits), dead_letter_sink);
   }
 
   // Delivers batches committed before a restart whose delivery did not finish.
@@ -630,6 +595,7 @@ class QueryExecutor::Impl {
     std::chrono::milliseconds backoff(100);
     for (int attempt = 1;; ++attempt) {
       Status status = sink.Deliver(output);
+      delivery_failing_.store(!status);
       if (status) return status;
       bool retriable = status.error().code() == ErrorCode::kExternal ||
                        status.error().code() == ErrorCode::kIo;
@@ -651,39 +617,91 @@ class QueryExecutor::Impl {
                                           const std::vector<PartitionLag>& lag) const {
     std::map<std::string, int64_t> latest;
     for (const PartitionLag& partition : lag) latest[partition.partition] = partition.latest;
-    std::vector<PartitionActivity> activity;
-    const bool independent = source_->HasIndependentPartitions();
-    PartitionActivity whole;  // a source that is one stream
+    // By clock partition: a Kafka partition is one, an input that is one stream (files read
+    // one after the other) is one whatever its offsets keys.
+    std::map<std::string, PartitionActivity> by_clock;
     for (const auto& [key, offset] : end) {
       auto start = position_.find(key);
       const bool read = start == position_.end() || start->second != offset;
       auto it = latest.find(key);
       const bool more = it != latest.end() && it->second > offset;
-      if (independent) {
-        activity.push_back({key, more, read});
-      } else {
-        whole.more_available = whole.more_available || more;
-        whole.read_in_batch = whole.read_in_batch || read;
-      }
+      const std::string name = source_->ClockPartitionOfKey(key);
+      PartitionActivity& partition = by_clock[name];
+      partition.name = name;
+      partition.more_available = partition.more_available || more;
+      partition.read_in_batch = partition.read_in_batch || read;
     }
-    if (!independent) activity.push_back(whole);
+    std::vector<PartitionActivity> activity;
+    for (auto& [name, partition] : by_clock) activity.push_back(std::move(partition));
     return activity;
   }
 
-  std::string ClockPartitionName(uint32_t index) const {
-    return source_->HasIndependentPartitions() ? source_->PartitionKeyOf(index) : std::string();
+  // What the tasks this process runs add up to.
+  struct TaskTotals {
+    bool gated = false;  // the query has a cap on models (a string model column)
+    int64_t models = 0;
+    bool drift = false;
+    bool ordered = false;  // drift takes its values in event-time order
+    int64_t order_buffered = 0;
+    int64_t models_across_partitions = 0;
+    /// The lowest watermark and the largest event time over the tasks' clocks.
+    int64_t watermark_us = INT64_MIN;
+    int64_t next_watermark_us = INT64_MIN;
+    int64_t max_event_us = INT64_MIN;
+    std::map<std::string, int64_t> max_event_by_partition;
+  };
+  TaskTotals Totals() const {
+    TaskTotals totals;
+    int64_t watermark = INT64_MAX;
+    int64_t next = INT64_MAX;
+    for (const auto& [id, task] : tasks_) {
+      totals.gated = totals.gated || task->max_models() > 0;
+      totals.models += task->models();
+      if (task->drift()) {
+        totals.drift = true;
+        totals.models_across_partitions += task->drift()->ModelsAcrossPartitions();
+      }
+      if (task->order_buffered() >= 0) {
+        totals.ordered = true;
+        totals.order_buffered += task->order_buffered();
+      }
+      const EventClock& clock = task->clock();
+      watermark = std::min(watermark, clock.watermark_us());
+      next = std::min(next, clock.NextWatermark());
+      totals.max_event_us = std::max(totals.max_event_us, clock.MaxEventTime());
+      for (const auto& [name, max_us] : clock.MaxEventTimes()) {
+        auto [it, fresh] = totals.max_event_by_partition.emplace(name, max_us);
+        if (!fresh) it->second = std::max(it->second, max_us);
+      }
+    }
+    if (!tasks_.empty()) {
+      totals.watermark_us = watermark;
+      totals.next_watermark_us = next;
+    }
+    return totals;
   }
 
-  bool HasClosableWindows(int64_t watermark_us) const {
-    for (const auto& stage : stages_) {
-      if (stage->HasClosableWindows(watermark_us)) return true;
+  // Every task's models' drift state, for the metrics.
+  std::vector<DriftMonitor::ModelStats> DriftModelStats() const {
+    std::vector<DriftMonitor::ModelStats> stats;
+    for (const auto& [id, task] : tasks_) {
+      if (!task->drift()) continue;
+      std::vector<DriftMonitor::ModelStats> own = task->drift()->ModelStats();
+      std::move(own.begin(), own.end(), std::back_inserter(stats));
+    }
+    return stats;
+  }
+
+  bool HasClosableWindows() const {
+    for (const auto& [id, task] : tasks_) {
+      if (task->HasClosableWindows()) return true;
     }
     return false;
   }
 
-  // Runs one batch. Returns false when there was nothing to do.
+  // Runs one batch, the same in every mode: the placement (engine/executor/placement.h) says
+  // which tasks run here and carries rows to them. Returns false when there was nothing to do.
   Result<bool> RunBatch() {
-    if (scale_out_) return RunScaledOutBatch();
     Clock::time_point batch_start = Clock::now();
     ProgressRecord progress;
     progress.batch_id = next_batch_id_;
@@ -691,25 +709,37 @@ class QueryExecutor::Impl {
     progress.id = checkpoint_id_;
     progress.run_id = run_id_;
 
+    Placement::Report placed;
+    auto owns = placement_->Assign(tasks_, position_, placed);
+    if (!owns) return tl::unexpected(owns.error());
+    if (!*owns) {
+      // Nothing owned (yet, or any more: the group moved its partitions away).
+      if (options_.metrics) options_.metrics->RecordLag({});
+      return false;
+    }
     auto planned = source_->PlanBatch(position_);
     if (!planned) return tl::unexpected(planned.error());
-    const SourceOffsets& end = *planned;
+    const SourceOffsets end = std::move(*planned);
     progress.latest_offset_ms = MillisSince(batch_start);
     std::vector<PartitionLag> lag = source_->Lag(end);
-    clock_.BeginBatch(Activity(end, lag), SteadyMs());
+    const bool clock_moved = placement_->BeginBatch(Activity(end, lag), SteadyMs(), tasks_);
     const bool has_data = end != position_;
     // A batch without input is due when the watermark closes a window: the one in force (the
     // aggregation emits by it) or the one idle partitions let it move to.
-    const bool closable =
-        HasClosableWindows(clock_.watermark_us()) || HasClosableWindows(clock_.NextWatermark());
+    const bool closable = HasClosableWindows();
     std::vector<std::string> resets;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       resets.swap(baseline_resets_);
     }
-    if (!has_data && !closable && resets.empty()) return false;
+    if (!has_data && !closable && resets.empty() && !clock_moved) {
+      if (options_.metrics) options_.metrics->RecordLag(lag);
+      return false;
+    }
     for (const std::string& model : resets) {
-      if (drift_ && drift_->ResetBaselines(model)) {
+      bool reset = false;
+      for (auto& [id, task] : tasks_) reset = task->ResetBaselines(model) || reset;
+      if (reset) {
         log_->info("pipeline {}: model {} warms up a new baseline from batch {}", spec_.name,
                    model, next_batch_id_);
       }
@@ -719,112 +749,72 @@ class QueryExecutor::Impl {
     output.batch_id = next_batch_id_;
     output.source_end = end;
     int64_t input_rows = 0;
-    int64_t malformed_before = MalformedTotal();
+    const int64_t malformed_before = MalformedTotal();
     Clock::time_point read_start = Clock::now();
-    if (has_data) {
-      auto reader = source_->Read(position_, end);
-      if (!reader) return tl::unexpected(reader.error());
-      bool more = !pipeline_;
-      if (pipeline_) DRIFTD_TRY(ReadInParallel(**reader, output, progress, input_rows));
-      while (more) {
-        if (stop_requested_.load()) {
-          return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
-        }
-        chunk_.Clear();
-        auto next = (*reader)->Next(chunk_, options_.chunk_bytes);
-        if (!next) return tl::unexpected(next.error());
-        if (options_.metrics) options_.metrics->LoopProgress();
-        more = *next;
-        chunk_.Seal();
-        input_rows += static_cast<int64_t>(chunk_.size());
-        records_.Reset(spec_.schema);
-        dead_letters_.clear();
-        DRIFTD_TRY(decoder_->Decode(chunk_, records_, &dead_letters_,
-                                   [&](const RecordPosition& position) {
-                                     return source_->DescribePosition(position);
-                                   }));
-        for (const DeadLetter& dead : dead_letters_) {
-          output.dead_letters.Add(
-              "", DeadLetterToJson(dead, source_->DescribePosition(dead.position)));
-        }
-        metadata_.Fill(chunk_, *source_, records_);
-        // Filtered rows leave before the clock: they neither advance nor are judged by it.
-        progress.filtered_rows += projection_->Apply(records_);
-        clock_.Stamp(
-            records_, [&](uint32_t index) { return ClockPartitionName(index); }, times_);
-        for (auto& stage : stages_) stage->Process(records_, times_, output);
-      }
-      progress.lost_records = (*reader)->lost_records();
-    }
+    if (has_data) DRIFTD_TRY(ReadBatch(end, output, progress, input_rows));
     progress.add_batch_ms = MillisSince(read_start);
 
-    // Results, state changes and the watermark for the next batch.
-    BatchContext context;
-    context.batch_id = next_batch_id_;
-    context.now_ms = NowMs();
-    context.watermark_us = clock_.watermark_us();
-    context.next_watermark_us = clock_.NextWatermark();
-    std::vector<std::pair<std::string, std::string>> puts;
-    std::vector<std::string> deletes;
-    StageProgress stage_progress;
-    for (auto& stage : stages_) {
-      StateChanges changes;
-      stage->Finish(context, output, changes, stage_progress);
-      const std::string_view ns = stage->state_namespace();
-      for (auto& [key, value] : changes.puts) {
-        puts.emplace_back(EncodeStateKey(kQueryScope, ns, key), std::move(value));
-      }
-      for (const std::string& key : changes.deletes) {
-        deletes.push_back(EncodeStateKey(kQueryScope, ns, key));
-      }
+    // Every task ends its batch: its rows, its state changes under its scope.
+    StateWrites writes;
+    StageProgress stages;
+    for (auto& [id, task] : tasks_) {
+      BatchContext context;
+      context.batch_id = next_batch_id_;
+      context.now_ms = NowMs();
+      context.watermark_us = task->clock().watermark_us();
+      context.next_watermark_us = task->clock().NextWatermark();
+      const size_t puts_from = writes.puts.size();
+      const size_t deletes_from = writes.deletes.size();
+      task->Finish(context, output, writes, stages);
+      placement_->TaskFinished(*task, writes, puts_from, deletes_from, output);
     }
-    progress.rows_updated = stage_progress.rows_updated;
-    progress.dropped_by_watermark = stage_progress.dropped_by_watermark;
-    progress.without_event_time = stage_progress.without_event_time;
-    progress.num_groups = stage_progress.num_groups;
-    progress.num_open_windows = stage_progress.num_open_windows;
-    progress.max_event_time_us = clock_.MaxEventTime();
-    progress.drift_dirty_series = stage_progress.drift_dirty_series;
-    progress.drift_dirty_bytes = stage_progress.drift_dirty_bytes;
-    progress.drift_put_bytes = stage_progress.drift_put_bytes;
-    progress.state_dirty_bytes = stage_progress.state_dirty_bytes;
-    progress.drift_values_over_key_cap = stage_progress.drift_values_over_key_cap;
-    progress.drift_rows_over_segment_cap = stage_progress.drift_rows_over_segment_cap;
-    progress.state_keys_written = static_cast<int64_t>(puts.size());
-    progress.state_keys_deleted = static_cast<int64_t>(deletes.size());
-    for (const auto& [key, value] : puts) {
-      progress.state_bytes_written += static_cast<int64_t>(key.size() + value.size());
-    }
+    placement_->EndBatch(output);
+    const TaskTotals before_commit = Totals();
+    AddStageProgress(stages, before_commit, progress);
 
-    // Commit: state, offsets, watermark, commit record and outbox in one write.
+    // Commit: state, offsets, watermark, commit record and outbox in one write (scaled out, the
+    // Kafka transaction comes first: PrepareCommit).
     Clock::time_point commit_start = Clock::now();
+    // The previous batch's delivery ends (and is marked) before this one commits: one batch at
+    // a time in the outbox, as on one thread.
+    DRIFTD_TRY(FinishDelivery());
+    RefreshLimits();
+    progress.rows_over_sink_limit = limits_.SetAsideOversized(output);
     BatchWrite write;
     write.commit.batch_id = next_batch_id_;
     write.commit.start = position_;
     write.commit.end = end;
-    write.commit.watermark_us = context.next_watermark_us;
-    write.commit.max_event_us = clock_.MaxEventTimes();
+    write.commit.watermark_us = before_commit.next_watermark_us;
+    write.commit.max_event_us = before_commit.max_event_by_partition;
     write.commit.committed_at_ms = NowMs();
-    write.state_puts = std::move(puts);
-    write.state_deletes = std::move(deletes);
-    write.outbox.batch_id = next_batch_id_;
-    for (const auto& sink : sinks_) write.outbox.pending_sinks.push_back(sink->name());
-    if (!write.outbox.pending_sinks.empty()) write.outbox.payload = EncodeBatchOutput(output);
-    // The previous batch's delivery ends (and is marked) before this one commits: one batch at
-    // a time in the outbox, as on one thread.
-    DRIFTD_TRY(FinishDelivery());
+    write.state_puts = std::move(writes.puts);
+    write.state_deletes = std::move(writes.deletes);
+    auto prepared = placement_->PrepareCommit(write, output);
+    if (!prepared) return tl::unexpected(prepared.error());
+    if (!*prepared) return false;  // computed again from what was committed
+    progress.state_keys_written = static_cast<int64_t>(write.state_puts.size());
+    progress.state_keys_deleted = static_cast<int64_t>(write.state_deletes.size());
+    for (const auto& [key, value] : write.state_puts) {
+      progress.state_bytes_written += static_cast<int64_t>(key.size() + value.size());
+    }
     DRIFTD_TRY(store_->Commit(std::move(write)));
     progress.wal_commit_ms = MillisSince(commit_start);
-    clock_.CommitBatch();
+    for (auto& [id, task] : tasks_) task->Committed();
+    placement_->Committed();
 
     // Progress, then delivery: on this thread, or (threads > 1) on a thread of its own while
     // the next batch is read, decoded and folded.
+    const TaskTotals after_commit = Totals();
     progress.start_offsets = position_;
     progress.end_offsets = end;
     progress.malformed_in_batch = MalformedTotal() - malformed_before;
-    progress.watermark_us = clock_.watermark_us();
+    progress.watermark_us = after_commit.watermark_us;
+    progress.max_event_time_us = after_commit.max_event_us;
     progress.lag = std::move(lag);
-    if (drift_) progress.models_across_partitions = drift_->ModelsAcrossPartitions();
+    progress.scale_out_tasks = placed.tasks;
+    progress.restored_tasks = placed.restored_tasks;
+    progress.restore_ms = placed.restore_ms;
+    progress.aborted_batches = placed.aborted;
     auto delivery = std::make_unique<Delivery>();
     delivery->batch_id = next_batch_id_;
     delivery->end = end;
@@ -851,6 +841,151 @@ class QueryExecutor::Impl {
     return true;
   }
 
+  // The stages' counters, and what the tasks add up to, in the progress record: one place for
+  // every mode.
+  void AddStageProgress(const StageProgress& stages, const TaskTotals& totals,
+                        ProgressRecord& progress) const {
+    progress.models = stages.models;
+    progress.max_models = totals.gated ? spec_.query.max_models : 0;
+    progress.rows_over_model_cap = stages.rows_over_model_cap;
+    progress.join = stages.join;
+    progress.labels = spec_.labels.enabled;
+    progress.rows_updated = stages.rows_updated;
+    progress.dropped_by_watermark = stages.dropped_by_watermark;
+    progress.without_event_time = stages.without_event_time;
+    progress.num_groups = stages.num_groups;
+    progress.num_open_windows = stages.num_open_windows;
+    progress.drift_dirty_series = stages.drift_dirty_series;
+    progress.drift_dirty_bytes = stages.drift_dirty_bytes;
+    progress.drift_put_bytes = stages.drift_put_bytes;
+    progress.state_dirty_bytes = stages.state_dirty_bytes;
+    progress.drift_values_over_key_cap = stages.drift_values_over_key_cap;
+    progress.drift_rows_over_segment_cap = stages.drift_rows_over_segment_cap;
+    progress.order_buffered = totals.ordered ? totals.order_buffered : -1;
+    progress.models_across_partitions = totals.models_across_partitions;
+  }
+
+  // Reads [position_, end): the source's own partitions chunk after chunk (on the pipeline's
+  // threads when their rows go straight into one task), then the tasks' own inputs.
+  Status ReadBatch(const SourceOffsets& end, BatchOutput& output, ProgressRecord& progress,
+                   int64_t& input_rows) {
+    SourceOffsets source_from = position_;
+    SourceOffsets source_to = end;
+    SourceOffsets tasks_from;
+    SourceOffsets tasks_to;
+    const bool task_inputs = std::any_of(end.begin(), end.end(), [&](const auto& entry) {
+      return placement_->IsTaskInput(entry.first);
+    });
+    if (task_inputs) {
+      source_from.clear();
+      source_to.clear();
+      for (const auto& [key, offset] : end) {
+        const bool task_input = placement_->IsTaskInput(key);
+        auto at = position_.find(key);
+        (task_input ? tasks_from : source_from)[key] = at == position_.end() ? 0 : at->second;
+        (task_input ? tasks_to : source_to)[key] = offset;
+      }
+    }
+    if (source_from != source_to) {
+      auto reader = source_->Read(source_from, source_to);
+      if (!reader) return tl::unexpected(reader.error());
+      QueryTask* direct = placement_->DirectTask(tasks_);
+      if (pipeline_ && direct != nullptr) {
+        DRIFTD_TRY(ReadInParallel(**reader, *direct, output, progress, input_rows));
+      } else {
+        DRIFTD_TRY(ReadChunks(**reader, [&]() -> Status {
+          input_rows += static_cast<int64_t>(chunk_.size());
+          CountInputRows(chunk_, progress);
+          return IngestChunk(output, progress);
+        }));
+      }
+      progress.lost_records += (*reader)->lost_records();
+    }
+    if (tasks_from != tasks_to) {
+      auto reader = source_->Read(tasks_from, tasks_to);
+      if (!reader) return tl::unexpected(reader.error());
+      DRIFTD_TRY(ReadChunks(**reader, [&]() -> Status {
+        return placement_->TakeTaskInput(chunk_, tasks_, output);
+      }));
+      progress.lost_records += (*reader)->lost_records();
+    }
+    return Ok();
+  }
+
+  // Reads every chunk of `reader` into chunk_, calling `take` for each.
+  Status ReadChunks(SourceReader& reader, const std::function<Status()>& take) {
+    bool more = true;
+    while (more) {
+      if (stop_requested_.load()) {
+        return MakeError(ErrorCode::kCancelled, "stopped during batch {}", next_batch_id_);
+      }
+      chunk_.Clear();
+      auto next = reader.Next(chunk_, options_.chunk_bytes);
+      if (!next) return tl::unexpected(next.error());
+      if (options_.metrics) options_.metrics->LoopProgress();
+      more = *next;
+      chunk_.Seal();
+      DRIFTD_TRY(take());
+    }
+    return Ok();
+  }
+
+  // How a record's position reads in an error, and which Kafka partition a position's index
+  // names, from any thread of the batch (the source only under source_mutex_).
+  std::string Describe(const RecordPosition& position) {
+    std::lock_guard<std::mutex> lock(source_mutex_);
+    return source_->DescribePosition(position);
+  }
+  std::optional<TopicPartition> TopicPartitionOfIndex(uint32_t index) {
+    std::lock_guard<std::mutex> lock(source_mutex_);
+    return source_->TopicPartitionOf(index);
+  }
+
+  // The one place where records become rows, in every mode and on every thread: decodes a
+  // chunk of input `input` into `records` (its dead letters into `dead_letters`), then, for
+  // the query's own inputs, fills the metadata columns and applies the derived columns and the
+  // filter. Returns the rows the filter removed.
+  Result<int64_t> DecodeChunk(const ThreadContext& context, const InputChunk& chunk, size_t input,
+                              RecordBatch& records, std::vector<DeadLetter>& dead_letters) {
+    records.Reset(SchemaOf(input));
+    dead_letters.clear();
+    DRIFTD_TRY(context.decoders[input]->Decode(
+        chunk, records, &dead_letters,
+        [this](const RecordPosition& position) { return Describe(position); }));
+    // Labels: their own schema and clock column, for the stage that joins them.
+    if (input == labels_input_) return int64_t{0};
+    context.metadata->Fill(
+        chunk, [this](uint32_t index) { return TopicPartitionOfIndex(index); }, records);
+    return context.projection->Apply(records);
+  }
+
+  // Stamps rows with their event time and the watermark they are judged by, with the clock
+  // that reads them. Filtered rows left before: they neither advance nor are judged by it.
+  void Stamp(const RecordBatch& records, bool labels, RowTimes& times) {
+    placement_->ReadClock(tasks_).Stamp(
+        records, labels ? labels_time_column_ : clock_column_,
+        [this](uint32_t index) {
+          std::lock_guard<std::mutex> lock(source_mutex_);
+          return source_->ClockPartitionOf(index);
+        },
+        times);
+  }
+
+  // A chunk of the source's own partitions on this thread: decoded, its dead letters set
+  // aside, stamped, and handed to the placement for its tasks.
+  Status IngestChunk(BatchOutput& output, ProgressRecord& progress) {
+    const size_t input = InputOfChunk(chunk_);
+    const bool labels = input == labels_input_;
+    auto filtered = DecodeChunk(contexts_[0], chunk_, input, records_, dead_letters_);
+    if (!filtered) return tl::unexpected(filtered.error());
+    limits_.AddDeadLetters(
+        dead_letters_, [this](const RecordPosition& position) { return Describe(position); },
+        output.dead_letters);
+    progress.filtered_rows += *filtered;
+    Stamp(records_, labels, times_);
+    return placement_->Route(records_, times_, labels, tasks_, output);
+  }
+
   // What the metrics need of drift after a batch, taken when it ends (its delivery may be
   // reported after the next batch's values were observed).
   struct DriftSnapshot {
@@ -861,12 +996,29 @@ class QueryExecutor::Impl {
   };
   DriftSnapshot DriftReport(bool alerts) const {
     DriftSnapshot snapshot;
-    if (!drift_ || !options_.metrics) return snapshot;
-    snapshot.taken = true;
-    snapshot.events = drift_->LastEvents();
-    snapshot.evaluations = drift_->LastEvaluations();
+    if (!options_.metrics) return snapshot;
+    bool drift = false;
+    for (const auto& [id, task] : tasks_) {
+      if (const DriftStage* stage = task->drift()) {
+        drift = true;
+        snapshot.taken = true;
+        const auto& events = stage->LastEvents();
+        const auto& evaluations = stage->LastEvaluations();
+        snapshot.events.insert(snapshot.events.end(), events.begin(), events.end());
+        snapshot.evaluations.insert(snapshot.evaluations.end(), evaluations.begin(),
+                                    evaluations.end());
+      }
+      if (const PerformanceStage* stage = task->performance()) {
+        snapshot.taken = true;
+        const auto& events = stage->last_events();
+        const auto& evaluations = stage->last_evaluations();
+        snapshot.events.insert(snapshot.events.end(), events.begin(), events.end());
+        snapshot.evaluations.insert(snapshot.evaluations.end(), evaluations.begin(),
+                                    evaluations.end());
+      }
+    }
     // Levels change only with an alert event; value counts are refreshed with the report.
-    if (alerts || WouldReport()) snapshot.models = drift_->ModelStats();
+    if (drift && (alerts || WouldReport())) snapshot.models = DriftModelStats();
     return snapshot;
   }
 
@@ -890,10 +1042,22 @@ class QueryExecutor::Impl {
   };
 
   // Delivers to every sink and marks each delivered. The only use of the sinks and the store
-  // while it runs (FinishDelivery comes first in every path that uses them).
+  // while it runs (FinishDelivery comes first in every path that uses them). When the commit
+  // delivered the batch already (scaled out, the Kafka transaction), the other sinks get it
+  // once, at best, and nothing is marked: there is no outbox.
   void Deliver(Delivery& delivery) {
     const Clock::time_point start = Clock::now();
+    const Sink* committed = placement_->committed_through();
     for (auto& sink : sinks_) {
+      if (committed != nullptr) {
+        if (sink.get() == committed) continue;
+        Status best_effort = sink->Deliver(delivery.output);
+        if (!best_effort) {
+          log_->warn("batch {}: sink '{}': {}", delivery.batch_id, sink->name(),
+                     best_effort.error().message());
+        }
+        continue;
+      }
       delivery.status = DeliverWithRetry(*sink, delivery.output);
       if (!delivery.status) return;
       if (defer_durability_) continue;  // marked once synced (RunContinuous)
@@ -922,7 +1086,9 @@ class QueryExecutor::Impl {
     std::unique_ptr<Delivery> delivery = std::move(delivery_);
     if (delivery->thread.joinable()) delivery->thread.join();
     DRIFTD_TRY(delivery->status);
-    if (defer_durability_) undurable_batches_.push_back(delivery->batch_id);
+    if (defer_durability_ && placement_->committed_through() == nullptr) {
+      undurable_batches_.push_back(delivery->batch_id);
+    }
     Status committed = source_->OnCommitted(delivery->end);
     if (!committed) {
       log_->warn("batch {}: source could not record the commit: {}", delivery->batch_id,
@@ -935,20 +1101,14 @@ class QueryExecutor::Impl {
   }
 
   // The chunks of a batch on the pipeline's threads (engine/executor/chunk_pipeline.h): the
-  // steps of RunBatch's loop, each lane of the stages fed the same rows in the same order.
-  // Threads other than this one reach the source only under source_mutex_, which this thread
-  // holds while it reads.
-  Status ReadInParallel(SourceReader& reader, BatchOutput& output, ProgressRecord& progress,
-                        int64_t& input_rows) {
+  // steps of IngestChunk, each lane of `task` fed the same rows in the same order. Threads
+  // other than this one reach the source only under source_mutex_, which this thread holds
+  // while it reads.
+  Status ReadInParallel(SourceReader& reader, QueryTask& task, BatchOutput& output,
+                        ProgressRecord& progress, int64_t& input_rows) {
     const DescribePosition describe = [this](const RecordPosition& position) {
-      std::lock_guard<std::mutex> lock(source_mutex_);
-      return source_->DescribePosition(position);
+      return Describe(position);
     };
-    const std::function<std::optional<TopicPartition>(uint32_t)> topic_partition_of =
-        [this](uint32_t index) {
-          std::lock_guard<std::mutex> lock(source_mutex_);
-          return source_->TopicPartitionOf(index);
-        };
     ChunkPipeline::Steps steps;
     steps.read = [&](InputChunk& input) -> Result<bool> {
       if (stop_requested_.load()) {
@@ -963,107 +1123,62 @@ class QueryExecutor::Impl {
       if (options_.metrics) options_.metrics->LoopProgress();
       input.Seal();
       input_rows += static_cast<int64_t>(input.size());
+      CountInputRows(input, progress);
       return more;
     };
     steps.decode = [&](size_t thread, ChunkPipeline::Chunk& chunk) -> Status {
-      const ThreadContext& context = contexts_[thread];
-      chunk.records.Reset(spec_.schema);
-      chunk.dead_letters.clear();
-      DRIFTD_TRY(context.decoder->Decode(chunk.input, chunk.records, &chunk.dead_letters,
-                                         describe));
-      context.metadata->Fill(chunk.input, topic_partition_of, chunk.records);
-      chunk.filtered_rows = context.projection->Apply(chunk.records);
-      chunk.lane_rows.resize(lanes_.size());
-      for (size_t lane = 0; lane < lanes_.size(); ++lane) {
-        const Lane& at = lanes_[lane];
-        if (!at.sharded || at.shard != 0) continue;
-        const std::span<std::vector<uint32_t>> shards(chunk.lane_rows.data() + lane,
-                                                      at.stage->shard_count());
-        for (std::vector<uint32_t>& rows : shards) rows.clear();
-        at.stage->Route(chunk.records, shards);
+      {
+        // The inputs learn of partitions as the reader (under the mutex) comes to them.
+        std::lock_guard<std::mutex> lock(source_mutex_);
+        chunk.input_index = InputOfChunk(chunk.input);
       }
+      auto filtered = DecodeChunk(contexts_[thread], chunk.input, chunk.input_index,
+                                  chunk.records, chunk.dead_letters);
+      if (!filtered) return tl::unexpected(filtered.error());
+      chunk.filtered_rows = *filtered;
+      chunk.lane_rows.resize(task.lane_count());
+      if (chunk.input_index == labels_input_) {
+        for (auto& rows : chunk.lane_rows) rows.clear();
+        return Ok();
+      }
+      task.RouteToLanes(chunk.records, chunk.lane_rows);
       return Ok();
     };
     steps.sequence = [&](ChunkPipeline::Chunk& chunk) {
-      for (const DeadLetter& dead : chunk.dead_letters) {
-        output.dead_letters.Add("", DeadLetterToJson(dead, describe(dead.position)));
-      }
-      // Filtered rows leave before the clock: they neither advance nor are judged by it.
+      const bool labels = chunk.input_index == labels_input_;
+      limits_.AddDeadLetters(chunk.dead_letters, describe, output.dead_letters);
       progress.filtered_rows += chunk.filtered_rows;
-      clock_.Stamp(
-          chunk.records,
-          [&](uint32_t index) {
-            std::lock_guard<std::mutex> lock(source_mutex_);
-            return ClockPartitionName(index);
-          },
-          chunk.times);
+      Stamp(chunk.records, labels, chunk.times);
+      // Models are admitted in input order, here where the chunks come in order; the rare
+      // chunk whose rows the gate dropped or renamed is routed again.
+      if (!labels && task.Admit(chunk.records, chunk.times)) {
+        task.RouteToLanes(chunk.records, chunk.lane_rows);
+      }
     };
     steps.fold = [&](size_t lane, const ChunkPipeline::Chunk& chunk) {
-      const Lane& at = lanes_[lane];
-      if (at.sharded) {
-        at.stage->ProcessShard(at.shard, chunk.records, chunk.times, chunk.lane_rows[lane]);
-      } else {
-        // Only the select stage writes rows here, and no other step writes them.
-        at.stage->Process(chunk.records, chunk.times, output);
-      }
+      task.FoldLane(lane, chunk.records, chunk.times, chunk.lane_rows[lane],
+                    chunk.input_index == labels_input_, output);
     };
     return pipeline_->Run(steps);
   }
 
+  // Rows read by input, for the progress record's sources.
+  void CountInputRows(const InputChunk& chunk, ProgressRecord& progress) const {
+    if (inputs_->size() == 1) return;
+    progress.input_rows_by_input.resize(inputs_->size(), 0);
+    progress.input_rows_by_input[InputOfChunk(chunk)] += static_cast<int64_t>(chunk.size());
+  }
+
   // Malformed records counted by every thread's decoder.
   MalformedCounts Malformed() const {
-    MalformedCounts counts = decoder_->counts();
-    for (const ThreadParts& parts : thread_parts_) counts.Add(parts.decoder->counts());
+    MalformedCounts counts;
+    for (const auto& decoder : decoders_) counts.Add(decoder->counts());
+    for (const ThreadParts& parts : thread_parts_) {
+      for (const auto& decoder : parts.decoders) counts.Add(decoder->counts());
+    }
     return counts;
   }
   int64_t MalformedTotal() const { return Malformed().total(); }
-
-  // A scaled-out batch (engine/executor/scale_out.h).
-  Result<bool> RunScaledOutBatch() {
-    Clock::time_point batch_start = Clock::now();
-    ProgressRecord progress;
-    progress.batch_id = next_batch_id_;
-    progress.timestamp_ms = NowMs();
-    progress.id = checkpoint_id_;
-    progress.run_id = run_id_;
-    const int64_t malformed_before = MalformedTotal();
-    BatchOutput output;
-    ScaleOutRunner::BatchReport report;
-    auto ran = scale_out_->RunBatch(next_batch_id_, output, report);
-    if (!ran) return tl::unexpected(ran.error());
-    tasks_owned_.store(report.tasks);
-    if (!*ran) return false;
-    progress.start_offsets = report.start;
-    progress.end_offsets = report.end;
-    progress.lag = std::move(report.lag);
-    progress.lost_records = report.lost_records;
-    progress.rows_updated = report.stages.rows_updated;
-    progress.dropped_by_watermark = report.stages.dropped_by_watermark;
-    progress.without_event_time = report.stages.without_event_time;
-    progress.num_groups = report.stages.num_groups;
-    progress.num_open_windows = report.stages.num_open_windows;
-    progress.drift_dirty_series = report.stages.drift_dirty_series;
-    progress.drift_dirty_bytes = report.stages.drift_dirty_bytes;
-    progress.drift_put_bytes = report.stages.drift_put_bytes;
-    progress.state_dirty_bytes = report.stages.state_dirty_bytes;
-    progress.drift_values_over_key_cap = report.stages.drift_values_over_key_cap;
-    progress.drift_rows_over_segment_cap = report.stages.drift_rows_over_segment_cap;
-    progress.state_keys_written = report.state_keys_written;
-    progress.state_bytes_written = report.state_bytes_written;
-    progress.state_keys_deleted = report.state_keys_deleted;
-    progress.max_event_time_us = report.max_event_us;
-    progress.watermark_us = report.watermark_us;
-    progress.malformed_in_batch = MalformedTotal() - malformed_before;
-    progress.filtered_rows = report.filtered_rows;
-    progress.scale_out_tasks = report.tasks;
-    progress.restored_tasks = report.restored_tasks;
-    progress.restore_ms = report.restore_ms;
-    progress.aborted_batches = report.aborted;
-    ReportBatch(progress, output, report.input_rows, report.output_rows, batch_start, Clock::now(),
-                DriftReport(!output.alerts.empty()));
-    ++next_batch_id_;
-    return true;
-  }
 
   // Continuous epochs can run hundreds of times a second: a progress record once per interval.
   bool WouldReport() const {
@@ -1091,6 +1206,7 @@ class QueryExecutor::Impl {
     progress.input_rows_per_second = input_rows / std::max(since_last, 1e-6);
     progress.state = store_->Stats();
     progress.source_description = source_->Describe();
+    progress.sources = source_->Summaries();
     last_batch_end_ = end;
 
     counters_.batches.fetch_add(1);
@@ -1101,6 +1217,8 @@ class QueryExecutor::Impl {
     counters_.dropped_by_watermark.fetch_add(progress.dropped_by_watermark);
     counters_.without_event_time.fetch_add(progress.without_event_time);
     counters_.alerts.fetch_add(progress.num_alerts);
+    counters_.rows_over_sink_limit.fetch_add(progress.rows_over_sink_limit);
+    counters_.rows_over_model_cap.fetch_add(progress.rows_over_model_cap);
     counters_.last_batch_id.store(progress.batch_id);
 
     // Continuous epochs can run hundreds of times a second: report once per interval.
@@ -1123,10 +1241,17 @@ class QueryExecutor::Impl {
   ExecutorOptions options_;
   QueryIo io_;
   QueryCounters& counters_;
-  std::unique_ptr<ValueDecoder> decoder_;
-  EventClock clock_;
+  /// The decoder of each input (engine/executor/inputs.h), for this thread.
+  std::vector<std::unique_ptr<ValueDecoder>> decoders_;
+  /// The query's event-time column (-1: none); the labels input has its own.
+  int clock_column_ = -1;
   std::shared_ptr<spdlog::logger> log_;
+  /// The query's inputs as one source (QueryInputs).
   std::unique_ptr<Source> source_;
+  QueryInputs* inputs_ = nullptr;
+  /// The labels input's index among the inputs (SIZE_MAX: none), and its event-time column.
+  size_t labels_input_ = SIZE_MAX;
+  int labels_time_column_ = -1;
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::unique_ptr<CheckpointStore> store_;
   /// CheckpointMetadata::checkpoint_id, handed to the sinks before they open.
@@ -1137,36 +1262,21 @@ class QueryExecutor::Impl {
   std::unique_ptr<Projection> projection_;
   /// The Kafka metadata columns the query reads, filled beside the decoded ones.
   MetadataFiller metadata_;
-  std::vector<std::unique_ptr<Stage>> stages_;
-  DriftStage* drift_ = nullptr;  // one of stages_, if drift is on
-  /// scaleOut: the batch loop of a query shared by several processes.
-  std::unique_ptr<ScaleOutRunner> scale_out_;
-  std::atomic<int64_t> tasks_owned_{0};
+  /// What the sinks take of one row (after they opened).
+  OutputLimits limits_;
+  /// Where the query's tasks run and how rows reach them (engine/executor/placement.h): one
+  /// process, or scaled out. Set by Start.
+  std::unique_ptr<Placement> placement_;
+  /// The tasks this process runs (the placement's assignment), by id.
+  TaskMap tasks_;
 
   /// The batch's threads (the pipeline's `threads`, or the cores available); 1: the loop in
   /// RunBatch on this thread alone.
   int threads_ = 1;
-  struct ThreadContext {
-    ValueDecoder* decoder = nullptr;
-    Projection* projection = nullptr;
-    MetadataFiller* metadata = nullptr;
-  };
-  struct ThreadParts {
-    std::unique_ptr<ValueDecoder> decoder;
-    std::unique_ptr<Projection> projection;
-    std::unique_ptr<MetadataFiller> metadata;
-  };
   /// What each thread decodes with: index 0 the executor's own, then thread_parts_.
   std::vector<ThreadContext> contexts_;
   std::vector<ThreadParts> thread_parts_;
-  /// A lane folds one stage, or one shard of a stage with several.
-  struct Lane {
-    Stage* stage = nullptr;
-    uint32_t shard = 0;
-    bool sharded = false;
-  };
-  std::vector<Lane> lanes_;
-  std::unique_ptr<ChunkPipeline> pipeline_;  // threads_ > 1
+  std::unique_ptr<ChunkPipeline> pipeline_;  // threads_ > 1 and rows into one task
   std::mutex source_mutex_;
 
   InputChunk chunk_;
@@ -1184,6 +1294,8 @@ class QueryExecutor::Impl {
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> started_{false};
+  /// The last delivery attempt failed (DeliverWithRetry), until one succeeds.
+  std::atomic<bool> delivery_failing_{false};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::string last_progress_;

@@ -4,6 +4,11 @@
 //   RocksDB write -> deliver the outbox to each sink -> mark delivered -> progress record.
 // Recovery restores state, finishes an undelivered outbox, and resumes from the last end offsets.
 //
+// A query is a set of tasks (engine/executor/task.h) in every mode, run by one batch loop; what
+// scale-out adds (assignment by the consumer group, routing through the repartition topic, the
+// changelog and the transactional commit) is behind one seam, the placement
+// (engine/executor/placement.h). engine/executor/README.md draws the loop.
+//
 // The executor names no connector and no storage engine: it is handed factories for the
 // source, the sinks and the checkpoint (QueryIo), which cmd/ wires to connectors/ and state/.
 //
@@ -49,6 +54,10 @@ struct ExecutorOptions {
   /// JSON describing what state depends on (config's PipelineFingerprintJson); compared with
   /// the checkpoint's at start. Empty: not checked.
   std::string fingerprint_json;
+  /// The pipeline's name as the checkpoint keeps it (config's CheckpointPipelineName: secrets
+  /// in it as digests). Empty: the name itself. A checkpoint holding the name in clear (written
+  /// before) is still this pipeline's.
+  std::string checkpoint_name;
   /// Called after every batch with its progress record (JSON), on the executor's thread.
   std::function<void(const std::string& progress_json)> on_progress;
   /// Attempts to deliver a batch before giving up with an error. Default: 10.
@@ -74,6 +83,10 @@ struct QueryCounters {
   /// Rows of a windowed query whose window column was null (not aggregated).
   std::atomic<int64_t> without_event_time{0};
   std::atomic<int64_t> alerts{0};
+  /// Output rows over a sink's row limit (engine/executor/output_limits.h).
+  std::atomic<int64_t> rows_over_sink_limit{0};
+  /// Rows of models over query.maxModels (engine/executor/model_gate.h).
+  std::atomic<int64_t> rows_over_model_cap{0};
   std::atomic<int64_t> last_batch_id{-1};
 };
 

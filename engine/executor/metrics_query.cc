@@ -86,23 +86,32 @@ int64_t QueryMetrics::BusyForMs() const {
   return std::max<int64_t>(0, (SteadyNowNs() - since) / 1'000'000);
 }
 
+void QueryMetrics::SetLag(const std::vector<PartitionLag>& lag) {
+  data_.lag.clear();
+  data_.lag.reserve(lag.size());
+  data_.backlog_records = -1;
+  data_.backlog_bytes = -1;
+  for (const PartitionLag& partition : lag) {
+    data_.lag.push_back(GaugeOf(partition, options_.kafka_partitions));
+    int64_t& total = partition.bytes ? data_.backlog_bytes : data_.backlog_records;
+    total = std::max<int64_t>(total, 0) + partition.lag();
+  }
+}
+
+void QueryMetrics::RecordLag(const std::vector<PartitionLag>& lag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SetLag(lag);
+}
+
 void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   double seconds = static_cast<double>(progress.trigger_execution_ms) / 1000.0;
   size_t bucket = 0;
   while (bucket < kBatchDurationBuckets.size() && seconds > kBatchDurationBuckets[bucket]) {
     ++bucket;
   }
-  std::vector<LagGauge> lag;
-  lag.reserve(progress.lag.size());
-  int64_t backlog_records = -1;
-  int64_t backlog_bytes = -1;
-  for (const PartitionLag& partition : progress.lag) {
-    lag.push_back(GaugeOf(partition, options_.kafka_partitions));
-    int64_t& total = partition.bytes ? backlog_bytes : backlog_records;
-    total = std::max<int64_t>(total, 0) + partition.lag();
-  }
 
   std::lock_guard<std::mutex> lock(mutex_);
+  SetLag(progress.lag);
   ++data_.duration_buckets[bucket];
   data_.duration_sum_seconds += seconds;
   ++data_.duration_count;
@@ -112,9 +121,6 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
           progress.malformed.by_reason[i];
     }
   }
-  data_.lag = std::move(lag);
-  data_.backlog_records = backlog_records;
-  data_.backlog_bytes = backlog_bytes;
   data_.rows_done += progress.num_input_rows;
   data_.input_rows_per_second = progress.input_rows_per_second;
   data_.processed_rows_per_second = progress.processed_rows_per_second;
@@ -124,6 +130,13 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   data_.lost_records += progress.lost_records;
   data_.drift_values_over_key_cap += progress.drift_values_over_key_cap;
   data_.drift_rows_over_segment_cap += progress.drift_rows_over_segment_cap;
+  data_.rows_over_sink_limit += progress.rows_over_sink_limit;
+  data_.rows_over_model_cap += progress.rows_over_model_cap;
+  data_.labels = data_.labels || progress.labels;
+  data_.join.Add(progress.join);
+  data_.join.pending = progress.join.pending;
+  data_.models = progress.models;
+  data_.max_models = progress.max_models;
   data_.last_batch_timestamp_ms = progress.timestamp_ms;
   data_.last_batch_id = progress.batch_id;
   data_.last_batch_input_rows = progress.num_input_rows;
@@ -134,14 +147,9 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
   point.input_rows_per_second = progress.input_rows_per_second;
   point.processed_rows_per_second = progress.processed_rows_per_second;
   point.duration_ms = progress.trigger_execution_ms;
-  point.backlog = backlog_records >= 0 ? backlog_records : backlog_bytes;
+  point.backlog = data_.backlog_records >= 0 ? data_.backlog_records : data_.backlog_bytes;
   batches_.push_back(point);
   while (batches_.size() > std::max<size_t>(options_.progress_history, 2)) batches_.pop_front();
-}
-
-std::string ModelLabel(std::string_view model, std::string_view segment) {
-  if (segment.empty()) return std::string(model);
-  return fmt::format("{} [{}]", model, segment);
 }
 
 void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
@@ -150,19 +158,8 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
   std::lock_guard<std::mutex> lock(mutex_);
   for (const AlertEvent& event : events) {
     ++data_.alerts_by_model[{event.model, event.segment, event.level}];
-    AlertSummary& summary = alerts_.emplace_back();
-    summary.alert_id = event.alert_id;
-    summary.level = event.level;
-    summary.previous_level = event.previous_level;
-    summary.model = event.model;
-    summary.segment = event.segment;
-    summary.series = event.series;
-    summary.detector = event.detector;
-    summary.statistic = event.statistic;
-    summary.threshold = event.threshold;
-    summary.window_end_us = event.window_end_us;
-    summary.batch_id = event.batch_id;
-    summary.recorded_at_ms = now_ms;
+    const AlertSummary& summary = alerts_.emplace_back(SummarizeAlert(event, now_ms));
+    incidents_.Apply(summary);
     while (alerts_.size() > options_.alert_history) alerts_.pop_front();
   }
   for (const SharedEvaluation& shared : evaluations) {
@@ -180,7 +177,16 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
       }
       history_cap_ = cap;
     }
-    found->second.Push(shared, history_cap_);
+    if (history_cap_ > 1 && !evaluation.distribution.empty()) {
+      // Older points are drawn as a line: only the latest (the gauge's) keeps what it
+      // compared, so the history's memory stays what its cap says.
+      auto point = std::make_shared<Evaluation>(evaluation);
+      point->distribution.clear();
+      point->distribution.shrink_to_fit();
+      found->second.Push(std::move(point), history_cap_);
+    } else {
+      found->second.Push(shared, history_cap_);
+    }
     // A window below minSamples has no readings: the gauges keep the last real ones, with
     // this window's level (a copy: the evaluations are shared and never changed).
     SharedEvaluation& gauge = data_.evaluations[std::move(key)];
@@ -196,6 +202,12 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
   }
 }
 
+void QueryMetrics::RecordRestoredModels(int64_t models, int64_t max_models) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  data_.models = models;
+  data_.max_models = max_models;
+}
+
 void QueryMetrics::RecordRestoredEvaluations(std::vector<SharedEvaluation> latest) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (SharedEvaluation& evaluation : latest) {
@@ -203,6 +215,34 @@ void QueryMetrics::RecordRestoredEvaluations(std::vector<SharedEvaluation> lates
         std::make_pair(ModelLabel(evaluation->model, evaluation->segment), evaluation->series);
     data_.evaluations[std::move(key)] = std::move(evaluation);
   }
+}
+
+void QueryMetrics::RecordRestoredHistory(StatusHistory history) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // What the checkpoint kept replaces what these metrics hold of it: a query restarted after a
+  // failure (the supervisor keeps its metrics) shows each alert once. A checkpoint written
+  // before the history was kept has none, and replaces nothing.
+  if (!history.alerts.empty() || !history.incidents.empty()) {
+    alerts_.clear();
+    incidents_ = IncidentBook();
+  }
+  for (AlertSummary& alert : history.alerts) {
+    alerts_.push_back(std::move(alert));
+    while (alerts_.size() > options_.alert_history) alerts_.pop_front();
+  }
+  for (IncidentSummary& incident : history.incidents) incidents_.Put(std::move(incident));
+  for (auto& [key, points] : history.points) {
+    auto [found, added] = history_.try_emplace(key);
+    if (added || history_cap_ == 0) {
+      history_cap_ = std::clamp<size_t>(options_.evaluation_history_points / history_.size(), 1,
+                                        std::max<size_t>(options_.evaluation_history, 1));
+    }
+    // A series only the history keeps (the performance stage's) shows its last point.
+    if (!points.empty()) data_.evaluations.try_emplace(key, points.back());
+    found->second = EvaluationRing();
+    for (SharedEvaluation& point : points) found->second.Push(std::move(point), history_cap_);
+  }
+  for (auto& [key, points] : history_) points.Trim(history_cap_);
 }
 
 void QueryMetrics::RecordDriftModels(std::vector<DriftMonitor::ModelStats> models) {
@@ -244,15 +284,40 @@ std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& mode
   std::vector<EvaluationPoint> points;
   points.reserve(it->second.size());
   for (const SharedEvaluation& evaluation : it->second.InOrder()) {
-    EvaluationPoint& point = points.emplace_back();
-    point.batch_id = evaluation->batch_id;
-    point.window_end_record = evaluation->window_end_record;
-    point.window_end_us = evaluation->window_end_us;
-    point.level = evaluation->level;
-    point.evaluated = evaluation->evaluated;
-    point.detectors = evaluation->detectors;
+    points.push_back(PointOf(*evaluation));
   }
   return points;
+}
+
+EvaluationPoint PointOf(const Evaluation& evaluation) {
+  EvaluationPoint point;
+  point.batch_id = evaluation.batch_id;
+  point.window_end_record = evaluation.window_end_record;
+  point.window_start_us = evaluation.window_start_us;
+  point.window_end_us = evaluation.window_end_us;
+  point.window_n = evaluation.window_n;
+  point.window_mean = evaluation.window_mean;
+  point.baseline_n = evaluation.baseline_n;
+  point.baseline_mean = evaluation.baseline_mean;
+  point.level = evaluation.level;
+  point.evaluated = evaluation.evaluated;
+  point.detectors = evaluation.detectors;
+  return point;
+}
+
+SharedEvaluation QueryMetrics::LatestEvaluation(const std::string& model,
+                                                const std::string& series) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = data_.evaluations.find({model, series});
+  return it == data_.evaluations.end() ? nullptr : it->second;
+}
+
+std::vector<IncidentSummary> QueryMetrics::OpenIncidents() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<IncidentSummary> out;
+  out.reserve(incidents_.open().size());
+  for (const auto& [key, incident] : incidents_.open()) out.push_back(incident);
+  return out;
 }
 
 }  // namespace driftd

@@ -20,6 +20,7 @@
 #include "engine/sink.h"
 #include "engine/drift/monitor.h"
 #include "engine/executor/progress.h"
+#include "engine/executor/status_history.h"
 
 namespace driftd {
 
@@ -53,35 +54,23 @@ struct LagGauge {
   bool bytes = false;     // the file source counts bytes, not records
 };
 
-/// How the status page, `driftd status` and the series history name a model's segment:
-/// "fraud-v7 [country=DE,channel=app]", or the model's name without segments.
-std::string ModelLabel(std::string_view model, std::string_view segment);
-
-/// One alert event, as the status page lists it.
-struct AlertSummary {
-  std::string alert_id;
-  AlertLevel level = AlertLevel::kOk;
-  AlertLevel previous_level = AlertLevel::kOk;
-  std::string model;
-  std::string segment;  // empty without segments
-  std::string series;
-  std::string detector;
-  double statistic = 0;
-  double threshold = 0;
-  int64_t window_end_us = INT64_MIN;
-  int64_t batch_id = -1;
-  int64_t recorded_at_ms = 0;  // wall clock when the batch carrying it committed
-};
-
 /// One point of a series' statistics over time.
 struct EvaluationPoint {
   int64_t batch_id = -1;
   int64_t window_end_record = 0;
+  int64_t window_start_us = INT64_MIN;
   int64_t window_end_us = INT64_MIN;
+  int64_t window_n = 0;
+  double window_mean = 0;
+  int64_t baseline_n = 0;
+  double baseline_mean = 0;
   AlertLevel level = AlertLevel::kOk;
   bool evaluated = false;
   std::vector<DetectorReading> detectors;
 };
+
+/// An evaluation as a point of its series' history.
+EvaluationPoint PointOf(const Evaluation& evaluation);
 
 /// One batch, as the status page charts it.
 struct BatchPoint {
@@ -119,6 +108,14 @@ struct QueryMetricsSnapshot {
   /// maxKeys), segments over maxSegmentsPerModel.
   int64_t drift_values_over_key_cap = 0;
   int64_t drift_rows_over_segment_cap = 0;
+  int64_t rows_over_sink_limit = 0;
+  /// The cap on models: models admitted, the cap (0: none), rows over it since start.
+  int64_t models = 0;
+  int64_t max_models = 0;
+  int64_t rows_over_model_cap = 0;
+  /// The labels' join since start (pending: now).
+  JoinCounts join;
+  bool labels = false;
   /// The drift state of each model as the monitor holds it (restored state included, so a
   /// restarted daemon shows a model still in ALERT before any new alert event).
   std::vector<DriftMonitor::ModelStats> drift_models;
@@ -167,11 +164,19 @@ class QueryMetrics {
   void LoopProgress();
   /// After every committed batch, with its progress record.
   void RecordBatch(const ProgressRecord& progress);
+  /// After a trigger that found nothing to do: the lag it measured, so that the backlog (and
+  /// the "catching up" line) never outlives the input it counted.
+  void RecordLag(const std::vector<PartitionLag>& lag);
   /// After every batch: its alert events and the windows it closed.
   void RecordDrift(const std::vector<AlertEvent>& events,
                    const std::vector<SharedEvaluation>& evaluations, int64_t now_ms);
   /// After restoring the checkpoint: the latest evaluation of every series.
   void RecordRestoredEvaluations(std::vector<SharedEvaluation> latest);
+  /// After restoring the checkpoint (after RecordRestoredEvaluations): the alert events, open
+  /// incidents and series histories it kept (engine/executor/status_history.h).
+  void RecordRestoredHistory(StatusHistory history);
+  /// The models the checkpoint admitted, before the first batch (ModelGate).
+  void RecordRestoredModels(int64_t models, int64_t max_models);
   /// After restoring the checkpoint and after every batch: each model's drift state.
   void RecordDriftModels(std::vector<DriftMonitor::ModelStats> models);
   /// Keeps a progress record (JSON) for RecentProgress().
@@ -188,6 +193,10 @@ class QueryMetrics {
   /// The last evaluations of (model, series), oldest first; `model` as ModelLabel names it.
   std::vector<EvaluationPoint> SeriesHistory(const std::string& model,
                                              const std::string& series) const;
+  /// The latest evaluation of (model, series) with its distributions, or null.
+  SharedEvaluation LatestEvaluation(const std::string& model, const std::string& series) const;
+  /// The incidents open now (a series in WARN or ALERT, since when), by (ModelLabel, series).
+  std::vector<IncidentSummary> OpenIncidents() const;
   /// How long the current loop iteration has been running without progress; 0 while the
   /// loop waits or before it started. A loop stuck in one batch shows a growing value (for
   /// the watchdog and /healthz).
@@ -196,6 +205,9 @@ class QueryMetrics {
   int64_t loop_iterations() const { return loop_iterations_.load(); }
 
  private:
+  /// The lag gauges and backlog from `lag`; under mutex_.
+  void SetLag(const std::vector<PartitionLag>& lag);
+
   QueryMetricsOptions options_;
   std::atomic<int64_t> busy_since_ns_{0};
   std::atomic<int64_t> loop_iterations_{0};
@@ -203,6 +215,7 @@ class QueryMetrics {
   QueryMetricsSnapshot data_;
   std::deque<std::string> progress_;
   std::deque<AlertSummary> alerts_;
+  IncidentBook incidents_;
   std::deque<BatchPoint> batches_;
   std::map<std::pair<std::string, std::string>, EvaluationRing> history_;
   /// Points each series keeps now (evaluation_history, less with many series).

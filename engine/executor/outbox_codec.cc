@@ -1,33 +1,32 @@
 #include "engine/executor/outbox_codec.h"
 
-#include <charconv>
-#include <cstring>
 #include <initializer_list>
+
+#include "engine/codec.h"
 
 namespace driftd {
 
 namespace {
 
-// Format 2 adds the evaluations stream after the dead letters; format 1 is still read.
-constexpr uint8_t kFormat = 2;
-constexpr uint8_t kFormatWithoutEvaluations = 1;
+// A batch's output in the outbox (engine/codec.h): u8 format (4) | i64 batch id | source end
+// offsets (codec::PutOffsets) | per stream (stats append, update, complete, alerts, dead
+// letters, evaluations, performance): u32 columns, each a String; u32 rows, each its message
+// key and its row as Strings. Big-endian.
+constexpr uint8_t kFormat = 4;
+// Written before the codec, little-endian, with the batch id as decimal text and the offsets
+// as JSON: format 3 (the performance stream after the evaluations), 2 (the evaluations after
+// the dead letters) and 1. Still read, so a batch pending delivery at an upgrade is delivered.
+constexpr uint8_t kLegacyWithPerformance = 3;
+constexpr uint8_t kLegacyWithEvaluations = 2;
+constexpr uint8_t kLegacyFirst = 1;
 
-void PutU32(std::string& out, uint32_t v) {
-  char bytes[4];
-  std::memcpy(bytes, &v, 4);
-  out.append(bytes, 4);
-}
-void PutString(std::string& out, std::string_view s) {
-  PutU32(out, static_cast<uint32_t>(s.size()));
-  out.append(s);
-}
-void PutRows(std::string& out, const OutputRows& rows) {
-  PutU32(out, static_cast<uint32_t>(rows.columns.size()));
-  for (const auto& column : rows.columns) PutString(out, column);
-  PutU32(out, static_cast<uint32_t>(rows.rows.size()));
+void PutRows(codec::Writer& out, const OutputRows& rows) {
+  out.U32(static_cast<uint32_t>(rows.columns.size()));
+  for (const auto& column : rows.columns) out.String(column);
+  out.U32(static_cast<uint32_t>(rows.rows.size()));
   for (size_t i = 0; i < rows.rows.size(); ++i) {
-    PutString(out, i < rows.keys.size() ? rows.keys[i] : std::string_view());
-    PutString(out, rows.rows[i]);
+    out.String(i < rows.keys.size() ? rows.keys[i] : std::string_view());
+    out.String(rows.rows[i]);
   }
 }
 
@@ -41,97 +40,98 @@ size_t EncodedSize(const OutputRows& rows) {
   return size;
 }
 
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool U32(uint32_t& v) {
-    if (in_.size() < 4) return false;
-    std::memcpy(&v, in_.data(), 4);
-    in_.remove_prefix(4);
+// Rows in either byte order: Reader is codec::Reader or codec::LegacyReader. A count larger
+// than the bytes left is refused before anything is allocated for it.
+template <typename Reader>
+bool GetRows(Reader& in, OutputRows& rows) {
+  auto string = [&](std::string& s) {
+    std::string_view view;
+    if (!in.String(view)) return false;
+    s.assign(view);
     return true;
+  };
+  uint32_t columns = 0;
+  if (!in.U32(columns) || columns > in.rest().size()) return false;
+  rows.columns.resize(columns);
+  for (auto& column : rows.columns) {
+    if (!string(column)) return false;
   }
-  bool String(std::string& s) {
-    uint32_t size = 0;
-    if (!U32(size) || in_.size() < size) return false;
-    s.assign(in_.data(), size);
-    in_.remove_prefix(size);
-    return true;
+  uint32_t count = 0;
+  if (!in.U32(count) || count > in.rest().size()) return false;
+  rows.keys.resize(count);
+  rows.rows.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!string(rows.keys[i]) || !string(rows.rows[i])) return false;
   }
-  bool Rows(OutputRows& rows) {
-    uint32_t columns = 0;
-    if (!U32(columns) || columns > in_.size()) return false;
-    rows.columns.resize(columns);
-    for (auto& column : rows.columns) {
-      if (!String(column)) return false;
-    }
-    uint32_t count = 0;
-    if (!U32(count) || count > in_.size()) return false;
-    rows.keys.resize(count);
-    rows.rows.resize(count);
-    for (uint32_t i = 0; i < count; ++i) {
-      if (!String(rows.keys[i]) || !String(rows.rows[i])) return false;
-    }
-    return true;
-  }
-  bool Byte(uint8_t& b) {
-    if (in_.empty()) return false;
-    b = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return true;
-  }
-  bool done() const { return in_.empty(); }
+  return true;
+}
 
- private:
-  std::string_view in_;
-};
+Result<BatchOutput> DecodeLegacy(uint8_t format, codec::LegacyReader& in, size_t size) {
+  BatchOutput output;
+  std::string_view batch_id;
+  std::string_view offsets;
+  bool ok = in.String(batch_id) && in.String(offsets);
+  for (OutputRows* rows : {&output.stats_append, &output.stats_update, &output.stats_complete,
+                           &output.alerts, &output.dead_letters}) {
+    ok = ok && GetRows(in, *rows);
+  }
+  if (ok && format != kLegacyFirst) ok = GetRows(in, output.evaluations);
+  if (ok && format == kLegacyWithPerformance) ok = GetRows(in, output.performance);
+  if (!ok || !in.done()) {
+    return MakeError(ErrorCode::kCorruption, "outbox entry of {} bytes is unreadable", size);
+  }
+  auto id = codec::ParseDecimal(batch_id);
+  if (!id) return MakeError(ErrorCode::kCorruption, "outbox entry with an unreadable batch id");
+  output.batch_id = *id;
+  auto end = OffsetsFromJson(std::string(offsets));
+  if (!end) return tl::unexpected(end.error());
+  output.source_end = std::move(*end);
+  return output;
+}
 
 }  // namespace
 
 std::string EncodeBatchOutput(const BatchOutput& output) {
   const std::initializer_list<const OutputRows*> streams = {
       &output.stats_append, &output.stats_update, &output.stats_complete,
-      &output.alerts,       &output.dead_letters, &output.evaluations};
-  const std::string batch_id = std::to_string(output.batch_id);
-  const std::string offsets = OffsetsToJson(output.source_end);
+      &output.alerts,       &output.dead_letters, &output.evaluations,
+      &output.performance};
   // Sized once: a batch's rows can be tens of megabytes, and growing by doubling would hold
   // up to twice that while the old copy moves.
-  size_t size = 1 + 4 + batch_id.size() + 4 + offsets.size();
+  size_t size = 1 + 8 + 4;
+  for (const auto& [key, offset] : output.source_end) size += 4 + key.size() + 8;
   for (const OutputRows* rows : streams) size += EncodedSize(*rows);
   std::string out;
   out.reserve(size);
-  out.push_back(static_cast<char>(kFormat));
-  PutString(out, batch_id);
-  PutString(out, offsets);
-  for (const OutputRows* rows : streams) PutRows(out, *rows);
+  codec::Writer writer(out);
+  writer.U8(kFormat);
+  writer.I64(output.batch_id);
+  codec::PutOffsets(writer, output.source_end);
+  for (const OutputRows* rows : streams) PutRows(writer, *rows);
   return out;
 }
 
 Result<BatchOutput> DecodeBatchOutput(std::string_view bytes) {
-  Reader reader(bytes);
-  BatchOutput output;
   uint8_t format = 0;
-  std::string batch_id;
-  std::string offsets;
-  bool ok = reader.Byte(format) &&
-            (format == kFormat || format == kFormatWithoutEvaluations) &&
-            reader.String(batch_id) && reader.String(offsets);
-  for (OutputRows* rows : {&output.stats_append, &output.stats_update, &output.stats_complete,
-                           &output.alerts, &output.dead_letters}) {
-    ok = ok && reader.Rows(*rows);
+  if (!bytes.empty()) format = static_cast<uint8_t>(bytes[0]);
+  if (format == kLegacyFirst || format == kLegacyWithEvaluations ||
+      format == kLegacyWithPerformance) {
+    codec::LegacyReader legacy(bytes.substr(1));
+    return DecodeLegacy(format, legacy, bytes.size());
   }
-  if (ok && format == kFormat) ok = reader.Rows(output.evaluations);
-  if (!ok || !reader.done()) {
+  codec::Reader in(bytes);
+  BatchOutput output;
+  bool ok = in.U8(format) && format == kFormat && in.I64(output.batch_id) &&
+            codec::GetOffsets(in, output.source_end);
+  for (OutputRows* rows : {&output.stats_append, &output.stats_update, &output.stats_complete,
+                           &output.alerts, &output.dead_letters, &output.evaluations,
+                           &output.performance}) {
+    ok = ok && GetRows(in, *rows);
+  }
+  if (!ok || !in.done()) {
     return MakeError(ErrorCode::kCorruption, "outbox entry of {} bytes is unreadable",
                      bytes.size());
   }
-  const auto [end_of_id, ec] =
-      std::from_chars(batch_id.data(), batch_id.data() + batch_id.size(), output.batch_id);
-  if (batch_id.empty() || ec != std::errc() || end_of_id != batch_id.data() + batch_id.size()) {
-    return MakeError(ErrorCode::kCorruption, "outbox entry with an unreadable batch id");
-  }
-  auto end = OffsetsFromJson(offsets);
-  if (!end) return tl::unexpected(end.error());
-  output.source_end = std::move(*end);
   return output;
 }
 

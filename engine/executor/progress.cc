@@ -72,7 +72,6 @@ std::string OffsetsJson(const SourceOffsets& offsets, bool kafka) {
 
 std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   std::string out;
-  const bool kafka = spec.source.format == "kafka";
   JsonObject root(out);
   if (!p.id.empty()) root.String("id", p.id);
   if (!p.run_id.empty()) root.String("runId", p.run_id);
@@ -121,28 +120,64 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
   op.Close();
   root.Raw("stateOperators", "[" + state + "]");
 
-  std::string source;
-  JsonObject src(source);
-  src.String("description", p.source_description);
-  src.Raw("startOffset", OffsetsJson(p.start_offsets, kafka));
-  src.Raw("endOffset", OffsetsJson(p.end_offsets, kafka));
-  std::vector<std::pair<std::string, int64_t>> latest;
-  std::vector<std::pair<std::string, int64_t>> lag_records;
-  std::vector<std::pair<std::string, int64_t>> lag_bytes;
-  for (const PartitionLag& lag : p.lag) {
-    latest.emplace_back(lag.partition, lag.latest);
-    (lag.bytes ? lag_bytes : lag_records).emplace_back(lag.partition, lag.lag());
+  // One entry per input, as Spark's `sources`: each input's offsets and lag are the keys with
+  // its prefix (the first input's have none).
+  std::vector<SourceSummary> summaries = p.sources;
+  if (summaries.empty()) summaries.push_back({"", "", p.source_description});
+  auto owner = [&](const std::string& key) -> size_t {
+    for (size_t i = 1; i < summaries.size(); ++i) {
+      if (key.starts_with(summaries[i].prefix)) return i;
+    }
+    return 0;
+  };
+  std::string sources;
+  for (size_t i = 0; i < summaries.size(); ++i) {
+    const SourceSummary& summary = summaries[i];
+    const SourceSpec& input =
+        i == 0 || i > spec.inputs.size() ? spec.source : spec.inputs[i - 1].source;
+    const bool kafka = input.traits.topic_partitions;
+    auto strip = [&](const std::string& key) { return key.substr(summary.prefix.size()); };
+    SourceOffsets start;
+    SourceOffsets end;
+    for (const auto& [key, offset] : p.start_offsets) {
+      if (owner(key) == i) start[strip(key)] = offset;
+    }
+    for (const auto& [key, offset] : p.end_offsets) {
+      if (owner(key) == i) end[strip(key)] = offset;
+    }
+    std::string source;
+    JsonObject src(source);
+    if (summaries.size() > 1) src.String("name", summary.name);
+    src.String("description", summary.description);
+    src.Raw("startOffset", OffsetsJson(start, kafka));
+    src.Raw("endOffset", OffsetsJson(end, kafka));
+    std::vector<std::pair<std::string, int64_t>> latest;
+    std::vector<std::pair<std::string, int64_t>> lag_records;
+    std::vector<std::pair<std::string, int64_t>> lag_bytes;
+    for (const PartitionLag& lag : p.lag) {
+      if (owner(lag.partition) != i) continue;
+      latest.emplace_back(strip(lag.partition), lag.latest);
+      (lag.bytes ? lag_bytes : lag_records).emplace_back(strip(lag.partition), lag.lag());
+    }
+    if (kafka && !latest.empty()) src.Raw("latestOffset", PositionsJson(latest, kafka));
+    const int64_t rows = summaries.size() == 1 || i >= p.input_rows_by_input.size()
+                             ? p.num_input_rows
+                             : p.input_rows_by_input[i];
+    const double share = p.num_input_rows > 0 ? static_cast<double>(rows) /
+                                                    static_cast<double>(p.num_input_rows)
+                                              : 0;
+    src.Int("numInputRows", rows);
+    src.Number("inputRowsPerSecond", p.input_rows_per_second * share);
+    src.Number("processedRowsPerSecond", p.processed_rows_per_second * share);
+    if (p.lost_records > 0 && i == 0) src.Int("numLostRecords", p.lost_records);
+    // Records available but not read yet; the file source counts bytes ("lagBytes").
+    if (!lag_records.empty()) src.Raw("lag", PositionsJson(lag_records, kafka));
+    if (!lag_bytes.empty()) src.Raw("lagBytes", PositionsJson(lag_bytes, false));
+    src.Close();
+    if (!sources.empty()) sources += ",";
+    sources += source;
   }
-  if (kafka && !latest.empty()) src.Raw("latestOffset", PositionsJson(latest, kafka));
-  src.Int("numInputRows", p.num_input_rows);
-  src.Number("inputRowsPerSecond", p.input_rows_per_second);
-  src.Number("processedRowsPerSecond", p.processed_rows_per_second);
-  if (p.lost_records > 0) src.Int("numLostRecords", p.lost_records);
-  // Records available but not read yet; the file source counts bytes ("lagBytes").
-  if (!lag_records.empty()) src.Raw("lag", PositionsJson(lag_records, kafka));
-  if (!lag_bytes.empty()) src.Raw("lagBytes", PositionsJson(lag_bytes, false));
-  src.Close();
-  root.Raw("sources", "[" + source + "]");
+  root.Raw("sources", "[" + sources + "]");
 
   if (spec.scale_out.enabled) {
     std::string scale;
@@ -160,6 +195,41 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
     root.Int("driftDirtySeries", p.drift_dirty_series);
     root.Int("driftDirtyBytes", p.drift_dirty_bytes);
     root.Int("driftBytesWritten", p.drift_put_bytes);
+  }
+  if (p.max_models > 0) {
+    // The cap on models (query.maxModels) and the rows of models over it in this batch.
+    std::string models;
+    JsonObject cap(models);
+    cap.Int("numModels", p.models);
+    cap.Int("maxModels", p.max_models);
+    cap.Int("rowsOverCap", p.rows_over_model_cap);
+    cap.Close();
+    root.Raw("models", models);
+  }
+  if (p.order_buffered >= 0) {
+    // Drift's values waiting for every partition to pass them (event-time order).
+    root.Int("driftValuesWaiting", p.order_buffered);
+  }
+  if (spec.labels.enabled) {
+    // The join of labels to predictions: what the batch decided, and what waits.
+    std::string labels;
+    JsonObject join(labels);
+    join.Int("pending", p.join.pending);
+    join.Int("labelled", p.join.labelled);
+    join.Int("unlabelled", p.join.unlabelled);
+    join.Int("labelsWithoutPrediction", p.join.labels_without_prediction);
+    join.Int("labelsOutsideBound", p.join.labels_outside_bound);
+    join.Int("labelsLate", p.join.labels_late);
+    join.Int("duplicateLabels", p.join.duplicate_labels);
+    join.Int("duplicatePredictions", p.join.duplicate_predictions);
+    join.Int("predictionsLate", p.join.predictions_late);
+    join.Int("withoutKey", p.join.without_key);
+    join.Close();
+    root.Raw("labels", labels);
+  }
+  if (p.rows_over_sink_limit > 0) {
+    // Rows a sink could not take (a record over the topic's size limit), set aside.
+    root.Int("rowsOverSinkLimit", p.rows_over_sink_limit);
   }
   if (p.drift_values_over_key_cap > 0 || p.drift_rows_over_segment_cap > 0) {
     // What drift left out of the batch: its caps on map keys and segments per model.

@@ -9,6 +9,7 @@
 #include "engine/value_decoder.h"
 #include "engine/pipeline_spec.h"
 #include "engine/checkpoint.h"
+#include "engine/executor/stage.h"
 
 namespace driftd {
 
@@ -34,6 +35,10 @@ struct ProgressRecord {
   SourceOffsets end_offsets;
   std::vector<PartitionLag> lag;
   std::string source_description;
+  /// The query's inputs (Source::Summaries), with the rows each gave in the batch (the same
+  /// order); one entry for a query of one input.
+  std::vector<SourceSummary> sources;
+  std::vector<int64_t> input_rows_by_input;
   StateStats state;
   /// State written by the batch's commit: keys put and their bytes (keys and values), keys
   /// deleted, the encoded size of what the batch changed (StageProgress::state_dirty_bytes);
@@ -49,6 +54,20 @@ struct ProgressRecord {
   /// segments over maxSegmentsPerModel.
   int64_t drift_values_over_key_cap = 0;
   int64_t drift_rows_over_segment_cap = 0;
+  /// Output rows over what a sink takes of one row, set aside to the dead-letter stream
+  /// (engine/executor/output_limits.h).
+  int64_t rows_over_sink_limit = 0;
+  /// The model gate: models admitted (0: no gate), the cap, rows over it in the batch.
+  int64_t models = 0;
+  int64_t max_models = 0;
+  int64_t rows_over_model_cap = 0;
+  /// Drift's values waiting for the watermark to take them in event-time order
+  /// (engine/executor/order_buffer.h), after the batch; -1: none are ordered.
+  int64_t order_buffered = -1;
+  /// The labels' join in this batch (engine/executor/performance_stage.h), when the query has
+  /// labels.
+  bool labels = false;
+  JoinCounts join;
   int64_t num_groups = 0;
   int64_t rows_updated = 0;
   int64_t dropped_by_watermark = 0;

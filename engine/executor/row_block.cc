@@ -6,7 +6,10 @@ namespace driftd {
 
 namespace {
 
-constexpr uint8_t kBlockVersion = 1;
+// 2 carries each row's offset in its source partition and its malformed flag, so that a task
+// orders and judges a routed row as the process that read it would; 1 is still read.
+constexpr uint8_t kBlockVersion = 2;
+constexpr uint8_t kFirstVersion = 1;
 
 }  // namespace
 
@@ -15,6 +18,8 @@ void RowBlockWriter::AddRow(const RecordBatch& batch, size_t row, int64_t late_b
   drift::ByteWriter w(body_);
   w.I64(late_before_us);
   w.I64(event_us);
+  w.I64(batch.positions[row].offset);
+  w.U8(batch.positions[row].malformed ? 1 : 0);
   for (const Column& column : batch.columns) {
     if (column.IsNull(row)) {
       w.U8(0);
@@ -91,7 +96,8 @@ Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t parti
   auto corrupt = [&](std::string_view what) {
     return MakeError(ErrorCode::kCorruption, "row block of {} bytes: {}", block.size(), what);
   };
-  if (r.U8() != kBlockVersion) return corrupt("unknown version");
+  const uint8_t version = r.U8();
+  if (version != kBlockVersion && version != kFirstVersion) return corrupt("unknown version");
   mark.partition = std::string(r.Str());
   mark.max_event_us = r.I64();
   const uint8_t flags = r.U8();
@@ -103,6 +109,11 @@ Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t parti
   for (uint32_t i = 0; i < rows; ++i) {
     times.late_before.push_back(r.I64());
     times.event_us.push_back(r.I64());
+    RecordPosition position{partition_index, 0};
+    if (version >= 2) {
+      position.offset = r.I64();
+      position.malformed = r.U8() != 0;
+    }
     for (size_t f = 0; f < schema.fields.size(); ++f) {
       Column& column = batch.columns[f];
       const bool valid = r.U8() != 0;
@@ -153,7 +164,7 @@ Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t parti
       }
       if (r.failed()) return corrupt("truncated row");
     }
-    batch.positions.push_back({partition_index, 0});
+    batch.positions.push_back(position);
     ++batch.num_rows;
   }
   if (!r.at_end()) return corrupt("trailing bytes");

@@ -4,11 +4,13 @@
 // its event time and the watermark it is judged by (RowTimes), and the source partition's
 // clock after them, so that the owning task's watermark can wait for every source partition.
 //
-// Encoding (little-endian, drift/codec.h): u8 version (1) | clock mark | u32 rows | rows, a row
-// being i64 late_before | i64 event_us | per schema field: u8 valid, then the value (string:
+// Encoding (little-endian, drift/codec.h): u8 version (2) | clock mark | u32 rows | rows, a row
+// being i64 late_before | i64 event_us | i64 offset in its source partition | u8 malformed |
+// per schema field: u8 valid, then the value (string:
 // u32 length + bytes; double: f64; long, int, boolean, timestamp: i64; array<double>: u32
 // count + f64 each; array<string> and maps: u32 count + per entry (a map's key: u32 length +
-// bytes) u8 valid, the value). Readers refuse other versions and truncated blocks
+// bytes) u8 valid, the value). Version 1 (written before) has no offset and malformed flag and
+// is still read (offset 0, not malformed). Readers refuse other versions and truncated blocks
 // (kCorruption).
 //
 // A value type; thread-compatible.
@@ -49,6 +51,8 @@ class RowBlockWriter {
   void AddRow(const RecordBatch& batch, size_t row, int64_t late_before_us, int64_t event_us,
               int64_t max_event_after_us);
   bool empty() const { return rows_ == 0 && ready_.empty(); }
+  /// Bytes of the rows not yet in a block.
+  size_t pending_bytes() const { return body_.size(); }
   /// The blocks, the last with `mark` (of this writer's partition) as its clock; the writer is
   /// empty again afterwards.
   std::vector<std::string> Finish(const ClockMark& mark);
@@ -64,7 +68,8 @@ class RowBlockWriter {
 };
 
 /// Appends a block's rows to `batch` (reset for `schema` by the caller) and `times`, each row
-/// at position {partition_index, 0}; `mark` receives the block's clock.
+/// at position {partition_index, its offset, its malformed flag}; `mark` receives the block's
+/// clock.
 Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t partition_index,
                     RecordBatch& batch, RowTimes& times, ClockMark& mark);
 

@@ -45,6 +45,33 @@ struct StateChanges {
   std::vector<std::string> deletes;
 };
 
+/// Counters of the labels' join (engine/executor/performance_stage.h).
+struct JoinCounts {
+  int64_t pending = 0;  // predictions and labels waiting in state after the batch
+  int64_t labelled = 0;
+  int64_t unlabelled = 0;                 // predictions the bound passed without a label
+  int64_t labels_without_prediction = 0;  // labels the bound passed without a prediction
+  int64_t labels_outside_bound = 0;       // a label too far in event time from its prediction
+  int64_t labels_late = 0;                // behind the watermark when they came
+  int64_t duplicate_labels = 0;
+  int64_t duplicate_predictions = 0;
+  int64_t predictions_late = 0;  // their window had closed (behind the watermark)
+  int64_t without_key = 0;       // a null or over-long key or value, or no event time
+
+  void Add(const JoinCounts& o) {
+    pending += o.pending;
+    labelled += o.labelled;
+    unlabelled += o.unlabelled;
+    labels_without_prediction += o.labels_without_prediction;
+    labels_outside_bound += o.labels_outside_bound;
+    labels_late += o.labels_late;
+    duplicate_labels += o.duplicate_labels;
+    duplicate_predictions += o.duplicate_predictions;
+    predictions_late += o.predictions_late;
+    without_key += o.without_key;
+  }
+};
+
 /// Counters a stage reports into the batch's progress record.
 struct StageProgress {
   int64_t num_groups = 0;
@@ -64,6 +91,12 @@ struct StageProgress {
   /// drift.maxKeysPerModel (or maxKeys) and maxSegmentsPerModel.
   int64_t drift_values_over_key_cap = 0;
   int64_t drift_rows_over_segment_cap = 0;
+  /// The model gate (engine/executor/model_gate.h): models admitted, rows of models over the
+  /// cap in the batch.
+  int64_t models = 0;
+  int64_t rows_over_model_cap = 0;
+  /// The labels' join, in this batch (pending: after it).
+  JoinCounts join;
 };
 
 class Stage {
@@ -82,6 +115,14 @@ class Stage {
 
   /// Folds decoded rows into the stage. `times` has one entry per row.
   virtual void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) = 0;
+
+  /// Whether the stage takes the rows of the labels input (the query's labels section), in
+  /// ProcessLabels, in input order with the other rows. Default: no.
+  virtual bool TakesLabels() const { return false; }
+  virtual void ProcessLabels(const RecordBatch& labels, const RowTimes& times) {
+    (void)labels;
+    (void)times;
+  }
 
   /// Shards: a stage whose state is a set of independent groups may split it in shards by a
   /// property of the row alone (its group), so that several threads fold one batch, each shard
@@ -118,10 +159,28 @@ class Stage {
                       StageProgress& progress) = 0;
 };
 
+class DriftStage;        // engine/executor/drift_stage.h
+class PerformanceStage;  // engine/executor/performance_stage.h
+class HistoryStage;      // engine/executor/status_history.h
+
+/// A task's stages in the order the loop runs them, and, beside them, the stages the loop asks
+/// for more than rows (an operator's baseline reset, drift's values in event-time order, the
+/// alerts and evaluations the metrics show, the status page's restored history): views into `all` that the factory sets when it
+/// creates them, so that nothing finds a stage by its type.
+struct StageSet {
+  std::vector<std::unique_ptr<Stage>> all;
+  DriftStage* drift = nullptr;              // drift detection, when configured
+  PerformanceStage* performance = nullptr;  // the labels' join, when the query has labels
+  HistoryStage* history = nullptr;          // the status page's history, in one process
+};
+
 /// The stages a pipeline needs, in the order the executor runs them: the aggregation (or a
-/// select of the input rows), then drift detection when configured. The spec must have passed
-/// validation. `shards` >= 1: how many shards a stage that can split its state uses (the
-/// aggregation when it has groupBy keys); its results are the same for any number.
+/// select of the input rows), then drift detection when configured, then the labels' join. The
+/// spec must have passed validation. `shards` >= 1: how many shards a stage that can split its
+/// state uses (the aggregation when it has groupBy keys); its results are the same for any
+/// number.
+Result<StageSet> CreateStageSet(const PipelineSpec& spec, uint32_t shards = 1);
+/// CreateStageSet's stages alone.
 Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec,
                                                          uint32_t shards = 1);
 

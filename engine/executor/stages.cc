@@ -7,6 +7,8 @@
 
 #include "engine/aggregation.h"
 #include "engine/executor/drift_stage.h"
+#include "engine/executor/performance_stage.h"
+#include "engine/executor/status_history.h"
 #include "engine/executor/stage.h"
 #include "engine/json_writer.h"
 #include "engine/row_shape.h"
@@ -72,7 +74,9 @@ class AggregationStage final : public Stage {
   std::string_view state_namespace() const override { return "agg"; }
 
   Status Restore(std::string_view key, std::string_view value) override {
-    return shards_[ShardOfKey(key)]->Restore(key, value);
+    // Sharded by the group key in memory, as rows are (the checkpoint's key is its codec form).
+    if (shards_.size() == 1) return shards_[0]->Restore(key, value);
+    return shards_[ShardOfKey(shards_[0]->GroupKeyOf(key))]->Restore(key, value);
   }
 
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) override {
@@ -243,9 +247,9 @@ class SelectStage final : public Stage {
 
 }  // namespace
 
-Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec,
-                                                         uint32_t shards) {
-  std::vector<std::unique_ptr<Stage>> stages;
+Result<StageSet> CreateStageSet(const PipelineSpec& spec, uint32_t shards) {
+  StageSet set;
+  std::vector<std::unique_ptr<Stage>>& stages = set.all;
   const StatsModes modes(spec);
   // The model column (drift's, else the first group-by column), when it is a string: one id
   // lookup per row for the aggregation and drift, which both key by it.
@@ -284,9 +288,30 @@ Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spe
   if (spec.drift.enabled) {
     auto drift = DriftStage::Create(spec, keys);
     if (!drift) return tl::unexpected(drift.error());
+    set.drift = drift->get();
     stages.push_back(std::move(*drift));
   }
-  return stages;
+  if (spec.labels.enabled) {
+    auto performance = PerformanceStage::Create(spec);
+    if (!performance) return tl::unexpected(performance.error());
+    set.performance = performance->get();
+    stages.push_back(std::move(*performance));
+  }
+  // Last: it reads what the stages before it evaluated in the batch. A scaled-out query's
+  // tasks have no status page of their own to keep a history for.
+  if ((set.drift != nullptr || set.performance != nullptr) && !spec.scale_out.enabled) {
+    auto history = std::make_unique<HistoryStage>(set.drift, set.performance);
+    set.history = history.get();
+    stages.push_back(std::move(history));
+  }
+  return set;
+}
+
+Result<std::vector<std::unique_ptr<Stage>>> CreateStages(const PipelineSpec& spec,
+                                                         uint32_t shards) {
+  auto set = CreateStageSet(spec, shards);
+  if (!set) return tl::unexpected(set.error());
+  return std::move(set->all);
 }
 
 }  // namespace driftd

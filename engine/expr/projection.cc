@@ -76,6 +76,8 @@ Result<std::vector<bool>> ColumnsUsed(const PipelineSpec& spec) {
     use(drift.model_column.empty() && !query.group_by.empty() ? query.group_by[0]
                                                                : drift.model_column);
     for (const std::string& name : drift.series) use(name);
+    // Segments (drift per model and segment) may name columns nothing else reads.
+    for (const std::string& name : drift.segment_by) use(name);
     use(drift.prediction_column);
     use(drift.label_column);
     // Drift dates its values by the window or watermark column, else by the first timestamp
@@ -89,6 +91,14 @@ Result<std::vector<bool>> ColumnsUsed(const PipelineSpec& spec) {
         }
       }
     }
+  }
+  // The labels' join reads the model, the join key and the prediction
+  // (engine/executor/performance_stage.cc).
+  if (spec.labels.enabled) {
+    use(drift.model_column.empty() && !query.group_by.empty() ? query.group_by[0]
+                                                               : drift.model_column);
+    use(spec.labels.prediction_key);
+    use(spec.performance.prediction);
   }
   // A scaled-out query routes rows by the model column (engine/executor/scale_out.cc).
   if (spec.scale_out.enabled) {

@@ -70,9 +70,9 @@ const std::vector<BrokenCase> kCases = {
     {"trigger_continuous_zero", "trigger.continuous", 15, "positive duration"},
     {"trigger_once_false", "trigger.once", 15, "'once: false' is not a trigger"},
     {"drift_series_model_column", "drift.series[0]", 16, "is the model column"},
-    {"drift_series_boolean", "drift.series[0]", 17,
-     "expected a numeric (double, long, int), array<double> or map<string,double> column, or a "
-     "categorical string"},
+    {"drift_series_timestamp", "drift.series[0]", 17,
+     "is of type timestamp; expected a numeric (double, long, int), array<double> or "
+     "map<string,double> column, or a categorical string, boolean"},
     {"drift_model_not_grouped", "drift.modelColumn", 17, "must be one of the query's groupBy"},
     {"drift_without_groupby", "drift", 14, "no groupBy"},
     {"detector_unknown_param", "drift.detectors[0].bin", 18, "did you mean 'bins'?"},

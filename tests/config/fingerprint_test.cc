@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "engine/drift/detectors.h"
 #include "tests/config/config_test_util.h"
 
 namespace driftd {
@@ -56,6 +57,37 @@ TEST_CASE("the fingerprint is deterministic canonical JSON", "[config][fingerpri
         R"({"fn":"mean","column":"prediction"}],"drift":{"modelColumn":"model_id",)"
         R"("series":["features"],"baseline":{"type":"warmup","records":1000,"durationMs":0},)"
         R"("detectors":[{"kind":"psi","bins":10}]}})");
+}
+
+TEST_CASE("every registered detector loads by its name and is in the fingerprint as its "
+          "definition says",
+          "[config][fingerprint][detectors]") {
+  // What a pipeline file, the fingerprint and the monitor know of a detector comes from its
+  // one definition: a detector registered later is covered here without a line of its own.
+  for (const DetectorDefaults& detector : DetectorDefaultsTable()) {
+    INFO(detector.name);
+    std::string yaml(kBase);
+    const std::string psi = "detectors: [{type: psi, warn: 5, alert: 5.5, bins: 10}]";
+    std::string listed = fmt::format("detectors: [{{type: {}}}]", detector.name);
+    // The error series needs prediction and label columns.
+    if (detector.error_series) {
+      listed += "\n  predictionColumn: prediction\n  labelColumn: label";
+      const std::string prediction = "  - {name: prediction, type: double}\n";
+      yaml.insert(yaml.find(prediction) + prediction.size(), "  - {name: label, type: double}\n");
+    }
+    yaml.replace(yaml.find(psi), psi.size(), listed);
+    auto result = testing::ParseText(yaml);
+    INFO(testing::ProblemText(result));
+    REQUIRE(result);
+    REQUIRE(result->drift.detectors.size() == 1);
+    CHECK(result->drift.detectors[0].kind == detector.kind);
+    for (const DetectorParamDef& param : detector.params) {
+      CHECK(DetectorParam(result->drift.detectors[0], param.name) == param.default_value);
+    }
+    const std::string fingerprint = PipelineFingerprintJson(*result);
+    const std::string entry = fmt::format("{{\"kind\":\"{}\"", detector.name);
+    CHECK((fingerprint.find(entry) != std::string::npos) == detector.in_fingerprint);
+  }
 }
 
 TEST_CASE("the fingerprint ignores what state does not depend on", "[config][fingerprint]") {
@@ -158,6 +190,29 @@ TEST_CASE("a secret in a source path is kept in the fingerprint as a digest that
   // still refuses a pipeline that reads another topic.
   CHECK(fingerprint("tok-41f2c9a8e0") == first);
   CHECK(fingerprint("tok-77aa01d3b5") != first);
+}
+
+TEST_CASE("a secret in the pipeline's name is kept in its checkpoint as a digest",
+          "[config][fingerprint][secrets]") {
+  std::string yaml(kBase);
+  const size_t name = yaml.find("name: ");
+  REQUIRE(name != std::string::npos);
+  yaml.replace(name, yaml.find('\n', name) - name, "name: \"hooks-${NAME_TOKEN}\"");
+  auto kept = [&](const std::string& token) {
+    auto result = testing::ParseText(yaml, {{"NAME_TOKEN", token}});
+    INFO(testing::ProblemText(result));
+    REQUIRE(result);
+    CHECK(result->name == "hooks-" + token);
+    return CheckpointPipelineName(*result);
+  };
+  const std::string first = kept("nametok-5c2e81");
+  CHECK_THAT(first, Catch::StartsWith("hooks-<redacted:"));
+  CHECK(kept("nametok-5c2e81") == first);
+  CHECK(kept("nametok-90ab17") != first);
+  // Without a secret the name is kept as it is.
+  auto plain = testing::ParseText(std::string(kBase), {});
+  REQUIRE(plain);
+  CHECK(CheckpointPipelineName(*plain) == plain->name);
 }
 
 TEST_CASE("a percentile's accuracy is state, the fractions asked of it are not",

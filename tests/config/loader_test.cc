@@ -333,6 +333,39 @@ TEST_CASE("the error rate is watched by default when the schema names prediction
   CHECK(spec.drift.label_column.empty());
 }
 
+TEST_CASE("with only labelColumn set, the prediction column is found by its usual name",
+          "[config][loader][drift]") {
+  // A ground truth by a name of its own: naming it is all it takes, as config/README.md's
+  // predictionColumn default says (the schema's `prediction`).
+  std::string yaml(kMinimalPipeline);
+  yaml.insert(yaml.find("source:"), "  - {name: outcome, type: int}\n");
+  yaml += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n"
+          "  labelColumn: outcome\n";
+  PipelineSpec spec;
+  CHECK(Warnings(yaml, &spec).empty());
+  CHECK(spec.drift.prediction_column == "prediction");
+  CHECK(spec.drift.label_column == "outcome");
+  CHECK(std::any_of(spec.drift.detectors.begin(), spec.drift.detectors.end(),
+                    [](const DetectorSpec& d) { return d.kind == DetectorKind::kErrorRate; }));
+
+  // And the other way round: a prediction by a name of its own finds `label`.
+  std::string other(kMinimalPipeline);
+  other.insert(other.find("source:"), "  - {name: label, type: double}\n");
+  other += "  - {format: console, stream: alerts}\ndrift:\n  series: [features]\n"
+           "  predictionColumn: prediction\n";
+  CHECK(Warnings(other, &spec).empty());
+  CHECK(spec.drift.label_column == "label");
+
+  // Two prediction-like columns: which one is not guessed, and the warning says so.
+  std::string two(yaml);
+  two.insert(two.find("source:"), "  - {name: score, type: double}\n");
+  auto warnings = Warnings(two, &spec);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "drift.labelColumn");
+  CHECK_THAT(warnings[0].message, Catch::Matchers::Contains("set drift.predictionColumn too"));
+  CHECK(spec.drift.prediction_column.empty());
+}
+
 TEST_CASE("a seasonal baseline is read with its period and cycles", "[config][loader][drift]") {
   std::string yaml(kMinimalPipeline);
   yaml.insert(yaml.find("sinks:"), "  window: {column: event_time, size: 5 minutes}\n");
@@ -803,6 +836,19 @@ TEST_CASE("overrides may name a missing-value series and the malformed series",
 )"));
   REQUIRE_FALSE(unknown);
   CHECK(OnlyErrorOf(unknown).path == "drift.overrides[0].series");
+}
+
+TEST_CASE("a pipeline name too long for a directory is refused by validate, not at start",
+          "[config][checkpoint]") {
+  std::string yaml(testing::kMinimalPipeline);
+  yaml.replace(yaml.find("name: minimal"), 13, "name: " + std::string(300, 'n'));
+  auto result = testing::ParseText(yaml);
+  REQUIRE_FALSE(result);
+  CHECK_THAT(testing::ProblemText(result), Catch::Contains("more than a file name may have (255)"));
+  CHECK_THAT(testing::ProblemText(result), Catch::Contains("set checkpointLocation"));
+  // With a checkpointLocation of sane parts it is fine.
+  yaml += "checkpointLocation: /tmp/checkpoints/long\n";
+  CHECK(testing::ParseText(yaml));
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST_CASE("columns of structs and maps are checked where they are used", "[confi
                   "series: [features, event_time]")
             .find("drift.series[1]: drift series 'event_time' is of type timestamp; expected a "
                   "numeric (double, long, int), array<double> or map<string,double> column, or "
-                  "a categorical string, array<string> or map<string,string> column") !=
+                  "a categorical string, boolean, array<string> or map<string,string> column") !=
         std::string::npos);
 }
 

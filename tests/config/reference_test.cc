@@ -1,5 +1,6 @@
 // config/README.md carries the connector and value format option tables generated from the
-// declarations, between two markers. The hidden test case rewrites them:
+// declarations, and the drift detector table generated from the detector registry, each between
+// two markers. The hidden test cases rewrite them:
 //   build/tests/driftd_config_tests '[.reference]'
 #include <fstream>
 #include <sstream>
@@ -7,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/detectors.h"
 #include "connectors/registry.h"
+#include "engine/drift/detectors.h"
 
 namespace driftd {
 namespace {
@@ -64,6 +67,45 @@ TEST_CASE("regenerate the connector option tables in config/README.md", "[.refer
   out.close();
   CHECK(out.good());
   CHECK(ReadFile(ReadmePath()).find(ConnectorReferenceMarkdown()) != std::string::npos);
+}
+
+constexpr std::string_view kDetectorsBegin = "<!-- BEGIN GENERATED DETECTORS -->\n";
+constexpr std::string_view kDetectorsEnd = "<!-- END GENERATED DETECTORS -->";
+
+TEST_CASE("the pipeline reference lists every registered drift detector with its parameters",
+          "[config][reference]") {
+  const std::string readme = ReadFile(ReadmePath());
+  const size_t begin = readme.find(kDetectorsBegin);
+  const size_t end = readme.find(kDetectorsEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  REQUIRE(begin < end);
+  const std::string section =
+      readme.substr(begin + kDetectorsBegin.size(), end - begin - kDetectorsBegin.size());
+  for (const DetectorDefaults& detector : DetectorDefaultsTable()) {
+    INFO(detector.name << " is missing: regenerate with driftd_config_tests '[.reference]'");
+    CHECK(section.find(fmt::format("| `{}` |", detector.name)) != std::string::npos);
+    for (const DetectorParamDef& param : detector.params) {
+      CHECK(section.find(fmt::format("`{}` ({}", param.name, param.default_value)) !=
+            std::string::npos);
+    }
+  }
+  INFO("regenerate with driftd_config_tests '[.reference]'");
+  CHECK(section == config_detail::DetectorReferenceMarkdown());
+}
+
+TEST_CASE("regenerate the drift detector table in config/README.md", "[.reference]") {
+  std::string readme = ReadFile(ReadmePath());
+  const size_t begin = readme.find(kDetectorsBegin);
+  const size_t end = readme.find(kDetectorsEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  readme.replace(begin + kDetectorsBegin.size(), end - begin - kDetectorsBegin.size(),
+                 config_detail::DetectorReferenceMarkdown());
+  std::ofstream out(ReadmePath(), std::ios::binary | std::ios::trunc);
+  out << readme;
+  out.close();
+  CHECK(out.good());
 }
 
 }  // namespace

@@ -113,3 +113,68 @@ TEST_CASE("malformed.maxArrayLength bounds array<double> values, 4096 by default
 }
 
 }  // namespace driftd
+
+namespace driftd {
+namespace {
+
+TEST_CASE("a file baseline's reference is read when the pipeline loads, relative to the "
+          "pipeline file, and a missing one is a problem at its path's line",
+          "[config][rules][baseline]") {
+  testing::TempDir dir("driftd-rules");
+  const std::string yaml = std::string(kMinimalPipeline) +
+                           "drift:\n"
+                           "  series: [prediction]\n"
+                           "  baseline: {type: file, path: ref.json}\n";
+  const std::string file = dir / "pipeline.yaml";
+  auto missing = ParsePipeline(yaml, file, testing::TestOptions());
+  const ConfigProblem problem = OnlyError(missing);
+  CHECK(problem.path == "drift.baseline.path");
+  CHECK(problem.mark.line == 17);
+  CHECK_THAT(problem.message, Catch::Contains(dir / "ref.json"));
+  CHECK_THAT(problem.message, Catch::Contains("cannot read the file"));
+
+  // The tool that writes the file loads the pipeline without reading it.
+  LoadOptions build = testing::TestOptions();
+  build.read_references = false;
+  auto unread = ParsePipeline(yaml, file, build);
+  INFO(ProblemText(unread));
+  REQUIRE(unread);
+  CHECK(unread->drift.baseline.reference == nullptr);
+
+  // What the drift stage parses is the file's bytes, as loaded (it opens no file itself).
+  const std::string statistics = R"({"driftd_reference": 1, "models": {}})";
+  testing::WriteFile(dir / "ref.json", statistics);
+  auto loaded = ParsePipeline(yaml, file, testing::TestOptions());
+  INFO(ProblemText(loaded));
+  REQUIRE(loaded);
+  REQUIRE(loaded->drift.baseline.reference != nullptr);
+  CHECK(*loaded->drift.baseline.reference == statistics);
+  CHECK(loaded->drift.baseline.path == "ref.json");  // as written: the fingerprint keeps it
+}
+
+TEST_CASE("a file baseline with drift per (model, segment) is refused at load, at its type",
+          "[config][rules][baseline]") {
+  testing::TempDir dir("driftd-rules");
+  testing::WriteFile(dir / "ref.json", R"({"driftd_reference": 1, "models": {}})");
+  std::string yaml = Replace(std::string(kMinimalPipeline), "groupBy: [model_id]",
+                             "groupBy: [model_id, region]");
+  yaml = Replace(yaml, "  - {name: prediction, type: double}\n",
+                 "  - {name: prediction, type: double}\n  - {name: region, type: string}\n");
+  yaml += "drift:\n"
+          "  series: [prediction]\n"
+          "  baseline: {type: file, path: ref.json}\n";
+  auto segmented = ParsePipeline(yaml, dir / "pipeline.yaml", testing::TestOptions());
+  const ConfigProblem problem = OnlyError(segmented);
+  CHECK(problem.path == "drift.baseline.type");
+  CHECK(problem.mark.line == 18);
+  CHECK_THAT(problem.message, Catch::Contains("holds statistics per model"));
+  CHECK_THAT(problem.message, Catch::Contains("(region)"));
+  // Per model, as segmentBy: [] says, it loads.
+  yaml += "  segmentBy: []\n";
+  auto per_model = ParsePipeline(yaml, dir / "pipeline.yaml", testing::TestOptions());
+  INFO(ProblemText(per_model));
+  CHECK(per_model);
+}
+
+}  // namespace
+}  // namespace driftd

@@ -2,6 +2,7 @@
 // connection errors, 5xx and 429, a clear failure on other 4xx, Idempotency-Keys that let the
 // receiver de-duplicate, and a delivery log that survives a restart of the sink.
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "connectors/registry.h"
 #include "connectors/webhook_sink.h"
+#include "engine/redact.h"
 #include "tests/connectors/connector_test_util.h"
 
 namespace driftd {
@@ -59,6 +61,7 @@ class Receiver {
   }
 
   std::string url() const { return fmt::format("http://127.0.0.1:{}/hook", port_); }
+  int port() const { return port_; }
   int requests() {
     std::lock_guard<std::mutex> lock(mutex_);
     return requests_;
@@ -197,6 +200,56 @@ TEST_CASE("with onFailure retry, an unreachable receiver fails the batch as retr
   CHECK(delivered.error().code() == ErrorCode::kExternal);
   CHECK_THAT(delivered.error().message(), Catch::Contains("after 3 attempts"));
   CHECK_FALSE(*sink->IsDelivered(0));
+}
+
+TEST_CASE("a webhook url with user:password@ delivers with those credentials as basic auth",
+          "[connectors][webhook]") {
+  testing::TempDir dir;
+  Receiver receiver;
+  // Percent-encoded in the URL, decoded in the header: "alerts:p@ss w".
+  auto sink = OpenSink(WebhookPipeline(
+      dir.path(), StreamKind::kAlerts,
+      {{"url", fmt::format("http://alerts:p%40ss%20w@127.0.0.1:{}/hook", receiver.port())}}));
+  auto delivered = sink->Deliver(AlertBatch(0, {"a1"}));
+  INFO((delivered ? "" : delivered.error().message()));
+  REQUIRE(delivered);
+  CHECK(receiver.keys() == std::vector<std::string>{"a1"});
+  CHECK(receiver.authorization() == "Basic YWxlcnRzOnBAc3Mgdw==");
+}
+
+TEST_CASE(
+    "rows given up on go to a dead-letter file of mode 0600, whatever the umask, with the "
+    "url's secrets redacted as the log redacts them",
+    "[connectors][webhook][secrets]") {
+  testing::TempDir dir;
+  std::string url;
+  {
+    Receiver gone;
+    url = gone.url();
+  }
+  // The URL's token, with a quote and a backslash that JSON escapes.
+  const std::string token = "tok\"dead\\letter-77";
+  RegisterSecrets({token});
+  const mode_t umask_before = ::umask(0);
+  auto sink = OpenSink(WebhookPipeline(dir.path(), StreamKind::kAlerts,
+                                       {{"url", url + "/" + token}, {"maxAttempts", "1"}}));
+  auto delivered = sink->Deliver(AlertBatch(0, {"a1"}));
+  ::umask(umask_before);
+  INFO((delivered ? "" : delivered.error().message()));
+  REQUIRE(delivered);
+  const std::string path = dir.Sub("sinks/webhook-pager.dead-letter.jsonl");
+  const std::string dead = testing::ReadFile(path);
+  INFO(dead);
+  CHECK_THAT(dead, Catch::Contains("\"idempotency_key\":\"a1\""));
+  CHECK_THAT(dead, Catch::Contains("/hook/<redacted>"));
+  CHECK_THAT(dead, !Catch::Contains("letter-77"));
+  struct stat info {};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
+  REQUIRE(::stat(dir.Sub("sinks").c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0700);
+  REQUIRE(::stat(dir.Sub("sinks/webhook-pager.delivered").c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
 }
 
 TEST_CASE("a restarted webhook sink knows from its delivery log which batches arrived",

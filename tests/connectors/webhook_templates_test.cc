@@ -230,22 +230,95 @@ TEST_CASE("the alertmanager template posts alerts that Alertmanager's v2 API acc
   auto sink = Open(HookPipeline(dir.path(), {{"url", alertmanager.url()},
                                              {"template", "alertmanager"},
                                              {"onFailure", "retry"}}));
+  // The re-send thread posts the firing set at once: nothing fires yet, so nothing is sent.
   REQUIRE(sink->Deliver(Batch(0, {Alert("w1", "WARN", "OK"), Alert("a1", "ALERT", "WARN"),
                                   Alert("r1", "RESOLVED", "ALERT")})));
   CHECK(alertmanager.problems().empty());
   auto bodies = alertmanager.bodies();
   REQUIRE(bodies.size() == 3);
   simdjson::dom::parser parser;
-  // The escalation fires the critical alert and ends the warning one.
+  // The escalation fires the critical alert and keeps the warning firing beside it (as two
+  // Prometheus rules would), never a resolved warning next to the firing critical.
   simdjson::dom::array escalation = parser.parse(bodies[1]).get_array().value();
   REQUIRE(escalation.size() == 2);
   CHECK(std::string_view(escalation.at(0)["labels"]["severity"]) == "critical");
   CHECK(std::string_view(escalation.at(1)["labels"]["severity"]) == "warning");
-  CHECK(escalation.at(1)["startsAt"].error() == simdjson::NO_SUCH_FIELD);
-  // The resolution ends the critical one.
+  for (simdjson::dom::element alert : escalation) {
+    const int64_t ends = *ParseIso8601Micros(std::string_view(alert["endsAt"]));
+    const int64_t starts = *ParseIso8601Micros(std::string_view(alert["startsAt"]));
+    // endsAt is alertmanagerEndsAfter (default 240 s) ahead: short, re-sent while it fires.
+    CHECK(ends - starts >= 239'000'000);
+    CHECK(ends - starts <= 241'000'000);
+    CHECK_THAT(std::string(std::string_view(alert["annotations"]["summary"])),
+               Catch::StartsWith("WARN model-2 feature_vector[3]: psi 4.164 (threshold 0.25)") ||
+                   Catch::StartsWith("ALERT model-2 feature_vector[3]: psi 4.164"));
+  }
+  // The resolution ends both at once, saying the series is back.
   simdjson::dom::array resolved = parser.parse(bodies[2]).get_array().value();
-  REQUIRE(resolved.size() == 1);
-  CHECK(std::string_view(resolved.at(0)["labels"]["severity"]) == "critical");
+  REQUIRE(resolved.size() == 2);
+  for (simdjson::dom::element alert : resolved) {
+    CHECK(*ParseIso8601Micros(std::string_view(alert["endsAt"])) <=
+          *ParseIso8601Micros(std::string_view(alert["startsAt"])) + 60'000'000);
+    CHECK_THAT(std::string(std::string_view(alert["annotations"]["summary"])),
+               Catch::StartsWith("RESOLVED model-2 feature_vector[3] is back"));
+  }
+}
+
+TEST_CASE("the alertmanager template re-sends the firing alerts on its own, and a restarted sink "
+          "re-sends them at once",
+          "[connectors][webhook]") {
+  testing::TempDir dir;
+  std::mutex mutex;
+  std::vector<std::string> severities;  // of each alert received, in order
+  ShapeReceiver alertmanager([&](simdjson::dom::element body) -> std::string {
+    std::lock_guard<std::mutex> lock(mutex);
+    simdjson::dom::array alerts = body.get_array().value();
+    for (simdjson::dom::element alert : alerts) {
+      severities.emplace_back(std::string_view(alert["labels"]["severity"]));
+    }
+    return "";
+  });
+  auto received = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return severities.size();
+  };
+  const auto options = std::map<std::string, std::string>{{"url", alertmanager.url()},
+                                                         {"template", "alertmanager"},
+                                                         {"alertmanagerResendInterval", "1"},
+                                                         {"alertmanagerEndsAfter", "3"}};
+  {
+    auto sink = Open(HookPipeline(dir.path(), options));
+    REQUIRE(sink->Deliver(Batch(0, {Alert("w1", "WARN", "OK")})));
+    CHECK(received() >= 1);
+    // Nothing new is delivered; the warning goes out again, once a second.
+    REQUIRE(testing::WaitFor([&] { return received() >= 3; }, std::chrono::seconds(10)));
+    REQUIRE(sink->Close());
+  }
+  const size_t before_restart = received();
+  CHECK(alertmanager.bodies().size() == before_restart);
+  // A restart (the same checkpoint): the firing set comes back from its file and goes out at
+  // once, well inside alertmanagerEndsAfter.
+  const auto opened = std::chrono::steady_clock::now();
+  auto sink = Open(HookPipeline(dir.path(), options));
+  REQUIRE(testing::WaitFor([&] { return received() > before_restart; }, std::chrono::seconds(10)));
+  CHECK(std::chrono::steady_clock::now() - opened < std::chrono::milliseconds(900));
+  CHECK(*sink->LastDelivered() == 0);
+  REQUIRE(sink->Deliver(Batch(1, {Alert("r1", "RESOLVED", "WARN")})));
+  REQUIRE(sink->Close());
+  // Resolved: nothing left to re-send after another restart.
+  CHECK_THAT(ReadText(dir.Sub("sinks/webhook-route.alertmanager.json")),
+             Catch::Contains("\"batch_id\":1,\"alerts\":[]"));
+  // An expiry shorter than the re-send interval would let alerts lapse between re-sends.
+  auto lapsing = CreateSinks(HookPipeline(dir.path(), {{"url", alertmanager.url()},
+                                                       {"template", "alertmanager"},
+                                                       {"alertmanagerResendInterval", "60"},
+                                                       {"alertmanagerEndsAfter", "30"}}));
+  REQUIRE_FALSE(lapsing);
+  CHECK_THAT(lapsing.error().message(),
+             Catch::Contains("alertmanagerEndsAfter (30 s) must be more than "
+                             "alertmanagerResendInterval (60 s)"));
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const std::string& severity : severities) CHECK(severity == "warning");
 }
 
 TEST_CASE("a receiver's 4xx for one row dead-letters that row and the batch goes on",

@@ -3,7 +3,8 @@
 # (deploy/examples/kafka-drift.yaml, configured by environment) with --network host against the
 # test broker, feed it inference logs in which one model drifts, wait for alerts on the output
 # topic, stop it with SIGTERM and check the exit code. Prints key lines the test asserts on:
-#   image-size-bytes N / healthcheck ok / alerts N / exit-code N
+#   image-size-bytes N / ldd-missing N / ldd-packages P... / avro-schemas N / healthcheck ok /
+#   alerts N / exit-code N
 # DRIFTD_IMAGE_REUSE=1 skips the build when the image exists (for iterating on this script).
 set -euo pipefail
 
@@ -43,6 +44,17 @@ if [ "${DRIFTD_IMAGE_REUSE:-0}" = 1 ] && "${podman[@]}" image exists "$image"; t
 else
   "$here/podman_image.sh" build
 fi
+
+# What the runtime stage holds: every shared library the binary loads found (ldd-missing 0),
+# the packages those libraries come from (the test compares them with the Dockerfile's list),
+# and the Avro schemas.
+"${podman[@]}" run --rm --entrypoint /bin/sh "$image" -c '
+  ldd /usr/bin/driftd > /tmp/ldd.txt
+  echo "ldd-missing $(grep -c "not found" /tmp/ldd.txt)"
+  for lib in $(awk "/=> \// {print \$3}" /tmp/ldd.txt); do
+    dpkg -S "$lib" 2>/dev/null || dpkg -S "/usr$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")"
+  done | cut -d: -f1 | sort -u | tr "\n" " " | sed "s/^/ldd-packages /; s/ *$/\n/"
+  echo "avro-schemas $(ls /usr/share/driftd/avro/*.avsc | wc -l)"'
 
 for topic in "$input" "$alerts" "$stats"; do
   kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \

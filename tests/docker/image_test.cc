@@ -5,8 +5,11 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -26,6 +29,24 @@ int64_t NumberAfter(const std::string& output, const std::string& label) {
   std::smatch match;
   if (!std::regex_search(output, match, std::regex(label + " (-?[0-9]+)"))) return -1;
   return std::stoll(match[1].str());
+}
+
+// The packages the Dockerfile's runtime stage installs: the words of its apt-get install
+// command, after --no-install-recommends and up to the next `&&`.
+std::vector<std::string> RuntimePackages() {
+  const std::string text = testing::ReadFile(std::string(DRIFTD_SOURCE_DIR) +
+                                             "/deploy/docker/Dockerfile");
+  const size_t runtime = text.rfind("\nFROM ");
+  const size_t install = text.find("--no-install-recommends", runtime);
+  const size_t end = text.find("&&", install);
+  std::vector<std::string> packages;
+  if (runtime == std::string::npos || install == std::string::npos) return packages;
+  std::istringstream words(text.substr(install, end - install));
+  const std::regex package("[a-z0-9][a-z0-9.+-]+");
+  for (std::string word; words >> word;) {
+    if (std::regex_match(word, package)) packages.push_back(word);
+  }
+  return packages;
 }
 
 TEST_CASE("the container image runs the Kafka drift monitor and stops cleanly on SIGTERM",
@@ -60,6 +81,27 @@ TEST_CASE("the container image runs the Kafka drift monitor and stops cleanly on
               static_cast<double>(base) / 1e6);
   // A runtime stage with a compiler, -dev packages or apt's cache in it would add far more.
   CHECK(size - base < 150'000'000);
+
+  // The runtime stage: every library the binary loads is there, and every library package the
+  // Dockerfile installs is one the binary loads (RocksDB is linked statically: no librocksdb).
+  CHECK(NumberAfter(output, "ldd-missing") == 0);
+  std::smatch loaded;
+  REQUIRE(std::regex_search(output, loaded, std::regex("ldd-packages ([^\\n]*)")));
+  const std::string loaded_packages = " " + loaded[1].str() + " ";
+  const std::vector<std::string> runtime = RuntimePackages();
+  REQUIRE(runtime.size() > 5);
+  for (const std::string& package : runtime) {
+    if (package == "ca-certificates") continue;  // certificates for TLS, not a library
+    INFO("runtime package " << package << "; the binary loads libraries of:" << loaded_packages);
+    CHECK(loaded_packages.find(" " + package + " ") != std::string::npos);
+  }
+  CHECK(loaded_packages.find(" librocksdb") == std::string::npos);
+  size_t schemas = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(DRIFTD_SOURCE_DIR) + "/deploy/avro")) {
+    schemas += entry.path().extension() == ".avsc";
+  }
+  CHECK(NumberAfter(output, "avro-schemas") == static_cast<int64_t>(schemas));
 
   CHECK(output.find("healthcheck ok") != std::string::npos);
   CHECK(NumberAfter(output, "alerts") > 0);

@@ -199,4 +199,54 @@ TEST_CASE("a permissive array with a bad element is null while the rest of the r
   CHECK(decoder.counts()[MalformedReason::kWrongType] == 1);
 }
 
+TEST_CASE("an int or long column takes a whole number written as a double, not a fraction",
+          "[decoder][numbers]") {
+  // Python's json and pandas write an integer label held as a float as 1.0: under the permissive
+  // policy it was nulled (and the row counted malformed), so an error series or a join lost
+  // every label. A whole number is that integer; a fraction is still the wrong type, counted.
+  Schema schema;
+  schema.fields = {{"i", FieldType::kInt, true}, {"l", FieldType::kLong, true}};
+  const std::vector<std::pair<std::string, int64_t>> whole = {
+      {"1.0", 1},     {"0.0", 0},       {"-0.0", 0},          {"-3.0", -3},
+      {"2e3", 2000},  {"1.5e1", 15},    {"2147483647.0", 2147483647},
+      {"7", 7}};
+  const std::vector<std::string> not_whole = {"1.5", "0.1", "-2.25", "1e-3"};
+  JsonDecoder decoder(schema, MalformedSpec{});  // permissive
+  RecordBatch batch;
+  batch.Reset(schema);
+  InputChunk chunk;
+  int64_t offset = 0;
+  for (const auto& [text, value] : whole) {
+    chunk.Append(fmt::format(R"({{"i":{0},"l":{0}}})", text), {0, offset++});
+  }
+  for (const std::string& text : not_whole) {
+    chunk.Append(fmt::format(R"({{"i":{0},"l":{0}}})", text), {0, offset++});
+  }
+  // Whole, but beyond the column's range: out of range, as the integer would be.
+  chunk.Append(R"({"i":3e9,"l":1e19})", {0, offset++});
+  chunk.Seal();
+  REQUIRE(decoder.Decode(chunk, batch, nullptr));
+  REQUIRE(batch.num_rows == whole.size() + not_whole.size() + 1);
+  size_t row = 0;
+  for (const auto& [text, value] : whole) {
+    INFO(text);
+    REQUIRE_FALSE(batch.columns[0].IsNull(row));
+    CHECK(batch.columns[0].i64[row] == value);
+    REQUIRE_FALSE(batch.columns[1].IsNull(row));
+    CHECK(batch.columns[1].i64[row] == value);
+    ++row;
+  }
+  for (const std::string& text : not_whole) {
+    INFO(text);
+    CHECK(batch.columns[0].IsNull(row));
+    CHECK(batch.columns[1].IsNull(row));
+    ++row;
+  }
+  CHECK(batch.columns[0].IsNull(row));
+  CHECK(batch.columns[1].IsNull(row));
+  // Counted once per record (its first problem).
+  CHECK(decoder.counts()[MalformedReason::kWrongType] == not_whole.size());
+  CHECK(decoder.counts()[MalformedReason::kNumberOutOfRange] == 1);
+}
+
 }  // namespace driftd

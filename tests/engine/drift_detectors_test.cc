@@ -1,5 +1,8 @@
 #include <cmath>
 #include <random>
+#include <set>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -145,6 +148,37 @@ TEST_CASE("error-rate rise counts predictions that miss their label by more than
   CHECK(ErrorRateRise(window, base) == Approx(-0.15));  // fewer errors is no drift
   CHECK(base.abs_error.mean() == Approx(0.10));         // MAE
   CHECK(ErrorRateRise(ErrorSummary(), window) == 0.0);  // no labels, no evaluation
+}
+
+TEST_CASE("the detector kinds code names are the registrations of those names",
+          "[drift][defaults]") {
+  // engine/pipeline_spec.h names the built-in kinds; a kind is a position in the registry, so
+  // those come first in engine/drift/detectors/registered.inc, in this order.
+  const std::vector<std::pair<DetectorKind, std::string_view>> named = {
+      {DetectorKind::kMeanShift, "mean_shift"},
+      {DetectorKind::kStddevRatio, "stddev_ratio"},
+      {DetectorKind::kPsi, "psi"},
+      {DetectorKind::kJensenShannon, "js"},
+      {DetectorKind::kKs, "ks"},
+      {DetectorKind::kCusum, "cusum"},
+      {DetectorKind::kErrorRate, "error_rate"},
+      {DetectorKind::kChiSquare, "chi_square"},
+      {DetectorKind::kUnseenCategories, "unseen_categories"},
+      {DetectorKind::kMissingRate, "missing_rate"},
+      {DetectorKind::kMalformedRate, "malformed_rate"}};
+  for (const auto& [kind, name] : named) {
+    INFO(name);
+    CHECK(DefaultsFor(kind).name == name);
+    CHECK(ToString(kind) == name);
+    CHECK(ParseDetectorKind(name) == kind);
+  }
+  // Every registration has its own name, and its kind is its position.
+  std::set<std::string_view> names;
+  for (size_t i = 0; i < DetectorDefaultsTable().size(); ++i) {
+    const DetectorDefaults& d = DetectorDefaultsTable()[i];
+    CHECK(static_cast<size_t>(d.kind) == i);
+    CHECK(names.insert(d.name).second);
+  }
 }
 
 TEST_CASE("the defaults table carries the documented levels and floors", "[drift][defaults]") {

@@ -2,6 +2,8 @@
 // whether or not the level changed; their persisted form; exported and reset baselines.
 #include "engine/drift/evaluation.h"
 
+#include <cmath>
+#include <map>
 #include <random>
 
 #include <simdjson.h>
@@ -111,6 +113,81 @@ TEST_CASE("an evaluation round-trips through its persisted form and its JSON row
   CHECK(int64_t(row["window"]["n"]) == 1000);
   CHECK(std::string_view(row["detectors"].at(0)["detector"]) == "psi");
   CHECK(EvaluationId(e) == EvaluationId(*decoded));
+}
+
+TEST_CASE("an evaluation carries the distributions its histogram detectors compared, and "
+          "keeps them through its persisted form",
+          "[drift][evaluation]") {
+  auto monitor = DriftMonitor::Create(Spec(), {"x"}).value();
+  monitor->CollectEvaluations(true);
+  // Shifted by 3 sd from value 6000 on: the last window's values sit in the upper bins.
+  std::vector<Evaluation> evaluations = Run(*monitor, 10000, 6000, 3.0);
+  REQUIRE(evaluations.size() == 9);
+  const Evaluation& e = evaluations.back();
+  REQUIRE(e.distribution.size() == 10);  // psi's 10 bins
+  int64_t baseline = 0, window = 0;
+  for (size_t b = 0; b < e.distribution.size(); ++b) {
+    const DistributionCell& cell = e.distribution[b];
+    CHECK(cell.category.empty());
+    CHECK(cell.lower < cell.upper);
+    if (b > 0) CHECK(cell.lower == e.distribution[b - 1].upper);
+    baseline += cell.baseline;
+    window += cell.window;
+  }
+  CHECK(std::isinf(e.distribution.front().lower));
+  CHECK(std::isinf(e.distribution.back().upper));
+  CHECK(baseline == e.baseline_n);
+  CHECK(window == e.window_n);
+  // Baseline deciles: each bin about a tenth; the shifted window mostly in the top bin.
+  CHECK(e.distribution.back().baseline < 200);
+  CHECK(e.distribution.back().window > 800);
+
+  auto decoded = DecodeEvaluation(EncodeEvaluation(e));
+  REQUIRE(decoded);
+  REQUIRE(decoded->distribution.size() == e.distribution.size());
+  for (size_t b = 0; b < e.distribution.size(); ++b) {
+    CHECK(decoded->distribution[b].lower == e.distribution[b].lower);
+    CHECK(decoded->distribution[b].upper == e.distribution[b].upper);
+    CHECK(decoded->distribution[b].baseline == e.distribution[b].baseline);
+    CHECK(decoded->distribution[b].window == e.distribution[b].window);
+  }
+}
+
+TEST_CASE("a categorical evaluation names the categories it compared", "[drift][evaluation]") {
+  DriftSpec spec;
+  spec.enabled = true;
+  spec.baseline.records = 1000;
+  spec.window_records = 1000;
+  DetectorSpec chi;
+  chi.kind = DetectorKind::kChiSquare;
+  chi.name = "chi_square";
+  spec.detectors = {chi};
+  const std::vector<SeriesDef> series = {{"device", SeriesKind::kCategorical}};
+  auto monitor = DriftMonitor::Create(spec, series).value();
+  monitor->CollectEvaluations(true);
+  std::vector<AlertEvent> events;
+  std::vector<Evaluation> evaluations;
+  const char* devices[] = {"ios", "android", "web"};
+  for (int i = 0; i < 3000; ++i) {
+    // The window after the baseline is all "web".
+    monitor->ObserveCategory(0, "m", 0, i < 2000 ? devices[i % 3] : "web", int64_t(i) * 1000);
+  }
+  monitor->Evaluate(0, 0, events, &evaluations);
+  REQUIRE(evaluations.size() == 2);
+  const Evaluation& e = evaluations.back();
+  std::map<std::string, std::pair<int64_t, int64_t>> cells;
+  for (const DistributionCell& cell : e.distribution) cells[cell.category] = {cell.baseline, cell.window};
+  CHECK(cells.at("web").second == 1000);
+  CHECK(cells.at("ios").second == 0);
+  CHECK(cells.at("ios").first > 300);
+  CHECK(cells.count(std::string(DriftMonitor::kOtherCategory)) == 1);
+  auto decoded = DecodeEvaluation(EncodeEvaluation(e));
+  REQUIRE(decoded);
+  REQUIRE(decoded->distribution.size() == e.distribution.size());
+  for (size_t i = 0; i < e.distribution.size(); ++i) {
+    CHECK(decoded->distribution[i].category == e.distribution[i].category);
+    CHECK(decoded->distribution[i].window == e.distribution[i].window);
+  }
 }
 
 TEST_CASE("a model's baselines exported, then reset: it warms up again and recovers",

@@ -773,7 +773,13 @@ TEST_CASE("a significant change below the effect floor is held down and says so"
 TEST_CASE("alert and evaluation rows of every kind have the shape their Avro schemas are "
           "derived from, and each detector writes the extras its table entry lists",
           "[drift][monitor][row_shape]") {
-  DriftMonitor monitor(DefaultSpec(), SeriesNames());
+  // Every registered detector, those that are not among the defaults too.
+  DriftSpec spec = DefaultSpec();
+  spec.detectors.clear();
+  for (const DetectorDefaults& d : DetectorDefaultsTable()) {
+    spec.detectors.push_back(DefaultDetectorSpec(d.kind));
+  }
+  DriftMonitor monitor(spec, SeriesNames());
   monitor.CollectEvaluations(true);
   Harness h(monitor, 2, 17);
   h.keep_evaluations = true;

@@ -430,6 +430,13 @@ TEST_CASE("the columns a pipeline reads are those of its groupBy, aggregates, ex
   CHECK(UsedNames(spec) == std::vector<std::string>{"model_id", "prediction", "ground_truth",
                                                     "clicks", "ok", "event_time", "features"});
 
+  // Segments: a segmentBy column nothing else reads is decoded too (else every row would fall
+  // in the segment of a null value).
+  spec.drift.segment_by = {"model_version"};
+  CHECK(UsedNames(spec) == std::vector<std::string>{"model_id", "model_version", "prediction",
+                                                    "ground_truth", "clicks", "ok", "event_time",
+                                                    "features"});
+
   // A query without aggregation emits its select list, or every column.
   PipelineSpec rows;
   rows.schema = InferenceSchema();

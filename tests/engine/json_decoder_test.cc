@@ -282,13 +282,16 @@ TEST_CASE("numbers and booleans in a string field keep their JSON text", "[decod
 }
 
 TEST_CASE("integers are range-checked for int and long", "[decoder]") {
+  // A whole number written as a double (3.0, 1e3) is that integer; a fraction is a wrong type
+  // (tests/engine/decoder_numbers_test.cc has more of both).
   Schema schema;
   schema.fields = {{"i", FieldType::kInt, true}, {"l", FieldType::kLong, true}};
   const Decoded decoded =
       DecodeRecords(schema, Policy(MalformedPolicy::kDeadLetter),
                     {R"({"i":2147483648})", R"({"i":-2147483649})", R"({"l":9223372036854775808})",
                      R"({"l":-9223372036854775809})", R"({"i":3.0})", R"({"l":1e3})",
-                     R"({"i":"7"})", R"({"i":-0,"l":9223372036854775807})"});
+                     R"({"i":3.5})", R"({"l":1e-3})", R"({"i":"7"})",
+                     R"({"i":-0,"l":9223372036854775807})"});
   REQUIRE(decoded.status);
   const std::vector<MalformedReason> expected = {
       MalformedReason::kNumberOutOfRange, MalformedReason::kNumberOutOfRange,
@@ -302,9 +305,11 @@ TEST_CASE("integers are range-checked for int and long", "[decoder]") {
   }
   CHECK_THAT(decoded.dead_letters[0].detail,
              Catch::Contains("field 'i'") && Catch::Contains("out of range for int"));
-  REQUIRE(decoded.batch.num_rows == 1);
-  CHECK(decoded.batch.columns[0].i64[0] == 0);
-  CHECK(decoded.batch.columns[1].i64[0] == 9223372036854775807);
+  REQUIRE(decoded.batch.num_rows == 3);
+  CHECK(decoded.batch.columns[0].i64[0] == 3);
+  CHECK(decoded.batch.columns[1].i64[1] == 1000);
+  CHECK(decoded.batch.columns[0].i64[2] == 0);
+  CHECK(decoded.batch.columns[1].i64[2] == 9223372036854775807);
 }
 
 TEST_CASE("booleans and arrays reject values of other types", "[decoder]") {

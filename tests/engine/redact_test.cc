@@ -23,6 +23,23 @@ TEST_CASE("registered secrets are replaced wherever they occur, the longest firs
   CHECK(RedactWith("a secret-xyz b", {"secret-xyz"}, "#") == "a # b");
 }
 
+TEST_CASE("a secret is redacted in the forms other text gives it: JSON-escaped, percent-encoded",
+          "[engine][redact]") {
+  RegisterSecrets({"pw\"quote\\slash 9"});
+  // In a JSON string (a log line, /progress), and in one nested inside another.
+  CHECK(Redact(R"({"url":"http://h/pw\"quote\\slash 9/x"})") ==
+        R"({"url":"http://h/<redacted>/x"})");
+  CHECK(Redact(R"({"line":"{\"url\":\"pw\\\"quote\\\\slash 9\"}"})") ==
+        R"({"line":"{\"url\":\"<redacted>\"}"})");
+  // Percent-encoded in a URL, with either case of hex digits and '+' for the space.
+  CHECK(Redact("http://h/?t=pw%22quote%5Cslash%209") == "http://h/?t=<redacted>");
+  CHECK(Redact("http://h/?t=pw%22quote%5cslash+9") == "http://h/?t=<redacted>");
+  // A URL password written percent-encoded also goes where it shows decoded.
+  RegisterSecrets({"p%40ssw0rd"});
+  CHECK(Redact("user p@ssw0rd and p%40ssw0rd") == "user <redacted> and <redacted>");
+  CHECK(RedactWith(R"("a\"b\\cd")", {"a\"b\\cd"}) == R"("<redacted>")");
+}
+
 TEST_CASE("the redacting log sink removes secrets from every line before it is written",
           "[engine][redact]") {
   RegisterSecrets({"tok-logged-5678"});

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "config/loader.h"
+#include "connectors/registry.h"
 #include "connectors/inference_generator.h"
 #include "engine/drift/codec.h"
 #include "engine/drift/monitor.h"
@@ -262,7 +263,8 @@ struct Execution {
 RunResult RunQuery(const PartitionedData& data, int64_t max_per_batch, ReadOrder order,
                    const std::string& checkpoint, std::string_view pipeline = kPipeline,
                    Execution execution = {}) {
-  auto spec = ParsePipeline(pipeline, "partitioned.yaml", LoadOptions{});
+  auto spec = ParsePipeline(pipeline, "partitioned.yaml",
+                            LoadOptions{.catalog = &ConnectorDeclarations()});
   REQUIRE(spec);
   spec->checkpoint_location = checkpoint;
   spec->threads = execution.threads;
@@ -845,7 +847,8 @@ class CountingSource final : public Source {
 // Runs kPipeline on `threads` threads with `deliver` as its only sink; Run's status.
 Status RunScripted(const PartitionedData& data, const std::string& checkpoint, int threads,
                    std::atomic<int>& reads, std::function<Status(const BatchOutput&)> deliver) {
-  auto spec = ParsePipeline(kPipeline, "partitioned.yaml", LoadOptions{});
+  auto spec = ParsePipeline(kPipeline, "partitioned.yaml",
+                            LoadOptions{.catalog = &ConnectorDeclarations()});
   REQUIRE(spec);
   spec->checkpoint_location = checkpoint;
   spec->threads = threads;
@@ -1031,7 +1034,7 @@ sinks:
   - {{format: console, stream: alerts}}
 )",
                                         policy),
-                            "quality.yaml", LoadOptions{});
+                            "quality.yaml", LoadOptions{.catalog = &ConnectorDeclarations()});
   REQUIRE(spec);
   auto stage = DriftStage::Create(*spec);
   REQUIRE(stage);

@@ -114,5 +114,23 @@ TEST_CASE("a series' evaluation ring keeps the newest, oldest first, as its room
   CHECK(ring.size() == 1);
 }
 
+TEST_CASE("the backlog follows the lag of triggers that found nothing to do", "[metrics]") {
+  QueryMetrics metrics(QueryMetricsOptions{});
+  ProgressRecord progress;
+  progress.num_input_rows = 100;
+  progress.lag = {{"t-0", 100, 5100}, {"t-1", 100, 100}};
+  metrics.RecordBatch(progress);
+  CHECK(metrics.Snapshot().backlog_records == 5000);
+  // The backlog was read by batches whose records went elsewhere (another process of the
+  // group took the partition): no batch here, but the trigger measured the lag again.
+  metrics.RecordLag({{"t-1", 100, 100}});
+  CHECK(metrics.Snapshot().backlog_records == 0);
+  REQUIRE(metrics.Snapshot().lag.size() == 1);
+  // Nothing owned any more: no backlog at all.
+  metrics.RecordLag({});
+  CHECK(metrics.Snapshot().backlog_records == -1);
+  CHECK(metrics.Snapshot().lag.empty());
+}
+
 }  // namespace
 }  // namespace driftd

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/drift/codec.h"
 #include "engine/executor/row_block.h"
 
 namespace driftd {
@@ -43,7 +44,7 @@ RecordBatch Rows(const Schema& schema, size_t rows) {
         default: column.i64.push_back(nulls ? 0 : static_cast<int64_t>(i) * 1000); break;
       }
     }
-    batch.positions.push_back({3, static_cast<int64_t>(i)});
+    batch.positions.push_back({3, static_cast<int64_t>(1000 + i), i % 7 == 3});
     ++batch.num_rows;
   }
   return batch;
@@ -77,6 +78,9 @@ TEST_CASE("row blocks carry every type, nulls included, with each row's times an
     CHECK(times.late_before[i] == static_cast<int64_t>(i) - 10);
     CHECK(times.event_us[i] == static_cast<int64_t>(i) * 7);
     CHECK(decoded.positions[i].partition == 9);
+    // The task orders a routed row by its offset and counts its model's malformed records.
+    CHECK(decoded.positions[i].offset == static_cast<int64_t>(1000 + i));
+    CHECK(decoded.positions[i].malformed == (i % 7 == 3));
     for (size_t f = 0; f < schema.fields.size(); ++f) {
       const Column& a = rows.columns[f];
       const Column& b = decoded.columns[f];
@@ -133,6 +137,41 @@ TEST_CASE("a batch's rows for a task are cut into bounded blocks whose clock nev
     previous_max = mark.max_event_us;
   }
   CHECK(total == added);
+}
+
+TEST_CASE("a row block of version 1 (written before blocks carried offsets) is still read",
+          "[executor][scale-out][codec]") {
+  // Version 1, partition "logs-2", clock 77 with more to come, one row: late_before -5,
+  // event 70, model_id "m", the other fields null.
+  std::string block;
+  drift::ByteWriter w(block);
+  w.U8(1);
+  w.Str("logs-2");
+  w.I64(77);
+  w.U8(1);
+  w.U32(1);
+  w.I64(-5);
+  w.I64(70);
+  w.U8(1);
+  w.Str("m");
+  for (int field = 1; field < 6; ++field) w.U8(0);
+  const Schema schema = AllTypes();
+  RecordBatch decoded;
+  decoded.Reset(schema);
+  RowTimes times;
+  ClockMark mark;
+  REQUIRE(ReadRowBlock(block, schema, 4, decoded, times, mark));
+  CHECK(mark.partition == "logs-2");
+  CHECK(mark.max_event_us == 77);
+  CHECK(mark.more_available);
+  REQUIRE(decoded.num_rows == 1);
+  CHECK(decoded.columns[0].String(0) == "m");
+  CHECK(decoded.columns[1].IsNull(0));
+  CHECK(times.late_before[0] == -5);
+  CHECK(times.event_us[0] == 70);
+  CHECK(decoded.positions[0].partition == 4);
+  CHECK(decoded.positions[0].offset == 0);
+  CHECK_FALSE(decoded.positions[0].malformed);
 }
 
 TEST_CASE("a truncated row block is refused, not misread", "[executor][scale-out][codec]") {

@@ -8,6 +8,7 @@
 //   3 batch output (outbox payload)   8 aggregation state entry (Aggregator::Restore)
 //   4 source offsets (JSON)           9 drift state entry (DriftStage::Restore, monitor included)
 //  10 webhook delivery log (a file)  11 quantile sketch (approx_percentile state)
+//  12 status history entry (HistoryStage::Restore: alerts, incidents, series points)
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "engine/drift/evaluation.h"
 #include "engine/executor/drift_stage.h"
 #include "engine/executor/outbox_codec.h"
+#include "engine/executor/status_history.h"
 #include "engine/json_decoder.h"
 #include "engine/offsets.h"
 #include "engine/quantile_sketch.h"
@@ -146,6 +148,13 @@ void WriteSeeds(const std::string& dir) {
   StageProgress progress;
   (*stage)->Finish(context, drift_output, changes, progress);
   for (const auto& [key, value] : changes.puts) keyed(9, key, value);
+  // The status history of that batch, and a point of a series' history.
+  HistoryStage history(stage->get(), nullptr);
+  StateChanges history_changes;
+  history.Finish(context, drift_output, history_changes, progress);
+  for (const auto& [key, value] : history_changes.puts) keyed(12, key, value);
+  evaluation.detectors.push_back(DetectorReading{.detector = "psi", .statistic = 0.2});
+  keyed(12, "p/m1/prediction/0000000000000007", EncodeEvaluation(evaluation, false));
   seed(10, "41\n");
   QuantileSketch sketch(QuantileSketch::KForAccuracy(10));
   for (int i = 0; i < 500; ++i) sketch.Add((i * 37) % 101);
@@ -171,7 +180,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t codec = data[0] % 12;
+  const uint8_t codec = data[0] % 13;
   const std::string_view bytes = fuzz::AsText(data + 1, size - 1);
   const size_t split = bytes.find('\0');
   const std::string_view key = bytes.substr(0, split);
@@ -230,6 +239,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)sketch->Quantile(0.5);
         sketch->Add(1);
       }
+      break;
+    }
+    case 12: {
+      HistoryStage history(nullptr, nullptr);
+      Consume(history.Restore(key, value));
+      Consume(history.FinishRestore());
       break;
     }
   }

@@ -16,7 +16,7 @@ harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then harnesses=(json_decoder config reference state_codecs expr); fi
 
 if ! command -v clang++-14 >/dev/null; then
-  echo "fuzz: clang++-14 is missing (bash deploy/setup-debian.sh installs it)" >&2
+  echo "fuzz: clang++-14 is missing (bash deploy/setup-debian.sh --test installs it)" >&2
   exit 1
 fi
 # Only the libraries the harnesses link are built (no daemon, tests or benchmarks), at -O1 with

@@ -1,7 +1,10 @@
 // The kafka source against the real broker: exact and replayable ranges, rate limits, new
 // partitions, starting offsets, data loss, group offsets and readiness.
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "engine/metadata_columns.h"
 
@@ -68,6 +71,41 @@ TEST_CASE("the kafka source reads exactly the planned range of every partition",
   REQUIRE(lags.size() == 2);
   CHECK(lags[0].lag() == 3);
   CHECK(lags[1].lag() == 0);
+}
+
+// The threads of this process now (the entries of /proc/self/task).
+size_t ThreadCount() {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_CASE("planning batches over 8 partitions asks for their offsets without starting threads",
+          "[kafka][source]") {
+  Admin admin;
+  const std::string topic = UniqueName("plan-threads");
+  admin.CreateTopic(topic, 8);
+  for (int p = 0; p < 8; ++p) Produce(topic, p, Values(fmt::format("p{}", p), p + 1));
+
+  auto source = StartSource(SourcePipeline("plan-threads", {{"subscribe", topic}}));
+  SourceOffsets start = Require(source->InitialOffsets());
+  SourceOffsets end = Require(source->PlanBatch(start));
+  for (int p = 0; p < 8; ++p) CHECK(end.at(fmt::format("{}-{}", topic, p)) == p + 1);
+
+  // An idle query plans a batch every trigger: a thread per partition and plan showed up as
+  // dozens of threads started a second. Watch the thread count while planning.
+  std::atomic<bool> planning{true};
+  std::atomic<size_t> most{0};
+  const size_t before = ThreadCount() + 1;  // the watcher below
+  std::thread watcher([&] {
+    while (planning) most = std::max(most.load(), ThreadCount());
+  });
+  for (int i = 0; i < 20; ++i) CHECK(Require(source->PlanBatch(end)) == end);
+  planning = false;
+  watcher.join();
+  CHECK(most.load() <= before);
 }
 
 // Produces one record with a key (or none) and headers (name, value; a null value as nullopt).

@@ -347,6 +347,7 @@ inline PipelineSpec SourcePipeline(const std::string& name,
   PipelineSpec pipeline;
   pipeline.name = name;
   pipeline.source.format = "kafka";
+  pipeline.source.traits = FindSourceKind("kafka")->traits;
   source.emplace("startingOffsets", "earliest");
   pipeline.source.options = KafkaOptions(ConnectorRole::kSource, source);
   return pipeline;

@@ -418,6 +418,48 @@ TEST_CASE("scale-out takeover: three processes on 12 partitions, one killed 10 t
               static_cast<long long>(restores.back()));
 }
 
+TEST_CASE("a scaled-out process held 25 s inside its commit drops the batch and rejoins, and "
+          "the output stays exactly once",
+          "[kafka][scale-out][stall]") {
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 60'000, /*keyed=*/false);
+  Deployment reference(admin, input, true, false, 5000);
+  const Outcome expected = RunUntilComplete(reference, input, true, 1);
+  REQUIRE(!expected.alerts.empty());
+
+  Deployment run(admin, input, true, true, 2000);
+  // "p0" stops for 25 s just before committing its fourth batch's transaction: past the
+  // transaction timeout (10 s scaled out), so the broker aborts it and bumps the producer's
+  // epoch, and past the group's session, so its partitions move to "p1".
+  std::map<std::string, std::string> stall = run.env;
+  stall["INSTANCE"] = "p0";
+  stall["DRIFTD_KAFKA_SINK_FAULT"] = "stall_in_commit@3";
+  stall["DRIFTD_KAFKA_SINK_STALL_MS"] = "25000";
+  ChildProcess stalled = ChildProcess::Start({DriftdBinary(), "run", run.pipeline, "--http", "off"},
+                                             run.Log("p0"), stall);
+  ChildProcess other = run.Start("p1");
+  Outcome outcome;
+  const bool complete = testing::WaitFor(
+      [&] {
+        if (stalled.Exited() || other.Exited()) return true;
+        outcome = Read(run, true);
+        return Complete(outcome, input) &&
+               ReadFile(run.Log("p0")).find("was too slow") != std::string::npos;
+      },
+      std::chrono::seconds(300));
+  INFO("p0: " << LogTail(run.Log("p0")));
+  INFO("p1: " << LogTail(run.Log("p1")));
+  CHECK_FALSE(stalled.Exited());
+  CHECK(Terminate(stalled) == 0);
+  CHECK(Terminate(other) == 0);
+  REQUIRE(complete);
+  const std::string log = ReadFile(run.Log("p0"));
+  CHECK(log.find("was too slow") != std::string::npos);
+  CHECK(log.find("two daemons") == std::string::npos);
+  CHECK(log.find("has fenced this one") == std::string::npos);
+  RequireSame(Read(run, true), expected);
+}
+
 TEST_CASE("a daemon on a copy of a running pipeline's checkpoint, or on an older backup, "
           "refuses to start and nothing reaches a reader twice",
           "[kafka][checkpoint][stale]") {

@@ -205,6 +205,62 @@ TEST_CASE("Confluent-framed Avro records from the broker, two writer schema vers
   CHECK(registry.fetches(4242) == 1);
 }
 
+TEST_CASE("the daemon reads Avro records through a registry that wants basic auth from the "
+          "environment, https and a client certificate, and logs no password",
+          "[kafka][daemon][format][avro][registry]") {
+  Admin admin;
+  TempDir dir("driftd-avro-secured");
+  const testing::TestTls tls = testing::TestTls::Make(dir.path());
+  INFO(ReadFile(dir / "make-tls.log"));
+  REQUIRE_FALSE(tls.ca_cert.empty());
+  const std::string password = "reg-pw-61d0c2e9";
+  testing::FakeSchemaRegistry registry({.basic_auth = std::make_pair("driftd", password),
+                                        .tls_cert = tls.server_cert,
+                                        .tls_key = tls.server_key,
+                                        .client_ca = tls.ca_cert});
+  REQUIRE(registry.running());
+  const auto v1 = static_cast<uint32_t>(registry.Add(std::string(kWriterV1)));
+  const std::string topic = UniqueName("avro-secured");
+  admin.CreateTopic(topic, 1);
+  testing::AvroRecordWriter writer(kWriterV1);
+  std::vector<std::string> records;
+  std::map<std::string, Expected> expected;
+  for (int i = 0; i < 40; ++i) {
+    const std::string model = fmt::format("model-{}", i % 2);
+    const double prediction = 0.025 * i;
+    records.push_back(writer.Write({{"model_id", model},
+                                    {"model_version", std::string("v1")},
+                                    {"prediction", prediction},
+                                    {"ground_truth", 1.0}},
+                                   v1));
+    Expected& e = expected[model];
+    ++e.count;
+    e.prediction_sum += prediction;
+    e.error_sum += std::abs(prediction - 1.0);
+  }
+  Produce(topic, 0, records);
+
+  const std::string value_format = fmt::format(
+      "  valueFormat: avro\n"
+      "  valueOptions:\n"
+      "    schemaRegistryUrl: \"{}\"\n"
+      "    schemaRegistryCredentials: \"${{REGISTRY_CREDENTIALS}}\"\n"
+      "    schemaRegistryCaFile: {}\n"
+      "    schemaRegistryCertFile: {}\n"
+      "    schemaRegistryKeyFile: {}\n",
+      registry.url(), tls.ca_cert, tls.client_cert, tls.client_key);
+  WriteFile(dir / "p.yaml", Pipeline("avro-secured", topic, dir, value_format));
+  auto run = RunDriftd({"run", dir / "p.yaml", "--http", "off", "--log-level", "debug"},
+                       std::chrono::seconds(120), {{"REGISTRY_CREDENTIALS", "driftd:" + password}});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CheckStats(dir, expected);
+  CHECK(RejectReasons(dir).empty());
+  CHECK(registry.fetches(static_cast<int>(v1)) == 1);
+  CHECK(registry.unauthorized() == 0);
+  CHECK(run.output.find(password) == std::string::npos);
+}
+
 TEST_CASE("Protobuf records from the broker are decoded from a descriptor set, malformed bytes "
           "dead-lettered",
           "[kafka][daemon][format][protobuf]") {

@@ -39,7 +39,7 @@ inline std::string Which(const std::string& program) {
 /// True if `program` is on PATH; otherwise fails in CI and warns (the caller skips) elsewhere.
 inline bool Have(const std::string& program) {
   if (!Which(program).empty()) return true;
-  if (InCi()) FAIL(program << " is missing (deploy/setup-debian.sh installs it)");
+  if (InCi()) FAIL(program << " is missing (deploy/setup-debian.sh --test installs it)");
   WARN(program << " is missing; skipping");
   return false;
 }
@@ -87,11 +87,27 @@ struct DriftingDaemon {
   }
 };
 
-inline DriftingDaemon PrepareDriftingDaemon(const TempDir& tmp) {
+/// The data in one file read at once, or (`files` > 1) in that many files of consecutive
+/// records read one a batch, so that windows close in batches of their own.
+inline DriftingDaemon PrepareDriftingDaemon(const TempDir& tmp, int files = 1) {
   DriftingDaemon daemon;
   daemon.dir = tmp.path().string();
-  WriteFileAt(tmp / "input/logs.jsonl", DriftRecords({.records_per_model = 3000}));
-  WriteFileAt(tmp / "p.yaml", DriftPipelineYaml("ops", tmp / "input", tmp / "out"));
+  const int per_file = 3000 / files;
+  for (int f = 0; f < files; ++f) {
+    WriteFileAt(tmp / fmt::format("input/logs-{:02}.jsonl", f),
+                DriftRecords({.records_per_model = 3000,
+                              .from = f * per_file,
+                              .until = f + 1 == files ? -1 : (f + 1) * per_file}));
+  }
+  std::string yaml = DriftPipelineYaml("ops", tmp / "input", tmp / "out");
+  if (files > 1) {
+    const std::string path = "options: {path: " + (tmp / "input") + "}";
+    const size_t at = yaml.find(path);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, path.size(),
+                 "options: {path: " + (tmp / "input") + ", maxFilesPerTrigger: 1}");
+  }
+  WriteFileAt(tmp / "p.yaml", yaml);
   daemon.port = FreePort();
   return daemon;
 }

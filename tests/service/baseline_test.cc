@@ -291,6 +291,68 @@ sinks: [{{name: alerts, format: console, stream: alerts}}]
   CHECK_THAT(statistics, Catch::Contains("\"features.score\": {\"n\":400,"));
 }
 
+TEST_CASE("driftd baseline build takes what pandas writes by default, to_csv and to_json alike, "
+          "and the logs of the same model raise no alert against it",
+          "[service][baseline][drift][pandas]") {
+  // tests/service/data/pandas/make_fixtures.py says how pandas wrote these: the CSV with its
+  // unnamed index column, True/False, lists of numpy numbers, numpy arrays and an int column
+  // with a missing value written as floats.
+  const std::string data = std::string(DRIFTD_TESTS_DIR) + "/service/data/pandas";
+  TempDir dir("driftd-baseline-pandas");
+  WriteFileAt(dir / "input/stream.jsonl", ReadFile(data + "/stream.jsonl"));
+  WriteFileAt(dir / "p.yaml", fmt::format(R"(name: pandas
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: event_time, type: timestamp}}
+  - {{name: amount, type: double}}
+  - {{name: scores, type: array<double>}}
+  - {{name: embedding, type: array<double>}}
+  - {{name: is_mobile, type: string}}
+  - {{name: country, type: string}}
+  - {{name: clicks, type: long}}
+source:
+  format: file
+  options: {{path: {input}}}
+query: {{groupBy: [model_id], aggregates: [count]}}
+drift:
+  series: [amount, scores, embedding, is_mobile, country, clicks]
+  baseline: {{type: file, path: {dir}/from-csv.json}}
+  minSamples: 50
+  windowRecords: 50
+sinks:
+  - {{name: alerts, format: file, stream: alerts, options: {{path: {dir}/out/alerts}}}}
+trigger: {{availableNow: true}}
+checkpointLocation: {dir}/out/checkpoint
+)",
+                                          fmt::arg("input", dir / "input"),
+                                          fmt::arg("dir", dir.path().string())));
+  RunResult from_csv = RunDriftd({"baseline", "build", dir / "p.yaml", "--input",
+                                  data + "/reference.csv", "--output", dir / "from-csv.json"});
+  INFO(from_csv.output);
+  REQUIRE(from_csv.exit_code == 0);
+  RunResult from_json = RunDriftd({"baseline", "build", dir / "p.yaml", "--input",
+                                   data + "/reference.jsonl", "--output", dir / "from-json.json"});
+  INFO(from_json.output);
+  REQUIRE(from_json.exit_code == 0);
+  const std::string statistics = ReadFile(dir / "from-csv.json");
+  INFO(statistics);
+  CHECK(ReadFile(dir / "from-json.json") == statistics);
+  CHECK_THAT(statistics, Catch::Contains("\"scores[1]\": {\"n\":200,"));
+  CHECK_THAT(statistics, Catch::Contains("\"embedding[1]\": {\"n\":200,"));
+  // The booleans are the JSON stream's spelling, the missing clicks missing.
+  CHECK_THAT(statistics, Catch::Contains("\"true\"") && Catch::Contains("\"false\""));
+  CHECK_THAT(statistics, !Catch::Contains("\"True\"") && !Catch::Contains("\"False\""));
+  CHECK_THAT(statistics, Catch::Contains("\"clicks\": {\"n\":"));
+
+  // Logs of the same distributions, as a serving system writes them (true/false): no alert,
+  // in particular no new category "true" against a baseline of "True".
+  RunResult run = RunDriftd({"run", dir / "p.yaml", "--http", "off", "--quiet-progress"});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("200 input rows"));
+  CHECK(FileSinkRows(dir / "out/alerts").empty());
+}
+
 TEST_CASE("driftd baseline reset starts one model's baselines over in a running daemon",
           "[service][baseline][drift][e2e]") {
   TempDir dir("driftd-rebaseline");

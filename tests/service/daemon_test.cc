@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "tests/service/drift_data.h"
 #include "tests/service/service_util.h"
 #include "tests/support/test_support.h"
 
@@ -161,7 +162,29 @@ TEST_CASE("without NOTIFY_SOCKET driftd runs and stops normally", "[service][not
                                {{"NOTIFY_SOCKET", ""}, {"WATCHDOG_USEC", "100000"}});
   INFO(result.output);
   CHECK(result.exit_code == 0);
-  CHECK_THAT(result.output, Catch::Contains("pipeline plain stopped after batch"));
+  // Trigger once on a rate source that has produced nothing yet: no batch, and the log says so.
+  CHECK_THAT(result.output, Catch::Contains("pipeline plain stopped"));
+  CHECK_THAT(result.output, !Catch::Contains("batch -1"));
+}
+
+TEST_CASE("a run with nothing new to read says so, not that it stopped after batch -1",
+          "[service][e2e]") {
+  TempDir dir("driftd-nothing-new");
+  WriteFileAt(dir / "input/logs.jsonl", DriftRecords({.records_per_model = 600}));
+  WriteFileAt(dir / "p.yaml", DriftPipelineYaml("again", dir / "input", dir / "out",
+                                                "{availableNow: true}"));
+  RunResult first = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, 60s);
+  INFO(first.output);
+  CHECK(first.exit_code == 0);
+  CHECK_THAT(first.output, Catch::Contains("pipeline again stopped after batch 0 (this run: 1 "
+                                           "batch, 2400 input rows"));
+  RunResult second = RunDriftd({"run", dir / "p.yaml", "--http", "off"}, 60s);
+  INFO(second.output);
+  CHECK(second.exit_code == 0);
+  CHECK_THAT(second.output, Catch::Contains("resuming after batch 0"));
+  CHECK_THAT(second.output,
+             Catch::Contains("pipeline again stopped with no new batch: nothing new to read"));
+  CHECK_THAT(second.output, !Catch::Contains("batch -1"));
 }
 
 TEST_CASE("/metrics is valid Prometheus text whose counters move between two scrapes",
@@ -447,7 +470,7 @@ TEST_CASE(
     reload();
     CHECK(WaitFor([&] { return Running(*port, "gamma"); }));
     CHECK_THAT(ReadFile(log), Catch::Contains("stopping pipeline beta"));
-    CHECK_THAT(ReadFile(log), Catch::Contains("pipeline beta stopped after batch"));
+    CHECK_THAT(ReadFile(log), Catch::Contains("pipeline beta stopped"));
     Exposition metrics = Scrape(*port);
     CHECK_FALSE(metrics.Value("driftd_batches_total", {{"pipeline", "beta"}}));
     CHECK(metrics.Value("driftd_pipelines", {}) == 2);

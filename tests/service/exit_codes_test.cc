@@ -1,6 +1,7 @@
-// One exit code per cause, whichever connector reported it (README, "Exit codes"): a sink that
-// cannot deliver is 1 (a file sink's broken directory as much as a webhook's 4xx, which is not
-// an invalid pipeline), a stop cut short by a second signal or the shutdown timeout is 75.
+// One exit code per cause, whichever connector reported it (cmd/driftd/README.md, "Exit
+// codes"): a sink that cannot deliver is 1 (a file sink's broken directory as much as a
+// webhook's 4xx, which is not an invalid pipeline), a stop cut short by a second signal or the
+// shutdown timeout is 75.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>

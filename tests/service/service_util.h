@@ -63,9 +63,15 @@ class NotifyListener {
 struct HttpReply {
   int status = 0;  // 0: no answer
   std::string body;
+  std::map<std::string, std::string> headers;  // names in lower case
 };
 /// GET http://127.0.0.1:port/path with HTTP/1.0 (the server closes after the reply).
 HttpReply HttpGet(int port, const std::string& path);
+/// Sends `request` (the whole request, as bytes) to 127.0.0.1:port and reads the answer until
+/// the server closes the connection (send `Connection: close` with HTTP/1.1).
+HttpReply HttpSend(int port, const std::string& request);
+/// Parses "HTTP/1.1 200 OK\r\nName: value\r\n\r\nbody" (status 0 when it is not that).
+HttpReply ParseHttpReply(const std::string& response);
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
 int FreePort();
@@ -146,9 +152,12 @@ inline std::optional<NotifyListener::Message> NotifyListener::WaitFor(
 }
 
 inline HttpReply HttpGet(int port, const std::string& path) {
-  HttpReply reply;
+  return HttpSend(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
+inline HttpReply HttpSend(int port, const std::string& request) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return reply;
+  if (fd < 0) return {};
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -157,23 +166,40 @@ inline HttpReply HttpGet(int port, const std::string& path) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     close(fd);
-    return reply;
+    return {};
   }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);
-    return reply;
+    return {};
   }
   std::string response;
   char buffer[8192];
   ssize_t n;
   while ((n = recv(fd, buffer, sizeof buffer, 0)) > 0) response.append(buffer, n);
   close(fd);
+  return ParseHttpReply(response);
+}
+
+inline HttpReply ParseHttpReply(const std::string& response) {
+  HttpReply reply;
   // "HTTP/1.1 200 OK\r\n...\r\n\r\nbody"
   if (response.rfind("HTTP/1.", 0) != 0 || response.size() < 12) return reply;
   reply.status = std::atoi(response.c_str() + 9);
   size_t body = response.find("\r\n\r\n");
+  size_t line = response.find("\r\n");
+  while (line != std::string::npos && line < body) {
+    size_t next = response.find("\r\n", line + 2);
+    std::string header = response.substr(line + 2, next - line - 2);
+    size_t colon = header.find(':');
+    if (colon != std::string::npos) {
+      std::string name = header.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      size_t value = header.find_first_not_of(' ', colon + 1);
+      reply.headers[name] = value == std::string::npos ? "" : header.substr(value);
+    }
+    line = next;
+  }
   if (body != std::string::npos) reply.body = response.substr(body + 4);
   return reply;
 }

@@ -36,8 +36,8 @@ std::string UnitForVerify(const std::string& unit_name) {
 TEST_CASE("systemd-analyze verify accepts the driftd units without a warning",
           "[service][systemd]") {
   if (!HaveSystemdAnalyze()) {
-    if (InCi()) FAIL("systemd-analyze is missing in CI: run deploy/setup-debian.sh");
-    WARN("systemd-analyze not installed; skipping (deploy/setup-debian.sh installs it)");
+    if (InCi()) FAIL("systemd-analyze is missing in CI: run deploy/setup-debian.sh --test");
+    WARN("systemd-analyze not installed; skipping (deploy/setup-debian.sh --test installs it)");
     return;
   }
   TempDir dir("driftd-unit");

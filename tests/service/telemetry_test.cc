@@ -126,6 +126,11 @@ TEST_CASE(
     CHECK(std::regex_search(status.output, std::regex("model-2 +alert +alert: prediction")));
     CHECK(std::regex_search(status.output, std::regex("model-0 +ok")));
     CHECK_THAT(status.output, Catch::Contains("alert    model-2 prediction"));
+    // Each recent alert says when driftd raised it (UTC), not only its batch.
+    CHECK(std::regex_search(
+        status.output,
+        std::regex(R"(\n +20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ alert +model-2 prediction \S+ )"
+                   R"([-0-9.e+]+ \(threshold [-0-9.e+]+\) batch \d+)")));
     RunResult json = RunDriftd({"status", "--http", address, "--json"});
     CHECK_THAT(json.output, Catch::Contains("\"pipelines\":[{\"name\":\"telemetry\""));
     CHECK(RunDriftd({"status", "--http", "127.0.0.1:1"}).exit_code == 1);
@@ -216,19 +221,28 @@ TEST_CASE(
     CHECK(m.Value("driftd_drift_series_level",
                   {{"pipeline", "telemetry"}, {"model", "model-2"}, {"series", "prediction"}}) ==
           2);
-    // The per-model gauges still cover every model.
+    // The per-model gauges cover the 4 models (the extra ones come in a later batch).
     for (int i = 0; i < 4; ++i) {
       CHECK(m.Value("driftd_drift_model_values_total",
                     {{"pipeline", "telemetry"}, {"model", ModelName(i)}})
                 .has_value());
     }
 
+    // With 604 models, the per-model families show --metrics-max-models (500) of them, the
+    // alerting model among them.
     REQUIRE(WaitFor([&] {
-      return ScrapeMetrics(daemon.port)
-          .Value("driftd_drift_model_values_total",
-                 {{"pipeline", "telemetry"}, {"model", "extra-599"}})
-          .has_value();
+      return ScrapeMetrics(daemon.port).Value("driftd_drift_models", {{"pipeline", "telemetry"}}) ==
+             604;
     }));
+    Exposition capped = ScrapeMetrics(daemon.port);
+    CHECK(capped.Value("driftd_drift_models_shown", {{"pipeline", "telemetry"}}) == 500);
+    CHECK(capped.Value("driftd_drift_model_series",
+                       {{"pipeline", "telemetry"}, {"model", "model-2"}, {"level", "alert"}}) == 1);
+    size_t model_lines = 0;
+    for (const Sample& sample : capped.samples) {
+      model_lines += sample.name == "driftd_drift_model_values_total";
+    }
+    CHECK(model_lines == 500);
     const std::string body = HttpGet(daemon.port, "/api/status").body;
     simdjson::dom::parser parser;
     simdjson::dom::element root;

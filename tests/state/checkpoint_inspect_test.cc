@@ -195,4 +195,30 @@ TEST_CASE("inspect reads every table file and reports a damaged checkpoint as co
   }
 }
 
+TEST_CASE("inspect says when the write-ahead log was cut short, which a writer would pass over",
+          "[state][inspect]") {
+  testing::TempDir tmp;
+  WritePipelineCheckpoint(tmp.path());
+  auto whole = InspectCheckpoint(tmp.path(), /*json=*/true);
+  if (!whole) FAIL(whole.error().message());
+  CHECK_THAT(*whole, Contains("\"walTailDamage\":null"));
+
+  // The log's last records cut off: the commits they held are gone from every open.
+  std::filesystem::path log;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (entry.path().extension() == ".log") log = entry.path();
+  }
+  REQUIRE_FALSE(log.empty());
+  std::filesystem::resize_file(log, std::filesystem::file_size(log) - 100);
+  auto text = InspectCheckpoint(tmp.path(), /*json=*/false);
+  if (!text) FAIL(text.error().message());
+  INFO(*text);
+  CHECK_THAT(*text, Contains("last batch      10,"));
+  CHECK_THAT(*text, Contains("write-ahead log ends in a damaged or incomplete record"));
+  CHECK_THAT(*text, Contains("restore the checkpoint from a backup"));
+  auto json = InspectCheckpoint(tmp.path(), /*json=*/true);
+  if (!json) FAIL(json.error().message());
+  CHECK_THAT(*json, Contains("\"walTailDamage\":\"Corruption"));
+}
+
 }  // namespace driftd

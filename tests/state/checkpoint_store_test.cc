@@ -1,6 +1,7 @@
 #include "state/checkpoint_store.h"
 
 #include <rocksdb/db.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -83,6 +84,39 @@ TEST_CASE("metadata written to a checkpoint reads back unchanged", "[state]") {
   CHECK((*read)->fingerprint_json == metadata.fingerprint_json);
   CHECK((*read)->format_version == 3);
   CHECK((*read)->created_at_ms == metadata.created_at_ms);
+}
+
+TEST_CASE(
+    "a checkpoint is its owner's only: directories 0700 and RocksDB's files 0600, whatever "
+    "the umask, and an older checkpoint open to others is closed to them",
+    "[state]") {
+  TempDir tmp;
+  namespace fs = std::filesystem;
+  auto mode = [](const fs::path& path) {
+    struct stat info {};
+    ::stat(path.c_str(), &info);
+    return info.st_mode & 07777;
+  };
+  const std::string dir = tmp / "new/checkpoint";
+  const mode_t umask_before = ::umask(0);
+  {
+    auto store = OpenOrFail(dir);
+    RequireOk(store->Commit(MakeBatch(0)));
+  }
+  ::umask(umask_before);
+  CHECK(mode(tmp / "new") == 0700);
+  CHECK(mode(dir) == 0700);
+  size_t files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    INFO(entry.path().string());
+    CHECK(mode(entry.path()) == (entry.is_directory() ? 0700 : 0600));
+    ++files;
+  }
+  CHECK(files >= 4);  // CURRENT, IDENTITY, LOCK, a MANIFEST, ...
+
+  fs::permissions(dir, fs::perms(0755));
+  { auto store = OpenOrFail(dir); }
+  CHECK(mode(dir) == 0700);
 }
 
 TEST_CASE("a committed batch's record, state and outbox read back", "[state]") {
@@ -584,6 +618,59 @@ TEST_CASE("a read-only open sees the commits of a writer that is still running",
     reader->reset();
     RequireOk(writer->Commit(MakeBatch(5)));
     RequireOk(writer->MarkDelivered(4, "console"));
+  }
+}
+
+TEST_CASE("a checkpoint without CURRENT or with a truncated MANIFEST is reported damaged, not "
+          "someone else's directory",
+          "[state][damage]") {
+  namespace fs = std::filesystem;
+  testing::TempDir dir;
+  const std::string checkpoint = dir / "checkpoint";
+  {
+    auto store = OpenCheckpointStore(checkpoint, CheckpointOptions{});
+    REQUIRE(store);
+    BatchWrite write;
+    write.commit.batch_id = 0;
+    write.state_puts = {{"k", "v"}};
+    REQUIRE((*store)->Commit(std::move(write)));
+  }
+  auto copy = [&](const std::string& name) {
+    const std::string to = dir / name;
+    fs::copy(checkpoint, to, fs::copy_options::recursive);
+    return to;
+  };
+  SECTION("CURRENT deleted") {
+    const std::string damaged = copy("no-current");
+    fs::remove(fs::path(damaged) / "CURRENT");
+    std::string files;
+    for (const auto& entry : fs::directory_iterator(damaged)) {
+      files += entry.path().filename().string() + " ";
+    }
+    INFO(files);
+    auto store = OpenCheckpointStore(damaged, CheckpointOptions{});
+    REQUIRE_FALSE(store);
+    CHECK(store.error().code() == ErrorCode::kCorruption);
+    CHECK_THAT(store.error().message(), Catch::Contains("damaged"));
+  }
+  SECTION("MANIFEST truncated") {
+    const std::string damaged = copy("short-manifest");
+    for (const auto& entry : fs::directory_iterator(damaged)) {
+      if (entry.path().filename().string().starts_with("MANIFEST-")) {
+        fs::resize_file(entry.path(), 64);  // its first record only
+      }
+    }
+    auto store = OpenCheckpointStore(damaged, CheckpointOptions{});
+    REQUIRE_FALSE(store);
+    CHECK(store.error().code() == ErrorCode::kCorruption);
+  }
+  SECTION("a directory of other files is still not a checkpoint") {
+    const std::string other = dir / "other";
+    fs::create_directories(other);
+    testing::WriteFile(fs::path(other) / "notes.txt", "hello");
+    auto store = OpenCheckpointStore(other, CheckpointOptions{});
+    REQUIRE_FALSE(store);
+    CHECK(store.error().code() == ErrorCode::kIncompatible);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tests/support/test_support.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -73,12 +74,48 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
   }
 }
 
-ChildProcess ChildProcess::Start(const std::vector<std::string>& argv,
-                                 const std::string& output_path,
-                                 const std::map<std::string, std::string>& env) {
+namespace {
+
+// Starts `argv` with stdout and stderr appended to `output_path` and `env` added to the
+// environment; returns its pid.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& output_path,
+            const std::map<std::string, std::string>& env) {
+  // Everything the child needs is built before the fork: between fork and exec the child may
+  // only make async-signal-safe calls (another thread of this process may hold malloc's lock).
+  std::vector<char*> args;
+  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> environment_text;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    const std::string name(text.substr(0, text.find('=')));
+    if (env.count(name) == 0) environment_text.emplace_back(text);
+  }
+  for (const auto& [name, value] : env) environment_text.push_back(name + "=" + value);
+  std::vector<char*> environment;
+  for (auto& text : environment_text) environment.push_back(text.data());
+  environment.push_back(nullptr);
+
+  // A signal sent to the child before it has exec'd must not run this process's handlers
+  // (Catch2 reports fatal signals, which in a forked child deadlocks): signals stay blocked
+  // across the fork, the child sets every disposition to the default, then unblocks them, so
+  // that a pending SIGTERM ends it as it would end the program.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid < 0) {
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    throw std::runtime_error("fork failed");
+  }
   if (pid == 0) {
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int signal = 1; signal < NSIG; ++signal) sigaction(signal, &default_action, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
     int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -87,14 +124,19 @@ ChildProcess ChildProcess::Start(const std::vector<std::string>& argv,
     }
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), environment.data());
     _exit(127);
   }
-  return ChildProcess(pid);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return pid;
+}
+
+}  // namespace
+
+ChildProcess ChildProcess::Start(const std::vector<std::string>& argv,
+                                 const std::string& output_path,
+                                 const std::map<std::string, std::string>& env) {
+  return ChildProcess(Spawn(argv, output_path, env));
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
@@ -167,21 +209,7 @@ MeasuredRun RunDriftdMeasured(const std::vector<std::string>& args, int64_t rss_
   std::string output_path = dir / "output.txt";
   std::vector<std::string> argv = {DriftdBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    std::vector<char*> raw;
-    for (const auto& arg : argv) raw.push_back(const_cast<char*>(arg.c_str()));
-    raw.push_back(nullptr);
-    execv(raw[0], raw.data());
-    _exit(127);
-  }
+  const pid_t pid = Spawn(argv, output_path, {});
   MeasuredRun result;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int status = 0;

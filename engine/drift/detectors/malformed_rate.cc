@@ -1,0 +1,21 @@
+// malformed_rate: a data-quality detector, the rise of the share of a model's records that were
+// malformed (its malformed-record series).
+#include "engine/drift/detectors/common.h"
+
+namespace driftd::detectors {
+
+DetectorDefaults MalformedRateDetector() {
+  return {.name = "malformed_rate",
+          .family = DetectorFamily::kError,
+          .statistic = "rise of the share of a model's records that were malformed, of the last "
+                       "1, 2, 4, 8 or 16 windows over the baseline's (two-proportion test); a "
+                       "data-quality alert",
+          .params = {{"minEffect", 0.02, 0, 1, false,
+                      "smallest rise of the malformed share that may raise a level"}},
+          .evaluate = detector_common::EvaluateRateRise,
+          .extras = {"baseline_rate", "window_rate", "z", "lookback_windows"},
+          .series = SeriesBit(SeriesKind::kMalformed),
+          .in_fingerprint = false};
+}
+
+}  // namespace driftd::detectors

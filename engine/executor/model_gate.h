@@ -1,0 +1,83 @@
+// The cap on models: no producer can grow a query's memory, state and metrics without bound.
+// Each distinct value of the model column (drift's, else the first groupBy column) costs
+// aggregation groups, drift series, state keys and metric lines; one million distinct ids of
+// one record each took 5.7 GB and a 404 MB /metrics page. The gate admits models as they come,
+// up to query.maxModels (each task its share when scaled out), keeps the admitted names in the
+// checkpoint (namespace "models") so that a restart admits the same ones, and hands the rows of
+// further models to query.modelOverflow: dropped, or kept under the model "(other)". Either way
+// they are counted (progress rowsOverModelCap, driftd_rows_over_model_cap_total) and the first
+// one is logged.
+//
+// Which models are admitted once more arrive than the cap allows depends on the order they
+// arrive in; below the cap, every model is, whatever the batching.
+//
+// Lifecycle: Restore for each persisted entry, then per batch Apply on every chunk (in input
+// order) and Finish. The executor's thread (or the sequencing step of a batch on several
+// threads), one gate per task.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/executor/stage.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+class ModelGate {
+ public:
+  /// The model name rows of models over the cap are kept under (modelOverflow: other).
+  static constexpr std::string_view kOtherModel = "(other)";
+
+  /// The gate of `spec` for one of `tasks` tasks, or nullptr when the query has no string model
+  /// column.
+  static std::unique_ptr<ModelGate> Create(const PipelineSpec& spec, uint32_t tasks = 1);
+
+  /// Namespace of the admitted models in the checkpoint; persisted, never changes.
+  static constexpr std::string_view kNamespace = "models";
+
+  Status Restore(std::string_view key, std::string_view value);
+
+  /// Admits the new models of `batch` while there is room and drops or renames the rows of the
+  /// others (dropping their `times` too, when given). Returns whether any row was dropped or
+  /// renamed.
+  bool Apply(RecordBatch& batch, RowTimes* times = nullptr);
+
+  /// The batch's newly admitted models (state puts) and counters.
+  void Finish(StateChanges& changes, StageProgress& progress);
+
+  int64_t models() const { return static_cast<int64_t>(admitted_.size()); }
+  int64_t max_models() const { return max_models_; }
+
+ private:
+  ModelGate(int column, int64_t max_models, ModelOverflow overflow, std::string pipeline)
+      : column_(column), max_models_(max_models), overflow_(overflow),
+        pipeline_(std::move(pipeline)) {}
+
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  const int column_;
+  const int64_t max_models_;
+  const ModelOverflow overflow_;
+  const std::string pipeline_;
+  std::unordered_set<std::string, Hash, std::equal_to<>> admitted_;
+  std::vector<std::string> fresh_;  // admitted in this batch
+  int64_t over_in_batch_ = 0;
+  bool warned_ = false;
+  // The previous row's model and whether it was admitted: producers write runs of one model.
+  std::string last_;
+  bool last_admitted_ = false;
+  bool has_last_ = false;
+  std::vector<uint8_t> keep_;
+};
+
+}  // namespace driftd

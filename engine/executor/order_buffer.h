@@ -1,0 +1,88 @@
+// Drift's record-count windows in a canonical order. A window of drift.windowRecords values
+// takes a model's values in the order they come, and with a model's records spread over several
+// Kafka partitions that order is the read order, which batching decides: the same topic read
+// with maxOffsetsPerTrigger 1,000, 7,777 or 200,000 gave three sets of alert ids. Arrival order
+// across partitions is not a fact about the data; event time, partition and offset are. So the
+// rows for drift wait here until the watermark (the minimum over the partitions of their largest
+// event time: engine/executor/event_clock.h) has passed them, and are handed to drift in
+// (event time, partition, offset) order: the order of the data, whatever the batching or the
+// read order. The cost is latency: a value waits until every partition with data has gone past
+// its event time (an idle partition stops counting after the watermark's idle timeout).
+//
+// The buffered rows are part of the task's state (namespace "order", in pages of bounded size:
+// order_buffer.cc), so a restart neither loses nor repeats them, and scaled out they move with
+// the task through its changelog.
+//
+// Not thread-safe: one lane (drift's) at a time, then the executor's thread at the batch's end.
+// One per task (engine/executor/task.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/executor/stage.h"
+#include "engine/pipeline_spec.h"
+#include "engine/result.h"
+
+namespace driftd {
+
+class OrderBuffer {
+ public:
+  /// Namespace of the buffered rows in the checkpoint; persisted, never changes.
+  static constexpr std::string_view kNamespace = "order";
+
+  /// Whether the query's drift takes its values through a buffer: drift's record-count windows
+  /// on a Kafka input (whose partitions are read in no fixed order), with an event-time column
+  /// to order by. Each task has its own; scaled out, its models' rows reach it with their
+  /// source partition and offset (engine/executor/row_block.h).
+  static bool Applies(const PipelineSpec& spec);
+  /// The event-time column drift orders by (QuerySchema index), or -1.
+  static int TimeColumn(const PipelineSpec& spec);
+
+  /// `key_of` names a row's partition (its offsets key) for the order's ties.
+  OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key_of);
+
+  /// Keeps the rows of `batch` (with their times) until Release.
+  void Add(const RecordBatch& batch, const RowTimes& times);
+
+  /// Moves the rows whose place is before `watermark` into `out` (reset here) and `times`, in
+  /// (place, partition, offset) order, where a row's place is its event time, or its
+  /// partition's watermark before it when that is later (a row behind it: jitter within the
+  /// partition, which the partition's own order fixes). Rows without either come first, in the
+  /// order they came.
+  void Release(int64_t watermark, RecordBatch& out, RowTimes& times);
+
+  /// Whether Release(watermark) would move rows.
+  bool HasDue(int64_t watermark) const;
+
+  Status Restore(std::string_view key, std::string_view value);
+  /// The buffer's state after the batch, when it changed.
+  void Persist(StateChanges& changes);
+
+  size_t size() const { return rows_.num_rows; }
+
+ private:
+  struct Place {
+    int64_t event_us = INT64_MIN;
+    std::string partition;
+    int64_t offset = 0;
+    uint64_t arrival = 0;  // for rows without an event time
+  };
+
+  Schema schema_;
+  std::function<std::string(uint32_t)> key_of_;
+  RecordBatch rows_;
+  RowTimes times_;
+  std::vector<Place> places_;
+  uint64_t arrivals_ = 0;
+  bool changed_ = false;
+  /// Pages the state holds (Persist), and whether it holds the one value written before pages.
+  size_t pages_ = 0;
+  bool legacy_ = false;
+};
+
+}  // namespace driftd

@@ -1,0 +1,1285 @@
+#include "engine/executor/performance_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "engine/drift/alert_state.h"
+#include "engine/drift/calibration.h"
+#include "engine/drift/codec.h"
+#include "engine/json_writer.h"
+#include "engine/log.h"
+
+namespace driftd {
+
+namespace {
+
+using drift::ByteReader;
+using drift::ByteWriter;
+
+constexpr uint8_t kVersion = 1;
+// Persisted key prefixes within the stage's namespace.
+constexpr char kPendingKey = 'p';
+constexpr char kWindowKey = 'w';
+constexpr char kModelKey = 'm';
+// The longest join key kept (a longer one is counted, not joined).
+constexpr size_t kMaxKeyBytes = 1024;
+// Label delays are counted in powers of two of seconds: [0, 1 s), [1, 2), [2, 4), ...
+constexpr int kDelayBins = 32;
+// Regression predictions are bucketed by value with this relative width (DDSketch's mapping).
+constexpr double kBucketGamma = 1.05;
+// Fewest labelled predictions in a window before its realized value is judged.
+constexpr int64_t kMinJudged = 30;
+
+uint64_t Fnv1a(std::initializer_list<std::string_view> parts) {
+  uint64_t h = 1469598103934665603ull;
+  for (std::string_view part : parts) {
+    for (char c : part) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 1099511628211ull;
+    }
+    h ^= 0x1f;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string HexId(uint64_t id) { return fmt::format("{:016x}", id); }
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+void PutBigEndian(std::string& out, int64_t v) {
+  const uint64_t u = static_cast<uint64_t>(v) ^ (uint64_t{1} << 63);  // sorts as signed
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+}
+int64_t GetBigEndian(std::string_view in) {
+  uint64_t u = 0;
+  for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(in[static_cast<size_t>(i)]);
+  return static_cast<int64_t>(u ^ (uint64_t{1} << 63));
+}
+
+// The value bucket of a regression prediction: sign and log_gamma(|x|), as one int.
+int32_t ValueBucket(double x) {
+  if (!(std::fabs(x) > 1e-12)) return 0;
+  const int32_t index =
+      static_cast<int32_t>(std::ceil(std::log(std::fabs(x)) / std::log(kBucketGamma))) + 1'000'000;
+  return x > 0 ? index : -index;
+}
+
+int DelayBin(int64_t delay_us) {
+  const double seconds = static_cast<double>(std::max<int64_t>(delay_us, 0)) / 1e6;
+  if (seconds < 1) return 0;
+  return std::min(kDelayBins - 1, 1 + static_cast<int>(std::floor(std::log2(seconds))));
+}
+
+void PutCounts(ByteWriter& w, const std::vector<int64_t>& counts) {
+  w.Varint(counts.size());
+  for (int64_t c : counts) w.Varint(static_cast<uint64_t>(c));
+}
+std::vector<int64_t> GetCounts(ByteReader& r) {
+  const uint64_t n = r.Varint();
+  std::vector<int64_t> counts;
+  for (uint64_t i = 0; i < n && !r.failed(); ++i) counts.push_back(static_cast<int64_t>(r.Varint()));
+  return counts;
+}
+void PutDoubles(ByteWriter& w, const std::vector<double>& values) {
+  w.Varint(values.size());
+  for (double v : values) w.F64(v);
+}
+std::vector<double> GetDoubles(ByteReader& r) {
+  const uint64_t n = r.Varint();
+  std::vector<double> values;
+  for (uint64_t i = 0; i < n && !r.failed(); ++i) values.push_back(r.F64());
+  return values;
+}
+
+// A prediction or a label waiting for the other half of its pair.
+struct Pending {
+  bool has_prediction = false;
+  std::string model;
+  int64_t prediction_us = 0;
+  double score = 0;
+  bool has_label = false;
+  int64_t label_us = 0;
+  double label = 0;
+  int32_t labels = 0;       // labels that matched (duplicates: labels - 1)
+  int32_t predictions = 0;  // predictions with this key (duplicates: predictions - 1)
+  /// The prediction's window has counted it as labelled by the window's end.
+  bool counted_by_end = false;
+
+  int64_t deadline(int64_t bound_us) const {
+    return (has_prediction ? prediction_us : label_us) + bound_us;
+  }
+};
+
+// One model's window: what arrived (for the estimates) and what the join decided (realized).
+struct Window {
+  int64_t predictions = 0;
+  int64_t labelled_by_end = 0;
+  int64_t labelled = 0;
+  int64_t unlabelled = 0;
+  int64_t duplicate_labels = 0;
+  bool estimated = false;  // the "estimated" row was emitted
+  // Arrivals: counts per score bin (classification) or per value bucket (regression).
+  std::vector<int64_t> score_bins;
+  std::map<int32_t, int64_t> value_buckets;
+  // Classification, labelled predictions: confusion counts at the threshold, per-class score
+  // histograms, the log loss and per-bin score sums (calibration error).
+  int64_t tp = 0, fp = 0, tn = 0, fn = 0;
+  std::vector<int64_t> positive_bins;
+  std::vector<int64_t> negative_bins;
+  std::vector<double> score_sums;
+  double log_loss = 0;
+  // Regression, labelled predictions: error sums, and per value bucket the |error| sums (the
+  // baseline's model of the expected error).
+  double abs_sum = 0, sq_sum = 0, abs_sq_sum = 0, pct_sum = 0, error_sum = 0;
+  int64_t pct_n = 0;
+  std::map<int32_t, std::pair<int64_t, std::pair<double, double>>> bucket_errors;
+  std::vector<int64_t> delays = std::vector<int64_t>(kDelayBins, 0);
+
+  void Merge(const Window& o) {
+    predictions += o.predictions;
+    labelled_by_end += o.labelled_by_end;
+    labelled += o.labelled;
+    unlabelled += o.unlabelled;
+    duplicate_labels += o.duplicate_labels;
+    auto add = [](std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+      if (a.size() < b.size()) a.resize(b.size(), 0);
+      for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+    };
+    add(score_bins, o.score_bins);
+    add(positive_bins, o.positive_bins);
+    add(negative_bins, o.negative_bins);
+    add(delays, o.delays);
+    if (score_sums.size() < o.score_sums.size()) score_sums.resize(o.score_sums.size(), 0);
+    for (size_t i = 0; i < o.score_sums.size(); ++i) score_sums[i] += o.score_sums[i];
+    for (const auto& [k, v] : o.value_buckets) value_buckets[k] += v;
+    tp += o.tp, fp += o.fp, tn += o.tn, fn += o.fn;
+    log_loss += o.log_loss;
+    abs_sum += o.abs_sum, sq_sum += o.sq_sum, abs_sq_sum += o.abs_sq_sum;
+    pct_sum += o.pct_sum, error_sum += o.error_sum, pct_n += o.pct_n;
+    for (const auto& [k, v] : o.bucket_errors) {
+      auto& mine = bucket_errors[k];
+      mine.first += v.first;
+      mine.second.first += v.second.first;
+      mine.second.second += v.second.second;
+    }
+  }
+
+  void Encode(std::string& out) const {
+    ByteWriter w(out);
+    w.U8(kVersion);
+    w.Varint(static_cast<uint64_t>(predictions));
+    w.Varint(static_cast<uint64_t>(labelled_by_end));
+    w.Varint(static_cast<uint64_t>(labelled));
+    w.Varint(static_cast<uint64_t>(unlabelled));
+    w.Varint(static_cast<uint64_t>(duplicate_labels));
+    w.U8(estimated ? 1 : 0);
+    PutCounts(w, score_bins);
+    w.Varint(value_buckets.size());
+    for (const auto& [k, v] : value_buckets) {
+      w.Zigzag(k);
+      w.Varint(static_cast<uint64_t>(v));
+    }
+    for (int64_t v : {tp, fp, tn, fn}) w.Varint(static_cast<uint64_t>(v));
+    PutCounts(w, positive_bins);
+    PutCounts(w, negative_bins);
+    PutDoubles(w, score_sums);
+    for (double v : {log_loss, abs_sum, sq_sum, abs_sq_sum, pct_sum, error_sum}) w.F64(v);
+    w.Varint(static_cast<uint64_t>(pct_n));
+    w.Varint(bucket_errors.size());
+    for (const auto& [k, v] : bucket_errors) {
+      w.Zigzag(k);
+      w.Varint(static_cast<uint64_t>(v.first));
+      w.F64(v.second.first);
+      w.F64(v.second.second);
+    }
+    PutCounts(w, delays);
+  }
+
+  static bool Decode(std::string_view bytes, Window& out) {
+    ByteReader r(bytes);
+    if (r.U8() != kVersion) return false;
+    out.predictions = static_cast<int64_t>(r.Varint());
+    out.labelled_by_end = static_cast<int64_t>(r.Varint());
+    out.labelled = static_cast<int64_t>(r.Varint());
+    out.unlabelled = static_cast<int64_t>(r.Varint());
+    out.duplicate_labels = static_cast<int64_t>(r.Varint());
+    out.estimated = r.U8() != 0;
+    out.score_bins = GetCounts(r);
+    for (uint64_t i = 0, n = r.Varint(); i < n && !r.failed(); ++i) {
+      const int32_t k = static_cast<int32_t>(r.Zigzag());
+      out.value_buckets[k] = static_cast<int64_t>(r.Varint());
+    }
+    for (int64_t* v : {&out.tp, &out.fp, &out.tn, &out.fn}) *v = static_cast<int64_t>(r.Varint());
+    out.positive_bins = GetCounts(r);
+    out.negative_bins = GetCounts(r);
+    out.score_sums = GetDoubles(r);
+    for (double* v : {&out.log_loss, &out.abs_sum, &out.sq_sum, &out.abs_sq_sum, &out.pct_sum,
+                      &out.error_sum}) {
+      *v = r.F64();
+    }
+    out.pct_n = static_cast<int64_t>(r.Varint());
+    for (uint64_t i = 0, n = r.Varint(); i < n && !r.failed(); ++i) {
+      const int32_t k = static_cast<int32_t>(r.Zigzag());
+      auto& v = out.bucket_errors[k];
+      v.first = static_cast<int64_t>(r.Varint());
+      v.second.first = r.F64();
+      v.second.second = r.F64();
+    }
+    out.delays = GetCounts(r);
+    out.delays.resize(kDelayBins, 0);
+    return !r.failed() && r.at_end();
+  }
+};
+
+// A judged value: what the window says, what the baseline says, and the verdict.
+struct Verdict {
+  double value = NAN;
+  double baseline = NAN;
+  double sd = NAN;  // of value - baseline under "no change"
+  double score = 0;
+  double effect = 0;  // in the direction of worse
+  double warn_at = NAN;
+  double alert_at = NAN;
+  AlertLevel level = AlertLevel::kOk;
+  bool judged = false;
+};
+
+// A model: its baseline (pooled windows, the calibration), and its alert states.
+struct Model {
+  int32_t baseline_windows = 0;
+  Window baseline;
+  AlertStateMachine realized_state;
+  AlertStateMachine estimated_state;
+  std::string realized_incident;
+  std::string estimated_incident;
+
+  bool frozen(int needed) const { return baseline_windows >= needed; }
+
+  void Encode(std::string& out) const {
+    ByteWriter w(out);
+    w.U8(kVersion);
+    w.Varint(static_cast<uint64_t>(baseline_windows));
+    std::string bytes;
+    baseline.Encode(bytes);
+    w.Bytes(bytes);
+    bytes.clear();
+    realized_state.Encode(bytes);
+    w.Bytes(bytes);
+    bytes.clear();
+    estimated_state.Encode(bytes);
+    w.Bytes(bytes);
+    w.Str(realized_incident);
+    w.Str(estimated_incident);
+  }
+  static bool Decode(std::string_view in, Model& out) {
+    ByteReader r(in);
+    if (r.U8() != kVersion) return false;
+    out.baseline_windows = static_cast<int32_t>(r.Varint());
+    if (!Window::Decode(r.Bytes(), out.baseline)) return false;
+    auto realized = AlertStateMachine::Decode(r.Bytes());
+    auto estimated = AlertStateMachine::Decode(r.Bytes());
+    if (!realized || !estimated) return false;
+    out.realized_state = *realized;
+    out.estimated_state = *estimated;
+    out.realized_incident = std::string(r.Str());
+    out.estimated_incident = std::string(r.Str());
+    return !r.failed() && r.at_end();
+  }
+};
+
+void EncodePending(const Pending& p, std::string& out) {
+  ByteWriter w(out);
+  w.U8(kVersion);
+  w.U8(static_cast<uint8_t>((p.has_prediction ? 1 : 0) | (p.has_label ? 2 : 0) |
+                            (p.counted_by_end ? 4 : 0)));
+  w.Str(p.model);
+  w.Zigzag(p.prediction_us);
+  w.F64(p.score);
+  w.Zigzag(p.label_us);
+  w.F64(p.label);
+  w.Varint(static_cast<uint64_t>(p.labels));
+  w.Varint(static_cast<uint64_t>(p.predictions));
+}
+bool DecodePending(std::string_view in, Pending& p) {
+  ByteReader r(in);
+  if (r.U8() != kVersion) return false;
+  const uint8_t flags = r.U8();
+  p.has_prediction = flags & 1;
+  p.has_label = flags & 2;
+  p.counted_by_end = flags & 4;
+  p.model = std::string(r.Str());
+  p.prediction_us = r.Zigzag();
+  p.score = r.F64();
+  p.label_us = r.Zigzag();
+  p.label = r.F64();
+  p.labels = static_cast<int32_t>(r.Varint());
+  p.predictions = static_cast<int32_t>(r.Varint());
+  return !r.failed() && r.at_end();
+}
+
+// A number for JSON: null when it is not finite.
+void NumberOrNull(JsonObject& o, std::string_view key, double v) {
+  if (std::isfinite(v)) {
+    o.Number(key, v);
+  } else {
+    o.Null(key);
+  }
+}
+
+}  // namespace
+
+class PerformanceStage::Impl {
+ public:
+  Status Init(const PipelineSpec& spec) {
+    labels_ = spec.labels;
+    perf_ = spec.performance;
+    pipeline_ = spec.name;
+    bound_us_ = labels_.within_ms * 1000;
+    window_us_ = perf_.window_ms * 1000;
+    classification_ = perf_.task == PerformanceTask::kClassification;
+    for (const SinkSpec& sink : spec.sinks) {
+      if (sink.stream == StreamKind::kPerformance) want_rows_ = true;
+    }
+    const Schema schema = QuerySchema(spec);
+    std::string model = spec.drift.enabled && !spec.drift.model_column.empty()
+                            ? spec.drift.model_column
+                            : (spec.query.group_by.empty() ? "" : spec.query.group_by[0]);
+    model_column_ = schema.IndexOf(model);
+    key_column_ = schema.IndexOf(labels_.prediction_key);
+    score_column_ = schema.IndexOf(perf_.prediction);
+    time_column_ = spec.query.watermark ? schema.IndexOf(spec.query.watermark->column) : -1;
+    label_key_column_ = labels_.schema.IndexOf(labels_.key);
+    label_column_ = labels_.schema.IndexOf(labels_.label);
+    label_time_column_ = labels_.schema.IndexOf(labels_.event_time);
+    if (model_column_ < 0 || key_column_ < 0 || score_column_ < 0 || time_column_ < 0 ||
+        label_key_column_ < 0 || label_column_ < 0 || label_time_column_ < 0) {
+      return MakeError(ErrorCode::kConfig,
+                       "labels: the model, key, prediction, event-time or label column is "
+                       "missing (validate the pipeline)");
+    }
+    if (schema.fields[static_cast<size_t>(model_column_)].type != FieldType::kString) {
+      return MakeError(ErrorCode::kConfig, "labels: the model column must be a string");
+    }
+    // Score bins: equal widths over [0, 1] with the threshold as one more edge, so that a bin
+    // is wholly on one side of it.
+    for (int i = 0; i <= perf_.bins; ++i) edges_.push_back(static_cast<double>(i) / perf_.bins);
+    edges_.push_back(perf_.threshold);
+    std::sort(edges_.begin(), edges_.end());
+    edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
+    return Ok();
+  }
+
+  // ---- arrivals -------------------------------------------------------------------------------
+
+  void Predictions(const RecordBatch& batch, const RowTimes& times) {
+    const Column& models = batch.columns[static_cast<size_t>(model_column_)];
+    const Column& keys = batch.columns[static_cast<size_t>(key_column_)];
+    const Column& scores = batch.columns[static_cast<size_t>(score_column_)];
+    const Column& event_times = batch.columns[static_cast<size_t>(time_column_)];
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      if (models.IsNull(row) || keys.IsNull(row) || event_times.IsNull(row) ||
+          keys.String(row).size() > kMaxKeyBytes) {
+        ++counts_.without_key;
+        continue;
+      }
+      const double score = scores.IsNull(row) ? NAN : NumberOf(scores, row);
+      if (!std::isfinite(score)) {
+        ++counts_.without_key;
+        continue;
+      }
+      const int64_t t = event_times.i64[row];
+      const int64_t start = FloorDiv(t, window_us_) * window_us_;
+      // Late: its window closed (the estimates of it went out) before it came.
+      if (start + window_us_ <= times.late_before[row]) {
+        ++counts_.predictions_late;
+        continue;
+      }
+      const std::string key(keys.String(row));
+      auto [it, created] = pending_.try_emplace(key);
+      Pending& entry = it->second;
+      if (entry.has_prediction) {
+        // Another prediction with the key: the earliest counts (then the lowest score), the
+        // others are counted as duplicates.
+        ++entry.predictions;
+        ++counts_.duplicate_predictions;
+        MarkDirty(key);
+        if (std::tie(t, score) >= std::tie(entry.prediction_us, entry.score)) continue;
+        Unschedule(key, entry);
+        UncountArrival(entry);
+      } else {
+        if (!created) Unschedule(key, entry);  // a label that waited for it
+        entry.predictions = 1;
+      }
+      entry.has_prediction = true;
+      entry.model = std::string(models.String(row));
+      entry.prediction_us = t;
+      entry.score = score;
+      if (entry.has_label && std::llabs(entry.label_us - t) > bound_us_) {
+        // The label that waited is too far from this prediction to be its own.
+        counts_.labels_outside_bound += entry.labels;
+        entry.has_label = false;
+        entry.labels = 0;
+      }
+      CountArrival(entry);
+      Schedule(key, entry);
+      MarkDirty(key);
+    }
+  }
+
+  void Labels(const RecordBatch& batch, const RowTimes& times) {
+    const Column& keys = batch.columns[static_cast<size_t>(label_key_column_)];
+    const Column& values = batch.columns[static_cast<size_t>(label_column_)];
+    const Column& event_times = batch.columns[static_cast<size_t>(label_time_column_)];
+    for (size_t row = 0; row < batch.num_rows; ++row) {
+      if (keys.IsNull(row) || event_times.IsNull(row) || values.IsNull(row) ||
+          keys.String(row).size() > kMaxKeyBytes) {
+        ++counts_.without_key;
+        continue;
+      }
+      const double label = NumberOf(values, row);
+      if (!std::isfinite(label)) {
+        ++counts_.without_key;
+        continue;
+      }
+      const int64_t t = event_times.i64[row];
+      const std::string key(keys.String(row));
+      auto it = pending_.find(key);
+      if (it == pending_.end()) {
+        // No prediction waits: one may still come while the watermark is before t + bound.
+        if (t + bound_us_ <= times.late_before[row]) {
+          ++counts_.labels_late;
+          continue;
+        }
+        Pending entry;
+        entry.has_label = true;
+        entry.label_us = t;
+        entry.label = label;
+        entry.labels = 1;
+        auto [added, inserted] = pending_.emplace(key, std::move(entry));
+        (void)inserted;
+        Schedule(key, added->second);
+        MarkDirty(key);
+        continue;
+      }
+      Pending& entry = it->second;
+      if (entry.has_prediction && std::llabs(t - entry.prediction_us) > bound_us_) {
+        ++counts_.labels_outside_bound;
+        continue;
+      }
+      ++entry.labels;
+      if (!entry.has_label || std::tie(t, label) < std::tie(entry.label_us, entry.label)) {
+        // The earliest label counts: a waiting label-only entry's deadline moves with it.
+        if (entry.has_prediction) {
+          UncountByEnd(entry);
+        } else {
+          Unschedule(key, entry);
+        }
+        entry.has_label = true;
+        entry.label_us = t;
+        entry.label = label;
+        if (entry.has_prediction) {
+          CountByEnd(entry);
+        } else {
+          Schedule(key, entry);
+        }
+      }
+      MarkDirty(key);
+    }
+  }
+
+  // ---- state ----------------------------------------------------------------------------------
+
+  Status Restore(std::string_view key, std::string_view value) {
+    if (key.empty()) return Ok();
+    const std::string_view rest = key.substr(1);
+    switch (key[0]) {
+      case kPendingKey: {
+        Pending entry;
+        if (!DecodePending(value, entry)) break;
+        auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
+        (void)inserted;
+        Schedule(it->first, it->second);
+        return Ok();
+      }
+      case kWindowKey: {
+        if (rest.size() < 8) break;
+        Window window;
+        if (!Window::Decode(value, window)) break;
+        windows_[{GetBigEndian(rest.substr(0, 8)), std::string(rest.substr(8))}] =
+            std::move(window);
+        return Ok();
+      }
+      case kModelKey: {
+        Model model;
+        if (!Model::Decode(value, model)) break;
+        models_[std::string(rest)] = std::move(model);
+        return Ok();
+      }
+      default: break;
+    }
+    return MakeError(ErrorCode::kCorruption, "performance state: an entry of {} bytes is unreadable",
+                     value.size());
+  }
+
+  bool HasClosable(int64_t watermark) const {
+    if (watermark == INT64_MIN) return false;
+    if (!deadlines_.empty() && deadlines_.begin()->first <= watermark) return true;
+    for (const auto& [at, window] : windows_) {
+      const int64_t end = at.first + window_us_;
+      if ((!window.estimated && end <= watermark) || end + bound_us_ <= watermark) return true;
+    }
+    return false;
+  }
+
+  void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
+              StageProgress& progress) {
+    events_.clear();
+    evaluations_.clear();
+    const int64_t watermark = context.watermark_us;
+    batch_id_ = context.batch_id;
+    if (watermark != INT64_MIN) {
+      // Entries whose bound passed, in deadline then key order: the same order whatever the
+      // batching, so the windows' sums are too.
+      while (!deadlines_.empty() && deadlines_.begin()->first <= watermark) {
+        const std::string key = deadlines_.begin()->second;
+        deadlines_.erase(deadlines_.begin());
+        auto it = pending_.find(key);
+        if (it == pending_.end()) continue;
+        Decide(it->second);
+        pending_.erase(it);
+        dirty_.erase(key);
+        changes.deletes.push_back(std::string(1, kPendingKey) + key);
+      }
+      // What is due, in the order of when it is due (estimates at the window's end, the final
+      // row at its end plus the bound; then by model): each batch emits the next stretch of
+      // one sequence, so the rows and the baselines and alert states they change do not depend
+      // on where batches end.
+      struct Due {
+        int64_t at;
+        std::string model;
+        int64_t start;
+        bool final;
+        bool operator<(const Due& o) const {
+          return std::tie(at, model, start, final) < std::tie(o.at, o.model, o.start, o.final);
+        }
+      };
+      std::vector<Due> due;
+      for (const auto& [at, window] : windows_) {
+        const int64_t end = at.first + window_us_;
+        if (!window.estimated && end <= watermark) due.push_back({end, at.second, at.first, false});
+        if (end + bound_us_ <= watermark) {
+          due.push_back({end + bound_us_, at.second, at.first, true});
+        }
+      }
+      std::sort(due.begin(), due.end());
+      for (const Due& d : due) {
+        const std::pair<int64_t, std::string> at{d.start, d.model};
+        Window& window = windows_[at];
+        if (!d.final) {
+          window.estimated = true;
+          Emit(d.model, d.start, window, /*final=*/false, output);
+          dirty_windows_.insert(at);
+          continue;
+        }
+        Emit(d.model, d.start, window, /*final=*/true, output);
+        changes.deletes.push_back(WindowKey(d.start, d.model));
+        dirty_windows_.erase(at);
+        windows_.erase(at);
+      }
+    }
+    for (const std::string& key : dirty_) {
+      auto it = pending_.find(key);
+      if (it == pending_.end()) continue;
+      std::string value;
+      EncodePending(it->second, value);
+      changes.puts.emplace_back(std::string(1, kPendingKey) + key, std::move(value));
+    }
+    dirty_.clear();
+    for (const auto& at : dirty_windows_) {
+      auto it = windows_.find(at);
+      if (it == windows_.end()) continue;
+      std::string value;
+      it->second.Encode(value);
+      changes.puts.emplace_back(WindowKey(at.first, at.second), std::move(value));
+    }
+    dirty_windows_.clear();
+    for (const std::string& name : dirty_models_) {
+      std::string value;
+      models_[name].Encode(value);
+      changes.puts.emplace_back(std::string(1, kModelKey) + name, std::move(value));
+    }
+    dirty_models_.clear();
+    for (const AlertEvent& event : events_) output.alerts.Add(event.model, event.ToJson());
+    counts_.pending = static_cast<int64_t>(pending_.size());
+    progress.join.Add(counts_);
+    const int64_t pending = counts_.pending;
+    counts_.pending = 0;
+    totals_.Add(counts_);
+    totals_.pending = pending;
+    counts_ = JoinCounts{};
+  }
+
+  const std::vector<AlertEvent>& events() const { return events_; }
+  const std::vector<SharedEvaluation>& evaluations() const { return evaluations_; }
+  JoinCounts totals() const { return totals_; }
+
+ private:
+  static double NumberOf(const Column& column, size_t row) {
+    switch (column.type) {
+      case FieldType::kDouble: return column.f64[row];
+      case FieldType::kLong:
+      case FieldType::kInt:
+      case FieldType::kBoolean: return static_cast<double>(column.i64[row]);
+      default: return NAN;
+    }
+  }
+
+  static std::string WindowKey(int64_t start, const std::string& model) {
+    std::string key(1, kWindowKey);
+    PutBigEndian(key, start);
+    key += model;
+    return key;
+  }
+
+  size_t BinOf(double score) const {
+    const double s = std::clamp(score, 0.0, 1.0);
+    size_t bin = static_cast<size_t>(std::upper_bound(edges_.begin(), edges_.end(), s) -
+                                     edges_.begin());
+    bin = bin == 0 ? 0 : bin - 1;
+    return std::min(bin, edges_.size() - 2);
+  }
+  size_t bins() const { return edges_.size() - 1; }
+  bool PositiveBin(size_t bin) const { return edges_[bin] >= perf_.threshold; }
+
+  void MarkDirty(const std::string& key) { dirty_.insert(key); }
+  void Schedule(const std::string& key, const Pending& entry) {
+    deadlines_.emplace(entry.deadline(bound_us_), key);
+  }
+  void Unschedule(const std::string& key, const Pending& entry) {
+    deadlines_.erase({entry.deadline(bound_us_), key});
+  }
+
+  Window& WindowOf(const Pending& entry) {
+    const int64_t start = FloorDiv(entry.prediction_us, window_us_) * window_us_;
+    const std::pair<int64_t, std::string> at{start, entry.model};
+    dirty_windows_.insert(at);
+    Window& window = windows_[at];
+    if (window.score_bins.empty() && classification_) window.score_bins.assign(bins(), 0);
+    return window;
+  }
+
+  // A prediction arrived: its window counts it for the estimates.
+  void CountArrival(Pending& entry) {
+    Window& window = WindowOf(entry);
+    ++window.predictions;
+    if (classification_) {
+      ++window.score_bins[BinOf(entry.score)];
+    } else {
+      ++window.value_buckets[ValueBucket(entry.score)];
+    }
+    CountByEnd(entry);
+  }
+  void UncountArrival(Pending& entry) {
+    Window& window = WindowOf(entry);
+    --window.predictions;
+    if (classification_) {
+      --window.score_bins[BinOf(entry.score)];
+    } else if (--window.value_buckets[ValueBucket(entry.score)] == 0) {
+      window.value_buckets.erase(ValueBucket(entry.score));
+    }
+    UncountByEnd(entry);
+  }
+  // Labelled by the window's end: a label whose event time is at or before it.
+  void CountByEnd(Pending& entry) {
+    if (!entry.has_label || entry.counted_by_end) return;
+    const int64_t end = FloorDiv(entry.prediction_us, window_us_) * window_us_ + window_us_;
+    if (entry.label_us > end) return;
+    ++WindowOf(entry).labelled_by_end;
+    entry.counted_by_end = true;
+  }
+  void UncountByEnd(Pending& entry) {
+    if (!entry.counted_by_end) return;
+    --WindowOf(entry).labelled_by_end;
+    entry.counted_by_end = false;
+  }
+
+  // The bound passed: the entry's outcome goes into its window.
+  void Decide(const Pending& entry) {
+    if (!entry.has_prediction) {
+      ++counts_.labels_without_prediction;
+      counts_.duplicate_labels += std::max(0, entry.labels - 1);
+      return;
+    }
+    Window& window = WindowOf(entry);
+    if (!entry.has_label) {
+      ++window.unlabelled;
+      ++counts_.unlabelled;
+      return;
+    }
+    ++window.labelled;
+    ++counts_.labelled;
+    const int32_t duplicates = std::max(0, entry.labels - 1);
+    window.duplicate_labels += duplicates;
+    counts_.duplicate_labels += duplicates;
+    ++window.delays[static_cast<size_t>(DelayBin(entry.label_us - entry.prediction_us))];
+    const double score = entry.score;
+    if (classification_) {
+      const bool positive = entry.label >= 0.5;
+      const bool predicted = score >= perf_.threshold;
+      if (positive && predicted) ++window.tp;
+      if (!positive && predicted) ++window.fp;
+      if (!positive && !predicted) ++window.tn;
+      if (positive && !predicted) ++window.fn;
+      if (window.positive_bins.empty()) {
+        window.positive_bins.assign(bins(), 0);
+        window.negative_bins.assign(bins(), 0);
+        window.score_sums.assign(bins(), 0);
+      }
+      const size_t bin = BinOf(score);
+      ++(positive ? window.positive_bins : window.negative_bins)[bin];
+      window.score_sums[bin] += std::clamp(score, 0.0, 1.0);
+      const double p = std::clamp(score, 1e-15, 1 - 1e-15);
+      window.log_loss += positive ? -std::log(p) : -std::log(1 - p);
+    } else {
+      const double error = score - entry.label;
+      window.abs_sum += std::fabs(error);
+      window.sq_sum += error * error;
+      window.abs_sq_sum += error * error;
+      window.error_sum += error;
+      if (entry.label != 0) {
+        window.pct_sum += std::fabs(error / entry.label);
+        ++window.pct_n;
+      }
+      auto& bucket = window.bucket_errors[ValueBucket(score)];
+      ++bucket.first;
+      bucket.second.first += std::fabs(error);
+      bucket.second.second += error * error;
+    }
+  }
+
+  // ---- metrics --------------------------------------------------------------------------------
+
+  struct Realized {
+    double accuracy = NAN, precision = NAN, recall = NAN, f1 = NAN, roc_auc = NAN,
+           roc_auc_error = NAN, log_loss = NAN, ece = NAN;
+    double mae = NAN, rmse = NAN, mape = NAN, bias = NAN, mae_sd = NAN;
+  };
+  Realized RealizedOf(const Window& w) const {
+    Realized r;
+    const double m = static_cast<double>(w.labelled);
+    if (m <= 0) return r;
+    if (classification_) {
+      r.accuracy = static_cast<double>(w.tp + w.tn) / m;
+      r.precision = w.tp + w.fp > 0 ? static_cast<double>(w.tp) / static_cast<double>(w.tp + w.fp)
+                                    : NAN;
+      r.recall = w.tp + w.fn > 0 ? static_cast<double>(w.tp) / static_cast<double>(w.tp + w.fn)
+                                 : NAN;
+      r.f1 = w.tp > 0 ? 2.0 * static_cast<double>(w.tp) /
+                            static_cast<double>(2 * w.tp + w.fp + w.fn)
+                      : 0;
+      std::vector<double> pos(w.positive_bins.begin(), w.positive_bins.end());
+      std::vector<double> neg(w.negative_bins.begin(), w.negative_bins.end());
+      Auc(pos, neg, r.roc_auc, r.roc_auc_error);
+      r.log_loss = w.log_loss / m;
+      double ece = 0;
+      for (size_t b = 0; b < w.score_sums.size(); ++b) {
+        ece += std::fabs(static_cast<double>(w.positive_bins[b]) - w.score_sums[b]);
+      }
+      r.ece = ece / m;
+    } else {
+      r.mae = w.abs_sum / m;
+      r.rmse = std::sqrt(w.sq_sum / m);
+      r.mape = w.pct_n > 0 ? w.pct_sum / static_cast<double>(w.pct_n) : NAN;
+      r.bias = w.error_sum / m;
+      r.mae_sd = std::sqrt(std::max(0.0, w.abs_sq_sum / m - r.mae * r.mae));
+    }
+    return r;
+  }
+
+  // ROC AUC from per-bin class counts, ties within a bin counted half; `error` bounds the
+  // difference from the exact AUC of the unbinned scores.
+  static void Auc(const std::vector<double>& pos, const std::vector<double>& neg, double& auc,
+                  double& error) {
+    double positives = 0;
+    double negatives = 0;
+    for (double p : pos) positives += p;
+    for (double n : neg) negatives += n;
+    if (positives <= 0 || negatives <= 0) {
+      auc = NAN;
+      error = NAN;
+      return;
+    }
+    double above = 0;  // positives in higher bins
+    double sum = 0;
+    double ties = 0;
+    for (size_t b = pos.size(); b-- > 0;) {
+      sum += neg[b] * (above + pos[b] / 2);
+      ties += neg[b] * pos[b];
+      above += pos[b];
+    }
+    auc = sum / (positives * negatives);
+    error = ties / (2 * positives * negatives);
+  }
+
+  struct Estimated {
+    double accuracy = NAN, accuracy_sd = NAN, f1 = NAN, roc_auc = NAN;
+    double mae = NAN, mae_sd = NAN;
+  };
+  // CBPE (classification): each bin's calibrated probability of a positive from the baseline's
+  // labelled predictions, smoothed towards the bin's mean score; DLE (regression): each value
+  // bucket's mean |error| on the baseline, the nearest bucket's for one the baseline lacks.
+  Estimated EstimateOf(const Window& w, const Model& model) const {
+    Estimated e;
+    const Window& base = model.baseline;
+    const double n = static_cast<double>(w.predictions);
+    if (n <= 0) return e;
+    if (classification_) {
+      if (base.positive_bins.empty()) return e;
+      double tp = 0, fp = 0, fn = 0, tn = 0, var = 0;
+      std::vector<double> pos(bins(), 0);
+      std::vector<double> neg(bins(), 0);
+      constexpr double kPrior = 2;  // pseudo-labels at the bin's own score
+      for (size_t b = 0; b < bins(); ++b) {
+        const double count = static_cast<double>(w.score_bins[b]);
+        const double labelled =
+            static_cast<double>(base.positive_bins[b] + base.negative_bins[b]);
+        const double mid = labelled > 0 ? base.score_sums[b] / labelled
+                                        : (edges_[b] + edges_[b + 1]) / 2;
+        const double c =
+            (static_cast<double>(base.positive_bins[b]) + kPrior * mid) / (labelled + kPrior);
+        pos[b] = count * c;
+        neg[b] = count * (1 - c);
+        const bool positive_bin = PositiveBin(b);
+        (positive_bin ? tp : fn) += count * c;
+        (positive_bin ? fp : tn) += count * (1 - c);
+        // Each prediction's correctness is Bernoulli(q); the bin's calibration is an estimate
+        // from `labelled` (+ prior) labels.
+        const double q = positive_bin ? c : 1 - c;
+        var += count * q * (1 - q) + count * count * c * (1 - c) / (labelled + kPrior);
+      }
+      e.accuracy = (tp + tn) / n;
+      e.accuracy_sd = std::sqrt(var) / n;
+      e.f1 = tp > 0 ? 2 * tp / (2 * tp + fp + fn) : 0;
+      double error = 0;
+      Auc(pos, neg, e.roc_auc, error);
+    } else {
+      if (base.bucket_errors.empty()) return e;
+      double sum = 0;
+      double var = 0;
+      for (const auto& [bucket, count] : w.value_buckets) {
+        auto it = base.bucket_errors.lower_bound(bucket);
+        if (it == base.bucket_errors.end()) --it;
+        if (it != base.bucket_errors.begin()) {
+          auto before = std::prev(it);
+          if (std::abs(before->first - bucket) < std::abs(it->first - bucket)) it = before;
+        }
+        const double m = static_cast<double>(it->second.first);
+        const double mean = it->second.second.first / m;
+        const double mean_sq = it->second.second.second / m;
+        sum += static_cast<double>(count) * mean;
+        var += static_cast<double>(count) * std::max(0.0, mean_sq - mean * mean);
+      }
+      e.mae = sum / n;
+      e.mae_sd = std::sqrt(var) / n;
+    }
+    return e;
+  }
+
+  // One-sided: is the window worse than the baseline beyond its sampling spread (sd) and the
+  // effect floor? `worse` is positive when it is (lower accuracy, higher MAE).
+  Verdict Judge(double value, double baseline, double sd, double worse, double floor) const {
+    Verdict v;
+    v.value = value;
+    v.baseline = baseline;
+    v.sd = sd;
+    if (!std::isfinite(value) || !std::isfinite(baseline) || !(sd > 0)) return v;
+    v.judged = true;
+    v.effect = worse;
+    v.score = calibration::ScoreOfZ(worse / sd);
+    const double sign = classification_ ? -1 : 1;  // the direction of worse
+    v.warn_at = baseline + sign * std::max(floor, perf_.warn * sd);
+    v.alert_at = baseline + sign * std::max(floor, perf_.alert * sd);
+    if (worse >= floor) {
+      if (v.score >= perf_.alert) {
+        v.level = AlertLevel::kAlert;
+      } else if (v.score >= perf_.warn) {
+        v.level = AlertLevel::kWarn;
+      }
+    }
+    return v;
+  }
+
+  // The alert state machine of one judged series; an event when the level changed.
+  // `extras`: the window's other values, for the status page and metrics beside the judged one.
+  void Step(const std::string& model_name, Model& model, bool estimated, int64_t start,
+            const Window& window, const Verdict& v,
+            std::vector<std::pair<std::string_view, double>> extras) {
+    AlertStateMachine& state = estimated ? model.estimated_state : model.realized_state;
+    std::string& incident = estimated ? model.estimated_incident : model.realized_incident;
+    const std::string series = fmt::format("{}:{}", estimated ? "estimated" : "performance",
+                                           classification_ ? "accuracy" : "mae");
+    const std::string_view detector = classification_
+                                          ? (estimated ? "estimated_accuracy_drop" : "accuracy_drop")
+                                          : (estimated ? "estimated_mae_rise" : "mae_rise");
+    AlertPolicy policy;
+    policy.hysteresis = 1;
+    policy.cooldown_ms = 0;
+    const AlertLevel previous = state.state();
+    const bool back = v.level == AlertLevel::kOk;
+    auto changed = state.Step(v.level, /*immediate=*/true, back, start / 1000, policy);
+
+    auto evaluation = std::make_shared<Evaluation>();
+    evaluation->model = model_name;
+    evaluation->series = series;
+    evaluation->evaluated = true;
+    evaluation->previous_level = previous;
+    evaluation->level = state.state();
+    evaluation->window_start_us = start;
+    evaluation->window_end_us = start + window_us_;
+    evaluation->window_n = estimated ? window.predictions : window.labelled;
+    evaluation->window_end_record = evaluation->window_n;
+    evaluation->window_mean = v.value;
+    evaluation->baseline_kind = BaselineKind::kWarmup;
+    evaluation->baseline_n = model.baseline.labelled;
+    evaluation->baseline_mean = v.baseline;
+    DetectorReading reading;
+    reading.detector = detector;
+    reading.statistic = v.value;
+    reading.score = v.score;
+    reading.warn = perf_.warn;
+    reading.alert = perf_.alert;
+    reading.warn_threshold = v.warn_at;
+    reading.alert_threshold = v.alert_at;
+    reading.effect = v.effect;
+    reading.min_effect = classification_ ? perf_.min_drop : perf_.min_drop * v.baseline;
+    reading.level = v.level;
+    reading.window_level = v.level;
+    if (estimated && std::isfinite(v.sd)) {
+      reading.extras.emplace_back("low", v.value - 1.96 * v.sd);
+      reading.extras.emplace_back("high", v.value + 1.96 * v.sd);
+    }
+    // The alert carries the band only (its row's shape is the alerts stream's); the
+    // evaluation, which the status page and metrics read, the window's other values too.
+    DetectorReading alert_reading = reading;
+    for (const auto& extra : extras) {
+      if (std::isfinite(extra.second)) reading.extras.push_back(extra);
+    }
+    evaluation->detectors.push_back(reading);
+    evaluation->batch_id = batch_id_;
+    evaluations_.push_back(evaluation);
+    if (!changed) return;
+
+    AlertEvent event;
+    event.level = *changed;
+    event.previous_level = previous;
+    event.model = model_name;
+    event.series = series;
+    event.detector = std::string(detector);
+    event.statistic = v.value;
+    event.threshold = *changed == AlertLevel::kAlert ? v.alert_at : v.warn_at;
+    event.score = v.score;
+    event.window_start_record = 0;
+    event.window_end_record = evaluation->window_n;
+    event.window_start_us = start;
+    event.window_end_us = start + window_us_;
+    event.baseline_kind = BaselineKind::kWarmup;
+    event.baseline_n = model.baseline.labelled;
+    event.baseline_mean = v.baseline;
+    event.window_n = evaluation->window_n;
+    event.window_mean = v.value;
+    event.detectors.push_back(std::move(alert_reading));
+    event.batch_id = batch_id_;
+    event.alert_id = HexId(Fnv1a({model_name, series, detector, ToString(*changed),
+                                  std::to_string(start)}));
+    if (previous == AlertLevel::kOk || previous == AlertLevel::kResolved) {
+      incident = event.alert_id;
+    }
+    event.incident_id = incident.empty() ? event.alert_id : incident;
+    events_.push_back(std::move(event));
+  }
+
+  // The window's row, and for a model with a baseline its verdicts.
+  void Emit(const std::string& model_name, int64_t start, const Window& window, bool final,
+            BatchOutput& output) {
+    Model& model = models_[model_name];
+    dirty_models_.insert(model_name);
+    const bool frozen = model.frozen(perf_.baseline_windows);
+    const double n = static_cast<double>(window.predictions);
+    const double coverage = n > 0 ? static_cast<double>(window.labelled) / n : 0;
+    const double coverage_by_end = n > 0 ? static_cast<double>(window.labelled_by_end) / n : 0;
+    const bool covered = final && window.predictions > 0 && coverage >= perf_.min_coverage;
+    const Realized realized = RealizedOf(window);
+    const Realized base = RealizedOf(model.baseline);
+    const Estimated estimate = frozen ? EstimateOf(window, model) : Estimated{};
+
+    std::optional<Verdict> realized_verdict;
+    std::optional<Verdict> estimated_verdict;
+    if (frozen) {
+      const double m0 = static_cast<double>(model.baseline.labelled);
+      if (classification_) {
+        const double a0 = base.accuracy;
+        const double p0 = a0 * (1 - a0);
+        if (!final && std::isfinite(estimate.accuracy)) {
+          estimated_verdict =
+              Judge(estimate.accuracy, a0,
+                    std::sqrt(estimate.accuracy_sd * estimate.accuracy_sd + p0 / m0),
+                    a0 - estimate.accuracy, perf_.min_drop);
+        }
+        if (covered && window.labelled >= kMinJudged) {
+          const double m = static_cast<double>(window.labelled);
+          realized_verdict = Judge(realized.accuracy, a0, std::sqrt(p0 / m + p0 / m0),
+                                   a0 - realized.accuracy, perf_.min_drop);
+        }
+      } else {
+        const double mae0 = base.mae;
+        const double var0 = base.mae_sd * base.mae_sd;
+        if (!final && std::isfinite(estimate.mae)) {
+          estimated_verdict =
+              Judge(estimate.mae, mae0, std::sqrt(estimate.mae_sd * estimate.mae_sd + var0 / m0),
+                    estimate.mae - mae0, perf_.min_drop * mae0);
+        }
+        if (covered && window.labelled >= kMinJudged) {
+          const double m = static_cast<double>(window.labelled);
+          realized_verdict = Judge(realized.mae, mae0, std::sqrt(var0 / m + var0 / m0),
+                                   realized.mae - mae0, perf_.min_drop * mae0);
+        }
+      }
+    }
+    if (estimated_verdict && estimated_verdict->judged) {
+      // The estimate's own 95% band (the performance row's), beside the judging band (`low`,
+      // `high`: the estimate against the baseline, both uncertain).
+      const double value = classification_ ? estimate.accuracy : estimate.mae;
+      const double sd = classification_ ? estimate.accuracy_sd : estimate.mae_sd;
+      std::vector<std::pair<std::string_view, double>> extras = {
+          {"band_low", value - 1.96 * sd},
+          {"band_high", value + 1.96 * sd},
+          {"predictions", n},
+          {"coverage_at_window_end", coverage_by_end}};
+      if (classification_) {
+        extras.insert(extras.end(), {{"f1", estimate.f1}, {"roc_auc", estimate.roc_auc}});
+      }
+      Step(model_name, model, /*estimated=*/true, start, window, *estimated_verdict,
+           std::move(extras));
+    }
+    if (realized_verdict && realized_verdict->judged) {
+      // The realized values, and the estimate of the same window beside them.
+      std::vector<std::pair<std::string_view, double>> extras = {
+          {"predictions", n},
+          {"labelled", static_cast<double>(window.labelled)},
+          {"coverage", coverage}};
+      if (classification_) {
+        const double band = 1.96 * estimate.accuracy_sd;
+        extras.insert(extras.end(), {{"precision", realized.precision},
+                                     {"recall", realized.recall},
+                                     {"f1", realized.f1},
+                                     {"roc_auc", realized.roc_auc},
+                                     {"log_loss", realized.log_loss},
+                                     {"ece", realized.ece},
+                                     {"estimated", estimate.accuracy},
+                                     {"estimated_low", estimate.accuracy - band},
+                                     {"estimated_high", estimate.accuracy + band}});
+      } else {
+        extras.insert(extras.end(), {{"rmse", realized.rmse},
+                                     {"mape", realized.mape},
+                                     {"bias", realized.bias},
+                                     {"estimated", estimate.mae},
+                                     {"estimated_low", estimate.mae - 1.96 * estimate.mae_sd},
+                                     {"estimated_high", estimate.mae + 1.96 * estimate.mae_sd}});
+      }
+      Step(model_name, model, /*estimated=*/false, start, window, *realized_verdict,
+           std::move(extras));
+    }
+    // A covered final window before the baseline froze joins it.
+    const bool joins_baseline = final && covered && !frozen;
+    if (joins_baseline) {
+      model.baseline.Merge(window);
+      ++model.baseline_windows;
+    }
+
+    if (want_rows_) {
+      std::string row;
+      JsonObject o(row);
+      o.String("model", model_name);
+      std::string w;
+      JsonObject win(w);
+      win.Timestamp("start", start);
+      win.Timestamp("end", start + window_us_);
+      win.Close();
+      o.Raw("window", w);
+      o.String("task", classification_ ? "classification" : "regression");
+      o.String("status", !final ? "estimated" : covered ? "final" : "labels_missing");
+      o.Int("predictions", window.predictions);
+      // When the window closes, what is known for sure: the labels that came by its end (later
+      // ones depend on how far the join got, which batching decides).
+      o.Int("labelled", final ? window.labelled : window.labelled_by_end);
+      o.Number("coverage", final ? coverage : coverage_by_end);
+      o.Number("coverage_at_window_end", coverage_by_end);
+      if (final) {
+        o.Int("unlabelled", window.unlabelled);
+        o.Int("duplicate_labels", window.duplicate_labels);
+        std::string delays;
+        JsonObject d(delays);
+        NumberOrNull(d, "p50_seconds", DelayQuantile(window, 0.5));
+        NumberOrNull(d, "p90_seconds", DelayQuantile(window, 0.9));
+        NumberOrNull(d, "max_seconds", DelayQuantile(window, 1.0));
+        d.Close();
+        o.Raw("label_delay", delays);
+      }
+      if (final && window.labelled > 0) {
+        std::string r;
+        JsonObject rr(r);
+        if (classification_) {
+          NumberOrNull(rr, "accuracy", realized.accuracy);
+          NumberOrNull(rr, "precision", realized.precision);
+          NumberOrNull(rr, "recall", realized.recall);
+          NumberOrNull(rr, "f1", realized.f1);
+          NumberOrNull(rr, "roc_auc", realized.roc_auc);
+          NumberOrNull(rr, "roc_auc_error", realized.roc_auc_error);
+          NumberOrNull(rr, "log_loss", realized.log_loss);
+          NumberOrNull(rr, "ece", realized.ece);
+        } else {
+          NumberOrNull(rr, "mae", realized.mae);
+          NumberOrNull(rr, "rmse", realized.rmse);
+          NumberOrNull(rr, "mape", realized.mape);
+          NumberOrNull(rr, "bias", realized.bias);
+        }
+        rr.Close();
+        o.Raw("realized", r);
+      } else {
+        o.Null("realized");
+      }
+      if (frozen && (std::isfinite(estimate.accuracy) || std::isfinite(estimate.mae))) {
+        std::string e;
+        JsonObject ee(e);
+        if (classification_) {
+          NumberOrNull(ee, "accuracy", estimate.accuracy);
+          NumberOrNull(ee, "accuracy_low", estimate.accuracy - 1.96 * estimate.accuracy_sd);
+          NumberOrNull(ee, "accuracy_high", estimate.accuracy + 1.96 * estimate.accuracy_sd);
+          NumberOrNull(ee, "f1", estimate.f1);
+          NumberOrNull(ee, "roc_auc", estimate.roc_auc);
+        } else {
+          NumberOrNull(ee, "mae", estimate.mae);
+          NumberOrNull(ee, "mae_low", estimate.mae - 1.96 * estimate.mae_sd);
+          NumberOrNull(ee, "mae_high", estimate.mae + 1.96 * estimate.mae_sd);
+        }
+        ee.Close();
+        o.Raw("estimated", e);
+      } else {
+        o.Null("estimated");
+      }
+      std::string b;
+      JsonObject bb(b);
+      bb.Int("windows", model.baseline_windows);
+      bb.Int("n", model.baseline.labelled);
+      NumberOrNull(bb, classification_ ? "accuracy" : "mae",
+                   classification_ ? base.accuracy : base.mae);
+      bb.Bool("frozen", model.frozen(perf_.baseline_windows));
+      bb.Close();
+      o.Raw("baseline", b);
+      const Verdict* verdict = final ? (realized_verdict ? &*realized_verdict : nullptr)
+                                     : (estimated_verdict ? &*estimated_verdict : nullptr);
+      if (verdict != nullptr && verdict->judged) {
+        o.String("level", LevelName(verdict->level));
+        o.Number("score", verdict->score);
+      } else {
+        o.Null("level");
+        o.Null("score");
+      }
+      o.Int("batch_id", batch_id_);
+      o.Close();
+      output.performance.Add(model_name, std::move(row));
+    }
+  }
+
+  static std::string_view LevelName(AlertLevel level) { return ToString(level); }
+
+  // The delay below which `q` of the window's labels came (the upper edge of the bin).
+  static double DelayQuantile(const Window& w, double q) {
+    int64_t total = 0;
+    for (int64_t c : w.delays) total += c;
+    if (total == 0) return NAN;
+    const double target = q * static_cast<double>(total);
+    int64_t seen = 0;
+    for (size_t b = 0; b < w.delays.size(); ++b) {
+      seen += w.delays[b];
+      if (static_cast<double>(seen) >= target && w.delays[b] > 0) {
+        return b == 0 ? 1.0 : std::ldexp(1.0, static_cast<int>(b));
+      }
+    }
+    return std::ldexp(1.0, kDelayBins);
+  }
+
+  LabelsSpec labels_;
+  PerformanceSpec perf_;
+  std::string pipeline_;
+  int64_t bound_us_ = 0;
+  int64_t window_us_ = 0;
+  bool classification_ = true;
+  bool want_rows_ = false;
+  int model_column_ = -1, key_column_ = -1, score_column_ = -1, time_column_ = -1;
+  int label_key_column_ = -1, label_column_ = -1, label_time_column_ = -1;
+  std::vector<double> edges_;
+
+  std::unordered_map<std::string, Pending> pending_;
+  std::set<std::pair<int64_t, std::string>> deadlines_;
+  std::map<std::pair<int64_t, std::string>, Window> windows_;
+  std::map<std::string, Model> models_;
+  std::set<std::string> dirty_;
+  std::set<std::pair<int64_t, std::string>> dirty_windows_;
+  std::set<std::string> dirty_models_;
+  JoinCounts counts_;  // this batch
+  JoinCounts totals_;
+  int64_t batch_id_ = 0;
+  std::vector<AlertEvent> events_;
+  std::vector<SharedEvaluation> evaluations_;
+};
+
+Result<std::unique_ptr<PerformanceStage>> PerformanceStage::Create(const PipelineSpec& spec) {
+  auto impl = std::make_unique<Impl>();
+  DRIFTD_TRY(impl->Init(spec));
+  return std::unique_ptr<PerformanceStage>(new PerformanceStage(std::move(impl)));
+}
+
+PerformanceStage::PerformanceStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PerformanceStage::~PerformanceStage() = default;
+
+Status PerformanceStage::Restore(std::string_view key, std::string_view value) {
+  return impl_->Restore(key, value);
+}
+void PerformanceStage::Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) {
+  impl_->Predictions(batch, times);
+}
+void PerformanceStage::ProcessLabels(const RecordBatch& labels, const RowTimes& times) {
+  impl_->Labels(labels, times);
+}
+bool PerformanceStage::HasClosableWindows(int64_t watermark_us) const {
+  return impl_->HasClosable(watermark_us);
+}
+void PerformanceStage::Finish(const BatchContext& context, BatchOutput& output,
+                              StateChanges& changes, StageProgress& progress) {
+  impl_->Finish(context, output, changes, progress);
+}
+const std::vector<AlertEvent>& PerformanceStage::last_events() const { return impl_->events(); }
+const std::vector<SharedEvaluation>& PerformanceStage::last_evaluations() const {
+  return impl_->evaluations();
+}
+JoinCounts PerformanceStage::counts() const { return impl_->totals(); }
+
+PipelineSpec LabelsPipeline(const PipelineSpec& spec) {
+  PipelineSpec labels;
+  labels.name = spec.name;
+  labels.file = spec.file;
+  labels.schema = spec.labels.schema;
+  labels.source = spec.labels.source;
+  labels.checkpoint_location = spec.checkpoint_location;
+  labels.secrets = spec.secrets;
+  return labels;
+}
+
+}  // namespace driftd

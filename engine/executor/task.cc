@@ -1,0 +1,209 @@
+#include "engine/executor/task.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "engine/checkpoint.h"
+#include "engine/executor/drift_stage.h"
+#include "engine/executor/model_gate.h"
+#include "engine/executor/order_buffer.h"
+#include "engine/executor/performance_stage.h"
+
+namespace driftd {
+
+namespace {
+
+// A clock partition as the task's state keeps it: "max_us,more,idle".
+std::string EncodeClockEntry(const EventClock::PartitionState& partition) {
+  return fmt::format("{},{},{}", partition.max_us, partition.more_available ? 1 : 0,
+                     partition.idle ? 1 : 0);
+}
+
+bool DecodeClockEntry(std::string_view value, int64_t& max_us, bool& more, bool& idle) {
+  const size_t a = value.find(',');
+  const size_t b = a == std::string_view::npos ? a : value.find(',', a + 1);
+  if (b == std::string_view::npos) return false;
+  const std::string_view max = value.substr(0, a);
+  auto [end, ec] = std::from_chars(max.data(), max.data() + max.size(), max_us);
+  if (ec != std::errc() || end != max.data() + max.size()) return false;
+  more = value.substr(a + 1, b - a - 1) == "1";
+  idle = value.substr(b + 1) == "1";
+  return true;
+}
+
+// Appends a stage's changes to `writes` under the task's scope and the stage's namespace.
+void Scope(uint32_t scope, std::string_view ns, StateChanges& changes, StateWrites& writes) {
+  for (auto& [key, value] : changes.puts) {
+    writes.puts.emplace_back(EncodeStateKey(scope, ns, key), std::move(value));
+  }
+  for (const std::string& key : changes.deletes) {
+    writes.deletes.push_back(EncodeStateKey(scope, ns, key));
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, Options options) {
+  std::unique_ptr<QueryTask> task(new QueryTask(options.id, options.clock));
+  auto stages = CreateStageSet(spec, std::max<uint32_t>(1, options.shards));
+  if (!stages) return tl::unexpected(stages.error());
+  task->stages_ = std::move(*stages);
+  task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
+  if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
+    task->order_ = std::make_unique<OrderBuffer>(QuerySchema(spec), options.partition_key);
+  }
+  for (auto& stage : task->stages_.all) {
+    const uint32_t shards = stage->shard_count();
+    for (uint32_t shard = 0; shard < shards; ++shard) {
+      task->lanes_.push_back({stage.get(), shard, shards > 1});
+    }
+  }
+  return task;
+}
+
+QueryTask::QueryTask(uint32_t id, EventClockOptions clock) : id_(id), clock_(clock) {}
+QueryTask::~QueryTask() = default;
+
+Status QueryTask::Restore(std::string_view ns, std::string_view key, std::string_view value) {
+  if (ns == ModelGate::kNamespace) return gate_ ? gate_->Restore(key, value) : Ok();
+  if (ns == OrderBuffer::kNamespace) return order_ ? order_->Restore(key, value) : Ok();
+  if (ns == kClockNamespace) {
+    int64_t max_us = INT64_MIN;
+    bool more = false;
+    bool idle = false;
+    if (!DecodeClockEntry(value, max_us, more, idle)) {
+      return MakeError(ErrorCode::kCorruption, "task {}: bad clock entry '{}'", id_, value);
+    }
+    clock_.Report(key, max_us, more, idle);
+    saved_clock_[std::string(key)] = std::string(value);
+    return Ok();
+  }
+  for (auto& stage : stages_.all) {
+    if (stage->state_namespace() == ns) return stage->Restore(key, value);
+  }
+  // A stage the pipeline no longer has (drift removed, say): its state is left alone.
+  return Ok();
+}
+
+Status QueryTask::FinishRestore() {
+  for (auto& stage : stages_.all) DRIFTD_TRY(stage->FinishRestore());
+  return Ok();
+}
+
+bool QueryTask::HasClosableWindows() const {
+  for (const int64_t watermark : {clock_.watermark_us(), clock_.NextWatermark()}) {
+    if (order_ && order_->HasDue(watermark)) return true;
+    for (const auto& stage : stages_.all) {
+      if (stage->HasClosableWindows(watermark)) return true;
+    }
+  }
+  return false;
+}
+
+bool QueryTask::ResetBaselines(const std::string& model) {
+  return stages_.drift != nullptr && stages_.drift->ResetBaselines(model);
+}
+
+bool QueryTask::Admit(RecordBatch& rows, RowTimes& times) {
+  return gate_ && gate_->Apply(rows, &times);
+}
+
+void QueryTask::Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output) {
+  for (auto& stage : stages_.all) {
+    if (order_ && stage.get() == stages_.drift) {
+      order_->Add(rows, times);  // drift takes them in event-time order
+    } else {
+      stage->Process(rows, times, output);
+    }
+  }
+}
+
+void QueryTask::FoldLabels(const RecordBatch& labels, const RowTimes& times) {
+  for (auto& stage : stages_.all) {
+    if (stage->TakesLabels()) stage->ProcessLabels(labels, times);
+  }
+}
+
+void QueryTask::RouteToLanes(const RecordBatch& rows,
+                             std::vector<std::vector<uint32_t>>& lane_rows) const {
+  lane_rows.resize(lanes_.size());
+  for (size_t lane = 0; lane < lanes_.size(); ++lane) {
+    const Lane& at = lanes_[lane];
+    if (!at.sharded || at.shard != 0) continue;
+    const std::span<std::vector<uint32_t>> shards(lane_rows.data() + lane,
+                                                  at.stage->shard_count());
+    for (std::vector<uint32_t>& shard_rows : shards) shard_rows.clear();
+    at.stage->Route(rows, shards);
+  }
+}
+
+void QueryTask::FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& times,
+                         std::span<const uint32_t> lane_rows, bool labels, BatchOutput& output) {
+  const Lane& at = lanes_[lane];
+  if (labels) {
+    if (at.stage->TakesLabels() && at.shard == 0) at.stage->ProcessLabels(rows, times);
+    return;
+  }
+  if (at.sharded) {
+    at.stage->ProcessShard(at.shard, rows, times, lane_rows);
+  } else if (order_ && at.stage == stages_.drift) {
+    order_->Add(rows, times);  // drift takes them in event-time order
+  } else {
+    // Only the select stage writes rows here, and no other lane writes them.
+    at.stage->Process(rows, times, output);
+  }
+}
+
+void QueryTask::Finish(const BatchContext& context, BatchOutput& output, StateWrites& writes,
+                       StageProgress& progress) {
+  if (order_) {
+    // Drift's values that every partition has gone past, in their order.
+    order_->Release(context.next_watermark_us, released_, released_times_);
+    if (released_.num_rows > 0) stages_.drift->Process(released_, released_times_, output);
+    StateChanges changes;
+    order_->Persist(changes);
+    Scope(id_, OrderBuffer::kNamespace, changes, writes);
+  }
+  for (auto& stage : stages_.all) {
+    StateChanges changes;
+    stage->Finish(context, output, changes, progress);
+    Scope(id_, stage->state_namespace(), changes, writes);
+  }
+  if (gate_) {
+    StateChanges changes;
+    gate_->Finish(changes, progress);
+    Scope(id_, ModelGate::kNamespace, changes, writes);
+  }
+}
+
+void QueryTask::PersistClock(StateWrites& writes) {
+  clock_persisted_ = true;
+  for (const EventClock::PartitionState& partition : clock_.Partitions()) {
+    if (partition.max_us == INT64_MIN && partition.more_available && !partition.idle) {
+      continue;  // still waiting for its first mark: nothing to keep
+    }
+    std::string value = EncodeClockEntry(partition);
+    auto saved = saved_clock_.find(partition.name);
+    if (saved != saved_clock_.end() && saved->second == value) continue;
+    writes.puts.emplace_back(EncodeStateKey(id_, kClockNamespace, partition.name),
+                             std::move(value));
+  }
+}
+
+void QueryTask::Committed() {
+  clock_.CommitBatch();
+  if (!clock_persisted_) return;
+  for (const EventClock::PartitionState& partition : clock_.Partitions()) {
+    saved_clock_[partition.name] = EncodeClockEntry(partition);
+  }
+}
+
+int64_t QueryTask::order_buffered() const {
+  return order_ ? static_cast<int64_t>(order_->size()) : -1;
+}
+
+int64_t QueryTask::models() const { return gate_ ? gate_->models() : 0; }
+int64_t QueryTask::max_models() const { return gate_ ? gate_->max_models() : 0; }
+
+}  // namespace driftd

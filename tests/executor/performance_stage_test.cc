@@ -1,0 +1,161 @@
+// The performance stage on its own: what it hands the status page and metrics (its evaluations)
+// beside the performance stream: the judged accuracy with the window's other realized values,
+// its coverage and the estimate of the same window with its band; the alert rows keep their
+// shape.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/loader.h"
+#include "engine/executor/performance_stage.h"
+#include "engine/json_decoder.h"
+
+namespace driftd {
+namespace {
+
+constexpr int64_t kT0Ms = 1'795'946'400'000;
+
+constexpr const char* kPipeline = R"(
+name: stage
+schema:
+  - {name: request_id, type: string, nullable: false}
+  - {name: model_id, type: string, nullable: false}
+  - {name: event_time, type: timestamp}
+  - {name: score, type: double}
+source: {format: file, options: {path: /tmp/none}}
+labels:
+  source: {format: file, options: {path: /tmp/none}}
+  schema:
+    - {name: request_id, type: string}
+    - {name: label, type: int}
+    - {name: event_time, type: timestamp}
+  key: request_id
+  label: label
+  within: 5 minutes
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+  watermark: {column: event_time, delay: 0 seconds}
+performance:
+  prediction: score
+  window: 10 minutes
+  baselineWindows: 2
+sinks:
+  - {name: performance, format: console, stream: performance}
+  - {name: alerts, format: console, stream: alerts}
+)";
+
+void Decode(const Schema& schema, const std::vector<std::string>& records, RecordBatch& batch,
+            RowTimes& times) {
+  JsonDecoder decoder(schema, MalformedSpec{});
+  InputChunk chunk;
+  for (size_t i = 0; i < records.size(); ++i) chunk.Append(records[i], {0, int64_t(i)});
+  chunk.Seal();
+  batch.Reset(schema);
+  REQUIRE(decoder.Decode(chunk, batch, nullptr));
+  times.event_us.clear();
+  times.late_before.clear();
+  for (size_t row = 0; row < batch.num_rows; ++row) {
+    times.event_us.push_back(batch.columns[2].i64[row]);
+    times.late_before.push_back(INT64_MIN);
+  }
+}
+
+double Extra(const DetectorReading& reading, std::string_view name) {
+  for (const auto& [key, value] : reading.extras) {
+    if (key == name) return value;
+  }
+  return NAN;
+}
+
+TEST_CASE("the performance stage's evaluations carry the realized values and the estimate "
+          "beside the judged accuracy",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  INFO((spec ? std::string() : FormatProblems("stage.yaml", spec.error())));
+  REQUIRE(spec);
+  auto stage = PerformanceStage::Create(*spec);
+  REQUIRE(stage);
+  std::mt19937_64 random(5);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  std::vector<SharedEvaluation> evaluations;
+  std::vector<std::string> alerts;
+  // Five windows of 10 minutes, one prediction a second, each labelled 30 s later (calibrated).
+  for (int minute = 0; minute < 60; ++minute) {
+    std::vector<std::string> predictions;
+    std::vector<std::string> labels;
+    for (int s = 0; s < 60; ++s) {
+      const int64_t t = kT0Ms + (minute * 60 + s) * 1000;
+      const double score = uniform(random);
+      const int label = uniform(random) < score ? 1 : 0;
+      if (minute < 50) {
+        predictions.push_back(fmt::format(
+            R"({{"request_id":"r{}","model_id":"m","event_time":{},"score":{:.6f}}})", t, t,
+            score));
+        labels.push_back(fmt::format(R"({{"request_id":"r{}","label":{},"event_time":{}}})", t,
+                                     label, t + 30'000));
+      }
+    }
+    BatchOutput output;
+    RecordBatch batch;
+    RowTimes times;
+    if (!predictions.empty()) {
+      Decode(spec->schema, predictions, batch, times);
+      (*stage)->Process(batch, times, output);
+      Decode(spec->labels.schema, labels, batch, times);
+      (*stage)->ProcessLabels(batch, times);
+    }
+    BatchContext context;
+    context.batch_id = minute;
+    context.watermark_us = (kT0Ms + (minute + 1) * 60'000) * 1000;
+    context.next_watermark_us = context.watermark_us;
+    StateChanges changes;
+    StageProgress progress;
+    (*stage)->Finish(context, output, changes, progress);
+    const auto& last = (*stage)->last_evaluations();
+    evaluations.insert(evaluations.end(), last.begin(), last.end());
+    alerts.insert(alerts.end(), output.alerts.rows.begin(), output.alerts.rows.end());
+  }
+  int realized = 0;
+  int estimated = 0;
+  for (const SharedEvaluation& e : evaluations) {
+    REQUIRE(e->detectors.size() == 1);
+    const DetectorReading& r = e->detectors[0];
+    INFO(e->series);
+    if (e->series == "performance:accuracy") {
+      ++realized;
+      CHECK(Extra(r, "coverage") == 1.0);  // every prediction labelled
+      for (const char* name : {"precision", "recall", "f1", "roc_auc", "ece"}) {
+        CHECK(Extra(r, name) >= 0);
+        CHECK(Extra(r, name) <= 1);
+      }
+      CHECK(Extra(r, "log_loss") > 0);
+      // The same window's estimate and its band, beside the realized accuracy.
+      CHECK(Extra(r, "estimated_low") < Extra(r, "estimated"));
+      CHECK(Extra(r, "estimated") < Extra(r, "estimated_high"));
+      CHECK(std::fabs(Extra(r, "estimated") - e->window_mean) < 0.1);
+    } else if (e->series == "estimated:accuracy") {
+      ++estimated;
+      CHECK(Extra(r, "low") < r.statistic);
+      CHECK(r.statistic < Extra(r, "high"));
+      // Labels 30 s after their prediction: those of its first 571 seconds came by its end.
+      CHECK(Extra(r, "coverage_at_window_end") == Approx(571.0 / 600));
+      CHECK(Extra(r, "f1") > 0);
+    }
+  }
+  // Windows 2..4 are judged once estimated (at their end) and once realized (5 minutes later,
+  // the bound; window 4's in the batch at minute 55).
+  CHECK(estimated == 3);
+  CHECK(realized == 3);
+  for (const std::string& alert : alerts) CHECK(alert.find("estimated_low") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace driftd
