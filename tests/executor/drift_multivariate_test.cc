@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "config/loader.h"
+#include "connectors/registry.h"
 #include "engine/executor/executor.h"
 #include "state/checkpoint_store.h"
 #include "tests/executor/drift_run.h"
@@ -231,7 +232,10 @@ struct Batching {
 
 void RunOnce(const testing::Partitions& data, const std::string& checkpoint,
              const Batching& batching, std::vector<std::string>& alerts) {
-  auto spec = ParsePipeline(kKafkaPipeline, "joint.yaml", LoadOptions{});
+  // The daemon's catalog: the kafka source's traits (partitions read in no fixed order) are
+  // what puts drift's values in event-time order.
+  auto spec = ParsePipeline(kKafkaPipeline, "joint.yaml",
+                            LoadOptions{.catalog = &ConnectorDeclarations()});
   INFO((spec ? std::string() : FormatProblems("joint.yaml", spec.error())));
   REQUIRE(spec);
   spec->checkpoint_location = checkpoint;
@@ -278,6 +282,7 @@ TEST_CASE("multivariate alerts through the executor do not depend on batching, r
   for (const std::string& fact : facts) CHECK(fact.rfind("m0 multivariate:pca ", 0) == 0);
 
   const std::vector<Batching> batchings = {
+      {.max_per_batch = 1'000'000, .interleave = true},  // one batch, another read order
       {.max_per_batch = 777, .interleave = true},
       {.max_per_batch = 150, .interleave = false},
       {.max_per_batch = 1234, .interleave = true, .threads = 2},
