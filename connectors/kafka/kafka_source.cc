@@ -1237,8 +1237,17 @@ class KafkaSource final : public Source, public GroupMember {
                                          &marks.low, &marks.high, request_timeout_ms_);
     if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
         err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
-      marks.gone = true;
-      return marks;
+      // librdkafka answers from its metadata cache, which a broker outage or restart can leave
+      // without the partition for a moment: only the broker's own metadata says it is gone.
+      auto listed = ListsPartition(state);
+      if (!listed) return tl::unexpected(listed.error());
+      if (!*listed) {
+        marks.gone = true;
+        return marks;
+      }
+      return MakeError(ErrorCode::kExternal,
+                       "kafka source: offsets of {}: {} (the broker lists it: not gone)",
+                       Name(state), rd_kafka_err2str(err));
     }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       return MakeError(ErrorCode::kExternal, "kafka source: offsets of {}: {}", Name(state),
@@ -1247,6 +1256,27 @@ class KafkaSource final : public Source, public GroupMember {
     state.low = marks.low;
     state.high = marks.high;
     return marks;
+  }
+
+  // Whether the broker's metadata, asked now, lists the partition. kExternal when the broker
+  // cannot be asked or does not know yet (a leader being elected).
+  Result<bool> ListsPartition(const PartitionState& state) {
+    auto metadata = kafka::FetchMetadata(consumer_.get(), state.topic.c_str(), request_timeout_ms_);
+    if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
+    for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
+      const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
+      if (state.topic != topic.topic) continue;
+      if (topic.err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) return false;
+      if (topic.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return MakeError(ErrorCode::kExternal, "kafka source: metadata of topic {}: {}",
+                         state.topic, rd_kafka_err2str(topic.err));
+      }
+      for (int p = 0; p < topic.partition_cnt; ++p) {
+        if (topic.partitions[p].id == state.partition) return true;
+      }
+      return false;
+    }
+    return false;
   }
 
   // The watermarks of partitions_[i] for each i of `indexes`, in that order. Two ListOffsets
