@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, as a new user and CI run it: installs dependencies, builds driftd twice
-# (release with debug info, and ASan+UBSan), and runs every ctest test in both (the container
-# image test only in the first). The Kafka tests start their own broker (tests/kafka/broker.sh)
-# through a ctest fixture.
+# (release with debug info, and ASan+UBSan), and runs the ctest tests: every one in the first,
+# and in the second all but those listed below (each heavy test runs once, in the build where it
+# means something). The Kafka tests start their own broker (tests/kafka/broker.sh) through a
+# ctest fixture. The fuzz harnesses replay their corpus as tests in both builds; fuzzing them
+# (tests/fuzz/run.sh, clang) is opt-in.
 #   bash tests/run.sh              everything
 #   DRIFTD_BUILDS=release bash tests/run.sh     only the normal build
-#   DRIFTD_FUZZ_SECONDS=0 bash tests/run.sh      without the fuzz harnesses (tests/fuzz/run.sh)
+#   DRIFTD_FUZZ_SECONDS=30 bash tests/run.sh     and then each fuzz harness for 30 s
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -53,8 +55,16 @@ for build in $builds; do
     # - the other tests that restart the daemon 20+ times (SIGKILL loops, the 200 starts of the
     #   start-up test) or hold it 25 s in a commit: each runs once, in the normal build; the
     #   sanitizers see the same recovery code in the shorter crash and restart tests.
+    # - the detectors' calibration tests (their false-alarm rates over millions of values),
+    #   the 1M-value quantile accuracy and the long windowed state bound: statistics and sizes
+    #   the sanitizers cannot change; shorter tests run the same code in both builds;
+    # - the tests of one process against scaled-out ones (9 daemons each), the 75 s
+    #   two-and-three-threads comparison (the shorter thread tests run its lanes), the
+    #   secrets test (40 s of waiting on a broker that is down) and the second-daemon fencing
+    #   test.
+    # Nor does it build the container image and ops tests (DRIFTD_OPS_TESTS=OFF).
     sanitize) flags=(-DCMAKE_BUILD_TYPE=Debug -DDRIFTD_SANITIZE=ON
-                     -DDRIFTD_BUILD_BENCHMARKS=OFF)
+                     -DDRIFTD_BUILD_BENCHMARKS=OFF -DDRIFTD_OPS_TESTS=OFF)
               skip=(
                 '^(docker|ops):'
                 '^e2e:a long windowed run keeps its state bounded and emits every closed window once$'
@@ -68,6 +78,14 @@ for build in $builds; do
                 '^e2e:.*20\+ (SIGKILLs|times)'
                 '^kafka:.*(20\+ SIGKILLs|SIGKILL 20\+ times|held 25 s)'
                 '^service:a pipeline that does not load exits with 78 at once'
+                '^engine:.*(level is|level holds|levels follow|levels are their|level includes|per-value rate includes)'
+                '^engine:quantiles of 1M values'
+                '^engine:state of a long windowed run stays bounded'
+                '^kafka:one process and scaled-out processes'
+                "^kafka:drift's record-count windows over partitions give one process's alerts scaled out"
+                '^executor:batches on two and three threads'
+                '^service:no secret is logged or served'
+                '^kafka:a second daemon on the same pipeline'
               )
               selection=(-E "$(IFS='|'; echo "${skip[*]}")") ;;
     *) echo "unknown build '$build'" >&2; exit 64 ;;
@@ -83,9 +101,10 @@ for build in $builds; do
     status=1
   fi
 done
-# The libFuzzer harnesses (tests/fuzz), 30 s each: their regression corpus, then new inputs.
-# Their build and run add about 7 minutes on 2 cores.
-fuzz_seconds=${DRIFTD_FUZZ_SECONDS:-30}
+# Fuzzing (tests/fuzz/run.sh: a clang build of its own, then each harness from its corpus for
+# DRIFTD_FUZZ_SECONDS): opt-in, as it adds about 12 minutes on 2 cores; the corpus replays ran
+# above in both builds.
+fuzz_seconds=${DRIFTD_FUZZ_SECONDS:-0}
 if [ "$fuzz_seconds" != 0 ]; then
   echo "=== fuzz at ${SECONDS}s"
   if ! DRIFTD_FUZZ_SECONDS=$fuzz_seconds DRIFTD_JOBS=$jobs bash "$root/tests/fuzz/run.sh"; then
