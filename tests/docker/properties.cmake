@@ -5,6 +5,6 @@
 # if(TEST) to try both spellings, so keep this name in step with the TEST_CASE in image_test.cc.
 set_tests_properties("docker:the container image runs the Kafka drift monitor and stops cleanly on SIGTERM"
                      PROPERTIES FIXTURES_REQUIRED "kafka_broker;docker_image"
-                     RESOURCE_LOCK kafka_broker TIMEOUT 900 COST 1000
+                     RESOURCE_LOCK kafka_broker TIMEOUT 900
                      ENVIRONMENT DRIFTD_IMAGE_REUSE=1
                      LABELS "e2e;kafka;docker")

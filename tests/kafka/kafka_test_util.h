@@ -46,6 +46,10 @@ inline Client MakeClient(rd_kafka_type_t type, const std::map<std::string, std::
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char error[512];
   std::map<std::string, std::string> all = {{"bootstrap.servers", Bootstrap()}, {"log_level", "3"}};
+  // Producers are idempotent: a retry (a broker just started, a machine under load) neither
+  // duplicates nor reorders what a test writes; out of order, a partition's event times would
+  // make rows late, and the tests' expected counts wrong.
+  if (type == RD_KAFKA_PRODUCER) all["enable.idempotence"] = "true";
   for (const auto& [name, value] : settings) all[name] = value;
   for (const auto& [name, value] : all) {
     REQUIRE(rd_kafka_conf_set(conf, name.c_str(), value.c_str(), error, sizeof error) ==
