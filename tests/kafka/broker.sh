@@ -189,9 +189,13 @@ start_broker() {
     : >"$LOG_FILE"
     write_config "$data_dir"
 
-    # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding.
-    local cluster_id
-    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    # A KRaft cluster id is 16 random bytes in URL-safe base64 without padding. One in 64
+    # starts with '-', which the storage tool's argument parser takes for an option (and then
+    # fails on a missing --cluster-id): draw again.
+    local cluster_id="-"
+    while [[ "$cluster_id" == -* ]]; do
+      cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    done
     if ! java -Xmx256m -XX:TieredStopAtLevel=1 -cp "$JAR_DIR/*" \
         -Dlog4j.configuration="file:$RUN_DIR/tools-log4j.properties" \
         kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties" \
