@@ -104,7 +104,7 @@ for build in $builds; do
   fi
 done
 # Fuzzing (tests/fuzz/run.sh: a clang build of its own, then each harness from its corpus for
-# DRIFTD_FUZZ_SECONDS): opt-in, as it adds about 12 minutes on 2 cores; the corpus replays ran
+# DRIFTD_FUZZ_SECONDS): opt-in, as it needs a third build, with clang; the corpus replays ran
 # above in both builds.
 fuzz_seconds=${DRIFTD_FUZZ_SECONDS:-0}
 if [ "$fuzz_seconds" != 0 ]; then
