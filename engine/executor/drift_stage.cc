@@ -143,7 +143,11 @@ Status DriftStage::Impl::Restore(std::string_view key, std::string_view value) {
     if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
     Name(*monitor_name, &evaluation->model, &evaluation->segment);
     auto series_key = std::make_pair(*monitor_name, evaluation->series);
-    latest_[std::move(series_key)] = std::make_shared<const Evaluation>(std::move(*evaluation));
+    Latest& latest = latest_[std::move(series_key)];
+    latest.saved = true;
+    latest.saved_level = evaluation->level;
+    latest.saved_evaluated = evaluation->evaluated;
+    latest.evaluation = std::make_shared<const Evaluation>(std::move(*evaluation));
     return Ok();
   }
   if (key.starts_with(kMultivariatePrefix)) return RestoreMultivariate(key, value);
@@ -221,7 +225,7 @@ void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts,
     auto& shared =
         evaluations_.emplace_back(std::make_shared<const Evaluation>(std::move(evaluation)));
     auto latest = latest_.try_emplace(std::move(series_key)).first;
-    latest->second = shared;
+    latest->second.evaluation = shared;
     dirty_evaluations_.push_back(latest);
   }
   if (alerts.columns.empty()) {
@@ -240,20 +244,50 @@ void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts,
   }
 }
 
-void DriftStage::Impl::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
-                                    std::vector<std::string>& deletes, StageProgress& progress) {
-  const size_t first_put = puts.size();
-  // In key order, each series once (a batch may close several windows of one).
+void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all,
+                                          std::vector<std::pair<std::string, std::string>>& puts) {
+  auto save = [&](LatestMap::iterator it) {
+    Latest& latest = it->second;
+    puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
+                                  EscapeKeyPart(it->first.second)),
+                      EncodeEvaluation(*latest.evaluation));
+    latest.saved = true;
+    latest.saved_level = latest.evaluation->level;
+    latest.saved_evaluated = latest.evaluation->evaluated;
+    latest.waiting = false;
+  };
+  if (evaluations_flushed_ms_ == INT64_MIN) evaluations_flushed_ms_ = now_ms;
+  // Each series once (a batch may close several windows of one).
+  auto node = [](LatestMap::iterator it) { return &*it; };
   std::sort(dirty_evaluations_.begin(), dirty_evaluations_.end(),
-            [](LatestMap::iterator a, LatestMap::iterator b) { return a->first < b->first; });
+            [&](LatestMap::iterator a, LatestMap::iterator b) { return node(a) < node(b); });
   dirty_evaluations_.erase(std::unique(dirty_evaluations_.begin(), dirty_evaluations_.end()),
                            dirty_evaluations_.end());
   for (LatestMap::iterator it : dirty_evaluations_) {
-    puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
-                                  EscapeKeyPart(it->first.second)),
-                      EncodeEvaluation(*it->second));
+    Latest& latest = it->second;
+    const bool changed = !latest.saved || latest.saved_level != latest.evaluation->level ||
+                         latest.saved_evaluated != latest.evaluation->evaluated;
+    if (changed) {
+      save(it);
+    } else if (!latest.waiting) {
+      latest.waiting = true;
+      unsaved_evaluations_.push_back(it);
+    }
   }
   dirty_evaluations_.clear();
+  if (!all && now_ms - evaluations_flushed_ms_ < kEvaluationFlushMs) return;
+  evaluations_flushed_ms_ = now_ms;
+  for (LatestMap::iterator it : unsaved_evaluations_) {
+    if (it->second.waiting) save(it);  // a changed level may have saved it since
+  }
+  unsaved_evaluations_.clear();
+}
+
+void DriftStage::Impl::CollectDirty(int64_t now_ms,
+                                    std::vector<std::pair<std::string, std::string>>& puts,
+                                    std::vector<std::string>& deletes, StageProgress& progress) {
+  const size_t first_put = puts.size();
+  CollectEvaluations(now_ms, /*all=*/false, puts);
   progress.drift_values_over_key_cap += batch_counts_.values_over_key_cap;
   progress.drift_rows_over_segment_cap += batch_counts_.rows_over_segment_cap;
   batch_counts_ = DriftStage::ShapeCounts{};
@@ -643,7 +677,10 @@ std::vector<SharedEvaluation> DriftStage::LatestEvaluations() const {
 void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
                         StageProgress& progress) {
   impl_->Evaluate(context, output.alerts, &output.evaluations);
-  impl_->CollectDirty(changes.puts, changes.deletes, progress);
+  impl_->CollectDirty(context.now_ms, changes.puts, changes.deletes, progress);
+}
+void DriftStage::FlushKept(int64_t now_ms, StateChanges& changes) {
+  impl_->CollectEvaluations(now_ms, /*all=*/true, changes.puts);
 }
 Status DriftStage::FinishRestore() { return impl_->FinishRestore(); }
 

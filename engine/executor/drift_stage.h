@@ -42,6 +42,7 @@ class DriftStage final : public Stage {
   bool HasClosableWindows(int64_t watermark_us) const override;
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
               StageProgress& progress) override;
+  void FlushKept(int64_t now_ms, StateChanges& changes) override;
 
   /// Per-model drift state (series in WARN / ALERT, values seen, roll-up) for the metrics
   /// endpoint; call on the executor's thread, e.g. after Finish. Empty before the first

@@ -216,7 +216,7 @@ class DriftStage::Impl {
   std::vector<SharedEvaluation> LatestEvaluations() const {
     std::vector<SharedEvaluation> out;
     out.reserve(latest_.size());
-    for (const auto& [key, evaluation] : latest_) out.push_back(evaluation);
+    for (const auto& [key, latest] : latest_) out.push_back(latest.evaluation);
     return out;
   }
 
@@ -231,7 +231,12 @@ class DriftStage::Impl {
     return monitor_ ? monitor_->FinishRestore() : Ok();
   }
 
-  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
+  // The evaluations newer than the checkpoint's copies (`all`: every one; otherwise those
+  // whose level changed, and the rest once kEvaluationFlushMs has passed since the last time).
+  void CollectEvaluations(int64_t now_ms, bool all,
+                          std::vector<std::pair<std::string, std::string>>& puts);
+
+  void CollectDirty(int64_t now_ms, std::vector<std::pair<std::string, std::string>>& puts,
                     std::vector<std::string>& deletes, StageProgress& progress);
 
  private:
@@ -861,11 +866,25 @@ class DriftStage::Impl {
   std::vector<AlertEvent> events_;
   std::vector<SharedEvaluation> evaluations_;
   bool want_evaluation_rows_ = false;
-  /// By (the model as the monitor knows it, series); entries are never removed, so the dirty
-  /// list may hold iterators.
-  using LatestMap = std::map<std::pair<std::string, std::string>, SharedEvaluation>;
+  /// The latest evaluation of a series, and what the checkpoint holds of it. Only the status
+  /// page, the metrics and `driftd report` read persisted evaluations (nothing a batch
+  /// computes does), so one that keeps its series' level is written at most every
+  /// kEvaluationFlushMs and at a clean stop; a changed level is written with its batch.
+  struct Latest {
+    SharedEvaluation evaluation;
+    bool saved = false;  // the checkpoint holds an evaluation of the series
+    AlertLevel saved_level = AlertLevel::kOk;
+    bool saved_evaluated = false;
+    bool waiting = false;  // newer than the checkpoint's, in unsaved_evaluations_
+  };
+  static constexpr int64_t kEvaluationFlushMs = 30'000;
+  /// By (the model as the monitor knows it, series); entries are never removed, so the lists
+  /// may hold iterators.
+  using LatestMap = std::map<std::pair<std::string, std::string>, Latest>;
   LatestMap latest_;
-  std::vector<LatestMap::iterator> dirty_evaluations_;
+  std::vector<LatestMap::iterator> dirty_evaluations_;    // evaluated in this batch
+  std::vector<LatestMap::iterator> unsaved_evaluations_;  // same level as the checkpoint's
+  int64_t evaluations_flushed_ms_ = INT64_MIN;
 };
 
 }  // namespace driftd

@@ -361,6 +361,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_until(lock, next, [&] { return stop_requested_.load(); });
     }
+    FlushKept();
     store_->PrepareClose();  // only delivery marks follow
     DRIFTD_TRY(AwaitDelivery());
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
@@ -409,6 +410,7 @@ class QueryExecutor::Impl {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, poll, [&] { return stop_requested_.load(); });
     }
+    if (status) FlushKept();
     store_->PrepareClose();  // only delivery marks follow
     Status awaited = AwaitDelivery();
     if (status) status = awaited;
@@ -423,6 +425,21 @@ class QueryExecutor::Impl {
     syncer.Stop();
     for (auto& sink : sinks_) IgnoreError(sink->Close());  // best effort on shutdown
     return status;
+  }
+
+  // At a clean stop: what the stages keep back from their batches' commits (Stage::FlushKept),
+  // written once the last batch committed. Nothing a batch reads is among it, so a stop that
+  // cannot write it loses only what the status page would show of the last seconds.
+  void FlushKept() {
+    if (finished_uncommitted_) return;  // a batch ended in memory only: it runs again
+    StateWrites writes;
+    for (auto& [id, task] : tasks_) task->FlushKept(NowMs(), writes);
+    if (writes.puts.empty() && writes.deletes.empty()) return;
+    Status written = store_->ApplyState(writes.puts, writes.deletes);
+    if (!written) {
+      log_->warn("pipeline {}: the latest drift evaluations were not written at the stop: {}",
+                 spec_.name, written.error().message());
+    }
   }
 
   // Syncs the sinks on a thread of its own when asked (trigger continuous).
@@ -755,6 +772,7 @@ class QueryExecutor::Impl {
     progress.add_batch_ms = MillisSince(read_start);
 
     // Every task ends its batch: its rows, its state changes under its scope.
+    finished_uncommitted_ = true;
     StateWrites writes;
     StageProgress stages;
     for (auto& [id, task] : tasks_) {
@@ -798,6 +816,7 @@ class QueryExecutor::Impl {
       progress.state_bytes_written += static_cast<int64_t>(key.size() + value.size());
     }
     DRIFTD_TRY(store_->Commit(std::move(write)));
+    finished_uncommitted_ = false;
     progress.wal_commit_ms = MillisSince(commit_start);
     for (auto& [id, task] : tasks_) task->Committed();
     placement_->Committed();
@@ -1286,6 +1305,9 @@ class QueryExecutor::Impl {
   SourceOffsets position_;
   int64_t next_batch_id_ = 0;
   Clock::time_point last_batch_end_{};
+  /// A batch's stages ended (Finish) and its commit has not been made: in memory, the tasks
+  /// hold what the checkpoint does not.
+  bool finished_uncommitted_ = false;
   Clock::time_point last_report_{};
   /// Trigger continuous: sinks deliver without syncing; these epochs wait for SyncSinks to be
   /// marked delivered.

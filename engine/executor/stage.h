@@ -157,6 +157,14 @@ class Stage {
   /// counters to `progress`.
   virtual void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
                       StageProgress& progress) = 0;
+
+  /// At a clean stop, after the last batch committed: state the stage keeps back from its
+  /// batches' changes because no batch reads it (what only the status page and reports show;
+  /// drift's latest evaluations), to be written without a batch. Default: none.
+  virtual void FlushKept(int64_t now_ms, StateChanges& changes) {
+    (void)now_ms;
+    (void)changes;
+  }
 };
 
 class DriftStage;        // engine/executor/drift_stage.h

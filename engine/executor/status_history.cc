@@ -358,24 +358,25 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
         if (cap < cap_) {
           // More series: each keeps fewer.
           for (auto& [series, keys] : point_keys_) {
-            while (keys.size() > cap) {
-              batch.Drop(keys.front());
-              keys.pop_front();
-              --points_;
-            }
+            if (keys.size() <= cap) continue;
+            const size_t dropped = keys.size() - cap;
+            for (size_t i = 0; i < dropped; ++i) batch.Drop(keys[i]);
+            keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(dropped));
+            if (keys.empty()) std::vector<std::string>().swap(keys);
+            points_ -= dropped;
           }
         }
         cap_ = cap;
       }
       if (cap_ == 0) continue;
-      std::deque<std::string>& keys = found->second;
+      std::vector<std::string>& keys = found->second;
       std::string key = SeriesKey(kPointPrefix, found->first) + SeqKey("/", next_seq_++);
       batch.Put(key, EncodeEvaluation(e, /*with_distribution=*/false));
       keys.push_back(std::move(key));
       ++points_;
       while (keys.size() > cap_) {
         batch.Drop(keys.front());
-        keys.pop_front();
+        keys.erase(keys.begin());
         --points_;
       }
     }

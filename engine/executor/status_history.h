@@ -152,8 +152,9 @@ class HistoryStage final : public Stage {
   /// Keys of the alerts kept, oldest first, and the sequence number of the next entry.
   std::deque<std::string> alert_keys_;
   uint64_t next_seq_ = 0;
-  /// Keys of each series' points kept, oldest first.
-  std::map<std::pair<std::string, std::string>, std::deque<std::string>> point_keys_;
+  /// Keys of each series' points kept, oldest first (a vector: with many series each keeps
+  /// none, and an empty deque would still hold a block of its own).
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> point_keys_;
   size_t points_ = 0;
   size_t cap_ = 0;  // points per series now
 };

@@ -177,6 +177,14 @@ void QueryTask::Finish(const BatchContext& context, BatchOutput& output, StateWr
   }
 }
 
+void QueryTask::FlushKept(int64_t now_ms, StateWrites& writes) {
+  for (auto& stage : stages_.all) {
+    StateChanges changes;
+    stage->FlushKept(now_ms, changes);
+    Scope(id_, stage->state_namespace(), changes, writes);
+  }
+}
+
 void QueryTask::PersistClock(StateWrites& writes) {
   clock_persisted_ = true;
   for (const EventClock::PartitionState& partition : clock_.Partitions()) {

@@ -115,6 +115,9 @@ class QueryTask {
   /// scope; counters add to `progress`.
   void Finish(const BatchContext& context, BatchOutput& output, StateWrites& writes,
               StageProgress& progress);
+  /// At a clean stop: the state its stages kept back from their batches (Stage::FlushKept),
+  /// under the task's scope.
+  void FlushKept(int64_t now_ms, StateWrites& writes);
   /// The clock's entries that changed since the last commit (kClockNamespace), for a task that
   /// may move to another process.
   void PersistClock(StateWrites& writes);

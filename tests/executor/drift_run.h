@@ -43,12 +43,27 @@ struct DriftRun {
     stage->Process(batch, times, output);
     BatchContext context;
     context.batch_id = batch_id++;
-    context.now_ms = 1'700'000'000'000;
+    context.now_ms = now_ms;
     StateChanges changes;
     StageProgress progress;
     stage->Finish(context, output, changes, progress);
     for (const std::string& row : output.alerts.rows) alerts.push_back(row);
-    for (auto& [key, value] : changes.puts) state[key] = value;
+    Apply(changes);
+  }
+
+  /// A clean stop: what the stage kept back from its batches (Stage::FlushKept).
+  void Stop() {
+    StateChanges changes;
+    stage->FlushKept(now_ms, changes);
+    Apply(changes);
+  }
+
+  void Apply(StateChanges& changes) {
+    last_puts.clear();
+    for (auto& [key, value] : changes.puts) {
+      last_puts.push_back(key);
+      state[key] = value;
+    }
     for (const std::string& key : changes.deletes) state.erase(key);
   }
 
@@ -70,6 +85,7 @@ struct DriftRun {
     }
     REQUIRE(next->stage->FinishRestore());
     next->batch_id = batch_id;
+    next->now_ms = now_ms;
     next->state = state;
     return next;
   }
@@ -79,7 +95,11 @@ struct DriftRun {
   std::unique_ptr<DriftStage> stage;
   std::vector<std::string> alerts;
   std::map<std::string, std::string> state;
+  /// Keys the last batch (or Stop) put.
+  std::vector<std::string> last_puts;
   int64_t batch_id = 0;
+  /// The processing time batches run at (Unix epoch milliseconds).
+  int64_t now_ms = 1'700'000'000'000;
 };
 
 }  // namespace driftd::testing
