@@ -231,6 +231,47 @@ class LegacyReader {
   std::string_view in_;
 };
 
+/// A name inside a '/'-separated key path (drift's "drift/<model>/<series>", its evaluations,
+/// the status history's "p/<model>/<series>/<seq>"): '%' is written "%25" and '/' "%2F", every
+/// other byte as it is, so the path splits at its '/' and keys keep their names' order within
+/// a prefix. One scheme for every such key, persisted: it never changes.
+inline std::string EscapeKeyPart(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '/') {
+      out += "%2F";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+/// The name EscapeKeyPart wrote; nullopt for an escape it never writes.
+inline std::optional<std::string> UnescapeKeyPart(std::string_view part) {
+  std::string out;
+  out.reserve(part.size());
+  for (size_t i = 0; i < part.size(); ++i) {
+    if (part[i] != '%') {
+      out.push_back(part[i]);
+      continue;
+    }
+    const std::string_view code = part.substr(i + 1, 2);
+    if (code == "25") {
+      out.push_back('%');
+    } else if (code == "2F") {
+      out.push_back('/');
+    } else {
+      return std::nullopt;
+    }
+    i += 2;
+  }
+  return out;
+}
+
 /// The compact value bodies of drift's state (engine/drift/codec.h), named here so that every
 /// encoding on disk is reached from this header.
 using BodyWriter = drift::ByteWriter;

@@ -31,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/codec.h"
 #include "engine/drift/codec.h"
 #include "engine/drift/monitor.h"
 #include "engine/drift/value_sample.h"
@@ -89,39 +90,12 @@ inline uint64_t AlertId(std::string_view model, std::string_view series, std::st
   return Fnv1a({model, series, detector, ToString(level), start});
 }
 
-inline std::string EscapeName(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    if (c == '%') {
-      out += "%25";
-    } else if (c == '/') {
-      out += "%2F";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
+// Model and series names in state keys: engine/codec.h's key-path escaping.
+inline std::string EscapeName(std::string_view name) { return codec::EscapeKeyPart(name); }
 inline Result<std::string> UnescapeName(std::string_view name) {
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (name[i] != '%') {
-      out.push_back(name[i]);
-      continue;
-    }
-    const std::string_view code = name.substr(i + 1, 2);
-    if (code == "25") {
-      out.push_back('%');
-    } else if (code == "2F") {
-      out.push_back('/');
-    } else {
-      return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", name);
-    }
-    i += 2;
-  }
-  return out;
+  std::optional<std::string> out = codec::UnescapeKeyPart(name);
+  if (!out) return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", name);
+  return std::move(*out);
 }
 
 /// Order of readings for choosing the detector that decided an evaluation: level first, then

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "engine/executor/drift_stage.h"
+#include "engine/codec.h"
 #include "engine/drift/codec.h"
 #include "engine/drift/evaluation.h"
 #include "engine/drift/monitor.h"
@@ -67,39 +68,13 @@ struct NameHash {
   size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
 };
 
+// Names in state keys: engine/codec.h's key-path escaping.
 inline Result<std::string> UnescapeKeyPart(std::string_view part) {
-  std::string out;
-  for (size_t i = 0; i < part.size(); ++i) {
-    if (part[i] != '%') {
-      out.push_back(part[i]);
-      continue;
-    }
-    const std::string_view code = part.substr(i + 1, 2);
-    if (code == "25") {
-      out.push_back('%');
-    } else if (code == "2F") {
-      out.push_back('/');
-    } else {
-      return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", part);
-    }
-    i += 2;
-  }
-  return out;
+  std::optional<std::string> out = codec::UnescapeKeyPart(part);
+  if (!out) return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", part);
+  return std::move(*out);
 }
-
-inline std::string EscapeKeyPart(std::string_view name) {
-  std::string out;
-  for (char c : name) {
-    if (c == '%') {
-      out += "%25";
-    } else if (c == '/') {
-      out += "%2F";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
+using codec::EscapeKeyPart;
 
 inline int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/codec.h"
 #include "engine/drift/codec.h"
 #include "engine/drift/evaluation.h"
 #include "engine/executor/drift_stage.h"
@@ -26,36 +27,10 @@ constexpr std::string_view kPointPrefix = "p/";
 constexpr uint8_t kAlertVersion = 1;
 constexpr uint8_t kIncidentVersion = 1;
 
-std::string Escape(std::string_view part) {
-  std::string out;
-  out.reserve(part.size());
-  for (char c : part) {
-    if (c == '%') {
-      out += "%25";
-    } else if (c == '/') {
-      out += "%2F";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
+// Names in keys: engine/codec.h's key-path escaping (an escape it never writes is kept as read).
+std::string Escape(std::string_view part) { return codec::EscapeKeyPart(part); }
 std::string Unescape(std::string_view part) {
-  std::string out;
-  out.reserve(part.size());
-  for (size_t i = 0; i < part.size(); ++i) {
-    if (part[i] == '%' && part.substr(i + 1, 2) == "25") {
-      out.push_back('%');
-      i += 2;
-    } else if (part[i] == '%' && part.substr(i + 1, 2) == "2F") {
-      out.push_back('/');
-      i += 2;
-    } else {
-      out.push_back(part[i]);
-    }
-  }
-  return out;
+  return codec::UnescapeKeyPart(part).value_or(std::string(part));
 }
 
 std::string SeqKey(std::string_view prefix, uint64_t seq) {
