@@ -30,14 +30,13 @@ void PutTime(drift::ByteWriter& w, int64_t us) {
     w.Varint(0);
     return;
   }
-  w.Varint(((static_cast<uint64_t>(us) << 1) ^ static_cast<uint64_t>(us >> 63)) + 1);
+  w.Varint(drift::ToZigzag(us) + 1);
 }
 
 int64_t GetTime(drift::ByteReader& r) {
   const uint64_t t = r.Varint();
   if (t == 0) return INT64_MIN;
-  const uint64_t z = t - 1;
-  return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  return drift::FromZigzag(t - 1);
 }
 
 void PutCounts(drift::ByteWriter& w, const std::vector<int64_t>& counts) {
