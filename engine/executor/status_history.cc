@@ -325,6 +325,15 @@ struct BatchEntries {
   void Drop(const std::string& key) {
     if (puts.erase(key) == 0) deletes.insert(key);
   }
+  /// Drops the front of `keys` (the oldest) until `keep` are left; returns how many it dropped.
+  size_t DropOldest(std::deque<std::string>& keys, size_t keep) {
+    size_t dropped = 0;
+    for (; keys.size() > keep; ++dropped) {
+      Drop(keys.front());
+      keys.pop_front();
+    }
+    return dropped;
+  }
 };
 
 }  // namespace
@@ -342,10 +351,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
       std::string key = SeqKey(kAlertPrefix, next_seq_++);
       batch.Put(key, EncodeAlert(summary));
       alert_keys_.push_back(std::move(key));
-      while (alert_keys_.size() > options_.alerts) {
-        batch.Drop(alert_keys_.front());
-        alert_keys_.pop_front();
-      }
+      batch.DropOldest(alert_keys_, options_.alerts);
       touched.insert(incidents_.Apply(summary));
     }
   };
@@ -357,13 +363,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
         const size_t cap = SeriesCap();
         if (cap < cap_) {
           // More series: each keeps fewer.
-          for (auto& [series, keys] : point_keys_) {
-            while (keys.size() > cap) {
-              batch.Drop(keys.front());
-              keys.pop_front();
-              --points_;
-            }
-          }
+          for (auto& [series, keys] : point_keys_) points_ -= batch.DropOldest(keys, cap);
         }
         cap_ = cap;
       }
@@ -373,11 +373,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
       batch.Put(key, EncodeEvaluation(e, /*with_distribution=*/false));
       keys.push_back(std::move(key));
       ++points_;
-      while (keys.size() > cap_) {
-        batch.Drop(keys.front());
-        keys.pop_front();
-        --points_;
-      }
+      points_ -= batch.DropOldest(keys, cap_);
     }
   };
   if (drift_ != nullptr) {
