@@ -63,11 +63,20 @@ class Writer {
   std::string& out_;
 };
 
-/// Reads what Writer wrote. Each read returns false (and reads nothing) when the bytes run out,
-/// so a decoder refuses a truncated value instead of reading past it.
-class Reader {
+/// The byte order of a reader's fixed-width integers.
+enum class ByteOrder {
+  kBig,     // Writer's: the codec's
+  kLittle,  // records written before the codec, by hosts that copied integers' memory
+};
+
+/// Reads what Writer wrote (ByteOrder::kBig: Reader), or the records written before this codec
+/// in the hosts' little-endian order (LegacyReader), which are still read. Each read returns
+/// false (and reads nothing) when the bytes run out, so a decoder refuses a truncated value
+/// instead of reading past it.
+template <ByteOrder kOrder>
+class BasicReader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
+  explicit BasicReader(std::string_view in) : in_(in) {}
 
   bool U8(uint8_t& v) {
     if (in_.empty()) return false;
@@ -136,13 +145,20 @@ class Reader {
   bool Fixed(uint64_t& v, int bytes) {
     if (in_.size() < static_cast<size_t>(bytes)) return false;
     v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(in_[i]);
+    if constexpr (kOrder == ByteOrder::kBig) {
+      for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(in_[i]);
+    } else {
+      for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in_[i]);
+    }
     in_.remove_prefix(static_cast<size_t>(bytes));
     return true;
   }
 
   std::string_view in_;
 };
+
+using Reader = BasicReader<ByteOrder::kBig>;
+using LegacyReader = BasicReader<ByteOrder::kLittle>;
 
 /// Source offsets ("topic-0" -> 42) in a value: a u32 count, then each key (String) and offset
 /// (I64), in key order.
@@ -178,58 +194,6 @@ std::optional<T> ParseDecimal(std::string_view text) {
   if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
   return value;
 }
-
-/// Little-endian reads of records written before this codec, by hosts that copied integers'
-/// memory (x86-64 and arm64 are little-endian): the formats that are still read.
-class LegacyReader {
- public:
-  explicit LegacyReader(std::string_view in) : in_(in) {}
-  bool U8(uint8_t& v) {
-    if (in_.empty()) return false;
-    v = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return true;
-  }
-  bool U32(uint32_t& v) {
-    uint64_t wide = 0;
-    if (!Fixed(wide, 4)) return false;
-    v = static_cast<uint32_t>(wide);
-    return true;
-  }
-  bool U64(uint64_t& v) { return Fixed(v, 8); }
-  bool I64(int64_t& v) {
-    uint64_t u = 0;
-    if (!U64(u)) return false;
-    v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool String(std::string_view& v) {
-    uint32_t size = 0;
-    if (!U32(size) || in_.size() < size) return false;
-    v = in_.substr(0, size);
-    in_.remove_prefix(size);
-    return true;
-  }
-  bool Raw(size_t size, std::string_view& v) {
-    if (in_.size() < size) return false;
-    v = in_.substr(0, size);
-    in_.remove_prefix(size);
-    return true;
-  }
-  std::string_view rest() const { return in_; }
-  bool done() const { return in_.empty(); }
-
- private:
-  bool Fixed(uint64_t& v, int bytes) {
-    if (in_.size() < static_cast<size_t>(bytes)) return false;
-    v = 0;
-    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in_[i]);
-    in_.remove_prefix(static_cast<size_t>(bytes));
-    return true;
-  }
-
-  std::string_view in_;
-};
 
 /// A name inside a '/'-separated key path (drift's "drift/<model>/<series>", its evaluations,
 /// the status history's "p/<model>/<series>/<seq>"): '%' is written "%25" and '/' "%2F", every

@@ -49,6 +49,30 @@ inline bool ToDecimal(double v, int& hint, int64_t& m, int& k) {
   return true;
 }
 
+/// Zigzag: a signed number as an unsigned one that is small when its magnitude is, of either
+/// sign (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...), for a short varint.
+inline uint64_t ToZigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+inline int64_t FromZigzag(uint64_t z) {
+  return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+}
+
+/// The most bytes a varint takes.
+inline constexpr size_t kMaxVarintBytes = 10;
+
+/// Unsigned LEB128 (7 bits a byte, low first; 1 byte below 128) written at `out`, which has room
+/// for kMaxVarintBytes; the bytes written.
+inline size_t PutVarint(uint64_t v, char* out) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out[n++] = static_cast<char>(v);
+  return n;
+}
+
 /// The most bytes PutDecimal writes for one value.
 inline constexpr size_t kMaxDecimalBytes = 10;
 
@@ -59,16 +83,8 @@ inline size_t PutDecimal(double v, int& hint, char* out) {
   int k = 0;
   uint64_t tag = kDecimalRaw;
   const bool compact = ToDecimal(v, hint, m, k);
-  if (compact) {
-    const uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
-    tag = (z << 4) | static_cast<uint64_t>(k);
-  }
-  size_t n = 0;
-  while (tag >= 0x80) {
-    out[n++] = static_cast<char>((tag & 0x7f) | 0x80);
-    tag >>= 7;
-  }
-  out[n++] = static_cast<char>(tag);
+  if (compact) tag = (ToZigzag(m) << 4) | static_cast<uint64_t>(k);
+  size_t n = PutVarint(tag, out);
   if (!compact) {
     const uint64_t bits = std::bit_cast<uint64_t>(v);
     for (int i = 0; i < 8; ++i) out[n++] = static_cast<char>((bits >> (8 * i)) & 0xff);
@@ -94,21 +110,13 @@ class ByteWriter {
   }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
   void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
-  /// Unsigned LEB128: 7 bits a byte, low first; 1 byte below 128.
+  /// Unsigned LEB128 (PutVarint).
   void Varint(uint64_t v) {
-    char buf[10];
-    size_t n = 0;
-    while (v >= 0x80) {
-      buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
-      v >>= 7;
-    }
-    buf[n++] = static_cast<char>(v);
-    out_.append(buf, n);
+    char buf[kMaxVarintBytes];
+    out_.append(buf, PutVarint(v, buf));
   }
   /// Signed as zigzag varint: small magnitudes of either sign take few bytes.
-  void Zigzag(int64_t v) {
-    Varint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
-  }
+  void Zigzag(int64_t v) { Varint(ToZigzag(v)); }
   /// A double exactly, in its compact decimal form when it has one (ToDecimal): the varint of
   /// zigzag(m) * 16 + k (2 to 4 bytes for the values of inference logs), else the varint 15
   /// and the 8 raw bytes. `hint` as for ToDecimal.
@@ -170,17 +178,12 @@ class ByteReader {
     failed_ = true;  // more than 10 bytes
     return 0;
   }
-  int64_t Zigzag() {
-    const uint64_t z = Varint();
-    return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-  }
+  int64_t Zigzag() { return FromZigzag(Varint()); }
   double Decimal() {
     const uint64_t t = Varint();
     const int k = static_cast<int>(t & 15);
     if (k == kDecimalRaw) return F64();
-    const uint64_t z = t >> 4;
-    const int64_t m = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-    return static_cast<double>(m) / kPow10[k];
+    return static_cast<double>(FromZigzag(t >> 4)) / kPow10[k];
   }
   /// A varint length and that many bytes.
   std::string_view Bytes() {

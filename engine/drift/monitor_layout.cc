@@ -30,14 +30,13 @@ void PutTime(drift::ByteWriter& w, int64_t us) {
     w.Varint(0);
     return;
   }
-  w.Varint(((static_cast<uint64_t>(us) << 1) ^ static_cast<uint64_t>(us >> 63)) + 1);
+  w.Varint(drift::ToZigzag(us) + 1);
 }
 
 int64_t GetTime(drift::ByteReader& r) {
   const uint64_t t = r.Varint();
   if (t == 0) return INT64_MIN;
-  const uint64_t z = t - 1;
-  return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  return drift::FromZigzag(t - 1);
 }
 
 void PutCounts(drift::ByteWriter& w, const std::vector<int64_t>& counts) {
@@ -117,11 +116,123 @@ HigherMoments NormalShaped(const Moments& m) {
   return HigherMoments::Normal(m.count(), m.count() > 0 ? m.mean() : 0, m.m2());
 }
 
+// ---- parts that several versions of the records write alike --------------------------------
+
+// A decoder's error for what it found wrong, naming the record (and its size).
+using Corrupt = std::function<Status(std::string_view)>;
+
+/// An alert state machine and its open incident's id: its fixed encoding, then a u64. `name`
+/// says what it is in an error.
+Status ReadAlert(drift::ByteReader& r, std::string_view name, AlertStateMachine& alert,
+                 uint64_t& incident, const Corrupt& corrupt) {
+  std::string buf;
+  if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) {
+    return corrupt(fmt::format("truncated {}", name));
+  }
+  auto decoded = AlertStateMachine::Decode(buf);
+  if (!decoded) return tl::unexpected(decoded.error());
+  alert = *decoded;
+  incident = r.U64();
+  return Ok();
+}
+
+/// The fences of winsorizing: f64 low, then high.
+Status ReadFences(drift::ByteReader& r, DriftMonitor::SeriesState& s, const Corrupt& corrupt) {
+  s.clip_lo = r.F64();
+  s.clip_hi = r.F64();
+  if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
+    return corrupt("bad fences");
+  }
+  return Ok();
+}
+
+/// `count` inner bin edges, f64 each and increasing (the count as wide as its version writes
+/// it, read by the caller).
+Status ReadEdges(drift::ByteReader& r, uint64_t count, size_t bins_limit, BinEdges& edges,
+                 const Corrupt& corrupt) {
+  if (count > r.remaining() / 8 || count + 1 > bins_limit) return corrupt("bad bin edges");
+  std::vector<double> inner(count);
+  for (auto& e : inner) e = r.F64();
+  edges = BinEdges(std::move(inner));
+  if (edges.inner().size() != count) return corrupt("bin edges not increasing");
+  return Ok();
+}
+
+/// An error series' summary as versions 1 to 5 write it: i64 errors, then the moments of the
+/// absolute errors.
+bool ReadErrors(drift::ByteReader& r, ErrorSummary& e) {
+  e.errors = r.I64();
+  return ReadMoments(r, e.abs_error);
+}
+
+/// A window summary as its version writes it.
+using SummaryDecoder = bool (*)(drift::ByteReader& r, WindowSummary& t);
+
+/// Versions 1 and 2: moments and counts; no winsorized moments (they are read as normal-shaped).
+bool DecodeLegacySummary(drift::ByteReader& r, WindowSummary& t) {
+  if (!ReadMoments(r, t.moments) || !DecodeCounts(r, t.counts)) return false;
+  t.clipped = NormalShaped(t.moments);
+  return true;
+}
+
+/// The trailing windows as versions 1 to 5 write them: a u32 count and the next slot, then the
+/// summaries.
+Status ReadTrailing(drift::ByteReader& r, SummaryDecoder decode,
+                    DriftMonitor::SeriesState::Evaluation& e, const Corrupt& corrupt) {
+  const uint32_t trailing = r.U32();
+  e.trailing_next = r.U32();
+  if (trailing > 10'000 || r.failed()) return corrupt("bad trailing windows");
+  e.trailing.assign(trailing, {});
+  for (WindowSummary& t : e.trailing) {
+    if (!decode(r, t)) return corrupt("bad trailing window");
+  }
+  return Ok();
+}
+
+/// An open window's sums and counts as its version writes them.
+using OpenSumsDecoder = bool (*)(drift::ByteReader& r, OpenWindow& o);
+
+/// Version 2: the moments of raw values (normal-shaped, none winsorized) and the counts.
+bool DecodeLegacyOpenSums(drift::ByteReader& r, OpenWindow& o) {
+  Moments moments;
+  if (!ReadMoments(r, moments) || !DecodeCounts(r, o.counts)) return false;
+  o.raw = PowerSums::FromMoments(NormalShaped(moments));
+  o.sums = o.raw;
+  return true;
+}
+
+/// Versions 3 to 5: the power sums of raw and of winsorized values, and the counts.
+bool DecodeOpenSums(drift::ByteReader& r, OpenWindow& o) {
+  return o.raw.Decode(r) && o.sums.Decode(r) && DecodeCounts(r, o.counts);
+}
+
+/// The open event-time windows as versions 2 to 5 write them: a u32 count, then each window's
+/// start, first value index, sums and counts, and event-time span, by increasing start.
+Status ReadOpenWindows(drift::ByteReader& r, OpenSumsDecoder decode, std::vector<OpenWindow>& open,
+                       const Corrupt& corrupt) {
+  const uint32_t count = r.U32();
+  if (count > 100'000 || count > r.remaining() / 16) return corrupt("bad open windows");
+  open.resize(count);
+  int64_t previous_start = INT64_MIN;
+  for (OpenWindow& o : open) {
+    o.start_us = r.I64();
+    o.first_index = r.I64();
+    if (!decode(r, o)) return corrupt("bad open window");
+    o.min_us = r.I64();
+    o.max_us = r.I64();
+    if (r.failed() || o.start_us <= previous_start) return corrupt("bad open window");
+    previous_start = o.start_us;
+  }
+  return Ok();
+}
+
+// ---- versions 1 to 5 of the series record ----------------------------------------------------
+
 /// Versions 1 and 2: no winsorizing, no higher moments, Page-Hinkley instead of the CUSUM. The
 /// baseline is read as unwinsorized and normal-shaped; an open incident has no summary yet, so
 /// every family must show it is back.
 Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::SeriesState& s,
-                          size_t bins_limit, const std::function<Status(std::string_view)>& corrupt) {
+                          size_t bins_limit, const Corrupt& corrupt) {
   s.frozen = r.U8() != 0;
   s.seen = r.I64();
   s.first_event_us = r.I64();
@@ -130,23 +241,9 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   s.warmup.Clear();
   for (uint32_t i = 0; i < warmup; ++i) s.warmup.Add(r.F64());
   if (!ReadMoments(r, s.baseline)) return corrupt("bad baseline moments");
-  const uint32_t edges = r.U32();
-  if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
-  std::vector<double> inner(edges);
-  for (auto& e : inner) e = r.F64();
-  s.edges = BinEdges(std::move(inner));
-  if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+  DRIFTD_TRY(ReadEdges(r, r.U32(), bins_limit, s.edges, corrupt));
   if (!DecodeCounts(r, s.ref_counts)) return corrupt("bad reference counts");
-  const uint32_t trailing = r.U32();
-  s.mut_eval().trailing_next = r.U32();
-  if (trailing > 10'000 || r.failed()) return corrupt("bad trailing windows");
-  s.mut_eval().trailing.assign(trailing, {});
-  for (WindowSummary& t : s.mut_eval().trailing) {
-    if (!ReadMoments(r, t.moments) || !DecodeCounts(r, t.counts)) {
-      return corrupt("bad trailing window");
-    }
-    t.clipped = NormalShaped(t.moments);
-  }
+  DRIFTD_TRY(ReadTrailing(r, DecodeLegacySummary, s.mut_eval(), corrupt));
   Moments window;
   if (!ReadMoments(r, window)) return corrupt("bad window moments");
   if (!DecodeCounts(r, s.mut_eval().window_counts)) return corrupt("bad window counts");
@@ -156,38 +253,16 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   s.mut_eval().window_min_us = r.I64();
   s.mut_eval().window_max_us = r.I64();
   (void)r.Str();  // Page-Hinkley's state: the CUSUM starts afresh
-  std::string buf;
-  if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
-  auto alert = AlertStateMachine::Decode(buf);
-  if (!alert) return tl::unexpected(alert.error());
-  s.alert = *alert;
-  s.mut_eval().incident = r.U64();
-  s.mut_eval().err_baseline.errors = r.I64();
-  if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) return corrupt("bad error baseline");
-  s.mut_eval().err_window.errors = r.I64();
-  if (!ReadMoments(r, s.mut_eval().err_window.abs_error)) return corrupt("bad error window");
+  DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
+  if (!ReadErrors(r, s.mut_eval().err_baseline)) return corrupt("bad error baseline");
+  if (!ReadErrors(r, s.mut_eval().err_window)) return corrupt("bad error window");
   s.open.clear();
   if (version >= 2) {
-    const uint32_t open = r.U32();
-    if (open > 100'000 || open > r.remaining() / 16) return corrupt("bad open windows");
-    s.open.resize(open);
-    int64_t previous_start = INT64_MIN;
-    for (OpenWindow& o : s.open) {
-      o.start_us = r.I64();
-      o.first_index = r.I64();
-      Moments moments;
-      if (!ReadMoments(r, moments) || !DecodeCounts(r, o.counts)) {
+    DRIFTD_TRY(ReadOpenWindows(r, DecodeLegacyOpenSums, s.open, corrupt));
+    for (const OpenWindow& o : s.open) {
+      if (!o.counts.empty() && o.counts.size() != s.edges.bins()) {
         return corrupt("bad open window");
       }
-      o.raw = PowerSums::FromMoments(NormalShaped(moments));
-      o.sums = o.raw;
-      o.min_us = r.I64();
-      o.max_us = r.I64();
-      if (r.failed() || o.start_us <= previous_start ||
-          (!o.counts.empty() && o.counts.size() != s.edges.bins())) {
-        return corrupt("bad open window");
-      }
-      previous_start = o.start_us;
     }
   }
   // Frozen baselines of old state had no fences: nothing is clipped.
@@ -199,35 +274,25 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
 }
 
 Status DecodeBaseFields(drift::ByteReader& r, DriftMonitor::SeriesState& s, size_t bins_limit,
-                        const std::function<Status(std::string_view)>& corrupt) {
+                        const Corrupt& corrupt) {
   if (!ReadMoments(r, s.baseline) || !s.baseline_c.Decode(r)) {
     return corrupt("bad baseline moments");
   }
-  s.clip_lo = r.F64();
-  s.clip_hi = r.F64();
-  if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
-    return corrupt("bad fences");
-  }
-  const uint32_t edges = r.U32();
-  if (edges > r.remaining() / 8 || edges + 1 > bins_limit) return corrupt("bad bin edges");
-  std::vector<double> inner(edges);
-  for (auto& e : inner) e = r.F64();
-  s.edges = BinEdges(std::move(inner));
-  if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+  DRIFTD_TRY(ReadFences(r, s, corrupt));
+  DRIFTD_TRY(ReadEdges(r, r.U32(), bins_limit, s.edges, corrupt));
   if (!DecodeCounts(r, s.ref_counts)) return corrupt("bad reference counts");
   return Ok();
 }
 
 Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit) {
   drift::ByteReader r(bytes);
-  std::function<Status(std::string_view)> corrupt = [&](std::string_view what) -> Status {
+  Corrupt corrupt = [&](std::string_view what) -> Status {
     return MakeError(ErrorCode::kCorruption, "drift baseline state: {} ({} bytes)", what,
                      bytes.size());
   };
   if (r.U8() != kBaseEncodingVersion) return corrupt("unknown version");
   DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
-  s.mut_eval().err_baseline.errors = r.I64();
-  if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) return corrupt("bad error baseline");
+  if (!ReadErrors(r, s.mut_eval().err_baseline)) return corrupt("bad error baseline");
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   return Ok();
 }
@@ -354,12 +419,7 @@ Status DecodeCategoricalSeries(std::string_view bytes, DriftMonitor::SeriesState
   s.mut_eval().window_min_us = r.I64();
   s.mut_eval().window_max_us = r.I64();
   s.mut_eval().season_end_us = r.I64();
-  std::string buf;
-  if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
-  auto alert = AlertStateMachine::Decode(buf);
-  if (!alert) return tl::unexpected(alert.error());
-  s.alert = *alert;
-  s.mut_eval().incident = r.U64();
+  DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
   Incident& inc = s.mut_eval().inc;
   inc.families = r.U8();
   inc.lead = static_cast<int32_t>(r.U32());
@@ -463,7 +523,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
   base_apart = false;
   warmup_count = 0;
   drift::ByteReader r(bytes);
-  std::function<Status(std::string_view)> corrupt = [&](std::string_view what) -> Status {
+  Corrupt corrupt = [&](std::string_view what) -> Status {
     return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
                      bytes.size());
   };
@@ -490,13 +550,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
       for (uint32_t i = 0; i < warmup; ++i) s.warmup.Add(r.F64());
     }
     if (!base_apart) DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
-    const uint32_t trailing = r.U32();
-    s.mut_eval().trailing_next = r.U32();
-    if (trailing > 10'000 || r.failed()) return corrupt("bad trailing windows");
-    s.mut_eval().trailing.assign(trailing, {});
-    for (WindowSummary& t : s.mut_eval().trailing) {
-      if (!DecodeSummary(r, t)) return corrupt("bad trailing window");
-    }
+    DRIFTD_TRY(ReadTrailing(r, DecodeSummary, s.mut_eval(), corrupt));
     const uint32_t phases = r.U32();
     s.mut_eval().season_end_us = r.I64();
     if (phases > 100'000 || r.failed()) return corrupt("bad seasonal phases");
@@ -529,12 +583,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     if (!(s.eval().cusum_up >= 0) || !(s.eval().cusum_down >= 0) || !(s.eval().cusum_sd >= 0)) {
       return corrupt("bad cusum");
     }
-    std::string buf;
-    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
-    auto alert = AlertStateMachine::Decode(buf);
-    if (!alert) return tl::unexpected(alert.error());
-    s.alert = *alert;
-    s.mut_eval().incident = r.U64();
+    DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
     Incident& inc = s.mut_eval().inc;
     inc.families = r.U8();
     inc.lead = static_cast<int32_t>(r.U32());
@@ -550,29 +599,11 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
     for (double& d : inc.shape_delta) d = r.F64();
     inc.error_n = r.I64();
     inc.error_errors = r.I64();
-    if (!base_apart) {
-      s.mut_eval().err_baseline.errors = r.I64();
-      if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) {
-        return corrupt("bad error baseline");
-      }
+    if (!base_apart && !ReadErrors(r, s.mut_eval().err_baseline)) {
+      return corrupt("bad error baseline");
     }
-    s.mut_eval().err_window.errors = r.I64();
-    if (!ReadMoments(r, s.mut_eval().err_window.abs_error)) return corrupt("bad error window");
-    const uint32_t open = r.U32();
-    if (open > 100'000 || open > r.remaining() / 16) return corrupt("bad open windows");
-    s.open.resize(open);
-    int64_t previous_start = INT64_MIN;
-    for (OpenWindow& o : s.open) {
-      o.start_us = r.I64();
-      o.first_index = r.I64();
-      if (!o.raw.Decode(r) || !o.sums.Decode(r) || !DecodeCounts(r, o.counts)) {
-        return corrupt("bad open window");
-      }
-      o.min_us = r.I64();
-      o.max_us = r.I64();
-      if (r.failed() || o.start_us <= previous_start) return corrupt("bad open window");
-      previous_start = o.start_us;
-    }
+    if (!ReadErrors(r, s.mut_eval().err_window)) return corrupt("bad error window");
+    DRIFTD_TRY(ReadOpenWindows(r, DecodeOpenSums, s.open, corrupt));
     if (version >= 4) {
       for (OpenWindow& o : s.open) {
         auto sample = ValueSample::Decode(r.Str());
@@ -842,17 +873,8 @@ Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s) {
     return corrupt("unknown sections");
   }
   if (bits & kColdFences) {
-    s.clip_lo = r.F64();
-    s.clip_hi = r.F64();
-    if (std::isnan(s.clip_lo) || std::isnan(s.clip_hi) || s.clip_lo > s.clip_hi) {
-      return corrupt("bad fences");
-    }
-    const uint64_t edges = r.Varint();
-    if (edges > r.remaining() / 8 || edges + 1 > kBinsLimit) return corrupt("bad bin edges");
-    std::vector<double> inner(edges);
-    for (auto& e : inner) e = r.F64();
-    s.edges = BinEdges(std::move(inner));
-    if (s.edges.inner().size() != edges) return corrupt("bin edges not increasing");
+    DRIFTD_TRY(ReadFences(r, s, corrupt));
+    DRIFTD_TRY(ReadEdges(r, r.Varint(), kBinsLimit, s.edges, corrupt));
   }
   if (bits & kColdTrailing) {
     const uint64_t trailing = r.Varint();
@@ -898,12 +920,7 @@ Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s) {
     if (!(s.eval().cusum_sd >= 0)) return corrupt("bad cusum");
   }
   if (bits & kColdAlert) {
-    std::string buf;
-    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated alert");
-    auto alert = AlertStateMachine::Decode(buf);
-    if (!alert) return tl::unexpected(alert.error());
-    s.alert = *alert;
-    s.mut_eval().incident = r.U64();
+    DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
   }
   if (bits & kColdIncident) {
     Incident& inc = s.mut_eval().inc;
@@ -941,14 +958,7 @@ Status DecodeModelRecord(std::string_view bytes, ModelRecordHead& head,
   if (r.U8() != kModelEncodingVersion) return corrupt("unknown version");
   const uint64_t flags = r.Varint();
   if ((flags & ~uint64_t{1}) != 0) return corrupt("bad flags");
-  if (flags & 1) {
-    std::string buf;
-    if (!ReadFixed(r, AlertStateMachine::kEncodedSize, buf)) return corrupt("truncated roll-up");
-    auto rollup = AlertStateMachine::Decode(buf);
-    if (!rollup) return tl::unexpected(rollup.error());
-    head.rollup = *rollup;
-    head.rollup_incident = r.U64();
-  }
+  if (flags & 1) DRIFTD_TRY(ReadAlert(r, "roll-up", head.rollup, head.rollup_incident, corrupt));
   const uint64_t first = r.Varint();
   const uint64_t next = r.Varint();
   if (r.failed() || first > next || next > UINT32_MAX) return corrupt("bad segment range");

@@ -300,6 +300,15 @@ struct BatchEntries {
   void Drop(const std::string& key) {
     if (puts.erase(key) == 0) deletes.insert(key);
   }
+  /// Drops the front of `keys` (the oldest) until `keep` are left; returns how many it dropped.
+  template <typename Keys>  // a deque or a vector of keys
+  size_t DropOldest(Keys& keys, size_t keep) {
+    if (keys.size() <= keep) return 0;
+    const size_t dropped = keys.size() - keep;
+    for (size_t i = 0; i < dropped; ++i) Drop(keys[i]);
+    keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(dropped));
+    return dropped;
+  }
 };
 
 }  // namespace
@@ -317,10 +326,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
       std::string key = SeqKey(kAlertPrefix, next_seq_++);
       batch.Put(key, EncodeAlert(summary));
       alert_keys_.push_back(std::move(key));
-      while (alert_keys_.size() > options_.alerts) {
-        batch.Drop(alert_keys_.front());
-        alert_keys_.pop_front();
-      }
+      batch.DropOldest(alert_keys_, options_.alerts);
       touched.insert(incidents_.Apply(summary));
     }
   };
@@ -332,14 +338,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
         const size_t cap = SeriesCap();
         if (cap < cap_) {
           // More series: each keeps fewer.
-          for (auto& [series, keys] : point_keys_) {
-            if (keys.size() <= cap) continue;
-            const size_t dropped = keys.size() - cap;
-            for (size_t i = 0; i < dropped; ++i) batch.Drop(keys[i]);
-            keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(dropped));
-            if (keys.empty()) std::vector<std::string>().swap(keys);
-            points_ -= dropped;
-          }
+          for (auto& [series, keys] : point_keys_) points_ -= batch.DropOldest(keys, cap);
         }
         cap_ = cap;
       }
@@ -349,11 +348,7 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
       batch.Put(key, EncodeEvaluation(e, /*with_distribution=*/false));
       keys.push_back(std::move(key));
       ++points_;
-      while (keys.size() > cap_) {
-        batch.Drop(keys.front());
-        keys.erase(keys.begin());
-        --points_;
-      }
+      points_ -= batch.DropOldest(keys, cap_);
     }
   };
   if (drift_ != nullptr) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/drift/calibration.h"
 #include "engine/drift/histogram.h"
@@ -98,9 +99,22 @@ Homogeneity TestHomogeneity(std::span<const int64_t> win, std::span<const int64_
   return h;
 }
 
-void Shares(std::span<const int64_t> counts, std::vector<double>& shares) {
-  shares.resize(counts.size());
-  SharesOf(counts, shares);
+std::optional<Homogeneity> BeginShareDistance(const EvaluationInput& in,
+                                              const DetectorConfig& config, double warn,
+                                              double alert, ShareDistance distance,
+                                              DetectorReading& out) {
+  Begin(config, warn, alert, out);
+  const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
+  if (!(h.df > 0)) return std::nullopt;
+  thread_local std::vector<double> ref;
+  thread_local std::vector<double> win;
+  ref.resize(in.ref_counts.size());
+  SharesOf(in.ref_counts, ref);
+  win.resize(in.win_counts.size());
+  SharesOf(in.win_counts, win);
+  out.statistic = distance(ref, win);
+  out.effect = out.statistic;
+  return h;
 }
 
 void FinishShape(double warn_threshold, double alert_threshold, double warn, double alert,

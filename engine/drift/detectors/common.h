@@ -6,8 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
-#include <vector>
 
 #include "engine/drift/detectors.h"
 
@@ -46,8 +46,18 @@ struct Homogeneity {
   double n_r = 0;
 };
 Homogeneity TestHomogeneity(std::span<const int64_t> win, std::span<const int64_t> ref);
-/// counts / their sum, into `shares` (resized).
-void Shares(std::span<const int64_t> counts, std::vector<double>& shares);
+
+/// A distance between the baseline's and the window's shares of the bins (Psi,
+/// JensenShannonDistance, KsFromBins).
+using ShareDistance = double (*)(std::span<const double> ref, std::span<const double> win);
+/// The first steps of a shape reading that is a distance between shares (js, psi, ks): Begin,
+/// the homogeneity test of the window's and the baseline's counts, and `distance` of their
+/// shares as the statistic and the effect. nullopt (the reading as Begin left it) when fewer
+/// than two cells hold values.
+std::optional<Homogeneity> BeginShareDistance(const EvaluationInput& in,
+                                              const DetectorConfig& config, double warn,
+                                              double alert, ShareDistance distance,
+                                              DetectorReading& out);
 /// Thresholds (in the statistic's unit, floored at minEffect), the level, and window_level as
 /// the level: a shape reading compares the current window only.
 void FinishShape(double warn_threshold, double alert_threshold, double warn, double alert,

@@ -15,21 +15,15 @@ using calibration::TailOfScore;
 
 void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
               DetectorReading& out) {
-  Begin(config, warn, alert, out);
-  const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
-  if (!(h.df > 0)) return;
-  thread_local std::vector<double> r;
-  thread_local std::vector<double> c;
-  Shares(in.ref_counts, r);
-  Shares(in.win_counts, c);
-  out.statistic = JensenShannonDistance(r, c);
-  out.effect = out.statistic;
-  out.score = ScoreOfTail(calibration::ChiSquareUpperTail(h.g, h.df));
-  const double scale = (1 / h.n_w + 1 / h.n_r) / (8 * std::log(2.0));
-  FinishShape(std::sqrt(calibration::ChiSquareCritical(h.df, TailOfScore(warn)) * scale),
-              std::sqrt(calibration::ChiSquareCritical(h.df, TailOfScore(alert)) * scale), warn,
+  const std::optional<Homogeneity> h =
+      BeginShareDistance(in, config, warn, alert, JensenShannonDistance, out);
+  if (!h) return;
+  out.score = ScoreOfTail(calibration::ChiSquareUpperTail(h->g, h->df));
+  const double scale = (1 / h->n_w + 1 / h->n_r) / (8 * std::log(2.0));
+  FinishShape(std::sqrt(calibration::ChiSquareCritical(h->df, TailOfScore(warn)) * scale),
+              std::sqrt(calibration::ChiSquareCritical(h->df, TailOfScore(alert)) * scale), warn,
               alert, out);
-  out.extras = {{"g", h.g}, {"df", h.df}};
+  out.extras = {{"g", h->g}, {"df", h->df}};
 }
 
 }  // namespace

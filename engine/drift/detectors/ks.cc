@@ -13,18 +13,11 @@ using calibration::TailOfScore;
 
 void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
               DetectorReading& out) {
-  Begin(config, warn, alert, out);
-  const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
-  if (!(h.df > 0)) return;
-  thread_local std::vector<double> r;
-  thread_local std::vector<double> c;
-  Shares(in.ref_counts, r);
-  Shares(in.win_counts, c);
-  out.statistic = KsFromBins(r, c);
-  out.effect = out.statistic;
-  out.score = ScoreOfTail(calibration::KsUpperTail(out.statistic, h.n_w, h.n_r));
-  FinishShape(calibration::KsCritical(h.n_w, h.n_r, TailOfScore(warn)),
-              calibration::KsCritical(h.n_w, h.n_r, TailOfScore(alert)), warn, alert, out);
+  const std::optional<Homogeneity> h = BeginShareDistance(in, config, warn, alert, KsFromBins, out);
+  if (!h) return;
+  out.score = ScoreOfTail(calibration::KsUpperTail(out.statistic, h->n_w, h->n_r));
+  FinishShape(calibration::KsCritical(h->n_w, h->n_r, TailOfScore(warn)),
+              calibration::KsCritical(h->n_w, h->n_r, TailOfScore(alert)), warn, alert, out);
 }
 
 }  // namespace

@@ -13,20 +13,16 @@ using calibration::TailOfScore;
 
 void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
               DetectorReading& out) {
-  Begin(config, warn, alert, out);
-  const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
-  if (!(h.df > 0)) return;
-  thread_local std::vector<double> r;
-  thread_local std::vector<double> c;
-  Shares(in.ref_counts, r);
-  Shares(in.win_counts, c);
-  out.statistic = Psi(r, c);
-  out.effect = out.statistic;
-  out.score = ScoreOfTail(calibration::ChiSquareUpperTail(h.pearson, h.df));
-  const double scale = 1 / h.n_w + 1 / h.n_r;
-  FinishShape(calibration::ChiSquareCritical(h.df, TailOfScore(warn)) * scale,
-              calibration::ChiSquareCritical(h.df, TailOfScore(alert)) * scale, warn, alert, out);
-  out.extras = {{"chi_square", h.pearson}, {"df", h.df}};
+  const std::optional<Homogeneity> h = BeginShareDistance(
+      in, config, warn, alert,
+      [](std::span<const double> ref, std::span<const double> win) { return Psi(ref, win); },
+      out);
+  if (!h) return;
+  out.score = ScoreOfTail(calibration::ChiSquareUpperTail(h->pearson, h->df));
+  const double scale = 1 / h->n_w + 1 / h->n_r;
+  FinishShape(calibration::ChiSquareCritical(h->df, TailOfScore(warn)) * scale,
+              calibration::ChiSquareCritical(h->df, TailOfScore(alert)) * scale, warn, alert, out);
+  out.extras = {{"chi_square", h->pearson}, {"df", h->df}};
 }
 
 }  // namespace
