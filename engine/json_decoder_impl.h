@@ -180,6 +180,7 @@ class JsonDecoder::Impl {
                     ondemand::value* unconsumed, size_t row);
   bool NullValue(int field, size_t row);
   bool SkipValue(ondemand::value& value, int depth);
+  bool CheckLiteral(ondemand::value& value, ondemand::json_type type);
   bool SkipUnused(ondemand::value& value, int depth);
   bool KeyIs(const char* raw, int key) const;
   int Lookup(const Level& level, const char* raw, int hint) const;
@@ -230,5 +231,19 @@ class JsonDecoder::Impl {
   bool row_nulled_ = false;  // permissive kept a bad field as null
   Problem problem_;
 };
+
+// simdjson types a value by its first byte only: whether the null or boolean literal that starts
+// there is whole ("nul" and "tru" are not). If it is not, the record is rejected as not JSON.
+inline bool JsonDecoder::Impl::CheckLiteral(ondemand::value& value, ondemand::json_type type) {
+  bool flag = false;
+  if (type == ondemand::json_type::null) {
+    if (value.is_null().get(flag) || !flag) {
+      return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+    }
+    return true;
+  }
+  if (value.get_bool().get(flag)) return Reject(MalformedReason::kNotJson, -1, "invalid literal");
+  return true;
+}
 
 }  // namespace driftd

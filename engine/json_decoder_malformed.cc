@@ -95,14 +95,10 @@ bool JsonDecoder::Impl::ClassifyValueError(FieldType want, ondemand::value& valu
   if (!IsValueError(error)) return RejectBroken(error);
   if (const error_code type_error = value.type().get(*type)) return RejectBroken(type_error);
   switch (*type) {
-    case ondemand::json_type::null: {
-      bool is_null = false;
-      if (value.is_null().get(is_null) || !is_null) {
-        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-      }
+    case ondemand::json_type::null:
+      if (!CheckLiteral(value, *type)) return false;
       *reason = MalformedReason::kMissingField;
       return true;
-    }
     case ondemand::json_type::number: {
       bool integer = false;
       const std::string_view token = TrimRight(value.raw_json_token());
@@ -126,14 +122,10 @@ bool JsonDecoder::Impl::ClassifyValueError(FieldType want, ondemand::value& valu
       }
       *reason = MalformedReason::kWrongType;
       return true;
-    case ondemand::json_type::boolean: {
-      bool ignored = false;
-      if (value.get_bool().get(ignored)) {
-        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-      }
+    case ondemand::json_type::boolean:
+      if (!CheckLiteral(value, *type)) return false;
       *reason = MalformedReason::kWrongType;
       return true;
-    }
     case ondemand::json_type::array:
     case ondemand::json_type::object:
       *reason = MalformedReason::kWrongType;
@@ -207,20 +199,9 @@ bool JsonDecoder::Impl::SkipValue(ondemand::value& value, int depth) {
       }
       return true;
     }
-    case ondemand::json_type::boolean: {
-      bool ignored = false;
-      if (value.get_bool().get(ignored)) {
-        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-      }
-      return true;
-    }
-    case ondemand::json_type::null: {
-      bool is_null = false;
-      if (value.is_null().get(is_null) || !is_null) {
-        return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-      }
-      return true;
-    }
+    case ondemand::json_type::boolean:
+    case ondemand::json_type::null:
+      return CheckLiteral(value, type);
   }
   return Reject(MalformedReason::kNotJson);
 }

@@ -577,10 +577,7 @@ bool JsonDecoder::Impl::DecodeStruct(int key, ondemand::value& value, size_t row
   ondemand::json_type type{};
   if (const error_code type_error = value.type().get(type)) return RejectBroken(type_error);
   if (type == ondemand::json_type::null) {
-    bool is_null = false;
-    if (value.is_null().get(is_null) || !is_null) {
-      return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-    }
+    if (!CheckLiteral(value, type)) return false;
     if (info.nullable) return true;  // its leaves stay null
     Reject(MalformedReason::kMissingField, -1, "is null but not nullable");
     problem_.key = key;
@@ -648,15 +645,11 @@ bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, siz
     ondemand::json_type type{};
     if (const error_code type_error = element.type().get(type)) return RejectBroken(type_error);
     switch (type) {
-      case ondemand::json_type::null: {
-        bool is_null = false;
-        if (element.is_null().get(is_null) || !is_null) {
-          return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-        }
+      case ondemand::json_type::null:
+        if (!CheckLiteral(element, type)) return false;
         column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
         column.entry_valid.push_back(0);
         continue;
-      }
       case ondemand::json_type::number:
       case ondemand::json_type::boolean:
         // As for string columns: kept as its JSON text.
@@ -795,14 +788,10 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
     if (const error_code type_error = item.type().get(type)) return RejectBroken(type_error);
     bool present = true;
     switch (type) {
-      case ondemand::json_type::null: {
-        bool is_null = false;
-        if (item.is_null().get(is_null) || !is_null) {
-          return Reject(MalformedReason::kNotJson, -1, "invalid literal");
-        }
+      case ondemand::json_type::null:
+        if (!CheckLiteral(item, type)) return false;
         present = false;
         break;
-      }
       case ondemand::json_type::number:
       case ondemand::json_type::boolean:
         // As for string columns: kept as its JSON text.
