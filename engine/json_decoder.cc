@@ -127,33 +127,8 @@ void JsonDecoder::Impl::BuildLevel(const std::vector<std::string>& path, int dep
   }
 }
 
-void JsonDecoder::Impl::PrepareColumns(RecordBatch& out, size_t rows) {
-  for (size_t f = 0; f < fields_.size(); ++f) {
-    Column& column = out.columns[f];
-    column.valid.resize(rows);
-    switch (fields_[f].type) {
-      case FieldType::kDouble:
-        column.f64.resize(rows);
-        break;
-      case FieldType::kString:
-        column.str_offsets.resize(rows + 1);
-        break;
-      case FieldType::kDoubleArray:
-      case FieldType::kStringArray:
-      case FieldType::kDoubleMap:
-      case FieldType::kStringMap:
-        column.arr_offsets.resize(rows + 1);
-        break;
-      default:
-        column.i64.resize(rows);
-        break;
-    }
-  }
-  out.positions.resize(rows);
-}
-
 void JsonDecoder::Impl::TrimColumns(RecordBatch& out, size_t rows) {
-  PrepareColumns(out, rows);
+  out.PrepareColumns(rows);
   out.num_rows = rows;
 }
 
@@ -310,7 +285,7 @@ Status JsonDecoder::Impl::Decode(
     }
   }
   const size_t first_row = out.num_rows;
-  PrepareColumns(out, first_row + chunk.size());
+  out.PrepareColumns(first_row + chunk.size());
   columns_ = out.columns.data();
 
   const std::string& bytes = chunk.bytes();

@@ -196,7 +196,6 @@ class JsonDecoder::Impl {
   bool record_cut_ = false;     // the record being decoded was cut by its source
   bool RejectBroken(error_code error);
 
-  void PrepareColumns(RecordBatch& out, size_t rows);
   void FinishRow(size_t row);
   void ClearRow(size_t row);
   void SetNull(int field, size_t row);
