@@ -74,6 +74,14 @@ std::string Join(const std::vector<std::string_view>& words) {
   return out;
 }
 
+bool ReadUpTo(std::istream& in, size_t max_bytes, std::string& text) {
+  char block[64 * 1024];
+  while (text.size() <= max_bytes && in.read(block, sizeof block).gcount() > 0) {
+    text.append(block, static_cast<size_t>(in.gcount()));
+  }
+  return !in.bad();
+}
+
 PipelineParser::PipelineParser(const LoadOptions& options, Problems& problems,
                                std::string_view text)
     : options_(options), reader_{problems, options.env}, problems_(problems) {
@@ -447,14 +455,8 @@ Result<std::string> ReadPipelineText(const std::string& path) {
   if (!in) {
     return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
-  // In blocks, to at most a block past the limit, so that a file growing while read is bounded
-  // too.
   std::string text;
-  char block[64 * 1024];
-  while (text.size() <= max_bytes && in.read(block, sizeof block).gcount() > 0) {
-    text.append(block, static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) {
+  if (!loader_detail::ReadUpTo(in, max_bytes, text)) {
     return MakeError(ErrorCode::kIo, "cannot read the pipeline file: {}", std::strerror(errno));
   }
   if (text.size() > max_bytes) {

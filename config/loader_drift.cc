@@ -49,13 +49,8 @@ Result<std::string> ReadReferenceFile(const std::string& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
-  // In blocks, to at most a block past the limit: memory follows the file, not the limit.
   std::string text;
-  char block[64 * 1024];
-  while (text.size() <= kMaxReferenceBytes && in.read(block, sizeof block).gcount() > 0) {
-    text.append(block, static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) {
+  if (!ReadUpTo(in, kMaxReferenceBytes, text)) {
     return MakeError(ErrorCode::kConfig, "cannot read the file: {}", std::strerror(errno));
   }
   if (text.size() > kMaxReferenceBytes) {

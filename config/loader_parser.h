@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,6 +47,12 @@ inline bool IsDirectoryAlias(std::string_view name) { return name == "." || name
 
 /// "a, b, c" (loader.cc).
 std::string Join(const std::vector<std::string_view>& words);
+
+/// Appends what is left of `in` to `text` in blocks, to at most a block past `max_bytes`, so that
+/// memory follows the file and not the limit, and a file that grows while it is read is bounded
+/// too. False on a read error (errno says which). The text may end longer than max_bytes: the
+/// caller refuses it in its own words (loader.cc).
+bool ReadUpTo(std::istream& in, size_t max_bytes, std::string& text);
 
 template <typename E>
 std::optional<E> Lookup(const std::vector<std::pair<std::string_view, E>>& table,
