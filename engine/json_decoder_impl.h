@@ -160,6 +160,8 @@ class JsonDecoder::Impl {
   bool DecodeField(int field, ondemand::value& value, size_t row);
   bool DecodeStringArray(int field, ondemand::value& value, size_t row);
   bool DecodeMap(int field, ondemand::value& value, size_t row);
+  bool DecodeEntryNotString(int field, ondemand::value& entry, error_code error,
+                            const char* wrong_type, size_t row);
   bool EntryProblem(int field, MalformedReason reason, const char* text, const char* got,
                     ondemand::value* unconsumed, size_t row);
   bool IsDuplicateKey(const Column& column, size_t row_begin, std::string_view key,

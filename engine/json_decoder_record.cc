@@ -623,6 +623,37 @@ bool JsonDecoder::Impl::EntryProblem(int field, MalformedReason reason, const ch
   return unconsumed == nullptr || SkipValue(*unconsumed, depth_ + 2);
 }
 
+// An element of an array<string> or a value of a map<string,string> that did not read as a
+// string (`error`): a null entry, a number or boolean kept as its JSON text (as for string
+// columns), or else an EntryProblem whose text is `wrong_type` and the type found.
+bool JsonDecoder::Impl::DecodeEntryNotString(int field, ondemand::value& entry, error_code error,
+                                             const char* wrong_type, size_t row) {
+  Column& column = columns_[field];
+  if (!IsValueError(error)) return RejectBroken(error);
+  ondemand::json_type type{};
+  if (const error_code type_error = entry.type().get(type)) return RejectBroken(type_error);
+  bool present = true;
+  switch (type) {
+    case ondemand::json_type::null:
+      if (!CheckLiteral(entry, type)) return false;
+      present = false;
+      break;
+    case ondemand::json_type::number:
+    case ondemand::json_type::boolean:
+      // As for string columns: kept as its JSON text.
+      if (!AppendScalarText(entry, type, field, column.str_data)) return false;
+      break;
+    case ondemand::json_type::string:
+      return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
+    default:
+      return EntryProblem(field, MalformedReason::kWrongType, wrong_type, JsonTypeName(type),
+                          &entry, row);
+  }
+  column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
+  column.entry_valid.push_back(present ? 1 : 0);
+  return true;
+}
+
 bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, size_t row) {
   Column& column = columns_[field];
   ondemand::array array;
@@ -641,32 +672,10 @@ bool JsonDecoder::Impl::DecodeStringArray(int field, ondemand::value& value, siz
       column.entry_valid.push_back(1);
       continue;
     }
-    if (!IsValueError(error)) return RejectBroken(error);
-    ondemand::json_type type{};
-    if (const error_code type_error = element.type().get(type)) return RejectBroken(type_error);
-    switch (type) {
-      case ondemand::json_type::null:
-        if (!CheckLiteral(element, type)) return false;
-        column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
-        column.entry_valid.push_back(0);
-        continue;
-      case ondemand::json_type::number:
-      case ondemand::json_type::boolean:
-        // As for string columns: kept as its JSON text.
-        if (!AppendScalarText(element, type, field, column.str_data)) return false;
-        break;
-      case ondemand::json_type::string:
-        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
-      default:
-        if (!EntryProblem(field, MalformedReason::kWrongType,
-                          "array elements must be strings, got", JsonTypeName(type), &element,
-                          row)) {
-          return false;
-        }
-        continue;
+    if (!DecodeEntryNotString(field, element, error, "array elements must be strings, got",
+                              row)) {
+      return false;
     }
-    column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
-    column.entry_valid.push_back(1);
   }
   column.valid[row] = 1;
   return CheckArrayLength(field, row);
@@ -783,32 +792,10 @@ bool JsonDecoder::Impl::DecodeMap(int field, ondemand::value& value, size_t row)
       column.entry_valid.push_back(1);
       continue;
     }
-    if (!IsValueError(error)) return RejectBroken(error);
-    ondemand::json_type type{};
-    if (const error_code type_error = item.type().get(type)) return RejectBroken(type_error);
-    bool present = true;
-    switch (type) {
-      case ondemand::json_type::null:
-        if (!CheckLiteral(item, type)) return false;
-        present = false;
-        break;
-      case ondemand::json_type::number:
-      case ondemand::json_type::boolean:
-        // As for string columns: kept as its JSON text.
-        if (!AppendScalarText(item, type, field, column.str_data)) return false;
-        break;
-      case ondemand::json_type::string:
-        return Reject(MalformedReason::kNotJson, -1, "invalid string", error);
-      default:
-        if (!EntryProblem(field, MalformedReason::kWrongType,
-                          "map values must be strings, numbers or booleans, got",
-                          JsonTypeName(type), &item, row)) {
-          return false;
-        }
-        continue;
+    if (!DecodeEntryNotString(field, item, error,
+                              "map values must be strings, numbers or booleans, got", row)) {
+      return false;
     }
-    column.str_offsets.push_back(static_cast<uint32_t>(column.str_data.size()));
-    column.entry_valid.push_back(present ? 1 : 0);
   }
   column.valid[row] = 1;
   return CheckArrayLength(field, row);
