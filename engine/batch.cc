@@ -162,4 +162,28 @@ void RecordBatch::Reset(const Schema& schema) {
   generation = generations.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+void RecordBatch::PrepareColumns(size_t rows) {
+  for (Column& column : columns) {
+    column.valid.resize(rows);
+    switch (column.type) {
+      case FieldType::kDouble:
+        column.f64.resize(rows);
+        break;
+      case FieldType::kString:
+        column.str_offsets.resize(rows + 1);
+        break;
+      case FieldType::kDoubleArray:
+      case FieldType::kStringArray:
+      case FieldType::kDoubleMap:
+      case FieldType::kStringMap:
+        column.arr_offsets.resize(rows + 1);
+        break;
+      default:
+        column.i64.resize(rows);
+        break;
+    }
+  }
+  positions.resize(rows);
+}
+
 }  // namespace driftd

@@ -242,6 +242,11 @@ struct RecordBatch {
 
   /// Sets up empty columns for `schema`, keeping allocated capacity.
   void Reset(const Schema& schema);
+  /// Sizes every column and `positions` for `rows` rows that a decoder writes in place: the
+  /// values and validity of fixed-width columns, the offsets of variable-width ones (their data
+  /// grows as the rows are written). Called again with the rows kept, it trims to them;
+  /// num_rows is the caller's to set.
+  void PrepareColumns(size_t rows);
 };
 
 /// Event time of each row of a RecordBatch as the query's clock judges it: one clock for every

@@ -58,31 +58,6 @@ RowDecoder::RowDecoder(Schema schema, const MalformedSpec& spec)
   writer_.seen_.assign(schema_.fields.size(), 0);
 }
 
-void RowDecoder::PrepareColumns(RecordBatch& out, size_t rows) {
-  for (size_t f = 0; f < schema_.fields.size(); ++f) {
-    Column& column = out.columns[f];
-    column.valid.resize(rows);
-    switch (schema_.fields[f].type) {
-      case FieldType::kDouble:
-        column.f64.resize(rows);
-        break;
-      case FieldType::kString:
-        column.str_offsets.resize(rows + 1);
-        break;
-      case FieldType::kDoubleArray:
-      case FieldType::kStringArray:
-      case FieldType::kDoubleMap:
-      case FieldType::kStringMap:
-        column.arr_offsets.resize(rows + 1);
-        break;
-      default:
-        column.i64.resize(rows);
-        break;
-    }
-  }
-  out.positions.resize(rows);
-}
-
 void RowDecoder::FinishRow(RecordBatch& out, size_t row) {
   for (size_t f = 0; f < schema_.fields.size(); ++f) {
     Column& column = out.columns[f];
@@ -113,7 +88,7 @@ Status RowDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
     }
   }
   const size_t first_row = out.num_rows;
-  PrepareColumns(out, first_row + chunk.size());
+  out.PrepareColumns(first_row + chunk.size());
   RowWriter& w = writer_;
   w.columns_ = out.columns.data();
   size_t row = first_row;
@@ -138,7 +113,7 @@ Status RowDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
     } else {
       ok = DecodeRecord(bytes, w, error);
       if (!error) {
-        PrepareColumns(out, row);
+        out.PrepareColumns(row);
         out.num_rows = row;
         return error;
       }
@@ -168,7 +143,7 @@ Status RowDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
     ++counts_.by_reason[static_cast<size_t>(w.reason_)];
     switch (spec_.policy) {
       case MalformedPolicy::kFail: {
-        PrepareColumns(out, row);
+        out.PrepareColumns(row);
         out.num_rows = row;
         const std::string where =
             describe ? describe(record.position)
@@ -188,7 +163,7 @@ Status RowDecoder::Decode(const InputChunk& chunk, RecordBatch& out,
         break;
     }
   }
-  PrepareColumns(out, row);
+  out.PrepareColumns(row);
   out.num_rows = row;
   return Ok();
 }

@@ -101,7 +101,6 @@ class RowDecoder : public ValueDecoder {
   const MalformedSpec& spec() const { return spec_; }
 
  private:
-  void PrepareColumns(RecordBatch& out, size_t rows);
   void FinishRow(RecordBatch& out, size_t row);
 
   Schema schema_;

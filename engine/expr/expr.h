@@ -40,7 +40,7 @@ struct ExprError {
 template <typename T>
 using ExprResult = tl::expected<T, ExprError>;
 
-struct Node;  // expr.cc
+struct Node;  // expr_tree.h
 struct SelectItem;
 
 /// A parsed, type-checked expression bound to the columns of one schema.

@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CheckResult(item->expression.Evaluate(batch), item->expression.type(), batch.num_rows);
-  // The loader refuses a name the schema has (config/loader.cc); so does this.
+  // The loader refuses a name the schema has (config/loader_query.cc); so does this.
   if (item->alias.empty() || schema.IndexOf(item->alias) >= 0) return 0;
   // As a pipeline would use it: the derived column, and a filter over it when it is boolean.
   PipelineSpec spec;
