@@ -128,13 +128,12 @@ Result<std::unique_ptr<SourceReader>> LineSource::Read(const SourceOffsets& star
   return std::make_unique<LineReader>(mutex_, lines_, start, end);
 }
 
-Status LineSource::OnCommitted(const SourceOffsets& end) {
+void LineSource::OnCheckpointed(const SourceOffsets& end) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     lines_.Trim(end);
   }
   changed_.notify_all();
-  return Ok();
 }
 
 std::vector<PartitionLag> LineSource::Lag(const SourceOffsets& position) {

@@ -92,8 +92,8 @@ class LineSource : public Source {
   /// counted as lost.
   Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
                                              const SourceOffsets& end) override;
-  /// Trims the committed lines, which makes room for the receiving thread.
-  Status OnCommitted(const SourceOffsets& end) override;
+  /// Trims the checkpointed lines, which makes room for the receiving thread.
+  void OnCheckpointed(const SourceOffsets& end) override;
   std::vector<PartitionLag> Lag(const SourceOffsets& position) override;
   bool IsReplayable() const override { return false; }
 

@@ -80,8 +80,15 @@ class Source {
   virtual Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
                                                      const SourceOffsets& end) = 0;
 
-  /// The batch ending at `end` is durably committed: the source may commit consumer-group
-  /// offsets or release resources. Failure here is logged, never fatal.
+  /// The batch ending at `end` is in the checkpoint (its output waits in the outbox): a source
+  /// that holds read records in memory until then releases them. Called right after the
+  /// commit, before the batch is delivered and possibly after the next batch was planned (a
+  /// source that waits in PlanBatch for room it makes here would otherwise wait forever).
+  virtual void OnCheckpointed(const SourceOffsets& end) { (void)end; }
+
+  /// The batch ending at `end` is durably committed and delivered: the source may commit
+  /// consumer-group offsets. Called when the batch's delivery ends, which may be after the
+  /// next batch was planned and read. Failure here is logged, never fatal.
   virtual Status OnCommitted(const SourceOffsets& end) { (void)end; return Ok(); }
 
   /// Lag per partition relative to `position`, for progress and metrics.

@@ -817,6 +817,7 @@ class QueryExecutor::Impl {
     }
     DRIFTD_TRY(store_->Commit(std::move(write)));
     finished_uncommitted_ = false;
+    source_->OnCheckpointed(end);
     progress.wal_commit_ms = MillisSince(commit_start);
     for (auto& [id, task] : tasks_) task->Committed();
     placement_->Committed();

@@ -142,6 +142,12 @@ Result<std::unique_ptr<SourceReader>> QueryInputs::Read(const SourceOffsets& sta
   return std::unique_ptr<SourceReader>(std::make_unique<Reader>(*this, std::move(parts)));
 }
 
+void QueryInputs::OnCheckpointed(const SourceOffsets& end) {
+  for (size_t input = 0; input < inputs_.size(); ++input) {
+    inputs_[input].source->OnCheckpointed(OffsetsOf(input, end));
+  }
+}
+
 Status QueryInputs::OnCommitted(const SourceOffsets& end) {
   Status status = Ok();
   for (size_t input = 0; input < inputs_.size(); ++input) {

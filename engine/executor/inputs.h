@@ -50,6 +50,7 @@ class QueryInputs final : public Source {
   Status FreezeAvailable() override;
   Result<std::unique_ptr<SourceReader>> Read(const SourceOffsets& start,
                                              const SourceOffsets& end) override;
+  void OnCheckpointed(const SourceOffsets& end) override;
   Status OnCommitted(const SourceOffsets& end) override;
   std::vector<PartitionLag> Lag(const SourceOffsets& position) override;
   bool HasIndependentPartitions() const override { return true; }

@@ -94,7 +94,7 @@ TEST_CASE("the socket source reads the lines a local TCP server sends", "[socket
   auto records = ReadRange(*source, start, first);
   CHECK(Texts(records) == std::vector<std::string>{"{\"n\":1}", "{\"n\":2}"});
   CHECK(records[1].position.offset == 1);
-  REQUIRE(source->OnCommitted(first));
+  source->OnCheckpointed(first);
 
   server.Send("3}\n");
   SourceOffsets second = AwaitLines(*source, first, 3);
