@@ -1,5 +1,8 @@
 #include "engine/executor/model_gate.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "engine/expr/projection.h"
 #include "engine/log.h"
 
@@ -33,28 +36,33 @@ bool ModelGate::Apply(RecordBatch& batch, RowTimes* times) {
   for (size_t row = 0; row < batch.num_rows; ++row) {
     if (models.IsNull(row)) continue;
     const std::string_view model = models.String(row);
-    if (!has_last_ || model != last_) [[unlikely]] {
-      last_.assign(model);
-      has_last_ = true;
-      if (admitted_.find(model) != admitted_.end() || model == kOtherModel) {
-        last_admitted_ = true;
-      } else if (static_cast<int64_t>(admitted_.size()) < max_models_) {
-        admitted_.emplace(model);
-        fresh_.emplace_back(model);
-        last_admitted_ = true;
-      } else {
-        last_admitted_ = false;
-        if (!warned_) {
-          warned_ = true;
-          GetLogger("engine")->warn(
-              "pipeline {}: {} models, the cap (query.maxModels); rows of further models "
-              "(first '{}') are {} and counted (rowsOverModelCap)",
-              pipeline_, admitted_.size(), model.substr(0, 200),
-              overflow_ == ModelOverflow::kDrop ? "dropped" : "kept under the model \"(other)\"");
-        }
+    const Sketch sketch = SketchOf(model);
+    Recent& recent = recent_[SlotOf(sketch)];
+    if (recent.sketch == sketch && (model.size() <= 16 || recent.name == model)) [[likely]] {
+      continue;
+    }
+    bool admitted = true;
+    if (admitted_.find(model) != admitted_.end() || model == kOtherModel) {
+      // admitted before, or the overflow's own name
+    } else if (static_cast<int64_t>(admitted_.size()) < max_models_) {
+      admitted_.emplace(model);
+      fresh_.emplace_back(model);
+    } else {
+      admitted = false;
+      if (!warned_) {
+        warned_ = true;
+        GetLogger("engine")->warn(
+            "pipeline {}: {} models, the cap (query.maxModels); rows of further models "
+            "(first '{}') are {} and counted (rowsOverModelCap)",
+            pipeline_, admitted_.size(), model.substr(0, 200),
+            overflow_ == ModelOverflow::kDrop ? "dropped" : "kept under the model \"(other)\"");
       }
     }
-    if (last_admitted_) [[likely]] continue;
+    if (admitted) {
+      recent.sketch = sketch;
+      recent.name.assign(model.size() > 16 ? model : std::string_view());
+      continue;
+    }
     if (keep_.empty()) keep_.assign(batch.num_rows, 1);
     keep_[row] = 0;
     ++over;

@@ -16,6 +16,8 @@
 // threads), one gate per task.
 #pragma once
 
+#include <array>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,10 +75,39 @@ class ModelGate {
   std::vector<std::string> fresh_;  // admitted in this batch
   int64_t over_in_batch_ = 0;
   bool warned_ = false;
-  // The previous row's model and whether it was admitted: producers write runs of one model.
-  std::string last_;
-  bool last_admitted_ = false;
-  bool has_last_ = false;
+  // Admitted models seen lately, each in the slot of a cheap hash of its bytes: a row's model
+  // is almost always one of them, which spares the set's hash and lookup (rows of a few models
+  // interleaved change model at nearly every row). Rows over the cap take the set's way.
+  static constexpr size_t kRecentSlots = 64;
+  // A name's length and its first and last (up to) eight bytes: for a name of at most 16 bytes
+  // they are the whole name.
+  struct Sketch {
+    uint64_t head = 0;
+    uint64_t tail = 0;
+    size_t size = SIZE_MAX;  // no name
+    bool operator==(const Sketch&) const = default;
+  };
+  static Sketch SketchOf(std::string_view model) {
+    Sketch sketch;
+    sketch.size = model.size();
+    if (model.size() >= 8) {
+      std::memcpy(&sketch.head, model.data(), 8);
+      std::memcpy(&sketch.tail, model.data() + model.size() - 8, 8);
+    } else {
+      std::memcpy(&sketch.head, model.data(), model.size());
+    }
+    return sketch;
+  }
+  static size_t SlotOf(const Sketch& sketch) {
+    const uint64_t h = (sketch.head * 0x9E3779B97F4A7C15ull) ^
+                       ((sketch.tail + sketch.size) * 0xC2B2AE3D27D4EB4Full);
+    return static_cast<size_t>(h >> 58) % kRecentSlots;
+  }
+  struct Recent {
+    Sketch sketch;
+    std::string name;  // kept for names longer than 16 bytes
+  };
+  std::array<Recent, kRecentSlots> recent_;
   std::vector<uint8_t> keep_;
 };
 
