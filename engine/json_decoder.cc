@@ -202,7 +202,9 @@ std::string JsonDecoder::Impl::Detail() const {
   };
   switch (p.reason) {
     case MalformedReason::kTooLarge:
-      if (p.text == kArrayTooLong) {
+      // By content: the decoding files' copies of a literal need not share an address (an
+      // unoptimized build keeps one per file).
+      if (p.text != nullptr && std::string_view(p.text) == kArrayTooLong) {
         append(fmt::format("{} of {} {} exceeds maxArrayLength {}",
                            p.field >= 0 && IsMap(schema_.fields[p.field].type) ? "map" : "array",
                            array_elements_,
@@ -238,7 +240,7 @@ std::string JsonDecoder::Impl::Detail() const {
       detail += p.text ? p.text : "is missing";
       return detail;
     case MalformedReason::kDuplicateField:
-      if (p.text == kDuplicateKey) {
+      if (p.text != nullptr && std::string_view(p.text) == kDuplicateKey) {
         append(fmt::format("key '{}' appears more than once", duplicate_key_));
         return detail;
       }
