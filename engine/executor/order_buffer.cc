@@ -39,10 +39,19 @@ OrderBuffer::OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key
   rows_.Reset(schema_);
 }
 
+uint32_t OrderBuffer::PartitionId(std::string_view name) {
+  auto found = partition_ids_.find(name);
+  if (found != partition_ids_.end()) return found->second;
+  const uint32_t id = static_cast<uint32_t>(partitions_.size());
+  partitions_.emplace_back(name);
+  partition_ids_.emplace(std::string(name), id);
+  return id;
+}
+
 void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
   if (batch.num_rows == 0) return;
   changed_ = true;
-  std::string last_key;
+  uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
   for (size_t row = 0; row < batch.num_rows; ++row) {
     for (size_t c = 0; c < rows_.columns.size(); ++c) {
@@ -55,7 +64,7 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
     const RecordPosition& position = batch.positions[row];
     if (position.partition != last_index) {
       last_index = position.partition;
-      last_key = key_of_(position.partition);
+      last_key = PartitionId(key_of_(position.partition));
     }
     // A row behind its own partition's watermark (jitter within the partition) takes its place
     // at that watermark: the partition's order decides it, not the batching.
@@ -85,15 +94,39 @@ void OrderBuffer::Release(int64_t watermark, RecordBatch& out, RowTimes& times) 
   }
   if (due.empty()) return;
   changed_ = true;
-  std::sort(due.begin(), due.end(), [&](size_t a, size_t b) {
-    const Place& x = places_[a];
-    const Place& y = places_[b];
-    const bool x_timed = x.event_us != INT64_MIN;
-    const bool y_timed = y.event_us != INT64_MIN;
-    if (x_timed != y_timed) return !x_timed;  // untimed rows first, as they came
-    if (!x_timed) return x.arrival < y.arrival;
-    return std::tie(x.event_us, x.partition, x.offset) < std::tie(y.event_us, y.partition, y.offset);
-  });
+  // Sorted as compact keys side by side (a partition by its name's rank), not through the
+  // places: a batch's rows are hundreds of thousands.
+  std::vector<uint32_t> rank(partitions_.size());
+  {
+    std::vector<uint32_t> by_name(partitions_.size());
+    std::iota(by_name.begin(), by_name.end(), 0u);
+    std::sort(by_name.begin(), by_name.end(),
+              [&](uint32_t a, uint32_t b) { return partitions_[a] < partitions_[b]; });
+    for (uint32_t r = 0; r < by_name.size(); ++r) rank[by_name[r]] = r;
+  }
+  struct Key {
+    bool timed;
+    int64_t event_us;  // timed rows
+    uint32_t partition;
+    int64_t offset;
+    uint64_t arrival;  // untimed rows, which come first, as they came
+    size_t index;
+    bool operator<(const Key& o) const {
+      if (timed != o.timed) return !timed;
+      if (!timed) return arrival < o.arrival;
+      return std::tie(event_us, partition, offset, index) <
+             std::tie(o.event_us, o.partition, o.offset, o.index);
+    }
+  };
+  std::vector<Key> keys;
+  keys.reserve(due.size());
+  for (size_t i : due) {
+    const Place& place = places_[i];
+    keys.push_back({place.event_us != INT64_MIN, place.event_us, rank[place.partition],
+                    place.offset, place.arrival, i});
+  }
+  std::sort(keys.begin(), keys.end());
+  for (size_t k = 0; k < keys.size(); ++k) due[k] = keys[k].index;
   for (size_t i : due) {
     for (size_t c = 0; c < out.columns.size(); ++c) out.columns[c].AppendRow(rows_.columns[c], i);
     out.positions.push_back(rows_.positions[i]);
@@ -108,7 +141,7 @@ void OrderBuffer::Release(int64_t watermark, RecordBatch& out, RowTimes& times) 
     if (!keep[i]) continue;
     times_.event_us[kept] = times_.event_us[i];
     times_.late_before[kept] = times_.late_before[i];
-    places_[kept] = std::move(places_[i]);
+    places_[kept] = places_[i];
     ++kept;
   }
   times_.event_us.resize(kept);
@@ -139,7 +172,7 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
   for (uint64_t i = 0; i < count && !r.failed(); ++i) {
     Place place;
     place.event_us = r.Zigzag();
-    place.partition = std::string(r.Bytes());
+    place.partition = PartitionId(r.Bytes());
     place.offset = r.Zigzag();
     place.arrival = r.Varint();
     arrivals_ = std::max(arrivals_, place.arrival + 1);
@@ -191,7 +224,7 @@ void OrderBuffer::Persist(StateChanges& changes) {
     for (size_t i = first; i < row; ++i) {
       const Place& place = places_[i];
       w.Zigzag(place.event_us);
-      w.Bytes(place.partition);
+      w.Bytes(partitions_[place.partition]);
       w.Zigzag(place.offset);
       w.Varint(place.arrival);
     }

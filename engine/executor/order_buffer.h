@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,13 +69,19 @@ class OrderBuffer {
  private:
   struct Place {
     int64_t event_us = INT64_MIN;
-    std::string partition;
+    uint32_t partition = 0;  // into partitions_
     int64_t offset = 0;
     uint64_t arrival = 0;  // for rows without an event time
   };
+  // The name's index in partitions_, added if new.
+  uint32_t PartitionId(std::string_view name);
 
   Schema schema_;
   std::function<std::string(uint32_t)> key_of_;
+  // The partitions' names (offsets keys) rows came from; a row names its own by index, and
+  // ties of event time are ordered by the names.
+  std::vector<std::string> partitions_;
+  std::map<std::string, uint32_t, std::less<>> partition_ids_;
   RecordBatch rows_;
   RowTimes times_;
   std::vector<Place> places_;
