@@ -29,6 +29,7 @@
 #include <string_view>
 
 #include "engine/drift/codec.h"
+#include "engine/result.h"
 
 namespace driftd::codec {
 
@@ -214,8 +215,8 @@ inline std::string EscapeKeyPart(std::string_view name) {
   return out;
 }
 
-/// The name EscapeKeyPart wrote; nullopt for an escape it never writes.
-inline std::optional<std::string> UnescapeKeyPart(std::string_view part) {
+/// The name EscapeKeyPart wrote; kCorruption for an escape it never writes.
+inline Result<std::string> UnescapeKeyPart(std::string_view part) {
   std::string out;
   out.reserve(part.size());
   for (size_t i = 0; i < part.size(); ++i) {
@@ -229,7 +230,7 @@ inline std::optional<std::string> UnescapeKeyPart(std::string_view part) {
     } else if (code == "2F") {
       out.push_back('/');
     } else {
-      return std::nullopt;
+      return MakeError(ErrorCode::kCorruption, "state key: bad escape in '{}'", part);
     }
     i += 2;
   }

@@ -80,7 +80,7 @@ void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>
 
 void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, std::string>>& puts,
                               std::vector<std::string>& deletes) {
-  const std::string model_key = std::string(kStateKeyPrefix) + EscapeName(m.name);
+  const std::string model_key = std::string(kStateKeyPrefix) + EscapeKeyPart(m.name);
   last_write_.dirty_series += static_cast<int64_t>(m.dirty.size());
   for (uint32_t series : m.dirty) m.series[series].dirty = false;
   m.dirty.clear();
@@ -103,7 +103,7 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
 #endif
       continue;
     }
-    const std::string key = model_key + "/" + EscapeName(SeriesName(i));
+    const std::string key = model_key + "/" + EscapeKeyPart(SeriesName(i));
     for (uint32_t b = 0; b < s.warmup_blocks; ++b) {
       deletes.push_back(fmt::format("{}{}{}", key, kWarmupSuffix, b));
     }
@@ -299,7 +299,7 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
   }
   const std::string_view rest = key.substr(kStateKeyPrefix.size());
   const size_t slash = rest.find('/');
-  auto model_name = UnescapeName(rest.substr(0, slash));
+  auto model_name = UnescapeKeyPart(rest.substr(0, slash));
   if (!model_name) return tl::unexpected(model_name.error());
 
   // The model may already be live (a restore after the first Observe is unusual but harmless).
@@ -377,7 +377,7 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
     piece = series_part.substr(sub);
     series_part = series_part.substr(0, sub);
   }
-  auto series_name = UnescapeName(series_part);
+  auto series_name = UnescapeKeyPart(series_part);
   if (!series_name) return tl::unexpected(series_name.error());
   size_t index = series_names_.size();
   if (*series_name != kErrorSeries) {

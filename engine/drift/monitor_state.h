@@ -91,12 +91,8 @@ inline uint64_t AlertId(std::string_view model, std::string_view series, std::st
 }
 
 // Model and series names in state keys: engine/codec.h's key-path escaping.
-inline std::string EscapeName(std::string_view name) { return codec::EscapeKeyPart(name); }
-inline Result<std::string> UnescapeName(std::string_view name) {
-  std::optional<std::string> out = codec::UnescapeKeyPart(name);
-  if (!out) return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", name);
-  return std::move(*out);
-}
+using codec::EscapeKeyPart;
+using codec::UnescapeKeyPart;
 
 /// Order of readings for choosing the detector that decided an evaluation: level first, then
 /// score, then how far past its threshold the statistic is.

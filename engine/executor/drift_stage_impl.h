@@ -69,12 +69,8 @@ struct NameHash {
 };
 
 // Names in state keys: engine/codec.h's key-path escaping.
-inline Result<std::string> UnescapeKeyPart(std::string_view part) {
-  std::optional<std::string> out = codec::UnescapeKeyPart(part);
-  if (!out) return MakeError(ErrorCode::kCorruption, "drift state key: bad escape in '{}'", part);
-  return std::move(*out);
-}
 using codec::EscapeKeyPart;
+using codec::UnescapeKeyPart;
 
 inline int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
