@@ -67,6 +67,74 @@ void Column::AppendRow(const Column& from, size_t row) {
   }
 }
 
+namespace {
+
+// Appends from[begin + 1 .. end] (offsets of rows or entries), moved so that from[begin]
+// becomes `base`.
+void AppendOffsets(std::vector<uint32_t>& to, const std::vector<uint32_t>& from, size_t begin,
+                   size_t end, size_t base) {
+  const uint32_t shift = static_cast<uint32_t>(base) - from[begin];
+  to.reserve(to.size() + (end - begin));
+  for (size_t i = begin + 1; i <= end; ++i) to.push_back(from[i] + shift);
+}
+
+template <typename T>
+void AppendRange(std::vector<T>& to, const std::vector<T>& from, size_t begin, size_t end) {
+  to.insert(to.end(), from.begin() + static_cast<ptrdiff_t>(begin),
+            from.begin() + static_cast<ptrdiff_t>(end));
+}
+
+// Appends from's bytes [offsets[begin], offsets[end]) to `data`, and the offsets after
+// `begin`.
+void AppendBytes(std::string& data, std::vector<uint32_t>& offsets, const std::string& from_data,
+                 const std::vector<uint32_t>& from_offsets, size_t begin, size_t end) {
+  const size_t base = data.size();
+  data.append(from_data, from_offsets[begin], from_offsets[end] - from_offsets[begin]);
+  AppendOffsets(offsets, from_offsets, begin, end, base);
+}
+
+}  // namespace
+
+void Column::AppendRows(const Column& from, size_t begin, size_t end) {
+  if (begin >= end) return;
+  AppendRange(valid, from.valid, begin, end);
+  switch (type) {
+    case FieldType::kDouble:
+      AppendRange(f64, from.f64, begin, end);
+      return;
+    case FieldType::kString:
+      AppendBytes(str_data, str_offsets, from.str_data, from.str_offsets, begin, end);
+      return;
+    case FieldType::kDoubleArray: {
+      const size_t base = f64.size();
+      AppendRange(f64, from.f64, from.arr_offsets[begin], from.arr_offsets[end]);
+      AppendOffsets(arr_offsets, from.arr_offsets, begin, end, base);
+      return;
+    }
+    case FieldType::kStringArray:
+    case FieldType::kDoubleMap:
+    case FieldType::kStringMap: {
+      const size_t first = from.arr_offsets[begin];
+      const size_t last = from.arr_offsets[end];
+      AppendOffsets(arr_offsets, from.arr_offsets, begin, end, entry_valid.size());
+      AppendRange(entry_valid, from.entry_valid, first, last);
+      if (IsMap(type)) AppendBytes(key_data, key_offsets, from.key_data, from.key_offsets, first, last);
+      if (type == FieldType::kDoubleMap) {
+        AppendRange(f64, from.f64, first, last);
+      } else {
+        AppendBytes(str_data, str_offsets, from.str_data, from.str_offsets, first, last);
+      }
+      return;
+    }
+    case FieldType::kLong:
+    case FieldType::kInt:
+    case FieldType::kBoolean:
+    case FieldType::kTimestamp:
+      AppendRange(i64, from.i64, begin, end);
+      return;
+  }
+}
+
 void Column::AppendNull() {
   valid.push_back(0);
   switch (type) {
@@ -158,6 +226,10 @@ void RecordBatch::Reset(const Schema& schema) {
   }
   positions.clear();
   num_rows = 0;
+  Renew();
+}
+
+void RecordBatch::Renew() {
   static std::atomic<uint64_t> generations{0};
   generation = generations.fetch_add(1, std::memory_order_relaxed) + 1;
 }

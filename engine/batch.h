@@ -223,6 +223,9 @@ struct Column {
   /// Appends row `row` of `from` (a column of the same type) as this column's next row; for
   /// columns built row by row (str_offsets, arr_offsets and key_offsets hold their leading 0).
   void AppendRow(const Column& from, size_t row);
+  /// Appends rows [begin, end) of `from` (a column of the same type), as AppendRow would one
+  /// by one, each buffer copied in one piece.
+  void AppendRows(const Column& from, size_t begin, size_t end);
   /// Appends a null row to a column built row by row.
   void AppendNull();
 };
@@ -242,6 +245,8 @@ struct RecordBatch {
 
   /// Sets up empty columns for `schema`, keeping allocated capacity.
   void Reset(const Schema& schema);
+  /// A new generation, for a batch whose rows changed other than by Reset.
+  void Renew();
   /// Sizes every column and `positions` for `rows` rows that a decoder writes in place: the
   /// values and validity of fixed-width columns, the offsets of variable-width ones (their data
   /// grows as the rows are written). Called again with the rows kept, it trims to them;

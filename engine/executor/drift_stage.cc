@@ -653,6 +653,10 @@ Status DriftStage::Restore(std::string_view key, std::string_view value) {
 void DriftStage::Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) {
   impl_->Observe(batch, times);
 }
+void DriftStage::ProcessInOrder(const RecordBatch& batch, const RowTimes& times,
+                                std::span<const uint32_t> order) {
+  if (!order.empty()) impl_->Observe(batch, times, order);
+}
 bool DriftStage::HasClosableWindows(int64_t watermark_us) const {
   return impl_->HasClosableWindows(watermark_us);
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,10 @@ class DriftStage final : public Stage {
   Status Restore(std::string_view key, std::string_view value) override;
   Status FinishRestore() override;
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) override;
+  /// As Process, for the rows `order` lists, in its order (the order buffer's release:
+  /// engine/executor/order_buffer.h).
+  void ProcessInOrder(const RecordBatch& batch, const RowTimes& times,
+                      std::span<const uint32_t> order);
   bool HasClosableWindows(int64_t watermark_us) const override;
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
               StageProgress& progress) override;

@@ -117,7 +117,9 @@ class DriftStage::Impl {
 
   Status Restore(std::string_view key, std::string_view value);
 
-  void Observe(const RecordBatch& batch, const RowTimes& times) {
+  // `order`: the rows to observe, in the order to observe them; empty: every row in order.
+  void Observe(const RecordBatch& batch, const RowTimes& times,
+               std::span<const uint32_t> order = {}) {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
       // Cannot fail: Init built a monitor from the same spec.
@@ -125,7 +127,7 @@ class DriftStage::Impl {
       layout_dirty_ = true;
       if (!monitor_) return;
     }
-    Feed</*kReference=*/false>(batch, &times, NowUs());
+    Feed</*kReference=*/false>(batch, &times, NowUs(), order);
   }
 
   bool HasClosableWindows(int64_t watermark_us) const {
@@ -533,58 +535,75 @@ class DriftStage::Impl {
   // the results are those of observing the rows in order. False: feed in row order.
   static constexpr size_t kGroupAbove = 64;
   static constexpr uint32_t kNoRow = UINT32_MAX;
-  bool GroupRowsByModel(size_t num_rows) {
+  // Over the rows' ordinals (their places in the feeding order, `row_at` giving each one's
+  // row): model_first_rows_ and next_row_ hold ordinals.
+  template <typename RowAt>
+  bool GroupRowsByModel(size_t count, RowAt&& row_at) {
     model_first_rows_.clear();
-    next_row_.resize(num_rows);
-    for (size_t row = 0; row < num_rows; ++row) {
-      const uint32_t model = row_models_[row];
+    next_row_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t model = row_models_[row_at(i)];
       if (model == kNoModel) continue;
       if (model >= last_row_of_.size()) last_row_of_.resize(static_cast<size_t>(model) + 1, kNoRow);
-      next_row_[row] = kNoRow;
+      next_row_[i] = kNoRow;
       uint32_t& last = last_row_of_[model];
       if (last == kNoRow) {
-        model_first_rows_.push_back(static_cast<uint32_t>(row));
+        model_first_rows_.push_back(static_cast<uint32_t>(i));
       } else {
-        next_row_[last] = static_cast<uint32_t>(row);
+        next_row_[last] = static_cast<uint32_t>(i);
       }
-      last = static_cast<uint32_t>(row);
+      last = static_cast<uint32_t>(i);
     }
-    for (uint32_t first : model_first_rows_) last_row_of_[row_models_[first]] = kNoRow;
+    for (uint32_t first : model_first_rows_) last_row_of_[row_models_[row_at(first)]] = kNoRow;
     return model_first_rows_.size() > kGroupAbove;
   }
 
-  // Every record of `batch` to the monitor: as stream values, or (kReference) as reference
-  // values of a file baseline.
+  // Every record of `batch` to the monitor, or those `order` lists in its order: as stream
+  // values, or (kReference) as reference values of a file baseline.
   template <bool kReference>
-  void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us) {
+  void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us,
+            std::span<const uint32_t> order = {}) {
     ModelsOf(batch);
     KeysOf(batch);
-    if (!GroupRowsByModel(batch.num_rows)) {
-      for (size_t row = 0; row < batch.num_rows; ++row) {
-        if (row_models_[row] != kNoModel) FeedRow<kReference>(batch, row, times, now_us);
+    if (order.empty()) {
+      FeedOrdinals<kReference>(batch, batch.num_rows, [](size_t i) { return i; }, times, now_us);
+    } else {
+      FeedOrdinals<kReference>(batch, order.size(), [&](size_t i) { return order[i]; }, times,
+                               now_us);
+    }
+  }
+
+  template <bool kReference, typename RowAt>
+  void FeedOrdinals(const RecordBatch& batch, size_t count, RowAt&& row_at, const RowTimes* times,
+                    int64_t now_us) {
+    if (!GroupRowsByModel(count, row_at)) {
+      for (size_t i = 0; i < count; ++i) {
+        const size_t row = row_at(i);
+        if (row_models_[row] != kNoModel) FeedRow<kReference>(batch, row, i, times, now_us);
       }
       return;
     }
     const size_t models = model_first_rows_.size();
-    for (size_t i = 0; i < models; ++i) {
+    for (size_t m = 0; m < models; ++m) {
       // The state of the next three models on its way into cache.
       for (int step = 0; step < 3; ++step) {
-        if (i + 3 - step < models) {
-          monitor_->Prefetch(row_models_[model_first_rows_[i + 3 - step]], step);
+        if (m + 3 - step < models) {
+          monitor_->Prefetch(row_models_[row_at(model_first_rows_[m + 3 - step])], step);
         }
       }
-      for (uint32_t row = model_first_rows_[i]; row != kNoRow; row = next_row_[row]) {
-        FeedRow<kReference>(batch, row, times, now_us);
+      for (uint32_t i = model_first_rows_[m]; i != kNoRow; i = next_row_[i]) {
+        FeedRow<kReference>(batch, row_at(i), i, times, now_us);
       }
     }
   }
 
   // One record (of a model) to the monitor.
   template <bool kReference>
-  void FeedRow(const RecordBatch& batch, size_t row, const RowTimes* times, int64_t now_us) {
+  void FeedRow(const RecordBatch& batch, size_t row, size_t ordinal, const RowTimes* times,
+               int64_t now_us) {
     const uint32_t model = row_models_[row];
     const std::string& name = names_[model];
-    if constexpr (!kReference) monitor_->AtRecord(row);
+    if constexpr (!kReference) monitor_->AtRecord(ordinal);
     if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
     const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
     // Event-time windows need the record's own time; record-count windows date a record
@@ -817,8 +836,8 @@ class DriftStage::Impl {
   std::vector<uint32_t> dirty_bases_;
   std::vector<std::pair<std::string, std::string>> restored_admits_;
   std::vector<uint32_t> row_models_;  // per row of the batch being fed
-  // GroupRowsByModel: the first row of each model, the next row of a row's model, and (by
-  // model, kNoRow between batches) the last row seen.
+  // GroupRowsByModel: the first ordinal of each model, the next ordinal of an ordinal's model,
+  // and (by model, kNoRow between batches) the last ordinal seen.
   std::vector<uint32_t> model_first_rows_;
   std::vector<uint32_t> next_row_;
   std::vector<uint32_t> last_row_of_;

@@ -49,18 +49,24 @@ uint32_t OrderBuffer::PartitionId(std::string_view name) {
 }
 
 void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
-  if (batch.num_rows == 0) return;
+  const size_t count = batch.num_rows;
+  if (count == 0) return;
   changed_ = true;
+  for (size_t c = 0; c < rows_.columns.size(); ++c) {
+    rows_.columns[c].AppendRows(batch.columns[c], 0, count);
+  }
+  rows_.positions.insert(rows_.positions.end(), batch.positions.begin(),
+                         batch.positions.begin() + static_cast<ptrdiff_t>(count));
+  rows_.num_rows += count;
+  rows_.Renew();  // what drift derived from the rows before is stale
+  times_.event_us.insert(times_.event_us.end(), times.event_us.begin(),
+                         times.event_us.begin() + static_cast<ptrdiff_t>(count));
+  times_.late_before.insert(times_.late_before.end(), times.late_before.begin(),
+                            times.late_before.begin() + static_cast<ptrdiff_t>(count));
+  places_.reserve(places_.size() + count);
   uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
-  for (size_t row = 0; row < batch.num_rows; ++row) {
-    for (size_t c = 0; c < rows_.columns.size(); ++c) {
-      rows_.columns[c].AppendRow(batch.columns[c], row);
-    }
-    rows_.positions.push_back(batch.positions[row]);
-    ++rows_.num_rows;
-    times_.event_us.push_back(times.event_us[row]);
-    times_.late_before.push_back(times.late_before[row]);
+  for (size_t row = 0; row < count; ++row) {
     const RecordPosition& position = batch.positions[row];
     if (position.partition != last_index) {
       last_index = position.partition;
@@ -79,23 +85,31 @@ bool OrderBuffer::HasDue(int64_t watermark) const {
   });
 }
 
-void OrderBuffer::Release(int64_t watermark, RecordBatch& out, RowTimes& times) {
-  out.Reset(schema_);
-  times.event_us.clear();
-  times.late_before.clear();
-  std::vector<size_t> due;
-  std::vector<uint8_t> keep(places_.size(), 1);
+void OrderBuffer::Release(int64_t watermark, const Take& take) {
+  // Rows without a time first, as they came (the buffer keeps rows in arrival order); the
+  // others by partition, each partition's in the order they came.
+  order_.clear();
+  runs_.resize(partitions_.size());
+  for (std::vector<uint32_t>& run : runs_) run.clear();
+  keep_.assign(places_.size(), 1);
   for (size_t i = 0; i < places_.size(); ++i) {
-    const int64_t t = places_[i].event_us;
-    if (t == INT64_MIN || (watermark != INT64_MIN && t < watermark)) {
-      due.push_back(i);
-      keep[i] = 0;
+    const Place& place = places_[i];
+    if (place.event_us == INT64_MIN) {
+      order_.push_back(static_cast<uint32_t>(i));
+    } else if (watermark != INT64_MIN && place.event_us < watermark) {
+      runs_[place.partition].push_back(static_cast<uint32_t>(i));
+    } else {
+      continue;
     }
+    keep_[i] = 0;
   }
-  if (due.empty()) return;
-  changed_ = true;
-  // Sorted as compact keys side by side (a partition by its name's rank), not through the
-  // places: a batch's rows are hundreds of thousands.
+  // Each partition's run by (place, offset), usually in that order already (a watermark delay
+  // lets a partition's places step back); stable, so equal places keep their arrival order.
+  auto before = [&](uint32_t a, uint32_t b) {
+    return std::tie(places_[a].event_us, places_[a].offset) <
+           std::tie(places_[b].event_us, places_[b].offset);
+  };
+  // The runs merged by (place, partition by its name's rank).
   std::vector<uint32_t> rank(partitions_.size());
   {
     std::vector<uint32_t> by_name(partitions_.size());
@@ -104,41 +118,61 @@ void OrderBuffer::Release(int64_t watermark, RecordBatch& out, RowTimes& times) 
               [&](uint32_t a, uint32_t b) { return partitions_[a] < partitions_[b]; });
     for (uint32_t r = 0; r < by_name.size(); ++r) rank[by_name[r]] = r;
   }
-  struct Key {
-    bool timed;
-    int64_t event_us;  // timed rows
+  struct Head {
+    int64_t event_us;
+    uint32_t rank;
     uint32_t partition;
-    int64_t offset;
-    uint64_t arrival;  // untimed rows, which come first, as they came
-    size_t index;
-    bool operator<(const Key& o) const {
-      if (timed != o.timed) return !timed;
-      if (!timed) return arrival < o.arrival;
-      return std::tie(event_us, partition, offset, index) <
-             std::tie(o.event_us, o.partition, o.offset, o.index);
+    size_t next;
+    bool operator>(const Head& o) const {
+      return std::tie(event_us, rank) > std::tie(o.event_us, o.rank);
     }
   };
-  std::vector<Key> keys;
-  keys.reserve(due.size());
-  for (size_t i : due) {
-    const Place& place = places_[i];
-    keys.push_back({place.event_us != INT64_MIN, place.event_us, rank[place.partition],
-                    place.offset, place.arrival, i});
+  std::vector<Head> heads;
+  for (uint32_t partition = 0; partition < runs_.size(); ++partition) {
+    std::vector<uint32_t>& run = runs_[partition];
+    if (run.empty()) continue;
+    if (!std::is_sorted(run.begin(), run.end(), before)) {
+      std::stable_sort(run.begin(), run.end(), before);
+    }
+    heads.push_back({places_[run[0]].event_us, rank[partition], partition, 0});
   }
-  std::sort(keys.begin(), keys.end());
-  for (size_t k = 0; k < keys.size(); ++k) due[k] = keys[k].index;
-  for (size_t i : due) {
-    for (size_t c = 0; c < out.columns.size(); ++c) out.columns[c].AppendRow(rows_.columns[c], i);
-    out.positions.push_back(rows_.positions[i]);
-    ++out.num_rows;
-    times.event_us.push_back(times_.event_us[i]);
-    times.late_before.push_back(times_.late_before[i]);
+  std::make_heap(heads.begin(), heads.end(), std::greater<>());
+  while (!heads.empty()) {
+    std::pop_heap(heads.begin(), heads.end(), std::greater<>());
+    Head& head = heads.back();
+    const std::vector<uint32_t>& run = runs_[head.partition];
+    // This run's rows up to the next head's place go out together.
+    const int64_t bound = heads.size() > 1 ? heads.front().event_us : INT64_MAX;
+    const uint32_t bound_rank = heads.size() > 1 ? heads.front().rank : UINT32_MAX;
+    size_t next = head.next;
+    do {
+      order_.push_back(run[next++]);
+    } while (next < run.size() &&
+             std::tie(places_[run[next]].event_us, head.rank) < std::tie(bound, bound_rank));
+    if (next == run.size()) {
+      heads.pop_back();
+    } else {
+      head.next = next;
+      head.event_us = places_[run[next]].event_us;
+      std::push_heap(heads.begin(), heads.end(), std::greater<>());
+    }
   }
+  if (order_.empty()) return;
+  changed_ = true;
+  take(rows_, times_, order_);
   // What stays, in its order.
-  KeepRows(rows_, keep);
+  if (order_.size() == places_.size()) {
+    rows_.Reset(schema_);
+    times_.event_us.clear();
+    times_.late_before.clear();
+    places_.clear();
+    return;
+  }
+  KeepRows(rows_, keep_);
+  rows_.Renew();
   size_t kept = 0;
-  for (size_t i = 0; i < keep.size(); ++i) {
-    if (!keep[i]) continue;
+  for (size_t i = 0; i < keep_.size(); ++i) {
+    if (!keep_[i]) continue;
     times_.event_us[kept] = times_.event_us[i];
     times_.late_before[kept] = times_.late_before[i];
     places_[kept] = places_[i];
@@ -198,6 +232,7 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
     return MakeError(ErrorCode::kCorruption, "order buffer: {} rows for {} places",
                      rows_.num_rows - rows_before, places_.size() - first);
   }
+  rows_.Renew();
   // The rows' partitions by index are this process's own: a restored row keeps its name only.
   return Ok();
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,12 +51,17 @@ class OrderBuffer {
   /// Keeps the rows of `batch` (with their times) until Release.
   void Add(const RecordBatch& batch, const RowTimes& times);
 
-  /// Moves the rows whose place is before `watermark` into `out` (reset here) and `times`, in
-  /// (place, partition, offset) order, where a row's place is its event time, or its
-  /// partition's watermark before it when that is later (a row behind it: jitter within the
-  /// partition, which the partition's own order fixes). Rows without either come first, in the
-  /// order they came.
-  void Release(int64_t watermark, RecordBatch& out, RowTimes& times);
+  /// What Release hands the due rows to: the buffer's rows and times, and the due rows'
+  /// indexes in their order. The rows are valid during the call only.
+  using Take = std::function<void(const RecordBatch& rows, const RowTimes& times,
+                                  std::span<const uint32_t> order)>;
+  /// Hands the rows whose place is before `watermark` to `take` and forgets them, in (place,
+  /// partition, offset) order, where a row's place is its event time, or its partition's
+  /// watermark before it when that is later (a row behind it: jitter within the partition,
+  /// which the partition's own order fixes). Rows without either come first, in the order
+  /// they came. Each partition's rows are in its own order already (or nearly, with a
+  /// watermark delay), so they are merged, not sorted as one.
+  void Release(int64_t watermark, const Take& take);
 
   /// Whether Release(watermark) would move rows.
   bool HasDue(int64_t watermark) const;
@@ -85,6 +91,10 @@ class OrderBuffer {
   RecordBatch rows_;
   RowTimes times_;
   std::vector<Place> places_;
+  // Release's working space: each partition's due rows, the order handed out, what stays.
+  std::vector<std::vector<uint32_t>> runs_;
+  std::vector<uint32_t> order_;
+  std::vector<uint8_t> keep_;
   uint64_t arrivals_ = 0;
   bool changed_ = false;
   /// Pages the state holds (Persist), and whether it holds the one value written before pages.

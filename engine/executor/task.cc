@@ -159,8 +159,11 @@ void QueryTask::Finish(const BatchContext& context, BatchOutput& output, StateWr
                        StageProgress& progress) {
   if (order_) {
     // Drift's values that every partition has gone past, in their order.
-    order_->Release(context.next_watermark_us, released_, released_times_);
-    if (released_.num_rows > 0) stages_.drift->Process(released_, released_times_, output);
+    order_->Release(context.next_watermark_us,
+                    [&](const RecordBatch& rows, const RowTimes& times,
+                        std::span<const uint32_t> order) {
+                      stages_.drift->ProcessInOrder(rows, times, order);
+                    });
     StateChanges changes;
     order_->Persist(changes);
     Scope(id_, OrderBuffer::kNamespace, changes, writes);

@@ -151,9 +151,6 @@ class QueryTask {
   std::unique_ptr<ModelGate> gate_;
   std::unique_ptr<OrderBuffer> order_;
   std::vector<Lane> lanes_;
-  /// Drift's values released at the batch's end (reused).
-  RecordBatch released_;
-  RowTimes released_times_;
   /// Clock entries as last persisted (PersistClock), to write only what changed.
   std::map<std::string, std::string> saved_clock_;
   bool clock_persisted_ = false;
