@@ -21,10 +21,7 @@ constexpr int kMetadataTimeoutMs = 5'000;
 // Records in flight a stopping feeder still waits for.
 constexpr int kFlushOnStopMs = 1'000;
 
-std::shared_ptr<spdlog::logger> Log() {
-  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
-  return logger;
-}
+using kafka::Log;
 
 }  // namespace
 

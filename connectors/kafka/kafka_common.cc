@@ -14,7 +14,6 @@ namespace {
 
 // librdkafka calls this from its own threads; spdlog loggers are thread-safe.
 void LogCallback(const rd_kafka_t* rk, int level, const char* facility, const char* message) {
-  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
   spdlog::level::level_enum spd_level = spdlog::level::debug;
   if (level <= 3) {
     spd_level = spdlog::level::err;
@@ -23,10 +22,15 @@ void LogCallback(const rd_kafka_t* rk, int level, const char* facility, const ch
   } else if (level <= 6) {
     spd_level = spdlog::level::info;
   }
-  logger->log(spd_level, "{} {}: {}", rd_kafka_name(rk), facility, message);
+  Log()->log(spd_level, "{} {}: {}", rd_kafka_name(rk), facility, message);
 }
 
 }  // namespace
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
+  return logger;
+}
 
 std::string GroupId(const PipelineSpec& pipeline) {
   std::string configured = pipeline.source.options.GetString("kafka.group.id");

@@ -1,6 +1,7 @@
 // Pieces shared by the Kafka source and sink: owners for librdkafka's C handles, client
 // configuration from `kafka.*` options, the names driftd derives from the pipeline (consumer
-// group, transactional id) and the "topic-partition" offset keys. Private to connectors/kafka/.
+// group, transactional id), the "topic-partition" offset keys and the module's logger. Private
+// to connectors/kafka/.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "engine/log.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 
@@ -61,6 +63,9 @@ using MetadataPtr = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
 using QueuePtr = std::unique_ptr<rd_kafka_queue_t, QueueDeleter>;
 using EventPtr = std::unique_ptr<rd_kafka_event_t, EventDeleter>;
 using GroupMetadataPtr = std::unique_ptr<rd_kafka_consumer_group_metadata_t, GroupMetadataDeleter>;
+
+/// The module's logger ("kafka"), shared by every file of connectors/kafka/.
+std::shared_ptr<spdlog::logger> Log();
 
 /// The consumer group of a pipeline's Kafka source: `kafka.group.id`, or "driftd-<name>".
 std::string GroupId(const PipelineSpec& pipeline);

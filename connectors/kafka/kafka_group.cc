@@ -12,11 +12,6 @@ namespace driftd::kafka {
 
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
-  return logger;
-}
-
 std::string TopicSafe(std::string_view text) {
   std::string out;
   for (char c : text) {

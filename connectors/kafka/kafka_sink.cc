@@ -64,6 +64,7 @@ namespace {
 using kafka::ErrorPtr;
 using kafka::GroupMetadataPtr;
 using kafka::Handle;
+using kafka::Log;
 using kafka::MessagePtr;
 using kafka::PartitionList;
 
@@ -87,11 +88,6 @@ constexpr size_t kDefaultMessageMaxBytes = 1'000'000;
 constexpr size_t kRecordOverhead = 128;
 // Records scanned per step when searching the progress topic backwards from its end.
 constexpr int64_t kProgressScanWindow = 1000;
-
-std::shared_ptr<spdlog::logger> Log() {
-  static const std::shared_ptr<spdlog::logger> logger = GetLogger("kafka");
-  return logger;
-}
 
 struct Target {
   std::string sink_name;
