@@ -53,6 +53,8 @@ class ChunkPipeline {
     int64_t filtered_rows = 0;
     /// Which of the query's inputs the records are of (decode step; engine/executor/inputs.h).
     size_t input_index = 0;
+    /// The clock's next watermark once it stamped the chunk's rows (sequence step).
+    int64_t stamped_watermark_us = INT64_MIN;
   };
 
   struct Steps {

@@ -202,6 +202,7 @@ Status DriftStage::Impl::Restore(std::string_view key, std::string_view value) {
 }
 
 void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
+  records_fed_ = 0;
   events_.clear();
   evaluations_.clear();
   if (!monitor_) return;

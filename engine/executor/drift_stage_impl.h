@@ -571,6 +571,7 @@ class DriftStage::Impl {
       FeedOrdinals<kReference>(batch, order.size(), [&](size_t i) { return order[i]; }, times,
                                now_us);
     }
+    if constexpr (!kReference) records_fed_ += order.empty() ? batch.num_rows : order.size();
   }
 
   template <bool kReference, typename RowAt>
@@ -603,7 +604,7 @@ class DriftStage::Impl {
                int64_t now_us) {
     const uint32_t model = row_models_[row];
     const std::string& name = names_[model];
-    if constexpr (!kReference) monitor_->AtRecord(ordinal);
+    if constexpr (!kReference) monitor_->AtRecord(records_fed_ + ordinal);
     if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
     const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
     // Event-time windows need the record's own time; record-count windows date a record
@@ -840,6 +841,9 @@ class DriftStage::Impl {
   // and (by model, kNoRow between batches) the last ordinal seen.
   std::vector<uint32_t> model_first_rows_;
   std::vector<uint32_t> next_row_;
+  // Records fed in the batch so far (several calls: chunks, releases of the order buffer), so
+  // that the monitor's record order (AtRecord) runs across them.
+  uint64_t records_fed_ = 0;
   std::vector<uint32_t> last_row_of_;
   std::string composite_;
   DriftStage::ShapeCounts counts_;        // since start

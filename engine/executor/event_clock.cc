@@ -31,6 +31,7 @@ void EventClock::BeginBatch(const std::vector<PartitionActivity>& activity, int6
     const bool active = seen.more_available || seen.read_in_batch;
     if (active || partition.last_active_ms == INT64_MIN) partition.last_active_ms = now_ms;
     partition.more_available = seen.more_available;
+    partition.read_in_batch = seen.read_in_batch;
     partition.idle = !active && options_.idle_timeout_ms > 0 &&
                      now_ms - partition.last_active_ms >= options_.idle_timeout_ms;
   }
@@ -73,7 +74,7 @@ std::vector<EventClock::PartitionState> EventClock::Partitions() const {
   return out;
 }
 
-int64_t EventClock::NextWatermark() const {
+int64_t EventClock::Watermark(bool batch_read) const {
   if (!enabled()) return watermark_us_;
   bool any = false;
   int64_t low = INT64_MAX;
@@ -81,8 +82,10 @@ int64_t EventClock::NextWatermark() const {
   bool all_idle = true;
   for (const Partition& partition : partitions_) {
     if (partition.max_us == INT64_MIN) {
-      // Never read: it holds the watermark only while it has records waiting.
-      if (partition.more_available && !partition.idle) return watermark_us_;
+      // Never read: it holds the watermark only while it has records waiting (beyond the
+      // batch, or in it while it is read).
+      const bool waiting = partition.more_available || (!batch_read && partition.read_in_batch);
+      if (waiting && !partition.idle) return watermark_us_;
       continue;
     }
     high = std::max(high, partition.max_us);

@@ -107,7 +107,12 @@ class EventClock {
 
   /// The watermark for the next batch (call after the batch's rows were stamped); it never
   /// moves back. Does not change watermark_us() until CommitBatch.
-  int64_t NextWatermark() const;
+  int64_t NextWatermark() const { return Watermark(/*batch_read=*/true); }
+  /// While the batch is read: the watermark the rows stamped so far allow. As NextWatermark,
+  /// but a partition the batch reads that has no event time yet holds it: its rows, still to
+  /// come, may be older than every row stamped so far. No row stamped later comes before it
+  /// (a row's own partition's time, less the delay, bounds it below).
+  int64_t StampedWatermark() const { return Watermark(/*batch_read=*/false); }
 
   /// The batch committed: the next batch runs with NextWatermark().
   void CommitBatch() { watermark_us_ = NextWatermark(); }
@@ -124,8 +129,10 @@ class EventClock {
     bool more_available = false;
     int64_t last_active_ms = INT64_MIN;  // steady clock; INT64_MIN until first seen
     bool idle = false;
+    bool read_in_batch = false;  // the batch reads it (BeginBatch)
   };
   Partition& Slot(std::string_view name);
+  int64_t Watermark(bool batch_read) const;
   int64_t SlotIndexFor(uint32_t partition_index, std::string_view name);
 
   EventClockOptions options_;

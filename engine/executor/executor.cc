@@ -1169,6 +1169,7 @@ class QueryExecutor::Impl {
       limits_.AddDeadLetters(chunk.dead_letters, describe, output.dead_letters);
       progress.filtered_rows += chunk.filtered_rows;
       Stamp(chunk.records, labels, chunk.times);
+      chunk.stamped_watermark_us = placement_->ReadClock(tasks_).StampedWatermark();
       // Models are admitted in input order, here where the chunks come in order; the rare
       // chunk whose rows the gate dropped or renamed is routed again.
       if (!labels && task.Admit(chunk.records, chunk.times)) {
@@ -1177,7 +1178,7 @@ class QueryExecutor::Impl {
     };
     steps.fold = [&](size_t lane, const ChunkPipeline::Chunk& chunk) {
       task.FoldLane(lane, chunk.records, chunk.times, chunk.lane_rows[lane],
-                    chunk.input_index == labels_input_, output);
+                    chunk.input_index == labels_input_, output, chunk.stamped_watermark_us);
     };
     return pipeline_->Run(steps);
   }

@@ -110,13 +110,13 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
            std::tie(places_[b].event_us, places_[b].offset);
   };
   // The runs merged by (place, partition by its name's rank).
-  std::vector<uint32_t> rank(partitions_.size());
-  {
+  if (rank_.size() != partitions_.size()) {
     std::vector<uint32_t> by_name(partitions_.size());
     std::iota(by_name.begin(), by_name.end(), 0u);
     std::sort(by_name.begin(), by_name.end(),
               [&](uint32_t a, uint32_t b) { return partitions_[a] < partitions_[b]; });
-    for (uint32_t r = 0; r < by_name.size(); ++r) rank[by_name[r]] = r;
+    rank_.resize(partitions_.size());
+    for (uint32_t r = 0; r < by_name.size(); ++r) rank_[by_name[r]] = r;
   }
   struct Head {
     int64_t event_us;
@@ -134,7 +134,7 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     if (!std::is_sorted(run.begin(), run.end(), before)) {
       std::stable_sort(run.begin(), run.end(), before);
     }
-    heads.push_back({places_[run[0]].event_us, rank[partition], partition, 0});
+    heads.push_back({places_[run[0]].event_us, rank_[partition], partition, 0});
   }
   std::make_heap(heads.begin(), heads.end(), std::greater<>());
   while (!heads.empty()) {

@@ -95,6 +95,8 @@ class OrderBuffer {
   std::vector<std::vector<uint32_t>> runs_;
   std::vector<uint32_t> order_;
   std::vector<uint8_t> keep_;
+  // Each partition's rank by name (partitions_ only grows).
+  std::vector<uint32_t> rank_;
   uint64_t arrivals_ = 0;
   bool changed_ = false;
   /// Pages the state holds (Persist), and whether it holds the one value written before pages.

@@ -62,7 +62,7 @@ Status LocalPlacement::Route(RecordBatch& rows, RowTimes& times, bool labels, Ta
     return Ok();
   }
   task.Admit(rows, times);
-  task.Fold(rows, times, output);
+  task.Fold(rows, times, output, task.clock().StampedWatermark());
   return Ok();
 }
 

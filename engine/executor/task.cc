@@ -109,10 +109,11 @@ bool QueryTask::Admit(RecordBatch& rows, RowTimes& times) {
   return gate_ && gate_->Apply(rows, &times);
 }
 
-void QueryTask::Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output) {
+void QueryTask::Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output,
+                     std::optional<int64_t> stamped_watermark) {
   for (auto& stage : stages_.all) {
     if (order_ && stage.get() == stages_.drift) {
-      order_->Add(rows, times);  // drift takes them in event-time order
+      Order(rows, times, stamped_watermark);  // drift takes them in event-time order
     } else {
       stage->Process(rows, times, output);
     }
@@ -139,7 +140,8 @@ void QueryTask::RouteToLanes(const RecordBatch& rows,
 }
 
 void QueryTask::FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& times,
-                         std::span<const uint32_t> lane_rows, bool labels, BatchOutput& output) {
+                         std::span<const uint32_t> lane_rows, bool labels, BatchOutput& output,
+                         std::optional<int64_t> stamped_watermark) {
   const Lane& at = lanes_[lane];
   if (labels) {
     if (at.stage->TakesLabels() && at.shard == 0) at.stage->ProcessLabels(rows, times);
@@ -148,22 +150,31 @@ void QueryTask::FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& t
   if (at.sharded) {
     at.stage->ProcessShard(at.shard, rows, times, lane_rows);
   } else if (order_ && at.stage == stages_.drift) {
-    order_->Add(rows, times);  // drift takes them in event-time order
+    Order(rows, times, stamped_watermark);  // drift takes them in event-time order
   } else {
     // Only the select stage writes rows here, and no other lane writes them.
     at.stage->Process(rows, times, output);
   }
 }
 
+void QueryTask::Order(const RecordBatch& rows, const RowTimes& times,
+                      std::optional<int64_t> watermark) {
+  order_->Add(rows, times);
+  if (watermark) ReleaseOrdered(*watermark);
+}
+
+void QueryTask::ReleaseOrdered(int64_t watermark) {
+  order_->Release(watermark, [&](const RecordBatch& rows, const RowTimes& times,
+                                 std::span<const uint32_t> order) {
+    stages_.drift->ProcessInOrder(rows, times, order);
+  });
+}
+
 void QueryTask::Finish(const BatchContext& context, BatchOutput& output, StateWrites& writes,
                        StageProgress& progress) {
   if (order_) {
     // Drift's values that every partition has gone past, in their order.
-    order_->Release(context.next_watermark_us,
-                    [&](const RecordBatch& rows, const RowTimes& times,
-                        std::span<const uint32_t> order) {
-                      stages_.drift->ProcessInOrder(rows, times, order);
-                    });
+    ReleaseOrdered(context.next_watermark_us);
     StateChanges changes;
     order_->Persist(changes);
     Scope(id_, OrderBuffer::kNamespace, changes, writes);

@@ -94,8 +94,13 @@ class QueryTask {
   /// Rows that reached the task, stamped: applies the cap on models. Returns whether rows were
   /// dropped or renamed (lanes routed before must be routed again).
   bool Admit(RecordBatch& rows, RowTimes& times);
-  /// Folds admitted rows into every stage, in the order the rows come.
-  void Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output);
+  /// Folds admitted rows into every stage, in the order the rows come. `stamped_watermark`:
+  /// the watermark of the clock that stamped them, once it had stamped them; drift's waiting
+  /// values before it go to drift at once (no row read later can come before them in their
+  /// order: engine/executor/order_buffer.h). Without it (scaled out, where rows reach the task
+  /// from other processes), they wait for Finish.
+  void Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output,
+            std::optional<int64_t> stamped_watermark = std::nullopt);
   /// Rows of the labels input (its schema), for the stage that joins them.
   void FoldLabels(const RecordBatch& labels, const RowTimes& times);
 
@@ -108,7 +113,8 @@ class QueryTask {
   /// Folds a chunk's rows into one lane: `lane_rows` are the lane's rows when it is sharded.
   /// `labels`: the rows are the labels input's.
   void FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& times,
-                std::span<const uint32_t> lane_rows, bool labels, BatchOutput& output);
+                std::span<const uint32_t> lane_rows, bool labels, BatchOutput& output,
+                std::optional<int64_t> stamped_watermark = std::nullopt);
 
   /// Ends the batch: drift's values the watermark passed go to drift in their order, every
   /// stage appends its rows to `output`, and the task's state changes go to `writes` under its
@@ -150,6 +156,10 @@ class QueryTask {
   StageSet stages_;
   std::unique_ptr<ModelGate> gate_;
   std::unique_ptr<OrderBuffer> order_;
+  // Rows for drift into the order buffer, and out of it to drift those before `watermark`.
+  void Order(const RecordBatch& rows, const RowTimes& times,
+             std::optional<int64_t> watermark);
+  void ReleaseOrdered(int64_t watermark);
   std::vector<Lane> lanes_;
   /// Clock entries as last persisted (PersistClock), to write only what changed.
   std::map<std::string, std::string> saved_clock_;
