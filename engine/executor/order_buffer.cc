@@ -76,7 +76,15 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
     // at that watermark: the partition's order decides it, not the batching.
     places_.push_back({std::max(times.event_us[row], times.late_before[row]), last_key,
                        position.offset, arrivals_++});
+    least_place_ = std::min(least_place_, places_.back().event_us);
   }
+}
+
+void OrderBuffer::ReleaseMost(int64_t watermark, const Take& take) {
+  if (watermark == INT64_MIN || least_place_ >= watermark) return;
+  const size_t due = static_cast<size_t>(std::count_if(
+      places_.begin(), places_.end(), [&](const Place& p) { return p.event_us < watermark; }));
+  if (due * 2 >= places_.size()) Release(watermark, take);
 }
 
 bool OrderBuffer::HasDue(int64_t watermark) const {
@@ -166,16 +174,19 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     times_.event_us.clear();
     times_.late_before.clear();
     places_.clear();
+    least_place_ = INT64_MAX;
     return;
   }
   KeepRows(rows_, keep_);
   rows_.Renew();
   size_t kept = 0;
+  least_place_ = INT64_MAX;
   for (size_t i = 0; i < keep_.size(); ++i) {
     if (!keep_[i]) continue;
     times_.event_us[kept] = times_.event_us[i];
     times_.late_before[kept] = times_.late_before[i];
     places_[kept] = places_[i];
+    least_place_ = std::min(least_place_, places_[i].event_us);
     ++kept;
   }
   times_.event_us.resize(kept);
@@ -210,6 +221,7 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
     place.offset = r.Zigzag();
     place.arrival = r.Varint();
     arrivals_ = std::max(arrivals_, place.arrival + 1);
+    least_place_ = std::min(least_place_, place.event_us);
     places_.push_back(std::move(place));
   }
   const uint64_t block_count = r.Varint();

@@ -63,6 +63,10 @@ class OrderBuffer {
   /// watermark delay), so they are merged, not sorted as one.
   void Release(int64_t watermark, const Take& take);
 
+  /// As Release, but only when at least half the buffered rows are due: while a batch is read,
+  /// releasing a few rows at a time would go over the others again and again.
+  void ReleaseMost(int64_t watermark, const Take& take);
+
   /// Whether Release(watermark) would move rows.
   bool HasDue(int64_t watermark) const;
 
@@ -98,6 +102,8 @@ class OrderBuffer {
   // Each partition's rank by name (partitions_ only grows).
   std::vector<uint32_t> rank_;
   uint64_t arrivals_ = 0;
+  // The least place buffered (INT64_MIN with a row without a time; INT64_MAX when empty).
+  int64_t least_place_ = INT64_MAX;
   bool changed_ = false;
   /// Pages the state holds (Persist), and whether it holds the one value written before pages.
   size_t pages_ = 0;

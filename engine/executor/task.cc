@@ -52,6 +52,11 @@ Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, O
   task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
   if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
     task->order_ = std::make_unique<OrderBuffer>(QuerySchema(spec), options.partition_key);
+    DriftStage* drift = task->stages_.drift;
+    task->to_drift_ = [drift](const RecordBatch& rows, const RowTimes& times,
+                              std::span<const uint32_t> order) {
+      drift->ProcessInOrder(rows, times, order);
+    };
   }
   for (auto& stage : task->stages_.all) {
     const uint32_t shards = stage->shard_count();
@@ -160,21 +165,14 @@ void QueryTask::FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& t
 void QueryTask::Order(const RecordBatch& rows, const RowTimes& times,
                       std::optional<int64_t> watermark) {
   order_->Add(rows, times);
-  if (watermark) ReleaseOrdered(*watermark);
-}
-
-void QueryTask::ReleaseOrdered(int64_t watermark) {
-  order_->Release(watermark, [&](const RecordBatch& rows, const RowTimes& times,
-                                 std::span<const uint32_t> order) {
-    stages_.drift->ProcessInOrder(rows, times, order);
-  });
+  if (watermark) order_->ReleaseMost(*watermark, to_drift_);
 }
 
 void QueryTask::Finish(const BatchContext& context, BatchOutput& output, StateWrites& writes,
                        StageProgress& progress) {
   if (order_) {
     // Drift's values that every partition has gone past, in their order.
-    ReleaseOrdered(context.next_watermark_us);
+    order_->Release(context.next_watermark_us, to_drift_);
     StateChanges changes;
     order_->Persist(changes);
     Scope(id_, OrderBuffer::kNamespace, changes, writes);

@@ -156,10 +156,11 @@ class QueryTask {
   StageSet stages_;
   std::unique_ptr<ModelGate> gate_;
   std::unique_ptr<OrderBuffer> order_;
+  // Drift's released values to drift.
+  std::function<void(const RecordBatch&, const RowTimes&, std::span<const uint32_t>)> to_drift_;
   // Rows for drift into the order buffer, and out of it to drift those before `watermark`.
   void Order(const RecordBatch& rows, const RowTimes& times,
              std::optional<int64_t> watermark);
-  void ReleaseOrdered(int64_t watermark);
   std::vector<Lane> lanes_;
   /// Clock entries as last persisted (PersistClock), to write only what changed.
   std::map<std::string, std::string> saved_clock_;
