@@ -2,7 +2,7 @@
 //
 //   bench_kafka [--records N] [--partitions P] [--rounds R] [--max-offsets M]
 //               [--models M] [--features F] [--keep 1] [--kafka name=value]...
-//               [--topic EXISTING] [--threads T[,T...]]
+//               [--topic EXISTING] [--threads T[,T...]] [--driftd BINARY]
 //
 // Produces N inference-log records (the project's generator, with one injected drift so that
 // alerts are raised) to a fresh input topic on the broker at DRIFTD_KAFKA_BOOTSTRAP (default
@@ -63,6 +63,8 @@ struct Settings {
   std::map<std::string, std::string> source_client;
   // An existing topic holding `records` records to read instead of producing a new one.
   std::string input_topic;
+  // The daemon to run (another build's, to compare two).
+  std::string driftd = DRIFTD_BINARY;
 };
 
 std::string Bootstrap() {
@@ -406,7 +408,7 @@ struct DaemonRun {
   int64_t plan_ms = 0, read_process_ms = 0, commit_ms = 0, delivery_ms = 0, batch_ms = 0;
 };
 
-DaemonRun RunDaemon(const fs::path& yaml, const fs::path& log_path) {
+DaemonRun RunDaemon(const std::string& driftd, const fs::path& yaml, const fs::path& log_path) {
   auto start = Clock::now();
   pid_t pid = fork();
   if (pid == 0) {
@@ -415,7 +417,7 @@ DaemonRun RunDaemon(const fs::path& yaml, const fs::path& log_path) {
       dup2(fileno(log), 1);
       dup2(fileno(log), 2);
     }
-    execl(DRIFTD_BINARY, DRIFTD_BINARY, "run", yaml.c_str(), "--http", "off", nullptr);
+    execl(driftd.c_str(), driftd.c_str(), "run", yaml.c_str(), "--http", "off", nullptr);
     _exit(127);
   }
   int status = 0;
@@ -561,6 +563,8 @@ int main(int argc, char** argv) {
       settings.models = static_cast<int>(value);
     } else if (flag == "--features") {
       settings.features = static_cast<int>(value);
+    } else if (flag == "--driftd") {
+      settings.driftd = text;
     } else if (flag == "--keep") {
       settings.keep = value != 0;
     } else if (flag == "--threads") {
@@ -658,7 +662,7 @@ int main(int argc, char** argv) {
       const fs::path yaml = dir / (name + ".yaml");
       std::ofstream(yaml) << PipelineYaml(name, input, stats, alerts, dir / (name + "-checkpoint"),
                                           settings, threads);
-      daemon = RunDaemon(yaml, dir / (name + ".log"));
+      daemon = RunDaemon(settings.driftd, yaml, dir / (name + ".log"));
       if (daemon.input_rows != settings.records) {
         Die(fmt::format("driftd's progress counts {} input rows of {}", daemon.input_rows,
                         settings.records));
