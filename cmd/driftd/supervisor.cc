@@ -627,14 +627,14 @@ std::optional<int> Supervisor::Finished() const {
   return query.exit_code;
 }
 
-std::vector<PipelineMetricsView> Supervisor::Views() const {
+std::vector<PipelineMetricsView> Supervisor::Views(bool all_metrics) const {
   std::vector<PipelineMetricsView> views;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [file, query] : queries_) {
     PipelineMetricsView view;
     view.name = query->spec.name;
     view.file = file;
-    view.metrics = query->metrics.Snapshot();
+    view.metrics = all_metrics ? query->metrics.Snapshot() : query->metrics.LastBatch();
     std::lock_guard<std::mutex> query_lock(query->mutex);
     view.state = std::string(StateName(query->state));
     view.start_failures = query->start_failures;
@@ -749,7 +749,7 @@ std::string Supervisor::ProgressJson(const std::string& pipeline) const {
 }
 
 std::string Supervisor::StatusLine() const {
-  std::vector<PipelineMetricsView> views = Views();
+  std::vector<PipelineMetricsView> views = Views(/*all_metrics=*/false);
   size_t running = 0;
   const PipelineMetricsView* latest = nullptr;
   for (const PipelineMetricsView& view : views) {
@@ -771,7 +771,7 @@ std::string Supervisor::StatusLine() const {
 
 int64_t Supervisor::TotalBatches() const {
   int64_t total = 0;
-  for (const PipelineMetricsView& view : Views()) total += view.batches;
+  for (const PipelineMetricsView& view : Views(/*all_metrics=*/false)) total += view.batches;
   return total;
 }
 

@@ -99,7 +99,9 @@ class Supervisor {
   /// File mode: the exit code once the query has ended (finished or failed).
   std::optional<int> Finished() const;
 
-  std::vector<PipelineMetricsView> Views() const;
+  /// `all_metrics` false: each view's metrics hold the last batch only (QueryMetrics::
+  /// LastBatch), for what runs twice a second.
+  std::vector<PipelineMetricsView> Views(bool all_metrics = true) const;
   /// What the status page and `driftd status` show of each pipeline.
   std::vector<PipelineStatus> Statuses() const;
   /// The last evaluations of one series (the status page's chart); nullopt: no such pipeline.

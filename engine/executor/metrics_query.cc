@@ -261,6 +261,15 @@ QueryMetricsSnapshot QueryMetrics::Snapshot() const {
   return data_;
 }
 
+QueryMetricsSnapshot QueryMetrics::LastBatch() const {
+  QueryMetricsSnapshot last;
+  std::lock_guard<std::mutex> lock(mutex_);
+  last.last_batch_id = data_.last_batch_id;
+  last.last_batch_timestamp_ms = data_.last_batch_timestamp_ms;
+  last.last_batch_input_rows = data_.last_batch_input_rows;
+  return last;
+}
+
 std::vector<std::string> QueryMetrics::RecentProgress() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return {progress_.begin(), progress_.end()};

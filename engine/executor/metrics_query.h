@@ -184,6 +184,9 @@ class QueryMetrics {
 
   // Readers, any thread.
   QueryMetricsSnapshot Snapshot() const;
+  /// Snapshot() with only the last batch's id, time and input rows filled in: what a status
+  /// line needs, without copying every series' evaluation (130,000 at 10,000 models).
+  QueryMetricsSnapshot LastBatch() const;
   /// The last progress records, oldest first.
   std::vector<std::string> RecentProgress() const;
   /// The last alert events, oldest first.
