@@ -13,6 +13,12 @@
 // order_buffer.cc), so a restart neither loses nor repeats them, and scaled out they move with
 // the task through its changelog.
 //
+// Values go to drift as soon as the order allows, not only at the batch's end: while a batch is
+// read, the rows stamped so far fix a watermark no later row can come before
+// (EventClock::StampedWatermark), and once most of the buffer is before it, drift's lane takes
+// those values (ReleaseMost) while the other lanes fold and the source reads. The batch's end
+// releases all that is due. Any schedule of releases gives the same order.
+//
 // Not thread-safe: one lane (drift's) at a time, then the executor's thread at the batch's end.
 // One per task (engine/executor/task.h).
 #pragma once
