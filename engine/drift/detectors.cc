@@ -253,7 +253,6 @@ DetectorConfig ResolveDetector(const DetectorSpec& spec) {
   d.warn = unset ? defaults.warn : spec.warn;
   d.alert = unset ? defaults.alert : spec.alert;
   d.min_effect = DetectorParam(spec, "minEffect");
-  d.allowance = DetectorParam(spec, "allowance");
   d.threshold = DetectorParam(spec, "threshold");
   for (const DetectorParamDef& p : defaults.params) d.params.push_back(DetectorParam(spec, p.name));
   return d;

@@ -169,19 +169,11 @@ struct EvaluationInput {
   /// Reference and window histogram counts over the same bins (empty: no histogram).
   std::span<const int64_t> ref_counts;
   std::span<const int64_t> win_counts;
-  /// CUSUM: max of its two sides (baseline standard deviations) and its thresholds per level.
-  double cusum = 0;
-  double cusum_up = 0;
-  double cusum_down = 0;
-  double cusum_allowance = 0;
-  double cusum_warn_h = 0;
-  double cusum_alert_h = 0;
-  calibration::CusumModel cusum_model;
-  /// Values per evaluation the CUSUM's per-value rate is scaled by (windowRecords).
-  double cusum_values_per_evaluation = 1000;
   /// The detector's own state of this series, for a detector that keeps one
   /// (DetectorDefaults::state; the State type StateOps was made from), else null.
   const void* state = nullptr;
+  /// Values per evaluation (windowRecords): what a per-value false-alarm rate is scaled by.
+  double values_per_evaluation = 1000;
   /// Error series.
   ErrorSummary error_reference;
   ErrorSummary error_window;
@@ -209,7 +201,6 @@ struct DetectorConfig {
   double warn = 0;
   double alert = 0;
   double min_effect = 0;
-  double allowance = 0;  // cusum
   double threshold = 0;  // error_rate
   /// Every parameter of the detector's definition (DetectorDefaults::params, in that order),
   /// as configured or defaulted.
@@ -401,9 +392,6 @@ struct DetectorDefaults {
   /// checkpoint only where the detector is configured, so a detector with state is part of the
   /// fingerprint (in_fingerprint).
   const DetectorStateOps* state = nullptr;
-  /// Fed per value through the CUSUM sums the monitor keeps in each numeric series' state
-  /// (EvaluationInput::cusum*); one such detector at most (cusum).
-  bool sequential = false;
   /// Among the detectors a drift section without a `detectors:` list gets.
   bool by_default = true;
   /// Part of the pipeline's fingerprint (config/fingerprint.cc): false for a detector whose

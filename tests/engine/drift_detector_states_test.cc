@@ -168,5 +168,40 @@ TEST_CASE("a block is persisted as each detector's part in slot order and reads 
   CHECK(std::string(slots.Decode(bad, StatePart::kValues, rn)) == "summing");
 }
 
+TEST_CASE("the first configured detector of a kind keeps the state its later ones read",
+          "[drift][detector-state]") {
+  std::vector<DetectorConfig> detectors = {
+      ResolveDetector(DefaultDetectorSpec(DetectorKind::kMeanShift)),
+      ResolveDetector(DefaultDetectorSpec(DetectorKind::kCusum)),
+      ResolveDetector(DefaultDetectorSpec(DetectorKind::kPsi)),
+      ResolveDetector(DefaultDetectorSpec(DetectorKind::kCusum))};
+  const DetectorSlots slots = DetectorSlots::Of(detectors);
+  REQUIRE(slots.slots.size() == 1);
+  CHECK(slots.slots[0].detector == 1);
+  CHECK(slots.slots[0].name == "cusum");
+  CHECK(slots.of_detector == std::vector<int>{-1, 0, -1, 0});
+  CHECK(slots.series == SeriesBit(SeriesKind::kNumeric));
+  CHECK(slots.per_value_series == SeriesBit(SeriesKind::kNumeric));
+  CHECK(DetectorSlots::Of(std::vector<DetectorConfig>{detectors[0], detectors[2]}).empty());
+}
+
+TEST_CASE("a registered detector with state is part of the fingerprint and watches value series",
+          "[drift][detector-state]") {
+  // Which detectors with state are configured decides how the checkpoint lays out their
+  // states: the fingerprint must change with them. The categorical series' record and the
+  // error series have no place for a detector's state.
+  int with_state = 0;
+  for (const DetectorDefaults& d : DetectorDefaultsTable()) {
+    if (d.state == nullptr) continue;
+    INFO(d.name);
+    ++with_state;
+    CHECK(d.in_fingerprint);
+    CHECK_FALSE(d.error_series);
+    CHECK((d.series & SeriesBit(SeriesKind::kCategorical)) == 0);
+  }
+  CHECK(with_state >= 1);
+  CHECK(DefaultsFor(DetectorKind::kCusum).state != nullptr);
+}
+
 }  // namespace
 }  // namespace driftd
