@@ -64,6 +64,9 @@ struct DetectorSlots {
 /// value updates with them; more take an allocation of their own.
 class DetectorStates {
  public:
+  /// Bytes of states the block holds itself.
+  static constexpr size_t kInlineBytes = 96;
+
   bool made() const { return made_; }
   /// The block, each slot's state new when it is first made.
   std::byte* Make(const DetectorSlots& slots) {
@@ -79,7 +82,6 @@ class DetectorStates {
   const std::byte* data() const { return heap_ ? heap_.get() : inline_.data(); }
 
  private:
-  static constexpr size_t kInlineBytes = 96;
   alignas(std::max_align_t) std::array<std::byte, kInlineBytes> inline_{};
   std::unique_ptr<std::byte[]> heap_;
   bool made_ = false;

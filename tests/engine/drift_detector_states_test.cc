@@ -100,7 +100,7 @@ TEST_CASE("a state type's optional operations are left out when it does not have
 TEST_CASE("a series' block holds each state apart, new when first made, even beyond its room",
           "[drift][detector-state]") {
   const DetectorSlots slots = TwoSlots();
-  REQUIRE(slots.bytes > 96);
+  REQUIRE(slots.bytes > DetectorStates::kInlineBytes);
   DetectorStates states;
   CHECK_FALSE(states.made());
   // A block never made is a new series' states: nothing to write.
@@ -200,7 +200,10 @@ TEST_CASE("a registered detector with state is part of the fingerprint and watch
     CHECK((d.series & SeriesBit(SeriesKind::kCategorical)) == 0);
   }
   CHECK(with_state >= 1);
-  CHECK(DefaultsFor(DetectorKind::kCusum).state != nullptr);
+  // The CUSUM's state is in a series' block itself, beside the window's sums: the per-value
+  // path follows no pointer of its own.
+  REQUIRE(DefaultsFor(DetectorKind::kCusum).state != nullptr);
+  CHECK(DefaultsFor(DetectorKind::kCusum).state->size <= DetectorStates::kInlineBytes);
 }
 
 }  // namespace
