@@ -27,7 +27,11 @@ DetectorSlots DetectorSlots::Of(std::span<const DetectorConfig> detectors) {
     slot.offset = static_cast<uint32_t>(out.bytes);
     out.bytes += ops.size;
     out.series |= slot.series;
-    if (ops.add_value != nullptr) out.per_value_series |= slot.series;
+    if (ops.add_value != nullptr) {
+      out.per_value_series |= slot.series;
+      out.per_value.push_back(
+          {ops.add_value, slot.offset, slot.series, static_cast<uint8_t>(out.slots.size())});
+    }
     out.of_detector[d] = static_cast<int>(out.slots.size());
     out.slots.push_back(slot);
   }

@@ -31,10 +31,23 @@ struct DetectorSlot {
   uint32_t offset = 0;
 };
 
+/// A slot whose state takes values one by one, as the per-value path calls it: its operation
+/// itself, not through the slot's DetectorStateOps (one load less per value).
+struct PerValueSlot {
+  AlertLevel (*add_value)(void* state, double value) = nullptr;
+  uint32_t offset = 0;
+  /// The series kinds it watches (SeriesBit of each).
+  uint8_t series = 0;
+  /// Its index in DetectorSlots::slots.
+  uint8_t slot = 0;
+};
+
 /// The monitor's detectors with state, in configuration order: a series' block of detector
 /// states holds theirs, and its persisted form is theirs in this order.
 struct DetectorSlots {
   std::vector<DetectorSlot> slots;
+  /// The slots whose states take values one by one (DetectorStateOps::add_value), in order.
+  std::vector<PerValueSlot> per_value;
   /// Bytes of a series' block.
   size_t bytes = 0;
   /// The series kinds some slot watches, and those some slot is fed per value on.

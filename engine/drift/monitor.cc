@@ -559,10 +559,12 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
   if ((detector_slots_.per_value_series & kind) != 0 && FedPerValue()) {
     if (!s.prepared) Prepare(m, series);
     std::byte* states = ev.detector_states.data();
-    for (const DetectorSlot& slot : detector_slots_.slots) {
-      if (slot.ops->add_value == nullptr || (slot.series & kind) == 0) continue;
-      const AlertLevel level = slot.ops->add_value(states + slot.offset, clipped);
-      if (level != AlertLevel::kOk) SequentialCheck(m, series, slot, level, event_time_us);
+    for (const PerValueSlot& feed : detector_slots_.per_value) {
+      if ((feed.series & kind) == 0) continue;
+      const AlertLevel level = feed.add_value(states + feed.offset, clipped);
+      if (level != AlertLevel::kOk) [[unlikely]] {
+        SequentialCheck(m, series, detector_slots_.slots[feed.slot], level, event_time_us);
+      }
     }
   }
   if (ev.window_raw.count() >= spec_.window_records) CloseWindow(m, series);

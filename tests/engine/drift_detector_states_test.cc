@@ -70,6 +70,8 @@ DetectorSlots TwoSlots() {
   slots.bytes = sizeof(CountingState) + sizeof(SummingState);
   slots.series = SeriesBit(SeriesKind::kNumeric);
   slots.per_value_series = SeriesBit(SeriesKind::kNumeric);
+  slots.per_value.push_back(
+      {summing->add_value, slots.slots[1].offset, SeriesBit(SeriesKind::kNumeric), 1});
   slots.of_detector = {0, -1, 1};
   return slots;
 }
@@ -182,6 +184,11 @@ TEST_CASE("the first configured detector of a kind keeps the state its later one
   CHECK(slots.of_detector == std::vector<int>{-1, 0, -1, 0});
   CHECK(slots.series == SeriesBit(SeriesKind::kNumeric));
   CHECK(slots.per_value_series == SeriesBit(SeriesKind::kNumeric));
+  // Fed per value: the per-value path calls its update directly.
+  REQUIRE(slots.per_value.size() == 1);
+  CHECK(slots.per_value[0].add_value == slots.slots[0].ops->add_value);
+  CHECK(slots.per_value[0].offset == slots.slots[0].offset);
+  CHECK(slots.per_value[0].slot == 0);
   CHECK(DetectorSlots::Of(std::vector<DetectorConfig>{detectors[0], detectors[2]}).empty());
 }
 
