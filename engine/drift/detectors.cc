@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cmath>
 #include <limits>
 
@@ -184,7 +185,15 @@ const std::vector<DetectorDefaults>& DetectorDefaultsTable() {
 #include "engine/drift/detectors/registered.inc"
 #undef DRIFTD_DETECTOR
     };
-    for (size_t i = 0; i < out.size(); ++i) out[i].kind = static_cast<DetectorKind>(i);
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].kind = static_cast<DetectorKind>(i);
+      // A configured detector's state is laid out in the checkpoint: adding or removing it
+      // must change the fingerprint, so that a checkpoint is never read with another layout.
+      // The categorical series' record (written whole) has no place for detector states.
+      assert(out[i].state == nullptr ||
+             (out[i].in_fingerprint && !out[i].error_series &&
+              (out[i].series & SeriesBit(SeriesKind::kCategorical)) == 0));
+    }
     return out;
   }();
   return table;
@@ -244,7 +253,6 @@ DetectorConfig ResolveDetector(const DetectorSpec& spec) {
   d.warn = unset ? defaults.warn : spec.warn;
   d.alert = unset ? defaults.alert : spec.alert;
   d.min_effect = DetectorParam(spec, "minEffect");
-  d.allowance = DetectorParam(spec, "allowance");
   d.threshold = DetectorParam(spec, "threshold");
   for (const DetectorParamDef& p : defaults.params) d.params.push_back(DetectorParam(spec, p.name));
   return d;

@@ -8,11 +8,15 @@
 // Pure code; see engine/drift/README.md for the formulas and what each default catches.
 #pragma once
 
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +28,11 @@
 #include "engine/stats.h"
 
 namespace driftd {
+
+namespace drift {
+class ByteReader;
+class ByteWriter;
+}  // namespace drift
 
 /// Which aspect of a series a detector watches. An incident remembers the families that raised
 /// it, and leaves only on each one's own evidence that the series is back.
@@ -160,16 +169,11 @@ struct EvaluationInput {
   /// Reference and window histogram counts over the same bins (empty: no histogram).
   std::span<const int64_t> ref_counts;
   std::span<const int64_t> win_counts;
-  /// CUSUM: max of its two sides (baseline standard deviations) and its thresholds per level.
-  double cusum = 0;
-  double cusum_up = 0;
-  double cusum_down = 0;
-  double cusum_allowance = 0;
-  double cusum_warn_h = 0;
-  double cusum_alert_h = 0;
-  calibration::CusumModel cusum_model;
-  /// Values per evaluation the CUSUM's per-value rate is scaled by (windowRecords).
-  double cusum_values_per_evaluation = 1000;
+  /// The detector's own state of this series, for a detector that keeps one
+  /// (DetectorDefaults::state; the State type StateOps was made from), else null.
+  const void* state = nullptr;
+  /// Values per evaluation (windowRecords): what a per-value false-alarm rate is scaled by.
+  double values_per_evaluation = 1000;
   /// Error series.
   ErrorSummary error_reference;
   ErrorSummary error_window;
@@ -197,7 +201,6 @@ struct DetectorConfig {
   double warn = 0;
   double alert = 0;
   double min_effect = 0;
-  double allowance = 0;  // cusum
   double threshold = 0;  // error_rate
   /// Every parameter of the detector's definition (DetectorDefaults::params, in that order),
   /// as configured or defaulted.
@@ -205,6 +208,142 @@ struct DetectorConfig {
   /// The parameter `name` of the definition; `fallback` for a name it does not declare.
   double Param(std::string_view name, double fallback = 0) const;
 };
+
+// ---- A detector's state of each series ----------------------------------------------------
+// A detector that remembers more than the window it reads (the CUSUM: its two sums) keeps a state
+// of each series it watches. Its own file says what that state is, how it is set up and fed, and
+// how it is persisted: a State type, registered as DetectorDefaults::state by StateOps. The
+// monitor holds the state in a slot of each series, calls it at the points below, persists it in
+// the series' records, and hands it to the detector's evaluate (EvaluationInput::state). Value
+// series only (not the error series).
+
+/// What a state is set up from: the reference its series is judged against, and the detector's
+/// levels for that series.
+struct StateReference {
+  /// Winsorized values of the reference: the frozen baseline (warmup or file), or at a window's
+  /// end the trailing or seasonal reference.
+  const HigherMoments& reference;
+  /// The series' levels (scores) of the detector, overrides applied.
+  double warn;
+  double alert;
+  /// The detector as configured (its parameters: DetectorConfig::Param).
+  const DetectorConfig& config;
+  /// Values per evaluation (windowRecords): what a per-value false-alarm rate is scaled by.
+  double values_per_evaluation;
+};
+
+/// A window that closed, as its series' state is told of it (before the detectors read it).
+struct ClosedWindow {
+  /// Its winsorized values.
+  const HigherMoments& values;
+  /// Whether they came one by one through AddValue first: record windows against a fixed
+  /// reference (warmup or file baselines). Otherwise this is the first the state hears of them:
+  /// an event-time window takes values in any order, and a trailing or seasonal reference moves.
+  bool fed_per_value;
+};
+
+/// The parts of a state, by what changes them: each is persisted with what changes with it
+/// (engine/drift/monitor_layout.h), and only when it differs from a new series'.
+enum class StatePart : uint8_t {
+  /// What values change: written with the model record of every batch that fed the series.
+  kValues,
+  /// What only a window's end changes: written with the series record.
+  kWindows,
+};
+
+/// A state type's operations, type-erased (StateOps makes them): what the monitor calls.
+/// Optional ones are null when the type lacks them.
+struct DetectorStateOps {
+  size_t size = 0;
+  size_t align = 0;
+  void (*construct)(void* state) = nullptr;
+  void (*prepare)(void* state, const StateReference& reference) = nullptr;  // optional
+  AlertLevel (*add_value)(void* state, double value) = nullptr;             // optional
+  void (*start_window)(void* state) = nullptr;                              // optional
+  void (*close_window)(void* state, const StateReference& reference,
+                       const ClosedWindow& window) = nullptr;
+  void (*end_incident)(void* state) = nullptr;  // optional
+  bool (*is_new)(const void* state, StatePart part) = nullptr;
+  void (*encode)(const void* state, StatePart part, drift::ByteWriter& w) = nullptr;
+  bool (*decode)(void* state, StatePart part, drift::ByteReader& r) = nullptr;
+  /// Versions 3 to 5 of the persisted layout kept a series whole in one record, with
+  /// kOneRecordStateBytes of detector state (the CUSUM's: its sums and the last window's sd);
+  /// a state that reads them says so.
+  bool (*decode_one_record)(void* state, std::string_view bytes) = nullptr;  // optional
+};
+inline constexpr size_t kOneRecordStateBytes = 24;
+
+/// The operations of `State`, a detector's state of one series. It is a flat struct of numbers
+/// (trivially copyable; no allocation: the per-value path is the hottest there is), and has:
+///   State{}                            a new series' state
+///   void Prepare(const StateReference&)
+///                                      optional: the series' reference is fixed (a warmup or
+///                                      file baseline froze, or was restored): set up what feeding
+///                                      values one by one needs
+///   AlertLevel AddValue(double value)  optional: one winsorized value, in record order, of a
+///                                      series fed per value (after Prepare); returns the level
+///                                      the state reached when that is above any it reached in
+///                                      the current window (the monitor raises it at once,
+///                                      between window ends), else kOk
+///   void StartWindow()                 optional: a new window starts
+///   void CloseWindow(const StateReference&, const ClosedWindow&)
+///                                      a window closed with enough values to be evaluated
+///   void EndIncident()                 optional: the series' incident ended: forget the
+///                                      evidence of the change
+///   bool IsNew(StatePart) const        whether that part is a new series' (then not written)
+///   void Encode(StatePart, drift::ByteWriter&) const
+///   bool Decode(StatePart, drift::ByteReader&)
+///                                      false: the bytes hold no valid state
+///   bool DecodeOneRecord(std::string_view)
+///                                      optional: DetectorStateOps::decode_one_record
+template <typename State>
+const DetectorStateOps* StateOps() {
+  static_assert(std::is_trivially_copyable_v<State> && std::is_trivially_destructible_v<State>,
+                "a detector's state of a series is a flat struct of numbers");
+  static_assert(alignof(State) <= alignof(std::max_align_t));
+  static constexpr DetectorStateOps kOps = [] {
+    DetectorStateOps ops;
+    ops.size = sizeof(State);
+    ops.align = alignof(State);
+    ops.construct = [](void* s) { new (s) State{}; };
+    if constexpr (requires(State& s, const StateReference& r) { s.Prepare(r); }) {
+      ops.prepare = [](void* s, const StateReference& r) { static_cast<State*>(s)->Prepare(r); };
+    }
+    if constexpr (requires(State& s) { s.AddValue(0.0); }) {
+      ops.add_value = [](void* s, double v) { return static_cast<State*>(s)->AddValue(v); };
+    }
+    if constexpr (requires(State& s) { s.StartWindow(); }) {
+      ops.start_window = [](void* s) { static_cast<State*>(s)->StartWindow(); };
+    }
+    ops.close_window = [](void* s, const StateReference& r, const ClosedWindow& w) {
+      static_cast<State*>(s)->CloseWindow(r, w);
+    };
+    if constexpr (requires(State& s) { s.EndIncident(); }) {
+      ops.end_incident = [](void* s) { static_cast<State*>(s)->EndIncident(); };
+    }
+    ops.is_new = [](const void* s, StatePart p) { return static_cast<const State*>(s)->IsNew(p); };
+    ops.encode = [](const void* s, StatePart p, drift::ByteWriter& w) {
+      static_cast<const State*>(s)->Encode(p, w);
+    };
+    ops.decode = [](void* s, StatePart p, drift::ByteReader& r) {
+      return static_cast<State*>(s)->Decode(p, r);
+    };
+    if constexpr (requires(State& s, std::string_view b) { s.DecodeOneRecord(b); }) {
+      ops.decode_one_record = [](void* s, std::string_view b) {
+        return static_cast<State*>(s)->DecodeOneRecord(b);
+      };
+    }
+    return ops;
+  }();
+  return &kOps;
+}
+
+/// In a detector's evaluate: its state of the series (the State its StateOps were made from).
+template <typename State>
+const State& StateOf(const EvaluationInput& in) {
+  assert(in.state != nullptr);
+  return *static_cast<const State*>(in.state);
+}
 
 /// A parameter of a detector kind, as written in pipeline files (camelCase).
 struct DetectorParamDef {
@@ -248,9 +387,11 @@ struct DetectorDefaults {
   std::vector<std::string_view> extras = {};
   /// The kinds of value series it watches (SeriesBit of each; not the error series).
   uint8_t series = SeriesBit(SeriesKind::kNumeric);
-  /// Fed per value through the CUSUM sums the monitor keeps in each numeric series' state
-  /// (EvaluationInput::cusum*); one such detector at most (cusum).
-  bool sequential = false;
+  /// Its state of each series it watches, when it keeps one (StateOps of a State type in its
+  /// file; null: it reads the window and baseline alone). The state is laid out in the
+  /// checkpoint only where the detector is configured, so a detector with state is part of the
+  /// fingerprint (in_fingerprint).
+  const DetectorStateOps* state = nullptr;
   /// Among the detectors a drift section without a `detectors:` list gets.
   bool by_default = true;
   /// Part of the pipeline's fingerprint (config/fingerprint.cc): false for a detector whose

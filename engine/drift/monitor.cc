@@ -49,7 +49,8 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::span<const SeriesDef> ser
       spec.detectors.empty() ? DefaultDetectorSpecs() : spec.detectors;
   for (const DetectorSpec& ds : specs) {
     // What the monitor keeps for a detector follows from its definition: a histogram when
-    // it reads bins, the error series' threshold, the CUSUM sums, tracked categories.
+    // it reads bins, the error series' threshold, tracked categories, its state of each series
+    // (DetectorSlots, below).
     const DetectorDefaults& defaults = DefaultsFor(ds.kind);
     DetectorConfig d = ResolveDetector(ds);
     if (defaults.Declares("bins")) {
@@ -60,10 +61,6 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::span<const SeriesDef> ser
       if (!has_error_rate_) error_threshold_ = d.threshold;
       has_error_rate_ = true;
     }
-    if (defaults.sequential) {
-      if (!has_cusum_) cusum_detector_ = static_cast<int>(detectors_.size());
-      has_cusum_ = true;
-    }
     if (defaults.Declares("categories")) {
       if (!has_categories) {
         max_categories_ = static_cast<size_t>(
@@ -73,6 +70,7 @@ DriftMonitor::DriftMonitor(const DriftSpec& spec, std::span<const SeriesDef> ser
     }
     detectors_.push_back(std::move(d));
   }
+  detector_slots_ = DetectorSlots::Of(detectors_);
   histogram_bins_ = std::clamp(histogram_bins_, 2, 1000);
   policy_.hysteresis = std::max(1, spec.hysteresis);
   policy_.cooldown_ms = spec.cooldown_ms;
@@ -308,10 +306,9 @@ int64_t DriftMonitor::WindowClockMs(int64_t window_end_us) const {
   return window_end_us >= 0 ? window_end_us / 1000 : -((-window_end_us + 999) / 1000);
 }
 
-bool DriftMonitor::PerValueCusum() const {
-  return has_cusum_ && et_size_us_ == 0 &&
-         (spec_.baseline.kind == BaselineKind::kWarmup ||
-          spec_.baseline.kind == BaselineKind::kFile);
+bool DriftMonitor::FedPerValue() const {
+  return et_size_us_ == 0 && (spec_.baseline.kind == BaselineKind::kWarmup ||
+                              spec_.baseline.kind == BaselineKind::kFile);
 }
 
 void DriftMonitor::Observe(uint32_t model, const std::string& model_name, size_t series,
@@ -548,7 +545,7 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
     ev.window_max_us = INT64_MIN;
     ev.window_raw.Reset(WindowShift(s, series));
     ev.window_sums.Reset(WindowShift(s, series));
-    s.cusum_seen = AlertLevel::kOk;
+    StartWindow(s);
   }
   ++s.seen;
   ev.window_raw.Add(value);
@@ -556,14 +553,18 @@ void DriftMonitor::AddValue(ModelState& m, size_t series, double value, int64_t 
   ev.window_sums.Add(clipped);
   if (has_histogram_) ++ev.window_counts[s.edges.BinOf(value)];
   WidenSpan(ev.window_min_us, ev.window_max_us, event_time_us);
-  if (PerValueCusum() && series_kinds_[series] == SeriesKind::kNumeric) {
+  // Detectors with a state of the series that take values one by one (Prepare makes their
+  // block).
+  const uint8_t kind = SeriesBit(series_kinds_[series]);
+  if ((detector_slots_.per_value_series & kind) != 0 && FedPerValue()) {
     if (!s.prepared) Prepare(m, series);
-    const double z = (clipped - ev.cusum_mean) * ev.cusum_inv_sd;
-    const double cap = 4 * ev.cusum_alert_h;
-    ev.cusum_up = std::min(cap, std::max(0.0, ev.cusum_up + z - ev.cusum_k));
-    ev.cusum_down = std::min(cap, std::max(0.0, ev.cusum_down - z - ev.cusum_k));
-    if (ev.cusum_up >= ev.cusum_warn_h || ev.cusum_down >= ev.cusum_warn_h) {
-      SequentialCheck(m, series, event_time_us);
+    std::byte* states = ev.detector_states.data();
+    for (const PerValueSlot& feed : detector_slots_.per_value) {
+      if ((feed.series & kind) == 0) continue;
+      const AlertLevel level = feed.add_value(states + feed.offset, clipped);
+      if (level != AlertLevel::kOk) [[unlikely]] {
+        SequentialCheck(m, series, detector_slots_.slots[feed.slot], level, event_time_us);
+      }
     }
   }
   if (ev.window_raw.count() >= spec_.window_records) CloseWindow(m, series);
@@ -583,8 +584,8 @@ void DriftMonitor::FixEdges(SeriesState& s) {
   if (has_histogram_) s.edges = BinEdges::FromQuantiles(values, histogram_bins_);
   // Winsorizing fences: Tukey's outer fences, Q1 - 3 IQR and Q3 + 3 IQR. A normal feature is
   // almost never clipped (the fences sit at 4.7 sd); a heavy tail is, so that a single extreme
-  // value cannot move a mean, a variance or a CUSUM. Without spread in the middle half (few
-  // distinct values) nothing is clipped.
+  // value cannot move a mean, a variance or a detector's state. Without spread in the middle
+  // half (few distinct values) nothing is clipped.
   s.clip_lo = -kInf;
   s.clip_hi = kInf;
   if (!values.empty()) {
@@ -621,33 +622,34 @@ void DriftMonitor::FreezeBaseline(SeriesState& s) {
   s.prepared = false;
 }
 
-void DriftMonitor::SetupCusum(SeriesState& s, const HigherMoments& ref, double warn,
-                              double alert, double allowance) {
-  SeriesState::Evaluation& ev = s.mut_eval();
-  calibration::CusumModel model{allowance, static_cast<double>(ref.count()), ref.Kurtosis(),
-                                ref.Skewness()};
-  const double per_value = static_cast<double>(spec_.window_records);
-  const double rate_alert = calibration::TailOfScore(alert) / per_value;
-  const double rate_warn = calibration::TailOfScore(warn) / per_value;
-  model.allowance = calibration::CusumFeasibleAllowance(model, rate_alert);
-  ev.cusum_model = model;
-  ev.cusum_k = model.allowance;
-  ev.cusum_warn_h = calibration::CusumThreshold(model, rate_warn);
-  ev.cusum_alert_h = std::max(ev.cusum_warn_h, calibration::CusumThreshold(model, rate_alert));
+StateReference DriftMonitor::ReferenceFor(const ModelState& m, size_t series,
+                                          const DetectorSlot& slot,
+                                          const HigherMoments& ref) const {
+  const Thresholds& t = m.thresholds[series * detectors_.size() + slot.detector];
+  return {ref, t.warn, t.alert, detectors_[slot.detector],
+          static_cast<double>(spec_.window_records)};
 }
 
 void DriftMonitor::Prepare(ModelState& m, size_t series) {
   SeriesState& s = m.series[series];
   SeriesState::Evaluation& ev = s.mut_eval();
   s.prepared = true;
-  if (cusum_detector_ < 0) return;
-  const Thresholds& t =
-      m.thresholds[series * detectors_.size() + static_cast<size_t>(cusum_detector_)];
-  ev.cusum_mean = s.baseline_c.mean();
-  ev.cusum_inv_sd =
-      1 / std::max(FlooredSigma(s.baseline_c.Stddev(), s.baseline_c.mean()), ev.cusum_sd);
-  SetupCusum(s, s.baseline_c, t.warn, t.alert,
-             detectors_[static_cast<size_t>(cusum_detector_)].allowance);
+  if (detector_slots_.empty()) return;
+  std::byte* states = ev.detector_states.Make(detector_slots_);
+  const uint8_t kind = SeriesBit(series_kinds_[series]);
+  for (const DetectorSlot& slot : detector_slots_.slots) {
+    if (slot.ops->prepare == nullptr || (slot.series & kind) == 0) continue;
+    slot.ops->prepare(states + slot.offset, ReferenceFor(m, series, slot, s.baseline_c));
+  }
+}
+
+void DriftMonitor::StartWindow(SeriesState& s) {
+  SeriesState::Evaluation& ev = s.mut_eval();
+  if (!ev.detector_states.made()) return;
+  std::byte* states = ev.detector_states.data();
+  for (const DetectorSlot& slot : detector_slots_.slots) {
+    if (slot.ops->start_window != nullptr) slot.ops->start_window(states + slot.offset);
+  }
 }
 
 size_t DriftMonitor::PhaseOf(int64_t window_start_us) const {
@@ -657,41 +659,31 @@ size_t DriftMonitor::PhaseOf(int64_t window_start_us) const {
   return static_cast<size_t>(((index % phases) + phases) % phases);
 }
 
-void DriftMonitor::SequentialCheck(ModelState& m, size_t series, int64_t event_time_us) {
+void DriftMonitor::SequentialCheck(ModelState& m, size_t series, const DetectorSlot& slot,
+                                   AlertLevel level, int64_t event_time_us) {
   SeriesState& s = m.series[series];
   SeriesState::Evaluation& ev = s.mut_eval();
-  const double sum = std::max(ev.cusum_up, ev.cusum_down);
-  const AlertLevel level = sum >= ev.cusum_alert_h  ? AlertLevel::kAlert
-                           : sum >= ev.cusum_warn_h ? AlertLevel::kWarn
-                                                    : AlertLevel::kOk;
-  if (level <= s.cusum_seen) return;
-  s.cusum_seen = level;
   MarkDirty(m, series);
   const AlertLevel before = s.alert.state();
   if (before == AlertLevel::kAlert || (before == AlertLevel::kWarn && level == AlertLevel::kWarn)) {
     return;
   }
-  const size_t d = static_cast<size_t>(cusum_detector_);
+  const size_t d = slot.detector;
   const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+  const DetectorDefaults& kind = DefaultsFor(detectors_[d].kind);
   EvaluationInput in;
-  in.cusum = sum;
-  in.cusum_up = ev.cusum_up;
-  in.cusum_down = ev.cusum_down;
-  in.cusum_allowance = ev.cusum_k;
-  in.cusum_warn_h = ev.cusum_warn_h;
-  in.cusum_alert_h = ev.cusum_alert_h;
-  in.cusum_model = ev.cusum_model;
-  in.cusum_values_per_evaluation = static_cast<double>(spec_.window_records);
+  in.state = ev.detector_states.data() + slot.offset;
+  in.values_per_evaluation = static_cast<double>(spec_.window_records);
   readings_.resize(1);
-  DefaultsFor(detectors_[d].kind).evaluate(in, detectors_[d], t.warn, t.alert, readings_[0]);
+  kind.evaluate(in, detectors_[d], t.warn, t.alert, readings_[0]);
   Verdict v;
   v.readings = &readings_;
   v.detector_of = {d};
   v.observed = readings_[0].level;
   v.lead = 0;
-  v.immediate = true;
+  v.immediate = kind.immediate;
   v.sequential = true;
-  v.families_now = 1u << static_cast<int>(DetectorFamily::kLocation);
+  v.families_now = static_cast<uint8_t>(1u << static_cast<int>(kind.family));
   v.now_ms = WindowClockMs(event_time_us);
   v.window_start_record = ev.window_start;
   v.window_end_record = s.seen;

@@ -17,6 +17,7 @@
 
 #include "engine/drift/alert_state.h"
 #include "engine/drift/categories.h"
+#include "engine/drift/detector_states.h"
 #include "engine/drift/detectors.h"
 #include "engine/drift/higher_moments.h"
 #include "engine/drift/histogram.h"
@@ -127,10 +128,10 @@ struct DistributionCell {
   int64_t window = 0;
 };
 
-/// One closed window of a (model, series), whether or not it changed the alert level, or the
-/// CUSUM crossing a level between window ends: the window and baseline statistics and every
-/// detector's reading (statistic, score, levels, thresholds, effect). The evaluations stream and
-/// the per-series drift gauges are made of these. See engine/drift/README.md.
+/// One closed window of a (model, series), whether or not it changed the alert level, or a
+/// detector fed per value crossing a level between window ends: the window and baseline statistics
+/// and every detector's reading (statistic, score, levels, thresholds, effect). The evaluations
+/// stream and the per-series drift gauges are made of these. See engine/drift/README.md.
 struct Evaluation {
   std::string model;
   std::string segment;  // as AlertEvent::segment
@@ -197,9 +198,10 @@ struct SeriesDef {
 /// 1000), numbered by the series' value index, so results do not depend on how records are cut
 /// into batches. The error series ("error", fed by ObserveLabel) has its own windows of labeled
 /// records. A file baseline is given before the first Observe, through ObserveReference() /
-/// SetReference() and FreezeReferences(); series it leaves out warm up as with `warmup`. The
-/// CUSUM runs per value with record windows (it may raise a level between window ends) and per
-/// window with event-time windows, trailing and seasonal baselines.
+/// SetReference() and FreezeReferences(); series it leaves out warm up as with `warmup`.
+/// Detectors with a state of each series (DetectorDefaults::state) are fed per value with record
+/// windows against a warmup or file baseline (they may raise a level between window ends), and
+/// per window with event-time windows, trailing and seasonal baselines.
 class DriftMonitor {
  public:
   /// Prefix of every key CollectDirty() produces; the executor routes such keys to Restore().
@@ -341,15 +343,15 @@ class DriftMonitor {
   /// CollectEvaluations(true); otherwise none are kept).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
                 std::vector<Evaluation>* evaluations);
-  /// Keep an Evaluation per closed window (and per CUSUM crossing) for Evaluate(). Default: off
+  /// Keep an Evaluation per closed window for Evaluate(). Default: off
   /// (no cost).
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
 
   /// Appends (key, value) for every model changed since the last call, and to `deletes` the
   /// keys that no longer hold anything. Keys (names with '%' and '/' percent-encoded):
   ///   "drift/<model>"                  the model record: the roll-up, and what values change of
-  ///                                    each series (counts, the current window, the CUSUM; the
-  ///                                    baseline until it freezes)
+  ///                                    each series (counts, the current window, detector
+  ///                                    states; the baseline until it freezes)
   ///   "drift/<model>/<series>"         what changes when a window closes or an alert moves
   ///                                    (absent while it is a new series')
   ///   "drift/<model>/<series>/base"    the frozen baseline (moments, fences, bin edges,
@@ -387,8 +389,8 @@ class DriftMonitor {
 
   // ---- File baseline (before the first Observe) ------------------------------------------
   /// A baseline's winsorized values: the fences values are clipped to (infinite when the
-  /// baseline's IQR is 0) and the moments of the clipped values, which the mean, spread and
-  /// CUSUM tests compare with.
+  /// baseline's IQR is 0) and the moments of the clipped values, which the mean and spread
+  /// tests and the detector states compare with.
   struct Winsorized {
     double low = -std::numeric_limits<double>::infinity();
     double high = std::numeric_limits<double>::infinity();
@@ -460,9 +462,9 @@ class DriftMonitor {
   std::vector<BaselineExport> ExportBaselines() const;
 
   /// Starts `model`'s baselines over (after a retrain): every series warms up again on its
-  /// next values, as a new model would; windows in progress, trailing windows, look-backs and the
-  /// CUSUM are dropped, while value indexes and alert states continue. An open incident loses
-  /// its summary of the change with the old baseline, so it clears when a window of the new
+  /// next values, as a new model would; windows in progress, trailing windows, look-backs and
+  /// detector states are dropped, while value indexes and alert states continue. An open incident
+  /// loses its summary of the change with the old baseline, so it clears when a window of the new
   /// baseline reads below WARN on every detector. Returns false for a model the monitor does
   /// not know.
   bool ResetBaselines(const std::string& model);
@@ -507,14 +509,23 @@ class DriftMonitor {
   /// override names), [series * detectors + detector].
   void ResolveThresholds(std::string_view model_name, std::vector<Thresholds>& out) const;
   void FreezeBaseline(SeriesState& s);
+  /// The series' baseline is fixed: its detector states are set up from it for values fed one
+  /// by one (again after a restore or a new baseline).
   void Prepare(ModelState& m, size_t series);
-  void SetupCusum(SeriesState& s, const HigherMoments& ref, double warn, double alert,
-                  double allowance);
+  /// `ref` with the levels of the detector of `slot` in `series`, as its state is set up from.
+  StateReference ReferenceFor(const ModelState& m, size_t series,
+                              const monitor_detail::DetectorSlot& slot,
+                              const HigherMoments& ref) const;
+  /// A new window of the series starts: its detector states are told.
+  void StartWindow(SeriesState& s);
   size_t PhaseOf(int64_t window_start_us) const;
   void CloseWindow(ModelState& m, size_t series);
   void CloseEventWindow(ModelState& m, size_t series);
   void CloseErrorWindow(ModelState& m);
-  void SequentialCheck(ModelState& m, size_t series, int64_t event_time_us);
+  /// The state of `slot`, fed a value, reached `level` (above any it reached in the window):
+  /// raised at once, between window ends.
+  void SequentialCheck(ModelState& m, size_t series, const monitor_detail::DetectorSlot& slot,
+                       AlertLevel level, int64_t event_time_us);
   void Decide(ModelState& m, size_t series, Verdict& verdict);
   void Transition(ModelState& m, size_t series, AlertLevel previous, AlertLevel level,
                   AlertEvent event);
@@ -535,7 +546,9 @@ class DriftMonitor {
   int64_t WindowClockMs(int64_t window_end_us) const;
   /// What a window's power sums are centred on (PowerSums::Reset).
   double WindowShift(const SeriesState& s, size_t series) const;
-  bool PerValueCusum() const;
+  /// Whether detector states are fed value by value: record windows against a fixed baseline
+  /// (warmup or file); otherwise per window.
+  bool FedPerValue() const;
 
   DriftSpec spec_;
   std::vector<std::string> series_names_;
@@ -549,8 +562,8 @@ class DriftMonitor {
   int histogram_bins_ = 10;
   bool has_histogram_ = false;
   bool has_error_rate_ = false;
-  bool has_cusum_ = false;
-  int cusum_detector_ = -1;
+  /// The configured detectors that keep a state of each series.
+  monitor_detail::DetectorSlots detector_slots_;
   bool collect_evaluations_ = false;
   double error_threshold_ = 0.5;
   double resolve_log_evidence_ = 0;

@@ -228,9 +228,10 @@ Status ReadOpenWindows(drift::ByteReader& r, OpenSumsDecoder decode, std::vector
 
 // ---- versions 1 to 5 of the series record ----------------------------------------------------
 
-/// Versions 1 and 2: no winsorizing, no higher moments, Page-Hinkley instead of the CUSUM. The
-/// baseline is read as unwinsorized and normal-shaped; an open incident has no summary yet, so
-/// every family must show it is back.
+/// Versions 1 and 2: no winsorizing, no higher moments, and the state of a detector since
+/// removed (Page-Hinkley) instead of today's detector states, which start afresh. The baseline is
+/// read as unwinsorized and normal-shaped; an open incident has no summary yet, so every family
+/// must show it is back.
 Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::SeriesState& s,
                           size_t bins_limit, const Corrupt& corrupt) {
   s.frozen = r.U8() != 0;
@@ -252,7 +253,7 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   s.mut_eval().window_start = r.I64();
   s.mut_eval().window_min_us = r.I64();
   s.mut_eval().window_max_us = r.I64();
-  (void)r.Str();  // Page-Hinkley's state: the CUSUM starts afresh
+  (void)r.Str();  // Page-Hinkley's state: dropped
   DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
   if (!ReadErrors(r, s.mut_eval().err_baseline)) return corrupt("bad error baseline");
   if (!ReadErrors(r, s.mut_eval().err_window)) return corrupt("bad error window");
@@ -518,8 +519,9 @@ Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key)
 
 /// Versions 1 to 5 of the series record (one record per series). `warmup_count`: for version
 /// 5, the warmup values the record counts (they are in block keys).
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
-                    bool& base_apart, uint32_t& warmup_count) {
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s,
+                    const DetectorSlots& slots, size_t bins_limit, bool& base_apart,
+                    uint32_t& warmup_count) {
   base_apart = false;
   warmup_count = 0;
   drift::ByteReader r(bytes);
@@ -577,11 +579,11 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
       w.sum = r.F64();
       w.m2 = r.F64();
     }
-    s.mut_eval().cusum_up = r.F64();
-    s.mut_eval().cusum_down = r.F64();
-    s.mut_eval().cusum_sd = r.F64();
-    if (!(s.eval().cusum_up >= 0) || !(s.eval().cusum_down >= 0) || !(s.eval().cusum_sd >= 0)) {
-      return corrupt("bad cusum");
+    // The state of the one detector that kept one then, for the slots that read it.
+    std::string state;
+    if (ReadFixed(r, kOneRecordStateBytes, state)) {
+      const std::string_view bad = slots.DecodeOneRecord(s.mut_eval().detector_states, state);
+      if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
     }
     DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
     Incident& inc = s.mut_eval().inc;
@@ -628,7 +630,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t
 
 // ---- Version 6: the model record, the series record, warmup segments, the series table ----
 
-uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s) {
+uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s, const DetectorSlots& slots) {
   if (s.cat) return 0;  // a categorical series' record holds it whole
   uint32_t bits = 0;
   if (s.frozen || s.edges_ready || s.seen != 0) bits |= kHotState;
@@ -638,7 +640,7 @@ uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s) {
   if (!s.frozen && s.edges_ready) bits |= kHotClipped;
   if (s.eval().window_raw.count() > 0 || s.eval().window_sums.count() > 0) bits |= kHotWindow;
   if (s.eval().window_raw.count() > 0 || s.eval().err_window.count() > 0) bits |= kHotSpan;
-  if (s.eval().cusum_up != 0 || s.eval().cusum_down != 0) bits |= kHotCusum;
+  if (!slots.IsNew(s.eval().detector_states, StatePart::kValues)) bits |= kHotStates;
   if (!s.frozen && (s.eval().err_baseline.count() > 0 || s.eval().err_baseline.errors != 0)) {
     bits |= kHotErrBaseline;
   }
@@ -648,7 +650,8 @@ uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s) {
 }
 
 /// A series' entry of the model record: its sections bits, then the sections.
-void EncodeHot(const DriftMonitor::SeriesState& s, uint32_t bits, std::string& out) {
+void EncodeHot(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, uint32_t bits,
+               std::string& out) {
   drift::ByteWriter w(out);
   w.Varint(bits);
   if (bits & kHotState) {
@@ -672,10 +675,7 @@ void EncodeHot(const DriftMonitor::SeriesState& s, uint32_t bits, std::string& o
     PutTime(w, s.eval().window_min_us);
     PutTime(w, s.eval().window_max_us);
   }
-  if (bits & kHotCusum) {
-    w.F64(s.eval().cusum_up);
-    w.F64(s.eval().cusum_down);
-  }
+  if (bits & kHotStates) slots.Encode(s.eval().detector_states, StatePart::kValues, w);
   if (bits & kHotErrBaseline) {
     w.Zigzag(s.eval().err_baseline.errors);
     s.eval().err_baseline.abs_error.Encode(out);
@@ -704,8 +704,8 @@ void EncodeHot(const DriftMonitor::SeriesState& s, uint32_t bits, std::string& o
 
 /// Reads a series' entry of the model record into `s` (its other fields untouched).
 /// `bits_out`: the sections read; `warmup`: the warmup values the segments must give.
-Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, uint32_t& bits_out,
-                 uint32_t& warmup) {
+Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, const DetectorSlots& slots,
+                 uint32_t& bits_out, uint32_t& warmup) {
   auto corrupt = [&](std::string_view what) -> Status {
     return MakeError(ErrorCode::kCorruption, "drift model record: {}", what);
   };
@@ -744,10 +744,10 @@ Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, uint32_t& b
     s.mut_eval().window_min_us = GetTime(r);
     s.mut_eval().window_max_us = GetTime(r);
   }
-  if (bits & kHotCusum) {
-    s.mut_eval().cusum_up = r.F64();
-    s.mut_eval().cusum_down = r.F64();
-    if (!(s.eval().cusum_up >= 0) || !(s.eval().cusum_down >= 0)) return corrupt("bad cusum");
+  if (bits & kHotStates) {
+    if (slots.empty()) return corrupt("state of detectors that are not configured");
+    const std::string_view bad = slots.Decode(s.mut_eval().detector_states, StatePart::kValues, r);
+    if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
   }
   if (bits & kHotErrBaseline) {
     s.mut_eval().err_baseline.errors = r.Zigzag();
@@ -793,14 +793,14 @@ bool DecodeSummaryCompact(drift::ByteReader& r, WindowSummary& t) {
   return ReadMoments(r, t.moments) && t.clipped.Decode(r) && GetCounts(r, t.counts, kBinsLimit);
 }
 
-uint32_t ColdSectionsOf(const DriftMonitor::SeriesState& s) {
+uint32_t ColdSectionsOf(const DriftMonitor::SeriesState& s, const DetectorSlots& slots) {
   static const AlertStateMachine kNoAlert;
   uint32_t bits = 0;
   if (!s.frozen && s.edges_ready) bits |= kColdFences;
   if (!s.eval().trailing.empty() || s.eval().trailing_next != 0) bits |= kColdTrailing;
   if (!s.eval().phases.empty() || ValidTime(s.eval().season_end_us)) bits |= kColdPhases;
   if (!s.eval().recent.empty() || s.eval().recent_next != 0) bits |= kColdRecent;
-  if (s.eval().cusum_sd != 0) bits |= kColdCusumSd;
+  if (!slots.IsNew(s.eval().detector_states, StatePart::kWindows)) bits |= kColdStates;
   if (!(s.alert == kNoAlert) || s.eval().incident != 0) bits |= kColdAlert;
   if (!IsDefault(s.eval().inc)) bits |= kColdIncident;
   return bits;
@@ -808,8 +808,8 @@ uint32_t ColdSectionsOf(const DriftMonitor::SeriesState& s) {
 
 /// The series record (version 6): the sections that differ from a new series'; nothing at all
 /// when none does (no record is kept then).
-void EncodeCold(const DriftMonitor::SeriesState& s, std::string& out) {
-  const uint32_t bits = ColdSectionsOf(s);
+void EncodeCold(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, std::string& out) {
+  const uint32_t bits = ColdSectionsOf(s, slots);
   if (bits == 0) return;
   drift::ByteWriter w(out);
   w.U8(kSeriesEncodingVersion);
@@ -839,7 +839,7 @@ void EncodeCold(const DriftMonitor::SeriesState& s, std::string& out) {
       w.F64(rw.m2);
     }
   }
-  if (bits & kColdCusumSd) w.F64(s.eval().cusum_sd);
+  if (bits & kColdStates) slots.Encode(s.eval().detector_states, StatePart::kWindows, w);
   if (bits & kColdAlert) {
     s.alert.Encode(out);
     w.U64(s.eval().incident);
@@ -861,7 +861,8 @@ void EncodeCold(const DriftMonitor::SeriesState& s, std::string& out) {
   }
 }
 
-Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s) {
+Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s,
+                  const DetectorSlots& slots) {
   drift::ByteReader r(bytes);
   auto corrupt = [&](std::string_view what) -> Status {
     return MakeError(ErrorCode::kCorruption, "drift series state: {} ({} bytes)", what,
@@ -915,9 +916,10 @@ Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s) {
       rw.m2 = r.F64();
     }
   }
-  if (bits & kColdCusumSd) {
-    s.mut_eval().cusum_sd = r.F64();
-    if (!(s.eval().cusum_sd >= 0)) return corrupt("bad cusum");
+  if (bits & kColdStates) {
+    if (slots.empty()) return corrupt("state of detectors that are not configured");
+    const std::string_view bad = slots.Decode(s.mut_eval().detector_states, StatePart::kWindows, r);
+    if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
   }
   if (bits & kColdAlert) {
     DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));

@@ -44,7 +44,7 @@ enum HotSection : uint32_t {
   kHotClipped = 1u << 4,      // winsorized baseline and reference counts (edges fixed)
   kHotWindow = 1u << 5,       // the current window's sums and counts
   kHotSpan = 1u << 6,         // its first value index and event-time span
-  kHotCusum = 1u << 7,        // the CUSUM's sums
+  kHotStates = 1u << 7,       // detector states: the part values change
   kHotErrBaseline = 1u << 8,  // the error series' baseline while warming up
   kHotErrWindow = 1u << 9,    // the error series' window
   kHotOpen = 1u << 10,        // open event-time windows (with their samples)
@@ -59,7 +59,7 @@ enum ColdSection : uint32_t {
   kColdTrailing = 1u << 1,  // trailing window summaries
   kColdPhases = 1u << 2,    // seasonal phases
   kColdRecent = 1u << 3,    // look-back windows
-  kColdCusumSd = 1u << 4,   // the last window's own sd for the CUSUM
+  kColdStates = 1u << 4,    // detector states: the part window ends change
   kColdAlert = 1u << 5,     // alert state machine and incident id
   kColdIncident = 1u << 6,  // the open incident's evidence
   kColdAll = (1u << 7) - 1,
@@ -104,26 +104,33 @@ Status CheckCategorical(const DriftMonitor::SeriesState& s, std::string_view key
 /// Checks that need both the series record and its baseline.
 Status CheckHistograms(const DriftMonitor::SeriesState& s, std::string_view key);
 
+// The detector states of a series (engine/drift/detector_states.h) are written as each
+// configured detector with state (`slots`, in their order) writes its part; which detectors
+// those are is part of the pipeline's fingerprint, so a checkpoint is read with the slots it was
+// written with.
+
 /// Versions 1 to 5 of the series record (one record per series). `warmup_count`: for version
 /// 5, the warmup values the record counts (they are in block keys).
-Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s, size_t bins_limit,
-                    bool& base_apart, uint32_t& warmup_count);
+Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s,
+                    const DetectorSlots& slots, size_t bins_limit, bool& base_apart,
+                    uint32_t& warmup_count);
 
-uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s);
+uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s, const DetectorSlots& slots);
 
 /// A series' entry of the model record: its sections bits, then the sections.
-void EncodeHot(const DriftMonitor::SeriesState& s, uint32_t bits, std::string& out);
+void EncodeHot(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, uint32_t bits,
+               std::string& out);
 
 /// Reads a series' entry of the model record into `s` (its other fields untouched).
 /// `bits_out`: the sections read; `warmup`: the warmup values the segments must give.
-Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, uint32_t& bits_out,
-                 uint32_t& warmup);
+Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, const DetectorSlots& slots,
+                 uint32_t& bits_out, uint32_t& warmup);
 
 /// The series record (version 6): the sections that differ from a new series'; nothing at all
 /// when none does (no record is kept then).
-void EncodeCold(const DriftMonitor::SeriesState& s, std::string& out);
+void EncodeCold(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, std::string& out);
 
-Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s);
+Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s, const DetectorSlots& slots);
 
 Status DecodeModelRecord(std::string_view bytes, ModelRecordHead& head,
                          const std::function<Status(uint32_t, drift::ByteReader&)>& entry);

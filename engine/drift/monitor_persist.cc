@@ -97,7 +97,7 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
       // What changed of the series record must have been marked (MarkDirty), or a restart
       // would lose it: debug builds (the sanitizer tests) check every write.
       scratch_.clear();
-      EncodeCold(s, scratch_);
+      EncodeCold(s, detector_slots_, scratch_);
       assert((scratch_.empty() ? 0 : HashBytes(scratch_)) == (s.cold_in_store ? s.cold_hash : 0) &&
              "a field of the series record changed without MarkDirty");
 #endif
@@ -156,7 +156,7 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
       }
     }
     scratch_.clear();
-    EncodeCold(s, scratch_);
+    EncodeCold(s, detector_slots_, scratch_);
     if (scratch_.empty()) {
       if (s.cold_in_store) deletes.push_back(key);
       s.cold_in_store = false;
@@ -253,11 +253,11 @@ void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, 
   body.clear();
   drift::ByteWriter b(body);
   for (size_t i = 0; i < m.series.size(); ++i) {
-    const uint32_t bits = HotSectionsOf(m.series[i]);
+    const uint32_t bits = HotSectionsOf(m.series[i], detector_slots_);
     if (bits == 0) continue;
     ++entries;
     b.Varint(series_table_index_[i]);
-    EncodeHot(m.series[i], bits, body);
+    EncodeHot(m.series[i], detector_slots_, bits, body);
   }
   std::string record;
   record.reserve(64 + body.size());
@@ -331,7 +331,7 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
       uint32_t warmup = 0;
       auto checked = DecodeModelRecord(value, head, [&](uint32_t, drift::ByteReader& r) {
         scratch = SeriesState();
-        return DecodeHot(r, scratch, bits, warmup);
+        return DecodeHot(r, scratch, detector_slots_, bits, warmup);
       });
       if (!checked) return tl::unexpected(checked.error().Wrap(std::string(key)));
       model_pieces().record.assign(value);
@@ -436,11 +436,11 @@ Status DriftMonitor::Restore(std::string_view key, std::string_view value) {
       bool base_apart = false;
       checked = DecodeCategoricalSeries(value, scratch, base_apart);
     } else if (!value.empty() && static_cast<uint8_t>(value[0]) == kSeriesEncodingVersion) {
-      checked = DecodeCold(value, scratch);
+      checked = DecodeCold(value, scratch, detector_slots_);
     } else {
       bool base_apart = false;
       uint32_t warmup = 0;
-      checked = DecodeSeries(value, scratch, kBinsLimit, base_apart, warmup);
+      checked = DecodeSeries(value, scratch, detector_slots_, kBinsLimit, base_apart, warmup);
     }
     if (!checked) return tl::unexpected(checked.error().Wrap(std::string(key)));
     target.cold_in_store = true;
@@ -506,10 +506,11 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         }
       } else if (static_cast<uint8_t>(record[0]) == kSeriesEncodingVersion) {
         info[i].v6 = any_v6 = true;
-        st = DecodeCold(record, s);
+        st = DecodeCold(record, s, detector_slots_);
       } else {
         info[i].legacy = true;
-        st = DecodeSeries(record, s, kBinsLimit, info[i].base_apart, info[i].warmup);
+        st = DecodeSeries(record, s, detector_slots_, kBinsLimit, info[i].base_apart,
+                          info[i].warmup);
       }
       if (!st) return tl::unexpected(st.error().Wrap(fmt::format("series '{}'", name_of(i))));
     }
@@ -528,11 +529,12 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         if (i < 0 || info[static_cast<size_t>(i)].legacy || info[static_cast<size_t>(i)].hot ||
             info[static_cast<size_t>(i)].categorical) {
           scratch = SeriesState();
-          return DecodeHot(r, scratch, bits, warmup);
+          return DecodeHot(r, scratch, detector_slots_, bits, warmup);
         }
         Info& in = info[static_cast<size_t>(i)];
         in.hot = true;
-        return DecodeHot(r, m.series[static_cast<size_t>(i)], in.hot_bits, in.warmup);
+        return DecodeHot(r, m.series[static_cast<size_t>(i)], detector_slots_, in.hot_bits,
+                         in.warmup);
       }));
       m.rollup = head.rollup;
       m.rollup_incident = head.rollup_incident;
@@ -667,7 +669,7 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         s.warmup_saved_bytes = 0;
       } else {
         scratch_.clear();
-        EncodeCold(s, scratch_);
+        EncodeCold(s, detector_slots_, scratch_);
         s.cold_hash = scratch_.empty() ? 0 : HashBytes(scratch_);
         if (s.cold_in_store && !info[i].v6) s.cold_dirty = true;  // a left-over record
         s.warmup_saved = s.warmup.size();

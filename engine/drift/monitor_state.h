@@ -33,6 +33,7 @@
 
 #include "engine/codec.h"
 #include "engine/drift/codec.h"
+#include "engine/drift/detector_states.h"
 #include "engine/drift/monitor.h"
 #include "engine/drift/value_sample.h"
 
@@ -40,17 +41,18 @@ namespace driftd {
 
 namespace monitor_detail {
 
-// Version 3: winsorized moments, fences, the CUSUM, look-back windows, incident evidence and
-// seasonal phases; version 4 the value sample of each open event-time window of a warmup;
-// version 5 keeps the frozen baseline in a key of its own ("<series>/base", kBaseEncodingVersion)
-// and the warmup values in blocks ("<series>/w<k>"), the record only their count. Version 6
-// splits a series between the model's record (what every value changes: counts, the current
-// window, the CUSUM; kModelEncodingVersion) and its own record (what changes when a window
-// closes or an alert moves), writes only the sections that differ from a new series', and
-// keeps warmup values in per-model segments ("<model>/%w<seq>") in a compact decimal form.
-// Versions 1 and 2 (no such fields; 2 adds the open event-time windows) are still read: their
-// baselines are taken as unwinsorized and normal-shaped. Versions 1 to 4 hold everything in one
-// record. Every older version is rewritten in version 6 when its model is next written.
+// Version 3: winsorized moments, fences, detector state (kOneRecordStateBytes), look-back
+// windows, incident evidence and seasonal phases; version 4 the value sample of each open
+// event-time window of a warmup; version 5 keeps the frozen baseline in a key of its own
+// ("<series>/base", kBaseEncodingVersion) and the warmup values in blocks ("<series>/w<k>"), the
+// record only their count. Version 6 splits a series between the model's record (what every
+// value changes: counts, the current window, detector states' part that values change;
+// kModelEncodingVersion) and its own record (what changes when a window closes or an alert
+// moves), writes only the sections that differ from a new series', and keeps warmup values in
+// per-model segments ("<model>/%w<seq>") in a compact decimal form. Versions 1 and 2 (no such
+// fields; 2 adds the open event-time windows) are still read: their baselines are taken as
+// unwinsorized and normal-shaped. Versions 1 to 4 hold everything in one record. Every older
+// version is rewritten in version 6 when its model is next written.
 constexpr uint8_t kSeriesEncodingVersion = 6;
 constexpr uint8_t kBaseEncodingVersion = 1;
 constexpr uint8_t kBaseApart = 4;  // series flag: the frozen baseline is in "<series>/base"
@@ -357,7 +359,7 @@ struct DriftMonitor::Thresholds {
 };
 
 struct DriftMonitor::SeriesState {
-  /// What a series has once it is evaluated (its windows, CUSUM, winsorized baseline,
+  /// What a series has once it is evaluated (its windows, detector state, winsorized baseline,
   /// trailing and seasonal memory, incident), or once a value, a label or the checkpoint
   /// writes any of it. Kept apart so that a series in warmup costs about a quarter of one
   /// being evaluated: at 10,000 models of 13 series that is ~90 MB.
@@ -371,15 +373,8 @@ struct DriftMonitor::SeriesState {
     int64_t window_start = 0;
     int64_t window_min_us = INT64_MIN;
     int64_t window_max_us = INT64_MIN;
-    /// CUSUM sums (baseline sds) of the upper and lower side; the standardization (derived:
-    /// Prepare) and the thresholds of this series' levels.
-    double cusum_up = 0;
-    double cusum_down = 0;
-    double cusum_mean = 0;
-    double cusum_inv_sd = 1;
-    double cusum_k = 0;
-    double cusum_warn_h = kInf;
-    double cusum_alert_h = kInf;
+    /// The states of the configured detectors that keep one (DetectorSlots).
+    DetectorStates detector_states;
     /// Trailing baseline: ring of the last K window summaries (the warmup is the first).
     std::vector<WindowSummary> trailing;
     uint32_t trailing_next = 0;
@@ -390,10 +385,6 @@ struct DriftMonitor::SeriesState {
     /// Evaluated windows the look-back tests remember (ring, oldest overwritten).
     std::vector<RecentWindow> recent;
     uint32_t recent_next = 0;
-    /// The last window's own (winsorized) sd: values are standardized by the larger of it and
-    /// the baseline's, so that a change of spread alone does not read as a change of location.
-    double cusum_sd = 0;
-    calibration::CusumModel cusum_model;
     uint64_t incident = 0;
     Incident inc;
     ErrorSummary err_baseline;
@@ -403,7 +394,7 @@ struct DriftMonitor::SeriesState {
   // ---- what every value touches, first (a few cache lines) ----
   bool frozen = false;
   bool dirty = false;
-  /// Derived from the baseline (Prepare), not persisted.
+  /// The detector states are set up from the frozen baseline (Prepare): derived, not persisted.
   bool prepared = false;
   bool edges_ready = false;
   /// While the edges are not fixed, `baseline` is not kept up to date: it is the moments of
@@ -411,7 +402,6 @@ struct DriftMonitor::SeriesState {
   /// warmup value costs an append. False only for state restored from a layout whose baseline
   /// did not match its values (then `baseline` is kept).
   bool baseline_from_warmup = true;
-  AlertLevel cusum_seen = AlertLevel::kOk;
   /// Values (or labeled records, for the error series) accepted so far: the next value's index.
   int64_t seen = 0;
   /// First warmup values, for the bin edges and the fences; released once these are fixed.
@@ -430,7 +420,8 @@ struct DriftMonitor::SeriesState {
   // ---- the rest ----
   int64_t first_event_us = INT64_MIN;
   Moments baseline;
-  /// Baseline of winsorized values: what the mean, spread and CUSUM tests compare with.
+  /// Baseline of winsorized values: what the mean and spread tests and detector states compare
+  /// with.
   HigherMoments baseline_c;
   std::vector<int64_t> ref_counts;
   AlertStateMachine alert;
@@ -530,7 +521,8 @@ struct DriftMonitor::Verdict {
   AlertLevel window_level = AlertLevel::kOk;
   int lead = -1;  // index into readings
   bool immediate = false;
-  /// The CUSUM crossing a level between window ends: no window to weigh as evidence.
+  /// A detector fed per value crossing a level between window ends: no window to weigh as
+  /// evidence.
   bool sequential = false;
   uint8_t families_now = 0;
   /// This window's log-likelihood ratio "back" per family (NaN: no evidence).

@@ -119,7 +119,7 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     ev.window_raw.Reset(WindowShift(s, series));
     ev.window_sums.Reset(WindowShift(s, series));
     std::fill(ev.window_counts.begin(), ev.window_counts.end(), 0);
-    s.cusum_seen = AlertLevel::kOk;
+    StartWindow(s);
   };
 
   // Seasonal warm-up: the first `cycles` periods of windows become the phases' baselines.
@@ -195,23 +195,20 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     const double sigma = FlooredSigma(ref_c.Stddev(), ref_c.mean());
     const double u = (window_c.mean() - ref_c.mean()) / sigma;
     const SeriesKind series_kind = series_kinds_[series];
-    if (has_cusum_ && series_kind == SeriesKind::kNumeric) {
-      if (PerValueCusum()) {
-        if (!s.prepared) Prepare(m, series);
-        // The next window's values are standardized by this window's spread if it is wider.
-        ev.cusum_sd = window_c.Stddev();
-        ev.cusum_inv_sd = 1 / std::max(sigma, ev.cusum_sd);
-      } else {
-        // Fed per window: event-time windows (values may arrive in any order within a window),
-        // and references that move (trailing, seasonal).
-        const size_t d = static_cast<size_t>(cusum_detector_);
-        const Thresholds& t = m.thresholds[series * detectors_.size() + d];
-        SetupCusum(s, ref_c, t.warn, t.alert, detectors_[d].allowance);
-        const double n = static_cast<double>(window_c.count());
-        const double uc = (window_c.mean() - ref_c.mean()) / std::max(sigma, window_c.Stddev());
-        const double cap = 4 * ev.cusum_alert_h;
-        ev.cusum_up = std::min(cap, std::max(0.0, ev.cusum_up + n * (uc - ev.cusum_k)));
-        ev.cusum_down = std::min(cap, std::max(0.0, ev.cusum_down + n * (-uc - ev.cusum_k)));
+    // The detectors' states of the series learn of the window before the detectors read it:
+    // fed per value, they had its values; otherwise this is their one update.
+    const uint8_t kind_bit = SeriesBit(series_kind);
+    std::byte* states = nullptr;
+    if ((detector_slots_.series & kind_bit) != 0) {
+      const bool per_value = FedPerValue();
+      if (per_value && (detector_slots_.per_value_series & kind_bit) != 0 && !s.prepared) {
+        Prepare(m, series);
+      }
+      states = ev.detector_states.Make(detector_slots_);
+      for (const DetectorSlot& slot : detector_slots_.slots) {
+        if ((slot.series & kind_bit) == 0) continue;
+        slot.ops->close_window(states + slot.offset, ReferenceFor(m, series, slot, ref_c),
+                               {window_c, per_value && slot.ops->add_value != nullptr});
       }
     }
     const int64_t bins = static_cast<int64_t>(s.edges.bins());
@@ -232,14 +229,7 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       in.ref_counts = std::span<const int64_t>(ref_counts->data(), static_cast<size_t>(bins));
       in.win_counts = std::span<const int64_t>(ev.window_counts.data(), static_cast<size_t>(bins));
     }
-    in.cusum = std::max(ev.cusum_up, ev.cusum_down);
-    in.cusum_up = ev.cusum_up;
-    in.cusum_down = ev.cusum_down;
-    in.cusum_allowance = ev.cusum_k;
-    in.cusum_warn_h = ev.cusum_warn_h;
-    in.cusum_alert_h = ev.cusum_alert_h;
-    in.cusum_model = ev.cusum_model;
-    in.cusum_values_per_evaluation = static_cast<double>(spec_.window_records);
+    in.values_per_evaluation = static_cast<double>(spec_.window_records);
     // A rate series' values are 0 or 1 (never clipped): its counts are the sums.
     std::vector<ErrorLookback> rate_lookbacks;
     const bool rate = IsDataQuality(series_kind);
@@ -264,6 +254,10 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
       if (!kind.Watches(series_kind)) continue;
       if (kind.family == DetectorFamily::kShape && !histogram) continue;
       const Thresholds& t = m.thresholds[series * detectors_.size() + d];
+      const int slot = detector_slots_.of_detector[d];
+      in.state = slot >= 0 && states != nullptr
+                     ? states + detector_slots_.slots[static_cast<size_t>(slot)].offset
+                     : nullptr;
       readings_.emplace_back();
       kind.evaluate(in, det, t.warn, t.alert, readings_.back());
       v.detector_of.push_back(d);
@@ -420,16 +414,21 @@ void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
                   v.ref_counts, v.error_n, v.error_errors);
   }
   if (leaves) {
-    // The evidence the sequential and look-back tests held was the incident's: they start
+    // The evidence the detector states and look-back tests held was the incident's: they start
     // afresh with the series back at its baseline.
     ev.inc = Incident();
-    ev.cusum_up = 0;
-    ev.cusum_down = 0;
+    if (ev.detector_states.made()) {
+      for (const DetectorSlot& slot : detector_slots_.slots) {
+        if (slot.ops->end_incident != nullptr) {
+          slot.ops->end_incident(ev.detector_states.data() + slot.offset);
+        }
+      }
+    }
     ev.recent.clear();
     ev.recent_next = 0;
   }
-  // One evaluation per closed window (the CUSUM's crossings between window ends are alert
-  // events; the window they fall in is evaluated when it closes).
+  // One evaluation per closed window (crossings of detectors fed per value between window ends
+  // are alert events; the window they fall in is evaluated when it closes).
   if (collect_evaluations_ && !v.sequential) RecordEvaluation(m, series, true, before, &v);
   if (!changed || readings.empty()) return;
 

@@ -1,6 +1,6 @@
 // The drift state's persisted layout: what a batch writes (only what changed), restores from
 // those keys in any order, and checkpoints of the version-4 and version-5 layouts (one record
-// per series) still read.
+// per series) and of earlier builds' version 6 still read.
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -507,6 +507,26 @@ TEST_CASE("a version-5 checkpoint of event-time windows is read and rewritten in
   REQUIRE(fixture.at("drift/frozen/x").size() > 4'000);
   constexpr int64_t kStop[2] = {700, 4'000};
   CheckOlderCheckpointContinues(fixture, kStop, 250);
+}
+
+TEST_CASE("a version-6 checkpoint written before detector states were the detectors' own "
+          "continues exactly",
+          "[drift][monitor][state]") {
+  // data/drift_state_v6.txt: the store of Scenario run to step 6500, written by the build whose
+  // monitor kept the CUSUM's state itself (before engine/drift/detectors/cusum.cc did): frozen's
+  // sums in its model record, the last window's sd in its series records.
+  const auto fixture = ReadFixture("drift_state_v6.txt");
+  REQUIRE(static_cast<int>(fixture.at("drift/frozen/x")[0]) == 6);
+  REQUIRE(fixture.count("drift/frozen") == 1);
+  constexpr int64_t kStop[2] = {700, 6'500};
+  CheckOlderCheckpointContinues(fixture, kStop, 0);
+#ifdef NDEBUG
+  // This build writes the same bytes at the same step (an optimized build, as the fixture's).
+  DriftMonitor monitor(Spec(), {"x", "y"});
+  Scenario sc(monitor);
+  sc.Run(6'500, kStop);
+  CHECK(sc.store == fixture);
+#endif
 }
 
 }  // namespace
