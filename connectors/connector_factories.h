@@ -15,10 +15,6 @@
 
 namespace driftd {
 
-/// What a source's bind makes of its options: its typed options, or the option at fault.
-template <typename T>
-using Bound = tl::expected<T, OptionProblem>;
-
 /// Declares how a source of type-T options is bound and created, after decl.options is set:
 /// `bind` sees the options with the declared ranges checked and the declared defaults filled in
 /// (so it writes no default of its own) and makes T once; `create` makes the source from T.
@@ -30,33 +26,17 @@ void BindSource(ConnectorDecl& decl,
                                  const Options& options),
                 Result<std::unique_ptr<Source>> (*create)(const PipelineSpec& pipeline,
                                                           T options)) {
-  ConnectorDecl declared;
-  declared.format = decl.format;
-  declared.options = decl.options;
-  decl.bind = [declared, bind](const PipelineSpec& pipeline,
-                               const SourceSpec& source) -> BindResult {
-    for (const OptionDecl& option : declared.options) {
-      if (option.required && !source.options.Has(option.name)) {
-        return tl::unexpected(OptionProblem{option.name, "is required"});
-      }
-    }
-    if (auto range = CheckDeclaredRanges(declared, source.options)) {
-      return tl::unexpected(std::move(*range));
-    }
-    Bound<T> bound = bind(pipeline, source, WithDeclaredDefaults(declared, source.options));
-    if (!bound) return tl::unexpected(std::move(bound.error()));
-    return BoundOptions(std::move(*bound));
+  decl.bind = [declared = decl.options, bind](const PipelineSpec& pipeline,
+                                              const SourceSpec& source) -> BindResult {
+    return BindDeclared<T>(declared, source.options,
+                           [&](const Options& options) { return bind(pipeline, source, options); });
   };
-  decl.create_source = [bind_source = decl.bind, format = decl.format,
+  decl.create_source = [bind_source = decl.bind, what = decl.format + " source",
                         create](const PipelineSpec& pipeline) -> Result<std::unique_ptr<Source>> {
-    if (const T* bound = std::any_cast<T>(&pipeline.source.bound)) return create(pipeline, *bound);
-    BindResult bound = bind_source(pipeline, pipeline.source);
-    if (!bound) {
-      const OptionProblem& problem = bound.error();
-      return MakeError(ErrorCode::kConfig, "{} source: {}{}", format,
-                       problem.option.empty() ? "" : problem.option + ": ", problem.message);
-    }
-    return create(pipeline, std::any_cast<T>(std::move(*bound)));
+    Result<T> options = BoundOrBind<T>(
+        pipeline.source.bound, [&] { return bind_source(pipeline, pipeline.source); }, what);
+    if (!options) return tl::unexpected(std::move(options.error()));
+    return create(pipeline, std::move(*options));
   };
 }
 

@@ -96,6 +96,14 @@ struct OptionProblem {
   std::string message;
 };
 
+/// "option: message", or the message alone for a problem of the whole connector: how a problem
+/// reads where no YAML path says which option it is about (a spec built without config/).
+std::string ProblemText(const OptionProblem& problem);
+
+/// What a kind's bind makes of its options: its typed options, or the option at fault.
+template <typename T>
+using Bound = tl::expected<T, OptionProblem>;
+
 /// What config/, progress and the engine need to know of a source kind, stated by its
 /// declaration so that no code compares format names. Defaults: false.
 struct SourceTraits {
@@ -197,13 +205,38 @@ class Options {
 const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
                                    ConnectorRole role);
 
-/// `options` with the declared default of every option it lacks: the options of a spec built
-/// without config/ (tests, tools) as config/ would have filled them.
-Options WithDeclaredDefaults(const ConnectorDecl& decl, Options options);
+/// `options` as the declaration `declared` admits them, with the checks that need no YAML:
+/// every required option present, every value within its declared range (OutOfRange), and the
+/// declared default of every option it lacks. config/ made these checks already; for options
+/// that did not come through it (a spec built by hand: tests, tools) they are made here. The
+/// first problem otherwise.
+Bound<Options> AdmitDeclared(const std::vector<OptionDecl>& declared, Options options);
 
-/// The declared checks of one option's value that need no YAML: its range (OutOfRange), for
-/// options that did not come through config/. The first problem, or nullopt.
-std::optional<OptionProblem> CheckDeclaredRanges(const ConnectorDecl& decl, const Options& options);
+/// Binds `options` against `declared`: AdmitDeclared, then `bind` (Bound<T>(const Options&))
+/// makes the kind's typed options T from the admitted options, which hold every default, so
+/// that no kind writes a default of its own.
+template <typename T, typename Bind>
+BindResult BindDeclared(const std::vector<OptionDecl>& declared, const Options& options,
+                        Bind&& bind) {
+  Bound<Options> admitted = AdmitDeclared(declared, options);
+  if (!admitted) return tl::unexpected(std::move(admitted.error()));
+  Bound<T> bound = bind(*admitted);
+  if (!bound) return tl::unexpected(std::move(bound.error()));
+  return BoundOptions(std::move(*bound));
+}
+
+/// The typed options T that config/ bound (`bound`), or, for a spec built without config/
+/// (`bound` empty), those `bind` (BindResult()) makes now; a problem then becomes a kConfig
+/// error "<what>: <option>: <message>".
+template <typename T, typename Bind>
+Result<T> BoundOrBind(const BoundOptions& bound, Bind&& bind, std::string_view what) {
+  if (const T* typed = std::any_cast<T>(&bound)) return *typed;
+  BindResult fresh = bind();
+  if (!fresh) {
+    return MakeError(ErrorCode::kConfig, "{}: {}", what, ProblemText(fresh.error()));
+  }
+  return std::any_cast<T>(std::move(*fresh));
+}
 
 /// True for option names whose values must never be printed (password, secret, key, token...).
 bool IsSecretOptionName(std::string_view name);
