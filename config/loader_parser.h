@@ -137,9 +137,11 @@ class PipelineParser {
                         bool main);
   void CheckInputValueFormat(const std::string& path, const SourceSpec& source,
                              const ValueFormatDecl* decl);
-  bool ParseValueFormatOf(const MapReader& source, SourceSpec& spec,
+  bool ParseValueFormatOf(const MapReader& source, const std::string& path, SourceSpec& spec,
                           const ValueFormatDecl*& value_format_decl);
   void CheckValueFormat();
+  void ReportValueOptionProblem(const ValueFormatProblem& problem, const std::string& prefix,
+                                const std::map<std::string, SourceMark>& marks, SourceMark anchor);
   bool CheckFormat(const Scalar& format, ConnectorRole role, const ConnectorDecl** decl);
   void ParseMalformed(const MapReader& source, const std::string& path, SourceSpec& target,
                       bool main);

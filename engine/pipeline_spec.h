@@ -63,6 +63,9 @@ struct SourceSpec {
   std::string value_format = "json";
   /// source.valueOptions, validated against the value format's declaration, defaults filled in.
   Options value_options;
+  /// The value options as the format's bind made them, once, at load (ValueFormatDecl::bind);
+  /// empty for a spec built without config/, whose options are bound when the decoder is made.
+  BoundOptions value_bound;
   SourceMark value_format_mark;
   std::map<std::string, SourceMark> value_option_marks;
   SourceMark mark;
@@ -321,6 +324,9 @@ struct SinkSpec {
   std::string value_format = "json";
   /// sinks[i].valueOptions, validated against the format's sink options, defaults filled in.
   Options value_options;
+  /// The value options as the format's bind_sink made them, once, at load; empty for a spec
+  /// built without config/, whose options are bound when the encoder is made.
+  BoundOptions value_bound;
   SourceMark value_format_mark;
   std::map<std::string, SourceMark> value_option_marks;
 };
