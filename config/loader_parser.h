@@ -206,6 +206,11 @@ class PipelineParser {
   void CheckOutputModes();
   void CheckDeadLetter();
   void BindSources();
+  void BindSinks();
+  /// A bind's problem at `prefix`.<option> ("sinks[1].options.topic") with the option's mark
+  /// from `marks`, else at `prefix` and `anchor` (the section's own mark).
+  void ReportOptionProblem(const OptionProblem& problem, const std::string& prefix,
+                           const std::map<std::string, SourceMark>& marks, SourceMark anchor);
   void CheckPaths();
   void CheckStreams();
 

@@ -1,5 +1,7 @@
-// Declarations of the options a connector accepts. Each connector publishes a ConnectorDecl;
-// config/ validates pipeline files against them (unknown or mistyped options are errors), and
+// Declarations of the options a connector or a value format accepts. Each connector publishes a
+// ConnectorDecl (a value format a ValueFormatDecl, engine/value_decoder.h); config/ validates
+// pipeline files against them (unknown or mistyped options are errors), binds each connector's
+// and value format's options once, at load, into the kind's typed options (BindDeclared), and
 // the reference documentation is generated from them.
 #pragma once
 
@@ -89,8 +91,9 @@ struct OptionDecl {
 /// otherwise what is wrong, e.g. "must be positive, found 0".
 std::optional<std::string> OutOfRange(const OptionDecl& option, std::string_view value);
 
-/// A problem a connector finds in its options, tied to the option at fault (empty: the
-/// connector as a whole), so that config/ reports it at that option's YAML path and line.
+/// A problem a connector or value format finds in its options, tied to the option at fault
+/// (empty: the connector or format as a whole), so that config/ reports it at that option's YAML
+/// path and line.
 struct OptionProblem {
   std::string option;
   std::string message;
@@ -103,6 +106,14 @@ std::string ProblemText(const OptionProblem& problem);
 /// What a kind's bind makes of its options: its typed options, or the option at fault.
 template <typename T>
 using Bound = tl::expected<T, OptionProblem>;
+
+/// A sink that could not be made, and which one: `sink` is the spec at fault (an element of the
+/// pipeline's sinks), or null for a problem of several sinks' one Sink together (a scaled-out
+/// Kafka sink without a Kafka source).
+struct SinkFailure {
+  Error error;
+  const SinkSpec* sink = nullptr;
+};
 
 /// What config/, progress and the engine need to know of a source kind, stated by its
 /// declaration so that no code compares format names. Defaults: false.
@@ -120,7 +131,8 @@ struct SourceTraits {
   bool group_shared = false;
 };
 
-/// A connector's options as its `bind` made them: its own typed struct (std::any_cast).
+/// A connector's or value format's options as its bind made them: its own typed struct
+/// (std::any_cast).
 using BoundOptions = std::any;
 using BindResult = tl::expected<BoundOptions, OptionProblem>;
 
@@ -150,13 +162,21 @@ struct ConnectorDecl {
   std::function<BindResult(const PipelineSpec& pipeline, const SourceSpec& source)> bind;
   /// Source: makes the source of pipeline.source from its bound options.
   std::function<Result<std::unique_ptr<Source>>(const PipelineSpec& pipeline)> create_source;
-  /// Sink: makes the sink of one spec.
+  /// Sink: parses one sink's options (declared types, ranges and defaults applied) into the
+  /// kind's typed options, with the checks across options and against the rest of the pipeline.
+  /// A rule between two sinks of the kind (one producer, one directory each) is checked by the
+  /// later sink's bind, against the sinks before it, so that the problem belongs to one sink.
+  /// config/ calls it once per sink, at load, and keeps the result in SinkSpec::bound;
+  /// create_sink and create_shared_sink read that (and bind a spec built without config/).
+  std::function<BindResult(const PipelineSpec& pipeline, const SinkSpec& sink)> bind_sink;
+  /// Sink: makes the sink of one spec from its bound options.
   std::function<Result<std::unique_ptr<Sink>>(const PipelineSpec& pipeline,
                                               const SinkSpec& spec)>
       create_sink;
   /// Sink, instead of create_sink: one Sink for every sink of this format (they share one
-  /// transactional producer); `source` is the pipeline's source; `formats` encode the rows.
-  std::function<Result<std::unique_ptr<Sink>>(
+  /// transactional producer); `source` is the pipeline's source; `formats` encode the rows. A
+  /// failure names the spec at fault, or none when it concerns them together.
+  std::function<tl::expected<std::unique_ptr<Sink>, SinkFailure>(
       const PipelineSpec& pipeline, const std::vector<const SinkSpec*>& specs, Source* source,
       const std::vector<ValueFormatDecl>& formats)>
       create_shared_sink;

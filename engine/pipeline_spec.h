@@ -311,8 +311,11 @@ enum class StreamKind {
 
 struct SinkSpec {
   std::string name;    // unique in the pipeline; default "<format>-<index>"
-  std::string format;  // kafka, file, console, webhook
-  Options options;
+  std::string format;  // a sink kind's name (connectors/registry.h): kafka, file, console, ...
+  Options options;     // validated against the kind's declaration, defaults filled in
+  /// The options as the kind's bind made them, once, at load (ConnectorDecl::bind_sink); empty
+  /// for a spec built without config/, which the kind then binds when the sink is made.
+  BoundOptions bound;
   OutputMode output_mode = OutputMode::kAppend;
   StreamKind stream = StreamKind::kStats;
   SourceMark mark;
