@@ -128,7 +128,12 @@ PipelineSpec PipelineParser::Parse(const YAML::Node& root, std::string_view file
   CheckSinkValueFormats();
   CheckStreams();
   CheckPaths();
-  BindSources();
+  // The connectors bind options that passed the file's own checks (a bind would only repeat a
+  // problem already reported in other words).
+  if (problems_.errors().empty()) {
+    BindSources();
+    BindSinks();
+  }
   return spec_;
 }
 
@@ -220,7 +225,7 @@ void PipelineParser::CheckDeadLetter() {
 // whole pipeline is known; what run creates the source from. A problem is reported at the
 // option it names, with the line the parser recorded.
 void PipelineParser::BindSources() {
-  if (!options_.catalog || !problems_.errors().empty()) return;
+  if (!options_.catalog) return;
   auto bind = [&](const PipelineSpec& pipeline, SourceSpec& source, const std::string& prefix) {
     const ConnectorDecl* decl =
         FindConnector(*options_.catalog, source.format, ConnectorRole::kSource);
@@ -230,15 +235,7 @@ void PipelineParser::BindSources() {
       source.bound = std::move(*bound);
       return;
     }
-    const OptionProblem& problem = bound.error();
-    if (problem.option.empty()) {
-      problems_.Error(prefix + ".options", source.mark, problem.message);
-      return;
-    }
-    auto mark = source.option_marks.find(problem.option);
-    problems_.Error(fmt::format("{}.options.{}", prefix, problem.option),
-                    mark != source.option_marks.end() ? mark->second : source.mark,
-                    problem.message);
+    ReportOptionProblem(bound.error(), prefix + ".options", source.option_marks, source.mark);
   };
   for (size_t i = 0; i < spec_.inputs.size(); ++i) {
     // An input's connector sees the pipeline the executor runs it as: with its source.
@@ -260,6 +257,37 @@ void PipelineParser::BindSources() {
     labels.secrets = spec_.secrets;
     bind(labels, spec_.labels.source, "labels.source");
   }
+}
+
+// Each sink's options parsed once by its kind (ConnectorDecl::bind_sink), in the order of the
+// file, so that a rule between two sinks is found by the later one's bind; what run creates the
+// sinks from. A problem is reported at the option it names, with the line the parser recorded.
+void PipelineParser::BindSinks() {
+  if (!options_.catalog) return;
+  for (size_t i = 0; i < spec_.sinks.size(); ++i) {
+    SinkSpec& sink = spec_.sinks[i];
+    const ConnectorDecl* decl = FindConnector(*options_.catalog, sink.format, ConnectorRole::kSink);
+    if (decl == nullptr || !decl->bind_sink) continue;
+    BindResult bound = decl->bind_sink(spec_, sink);
+    if (bound) {
+      sink.bound = std::move(*bound);
+      continue;
+    }
+    ReportOptionProblem(bound.error(), fmt::format("sinks[{}].options", i), sink.option_marks,
+                        sink.mark);
+  }
+}
+
+void PipelineParser::ReportOptionProblem(const OptionProblem& problem, const std::string& prefix,
+                                         const std::map<std::string, SourceMark>& marks,
+                                         SourceMark anchor) {
+  if (problem.option.empty()) {
+    problems_.Error(prefix, anchor, problem.message);
+    return;
+  }
+  auto mark = marks.find(problem.option);
+  problems_.Error(fmt::format("{}.{}", prefix, problem.option),
+                  mark != marks.end() ? mark->second : anchor, problem.message);
 }
 
 // A sink writing where the source reads would read its own output back, again and again;

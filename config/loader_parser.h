@@ -137,9 +137,11 @@ class PipelineParser {
                         bool main);
   void CheckInputValueFormat(const std::string& path, const SourceSpec& source,
                              const ValueFormatDecl* decl);
-  bool ParseValueFormatOf(const MapReader& source, SourceSpec& spec,
+  bool ParseValueFormatOf(const MapReader& source, const std::string& path, SourceSpec& spec,
                           const ValueFormatDecl*& value_format_decl);
   void CheckValueFormat();
+  void ReportValueOptionProblem(const ValueFormatProblem& problem, const std::string& prefix,
+                                const std::map<std::string, SourceMark>& marks, SourceMark anchor);
   bool CheckFormat(const Scalar& format, ConnectorRole role, const ConnectorDecl** decl);
   void ParseMalformed(const MapReader& source, const std::string& path, SourceSpec& target,
                       bool main);
@@ -204,6 +206,11 @@ class PipelineParser {
   void CheckOutputModes();
   void CheckDeadLetter();
   void BindSources();
+  void BindSinks();
+  /// A bind's problem at `prefix`.<option> ("sinks[1].options.topic") with the option's mark
+  /// from `marks`, else at `prefix` and `anchor` (the section's own mark).
+  void ReportOptionProblem(const OptionProblem& problem, const std::string& prefix,
+                           const std::map<std::string, SourceMark>& marks, SourceMark anchor);
   void CheckPaths();
   void CheckStreams();
 

@@ -144,9 +144,8 @@ void PipelineParser::ParseSourceFields(const MapReader& source, const std::strin
 
 void PipelineParser::ParseValueFormat(const MapReader& source, const std::string& path,
                                       SourceSpec& spec, bool main) {
-  (void)path;
   const ValueFormatDecl* found = nullptr;
-  bool ok = ParseValueFormatOf(source, spec, found);
+  bool ok = ParseValueFormatOf(source, path, spec, found);
   if (main) {
     value_format_ok_ = ok;
     value_format_decl_ = found;
@@ -169,7 +168,8 @@ void PipelineParser::CheckInputValueFormat(const std::string& path, const Source
   }
 }
 
-bool PipelineParser::ParseValueFormatOf(const MapReader& source, SourceSpec& spec,
+bool PipelineParser::ParseValueFormatOf(const MapReader& source, const std::string& path,
+                                        SourceSpec& spec,
                                         const ValueFormatDecl*& value_format_decl) {
   value_format_decl = nullptr;
   if (auto format = source.String("valueFormat")) {
@@ -199,9 +199,21 @@ bool PipelineParser::ParseValueFormatOf(const MapReader& source, SourceSpec& spe
     ConnectorDecl decl;
     decl.format = value_format_decl->name;
     decl.options = value_format_decl->options;
+    const size_t errors = problems_.error_count();
     spec.value_options = config_detail::ReadConnectorOptions(
         reader_, source, &decl, fmt::format("{} value format", decl.format),
         &spec.value_option_marks, "valueOptions");
+    // Bound once, here, as the decoder is made of them at start (ValueFormatDecl::bind).
+    if (problems_.error_count() == errors) {
+      BindResult bound = value_format_decl->bind(spec.value_options);
+      if (!bound) {
+        ReportValueOptionProblem(
+            bound.error(), path, spec.value_option_marks,
+            spec.value_format_mark.line > 0 ? spec.value_format_mark : spec.mark);
+        return false;
+      }
+      spec.value_bound = std::move(*bound);
+    }
   } else {
     spec.value_options = config_detail::ReadConnectorOptions(
         reader_, source, nullptr, "json value format", &spec.value_option_marks,
@@ -224,18 +236,28 @@ void PipelineParser::CheckValueFormat() {
                                 SourcesWith(&SourceTraits::whole_messages), source.format));
     return;
   }
-  if (!problems_.errors().empty()) return;  // the schema or options may be incomplete
-  auto decoder = value_format_decl_->create(spec_.schema, source.malformed, source.value_options);
+  // The schema or options may be incomplete.
+  if (!problems_.errors().empty() || !source.value_bound.has_value()) return;
+  auto decoder = value_format_decl_->create(spec_.schema, source.malformed, source.value_bound);
   if (decoder) return;
-  const ValueFormatProblem& problem = decoder.error();
+  ReportValueOptionProblem(
+      decoder.error(), "source", source.value_option_marks,
+      source.value_format_mark.line > 0 ? source.value_format_mark : source.mark);
+}
+
+// A value format's problem at <prefix>.valueOptions.<option>, with the option's mark (`anchor`
+// for an option the file does not give), or at <prefix>.valueFormat for the format as a whole.
+void PipelineParser::ReportValueOptionProblem(const ValueFormatProblem& problem,
+                                              const std::string& prefix,
+                                              const std::map<std::string, SourceMark>& marks,
+                                              SourceMark anchor) {
   if (problem.option.empty()) {
-    problems_.Error("source.valueFormat", source.value_format_mark, problem.message);
+    problems_.Error(prefix + ".valueFormat", anchor, problem.message);
     return;
   }
-  auto mark = source.value_option_marks.find(problem.option);
-  problems_.Error(fmt::format("source.valueOptions.{}", problem.option),
-                  mark != source.value_option_marks.end() ? mark->second : source.mark,
-                  problem.message);
+  auto mark = marks.find(problem.option);
+  problems_.Error(fmt::format("{}.valueOptions.{}", prefix, problem.option),
+                  mark != marks.end() ? mark->second : anchor, problem.message);
 }
 
 bool PipelineParser::CheckFormat(const Scalar& format, ConnectorRole role,
@@ -391,7 +413,18 @@ void PipelineParser::ParseSinks(const MapReader& top) {
 // row becomes the message's bytes (engine/value_encoder.h).
 void PipelineParser::ParseSinkValueFormat(const MapReader& map, const ConnectorDecl* decl,
                                           SinkSpec& sink, SinkInfo& info) {
-  if (!map.Has("valueFormat") && !map.Has("valueOptions")) return;
+  if (!map.Has("valueFormat") && !map.Has("valueOptions")) {
+    // The default format's options (none), bound as any other's for the sink's encoder.
+    const ValueFormatDecl* json =
+        options_.value_formats != nullptr && decl != nullptr && decl->value_formats
+            ? FindValueFormat(*options_.value_formats, sink.value_format)
+            : nullptr;
+    if (json == nullptr || !json->bind_sink) return;
+    if (BindResult bound = json->bind_sink(sink.value_options)) {
+      sink.value_bound = std::move(*bound);
+    }
+    return;
+  }
   if (decl != nullptr && !decl->value_formats) {
     const std::string_view key = map.Has("valueFormat") ? "valueFormat" : "valueOptions";
     problems_.Error(map.PathOf(key), map.MarkOf(key),
@@ -439,10 +472,21 @@ void PipelineParser::ParseSinkValueFormat(const MapReader& map, const ConnectorD
     options_decl.format = info.value_format->name;
     options_decl.options = info.value_format->sink_options;
   }
+  const size_t errors = problems_.error_count();
   sink.value_options = config_detail::ReadConnectorOptions(
       reader_, map, info.value_format != nullptr ? &options_decl : nullptr,
       fmt::format("{} value format of a sink", sink.value_format), &sink.value_option_marks,
       "valueOptions");
+  // Bound once, here, as the sink's encoder is made of them (ValueFormatDecl::bind_sink).
+  if (info.value_format == nullptr || problems_.error_count() != errors) return;
+  BindResult bound = info.value_format->bind_sink(sink.value_options);
+  if (!bound) {
+    ReportValueOptionProblem(bound.error(), map.path(), sink.value_option_marks,
+                             sink.value_format_mark.line > 0 ? sink.value_format_mark : sink.mark);
+    info.value_format = nullptr;  // nothing more to check of it
+    return;
+  }
+  sink.value_bound = std::move(*bound);
 }
 
 // Each sink value format's own checks (its schema file, the rows it must cover), once
@@ -453,7 +497,7 @@ void PipelineParser::CheckSinkValueFormats() {
   for (size_t i = 0; i < spec_.sinks.size() && i < sink_info_.size(); ++i) {
     const SinkSpec& sink = spec_.sinks[i];
     const ValueFormatDecl* decl = sink_info_[i].value_format;
-    if (decl == nullptr || !decl->create_encoder) continue;
+    if (decl == nullptr || !decl->create_encoder || !sink.value_bound.has_value()) continue;
     auto rows = StreamRowShape(spec_, sink.stream);
     if (!rows) {
       // The query itself passed its checks: its rows are what this format cannot write.
@@ -466,7 +510,7 @@ void PipelineParser::CheckSinkValueFormats() {
     ValueEncoderContext context;
     context.rows = std::move(*rows);
     context.default_subject = sink.options.GetString("topic") + "-value";
-    auto encoder = decl->create_encoder(context, sink.value_options);
+    auto encoder = decl->create_encoder(context, sink.value_bound);
     if (encoder) continue;
     const ValueFormatProblem& problem = encoder.error();
     const std::string message = fmt::format("sink '{}' ({} stream): {}", sink.name,

@@ -217,30 +217,35 @@ ConnectorDecl ConsoleSinkDecl() {
       "Prints each batch's rows to stdout as a table, like Spark's console sink (`Batch: N` "
       "header, `+---+` borders). For development and demos: it is not exactly-once, and output "
       "may miss a batch around a crash (never a concern for data or other sinks).";
+  // The defaults are ConsoleFormatOptions' (Spark's show()).
+  const ConsoleFormatOptions defaults;
   decl.options = {
-      {"numRows", OptionType::kInt, "20", "Rows printed per batch."},
-      {"truncate", OptionType::kBool, "true",
+      OptionDecl{"numRows", OptionType::kInt, std::to_string(defaults.num_rows),
+                 "Rows printed per batch."}
+          .AtLeast(0),
+      {"truncate", OptionType::kBool, defaults.truncate ? "true" : "false",
        "Cut cells longer than 20 characters (and right-align, as Spark does)."},
-      {"significantDigits", OptionType::kInt, "0",
-       "Significant digits of the doubles shown (`4`: 0.5533 for 0.5533022522522524); `0`: "
-       "every digit, as Spark prints them."},
+      OptionDecl{"significantDigits", OptionType::kInt, std::to_string(defaults.significant_digits),
+                 "Significant digits of the doubles shown (`4`: 0.5533 for 0.5533022522522524); "
+                 "`0`: every digit, as Spark prints them."}
+          .Between(0, 17),
   };
+  BindSink<ConsoleFormatOptions>(
+      decl,
+      [](const PipelineSpec&, const SinkSpec&, const Options& o) -> Bound<ConsoleFormatOptions> {
+        return ConsoleFormatOptions{.num_rows = o.GetInt("numRows"),
+                                    .truncate = o.GetBool("truncate"),
+                                    .significant_digits = o.GetInt("significantDigits")};
+      },
+      [](const PipelineSpec&, const SinkSpec& spec, ConsoleFormatOptions options)
+          -> Result<std::unique_ptr<Sink>> { return NewConsoleSink(spec, options, stdout); });
   return decl;
 }
 
-Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec&, const SinkSpec& spec) {
-  ConsoleFormatOptions options;
-  options.num_rows = spec.options.GetInt("numRows", 20);
-  options.truncate = spec.options.GetBool("truncate", true);
-  options.significant_digits = spec.options.GetInt("significantDigits");
-  if (options.num_rows < 0) {
-    return MakeError(ErrorCode::kConfig, "numRows must not be negative, got {}", options.num_rows);
-  }
-  if (options.significant_digits < 0 || options.significant_digits > 17) {
-    return MakeError(ErrorCode::kConfig, "significantDigits must be 0 to 17, got {}",
-                     options.significant_digits);
-  }
-  return NewConsoleSink(spec, options, stdout);
+Result<std::unique_ptr<Sink>> CreateConsoleSink(const PipelineSpec& pipeline,
+                                                const SinkSpec& spec) {
+  static const ConnectorDecl decl = ConsoleSinkDecl();
+  return decl.create_sink(pipeline, spec);
 }
 
 }  // namespace driftd

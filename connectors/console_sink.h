@@ -12,6 +12,8 @@
 
 namespace driftd {
 
+/// The console sink's options (numRows, truncate, significantDigits), as its bind makes them;
+/// the defaults here are the ones its declaration states.
 struct ConsoleFormatOptions {
   /// Rows shown per batch; more are summarized as "only showing top N rows". Default: 20.
   int64_t num_rows = 20;

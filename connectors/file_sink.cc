@@ -35,11 +35,8 @@ void RemoveStaleTempFiles(const std::string& directory) {
 
 class FileSink final : public Sink {
  public:
-  explicit FileSink(const SinkSpec& spec)
-      : name_(spec.name),
-        path_(spec.options.GetString("path")),
-        stream_(spec.stream),
-        mode_(spec.output_mode) {}
+  FileSink(const SinkSpec& spec, std::string path)
+      : name_(spec.name), path_(std::move(path)), stream_(spec.stream), mode_(spec.output_mode) {}
 
   const std::string& name() const override { return name_; }
 
@@ -285,6 +282,39 @@ Result<std::vector<std::string>> ReadCommittedFileSinkRows(const std::string& pa
   return rows;
 }
 
+namespace {
+
+// The sink's options as BindFileSink made them.
+struct FileSinkOptions {
+  std::string path;
+};
+
+// "out/" is "out".
+std::filesystem::path NormalDirectory(const std::string& text) {
+  auto path = std::filesystem::path(text).lexically_normal();
+  return path.has_filename() ? path : path.parent_path();
+}
+
+Bound<FileSinkOptions> BindFileSink(const PipelineSpec& pipeline, const SinkSpec& sink,
+                                    const Options& options) {
+  FileSinkOptions bound{.path = options.GetString("path")};
+  if (bound.path.empty()) return tl::unexpected(OptionProblem{"path", "must not be empty"});
+  // config/ compares the directories of every sink and source with links resolved (CheckPaths);
+  // this is the rule for a spec built without it.
+  for (const SinkSpec* other : SinksBefore(pipeline, sink)) {
+    if (other->format != sink.format) continue;
+    if (NormalDirectory(other->options.GetString("path")) == NormalDirectory(bound.path)) {
+      return tl::unexpected(OptionProblem{
+          "path", fmt::format("file sinks '{}' and '{}' both write to {}; each file sink needs "
+                              "its own directory (their manifests would collide)",
+                              other->name, sink.name, bound.path)});
+    }
+  }
+  return bound;
+}
+
+}  // namespace
+
 ConnectorDecl FileSinkDecl() {
   ConnectorDecl decl;
   decl.format = "file";
@@ -301,26 +331,17 @@ ConnectorDecl FileSinkDecl() {
       {"path", OptionType::kString, "", "The output directory (created if missing).", true, {},
        PathUse::kWritesDirectory},
   };
+  BindSink<FileSinkOptions>(decl, &BindFileSink,
+                            [](const PipelineSpec&, const SinkSpec& spec,
+                               FileSinkOptions options) -> Result<std::unique_ptr<Sink>> {
+                              return std::make_unique<FileSink>(spec, std::move(options.path));
+                            });
   return decl;
 }
 
 Result<std::unique_ptr<Sink>> CreateFileSink(const PipelineSpec& pipeline, const SinkSpec& spec) {
-  std::string path = spec.options.GetString("path");
-  if (path.empty()) return MakeError(ErrorCode::kConfig, "the file sink needs option path");
-  auto normal = [](const std::string& text) {
-    auto p = std::filesystem::path(text).lexically_normal();
-    return p.has_filename() ? p : p.parent_path();  // "out/" is "out"
-  };
-  for (const SinkSpec& other : pipeline.sinks) {
-    if (&other == &spec || other.name == spec.name || other.format != "file") continue;
-    if (normal(other.options.GetString("path")) == normal(path)) {
-      return MakeError(ErrorCode::kConfig,
-                       "file sinks '{}' and '{}' both write to {}; each file sink needs its own "
-                       "directory (their manifests would collide)",
-                       other.name, spec.name, path);
-    }
-  }
-  return std::make_unique<FileSink>(spec);
+  static const ConnectorDecl decl = FileSinkDecl();
+  return decl.create_sink(pipeline, spec);
 }
 
 }  // namespace driftd

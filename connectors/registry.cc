@@ -16,48 +16,28 @@ namespace driftd {
   X(SocketSource)              \
   X(StdinSource)
 
-// The sink kinds made one per spec, one line each: <Name>Decl() and Create<Name>(pipeline,
-// spec) are defined in the kind's own file. (The kafka sink, one Sink for all of a pipeline's
-// Kafka sinks, declares its factory itself: ConnectorDecl::create_shared_sink.)
+// The sink kinds, one line each: <Name>Decl() is defined in the kind's own file (its name,
+// options with types, ranges and defaults, bind and factory: BindSink, or BindSharedSink for
+// a kind whose sinks share one Sink).
 #define DRIFTD_SINK_KINDS(X) \
+  X(KafkaSink)               \
   X(FileSink)                \
   X(ConsoleSink)             \
   X(WebhookSink)
 
-#define DRIFTD_DECLARE_SOURCE(name) ConnectorDecl name##Decl();
-DRIFTD_SOURCE_KINDS(DRIFTD_DECLARE_SOURCE)
-#undef DRIFTD_DECLARE_SOURCE
-#define DRIFTD_DECLARE_SINK(name)  \
-  ConnectorDecl name##Decl();      \
-  Result<std::unique_ptr<Sink>> Create##name(const PipelineSpec& pipeline, const SinkSpec& spec);
-DRIFTD_SINK_KINDS(DRIFTD_DECLARE_SINK)
-#undef DRIFTD_DECLARE_SINK
-
-namespace {
-
-// A sink made per spec by `create`: its factory sits with its registration.
-ConnectorDecl WithFactory(ConnectorDecl decl,
-                          Result<std::unique_ptr<Sink>> (*create)(const PipelineSpec&,
-                                                                  const SinkSpec&)) {
-  decl.create_sink = create;
-  return decl;
-}
-
-}  // namespace
+#define DRIFTD_DECLARE_KIND(name) ConnectorDecl name##Decl();
+DRIFTD_SOURCE_KINDS(DRIFTD_DECLARE_KIND)
+DRIFTD_SINK_KINDS(DRIFTD_DECLARE_KIND)
+#undef DRIFTD_DECLARE_KIND
 
 // Every connector of the daemon: config/, validate, the fingerprint, `driftd reference`,
 // progress and the executor find a kind here by its name. A new source or sink is its file
 // plus one line in DRIFTD_SOURCE_KINDS or DRIFTD_SINK_KINDS.
 const ConnectorCatalog& ConnectorDeclarations() {
-#define DRIFTD_SOURCE_ENTRY(name) name##Decl(),
-#define DRIFTD_SINK_ENTRY(name) WithFactory(name##Decl(), &Create##name),
-  static const ConnectorCatalog catalog = {
-      DRIFTD_SOURCE_KINDS(DRIFTD_SOURCE_ENTRY)
-      KafkaSinkDecl(),
-      DRIFTD_SINK_KINDS(DRIFTD_SINK_ENTRY)
-  };
-#undef DRIFTD_SINK_ENTRY
-#undef DRIFTD_SOURCE_ENTRY
+#define DRIFTD_KIND_ENTRY(name) name##Decl(),
+  static const ConnectorCatalog catalog = {DRIFTD_SOURCE_KINDS(DRIFTD_KIND_ENTRY)
+                                               DRIFTD_SINK_KINDS(DRIFTD_KIND_ENTRY)};
+#undef DRIFTD_KIND_ENTRY
   return catalog;
 }
 
@@ -77,8 +57,8 @@ Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline) {
   return kind->create_source(pipeline);
 }
 
-Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
-                                                       Source* source) {
+tl::expected<std::vector<std::unique_ptr<Sink>>, SinkFailure> MakeSinks(
+    const PipelineSpec& pipeline, Source* source) {
   std::vector<std::unique_ptr<Sink>> sinks;
   // Kinds whose sinks share one Sink, with their specs, in catalog order.
   std::vector<std::pair<const ConnectorDecl*, std::vector<const SinkSpec*>>> shared;
@@ -86,9 +66,11 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
     if (decl.role == ConnectorRole::kSink && decl.create_shared_sink) shared.push_back({&decl, {}});
   }
   for (const SinkSpec& spec : pipeline.sinks) {
+    auto failed = [&](Error error) { return tl::unexpected(SinkFailure{std::move(error), &spec}); };
     const ConnectorDecl* kind = FindSinkKind(spec.format);
     if (kind == nullptr || (!kind->create_sink && !kind->create_shared_sink)) {
-      return MakeError(ErrorCode::kConfig, "unknown sink format '{}'", spec.format);
+      return failed(
+          Error(ErrorCode::kConfig, fmt::format("unknown sink format '{}'", spec.format)));
     }
     if (kind->create_shared_sink) {
       for (auto& [decl, specs] : shared) {
@@ -97,22 +79,35 @@ Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipel
       continue;
     }
     if (!kind->value_formats && spec.value_format != "json") {
-      return MakeError(ErrorCode::kConfig,
-                       "sink '{}': the {} sink writes rows as JSON; valueFormat {} applies to "
-                       "sinks that write one message per row (kafka)",
-                       spec.name, spec.format, spec.value_format);
+      return failed(Error(ErrorCode::kConfig,
+                          fmt::format("the {} sink writes rows as JSON; valueFormat {} applies "
+                                      "to sinks that write one message per row (kafka)",
+                                      spec.format, spec.value_format)));
     }
     auto sink = kind->create_sink(pipeline, spec);
-    if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("sink '{}'", spec.name)));
+    if (!sink) return failed(std::move(sink.error()));
     sinks.push_back(std::move(*sink));
   }
   for (auto& [decl, specs] : shared) {
     if (specs.empty() && !(pipeline.scale_out.enabled && decl->carries_scale_out)) continue;
     auto sink = decl->create_shared_sink(pipeline, specs, source, ValueFormats());
-    if (!sink) return tl::unexpected(sink.error().Wrap(fmt::format("{} sink", decl->format)));
+    if (!sink) {
+      SinkFailure failure = std::move(sink.error());
+      if (failure.sink == nullptr) failure.error = failure.error.Wrap(decl->format + " sink");
+      return tl::unexpected(std::move(failure));
+    }
     sinks.push_back(std::move(*sink));
   }
   return sinks;
+}
+
+Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
+                                                       Source* source) {
+  auto sinks = MakeSinks(pipeline, source);
+  if (sinks) return std::move(*sinks);
+  const SinkFailure& failure = sinks.error();
+  if (failure.sink == nullptr) return tl::unexpected(failure.error);
+  return tl::unexpected(failure.error.Wrap(fmt::format("sink '{}'", failure.sink->name)));
 }
 
 namespace {

@@ -23,10 +23,17 @@ const ConnectorDecl* FindSinkKind(std::string_view format);
 /// Creates the pipeline's source. The spec must have passed validation.
 Result<std::unique_ptr<Source>> CreateSource(const PipelineSpec& pipeline);
 
-/// Creates the pipeline's sinks. Sinks of one format may share one Sink object (all Kafka sinks
-/// share a transactional producer); each SinkSpec is served by exactly one returned Sink. A
-/// scaled-out pipeline's Kafka sink shares the group of `source`, its Kafka source (and exists
-/// even when no Kafka sink is configured: it writes the internal topics).
+/// Creates the pipeline's sinks from the options bound at load (SinkSpec::bound; a spec built
+/// without config/ is bound now). Sinks of one format may share one Sink object (all Kafka
+/// sinks share a transactional producer); each SinkSpec is served by exactly one returned Sink.
+/// A scaled-out pipeline's Kafka sink shares the group of `source`, its Kafka source (and
+/// exists even when no Kafka sink is configured: it writes the internal topics). A failure
+/// says which sink could not be made (SinkFailure::sink), or none for a problem of a shared
+/// Sink as a whole.
+tl::expected<std::vector<std::unique_ptr<Sink>>, SinkFailure> MakeSinks(
+    const PipelineSpec& pipeline, Source* source = nullptr);
+
+/// MakeSinks, a failure told as an error that names the sink ("sink 'out': ...").
 Result<std::vector<std::unique_ptr<Sink>>> CreateSinks(const PipelineSpec& pipeline,
                                                        Source* source = nullptr);
 

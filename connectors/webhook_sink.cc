@@ -130,16 +130,21 @@ std::optional<int64_t> RetryAfterMs(const httplib::Response& response) {
 enum class FailurePolicy { kRetry, kDeadLetter, kDrop };
 enum class Template { kDriftd, kSlack, kPagerDuty, kAlertmanager };
 
+// The sink's options as BindWebhookSink made them (their defaults are declared in
+// WebhookSinkDecl only).
 struct WebhookOptions {
   std::string url;
-  std::string method = "POST";
-  int64_t timeout_ms = 5'000;
-  int64_t max_attempts = 4;
-  int64_t backoff_initial_ms = 200;
-  int64_t backoff_max_ms = 5'000;
+  /// The url's parts as httplib wants them.
+  ParsedUrl target;
+  httplib::Headers headers;
+  std::string method;
+  int64_t timeout_ms = 0;
+  int64_t max_attempts = 0;
+  int64_t backoff_initial_ms = 0;
+  int64_t backoff_max_ms = 0;
   /// Time one batch's delivery may spend retrying before the failure policy applies; with
-  /// timeoutMs it bounds Deliver (20 s + 5 s, inside systemd's WatchdogSec=30s).
-  int64_t retry_budget_ms = 20'000;
+  /// timeoutMs it bounds Deliver (20 s + 5 s by default, inside systemd's WatchdogSec=30s).
+  int64_t retry_budget_ms = 0;
   FailurePolicy on_failure = FailurePolicy::kDeadLetter;
   std::string delivery_log;
   std::string dead_letter_path;
@@ -148,7 +153,7 @@ struct WebhookOptions {
   std::string dashboard_url;
   /// Template alertmanager: seconds between re-sends of the firing alerts, and from a send to
   /// the endsAt of the alerts it carries (options alertmanagerResendInterval and
-  /// alertmanagerEndsAfter, whose declarations hold the defaults).
+  /// alertmanagerEndsAfter).
   int64_t alertmanager_resend_s = 0;
   int64_t alertmanager_ends_after_s = 0;
 };
@@ -244,15 +249,14 @@ std::string PagerDutyBody(simdjson::dom::element row, const std::string& row_jso
 
 class WebhookSink final : public Sink {
  public:
-  WebhookSink(const PipelineSpec& pipeline, const SinkSpec& spec, WebhookOptions options,
-              ParsedUrl url, httplib::Headers headers)
+  WebhookSink(const PipelineSpec& pipeline, const SinkSpec& spec, WebhookOptions options)
       : name_(spec.name),
         pipeline_(pipeline.name),
         stream_(spec.stream),
         mode_(spec.output_mode),
         options_(std::move(options)),
-        url_(std::move(url)),
-        headers_(std::move(headers)) {
+        url_(options_.target),
+        headers_(options_.headers) {
     if (options_.body_template == Template::kAlertmanager) {
       alertmanager_.emplace(AlertmanagerAlerts::Options{
           pipeline_, options_.alertmanager_ends_after_s, options_.dashboard_url});
@@ -536,6 +540,73 @@ class WebhookSink final : public Sink {
   std::thread resender_;
 };
 
+// The options (declared types, ranges and defaults applied) parsed once, with the checks
+// across options, each problem tied to its option.
+Bound<WebhookOptions> BindWebhookSink(const PipelineSpec& pipeline, const SinkSpec& spec,
+                                      const Options& o) {
+  auto problem = [](std::string option, std::string message) -> Bound<WebhookOptions> {
+    return tl::unexpected(OptionProblem{std::move(option), std::move(message)});
+  };
+  WebhookOptions options;
+  options.url = o.GetString("url");
+  auto target = ParseUrl(options.url);
+  if (!target) return problem("url", target.error().message());
+  options.target = std::move(*target);
+  auto headers = ParseHeaders(o.GetString("headers"));
+  if (!headers) return problem("headers", headers.error().message());
+  options.headers = std::move(*headers);
+  options.method = o.GetString("method");
+  options.timeout_ms = o.GetInt("timeoutMs");
+  options.max_attempts = o.GetInt("maxAttempts");
+  options.backoff_initial_ms = o.GetInt("backoffInitialMs");
+  options.backoff_max_ms = o.GetInt("backoffMaxMs");
+  options.retry_budget_ms = o.GetInt("retryBudgetMs");
+  if (options.backoff_max_ms < options.backoff_initial_ms) {
+    return problem("backoffMaxMs",
+                   fmt::format("must be at least backoffInitialMs ({} ms), found {} ms",
+                               options.backoff_initial_ms, options.backoff_max_ms));
+  }
+  options.delivery_log = o.GetString("deliveryLog");
+  if (options.delivery_log.empty()) {
+    options.delivery_log = DefaultWebhookDeliveryLog(pipeline.checkpoint_location, spec.name);
+  }
+  const std::string policy = o.GetString("onFailure");
+  options.on_failure = policy == "retry"  ? FailurePolicy::kRetry
+                       : policy == "drop" ? FailurePolicy::kDrop
+                                          : FailurePolicy::kDeadLetter;
+  options.dead_letter_path = o.GetString("deadLetterPath");
+  if (options.dead_letter_path.empty()) {
+    options.dead_letter_path = options.delivery_log;
+    const std::string suffix = ".delivered";
+    if (options.dead_letter_path.ends_with(suffix)) {
+      options.dead_letter_path.resize(options.dead_letter_path.size() - suffix.size());
+    }
+    options.dead_letter_path += ".dead-letter.jsonl";
+  }
+  const std::string body_template = o.GetString("template");
+  options.body_template = body_template == "slack"          ? Template::kSlack
+                          : body_template == "pagerduty"    ? Template::kPagerDuty
+                          : body_template == "alertmanager" ? Template::kAlertmanager
+                                                            : Template::kDriftd;
+  options.routing_key = o.GetString("routingKey");
+  options.dashboard_url = o.GetString("dashboardUrl");
+  options.alertmanager_resend_s = o.GetInt("alertmanagerResendInterval");
+  options.alertmanager_ends_after_s = o.GetInt("alertmanagerEndsAfter");
+  if (options.alertmanager_ends_after_s <= options.alertmanager_resend_s) {
+    return problem("alertmanagerEndsAfter",
+                   fmt::format("alertmanagerEndsAfter ({} s) must be more than "
+                               "alertmanagerResendInterval ({} s), else a firing alert expires "
+                               "between two re-sends",
+                               options.alertmanager_ends_after_s, options.alertmanager_resend_s));
+  }
+  if (options.body_template == Template::kPagerDuty && options.routing_key.empty()) {
+    return problem("template",
+                   "template pagerduty needs routingKey (the service's Events API v2 "
+                   "integration key)");
+  }
+  return options;
+}
+
 }  // namespace
 
 std::string WebhookIdempotencyKey(std::string_view pipeline, int64_t batch_id, size_t row,
@@ -621,36 +692,53 @@ ConnectorDecl WebhookSinkDecl() {
        "the (percent-decoded) credentials as basic auth.",
        true},
       {"method", OptionType::kEnum, "POST", "HTTP method.", false, {"POST", "PUT"}},
-      {"timeoutMs", OptionType::kInt, "5000",
-       "Connect, read and write timeout of one request, in milliseconds."},
-      {"maxAttempts", OptionType::kInt, "4", "Attempts per row before `onFailure` applies."},
-      {"retryBudgetMs", OptionType::kInt, "20000",
-       "Milliseconds one batch's delivery may spend on retries before `onFailure` applies to "
-       "the rows left; keep `retryBudgetMs` + `timeoutMs` below the watchdog."},
-      {"onFailure", OptionType::kEnum, "dead_letter",
+      OptionDecl{"timeoutMs", OptionType::kInt, "5000",
+                 "Connect, read and write timeout of one request, in milliseconds."}
+          .AtLeast(1),
+      OptionDecl{"maxAttempts", OptionType::kInt, "4",
+                 "Attempts per row before `onFailure` applies."}
+          .AtLeast(1),
+      OptionDecl{"retryBudgetMs", OptionType::kInt, "20000",
+                 "Milliseconds one batch's delivery may spend on retries before `onFailure` "
+                 "applies to the rows left; keep `retryBudgetMs` + `timeoutMs` below the "
+                 "watchdog."}
+          .AtLeast(0),
+      {"onFailure",
+       OptionType::kEnum,
+       "dead_letter",
        "A row refused or not accepted in time: `dead_letter`, `drop` or `retry`.",
        false,
        {"dead_letter", "drop", "retry"}},
       {"deadLetterPath", OptionType::kString, "",
        "JSON-lines file of rows given up on. Default: "
        "`<checkpointLocation>/sinks/webhook-<sink>.dead-letter.jsonl`."},
-      {"template", OptionType::kEnum, "driftd", "Body shape.", false,
+      {"template",
+       OptionType::kEnum,
+       "driftd",
+       "Body shape.",
+       false,
        {"driftd", "slack", "pagerduty", "alertmanager"}},
       {"routingKey", OptionType::kString, "",
        "PagerDuty integration (routing) key; required with `template: pagerduty`."},
       {"dashboardUrl", OptionType::kString, "",
        "Link to put in messages (Slack, PagerDuty links, Alertmanager generatorURL), e.g. "
        "the status page."},
-      {"alertmanagerResendInterval", OptionType::kInt, "60",
-       "Seconds between re-sends of the firing alerts (template alertmanager), as Prometheus "
-       "re-sends every minute."},
-      {"alertmanagerEndsAfter", OptionType::kInt, "240",
-       "Seconds from a send to the endsAt of the firing alerts it carries (template "
-       "alertmanager): an alert resolves by itself this long after driftd stopped re-sending "
-       "it. More than `alertmanagerResendInterval`; 4 intervals ride out 3 lost re-sends."},
-      {"backoffInitialMs", OptionType::kInt, "200",
-       "Wait before the second attempt; doubles per attempt."},
-      {"backoffMaxMs", OptionType::kInt, "5000", "Upper bound of the wait between attempts."},
+      OptionDecl{"alertmanagerResendInterval", OptionType::kInt, "60",
+                 "Seconds between re-sends of the firing alerts (template alertmanager), as "
+                 "Prometheus re-sends every minute."}
+          .AtLeast(1),
+      OptionDecl{"alertmanagerEndsAfter", OptionType::kInt, "240",
+                 "Seconds from a send to the endsAt of the firing alerts it carries (template "
+                 "alertmanager): an alert resolves by itself this long after driftd stopped "
+                 "re-sending it. More than `alertmanagerResendInterval`; 4 intervals ride out 3 "
+                 "lost re-sends."}
+          .AtLeast(1),
+      OptionDecl{"backoffInitialMs", OptionType::kInt, "200",
+                 "Wait before the second attempt; doubles per attempt."}
+          .AtLeast(0),
+      OptionDecl{"backoffMaxMs", OptionType::kInt, "5000",
+                 "Upper bound of the wait between attempts; at least `backoffInitialMs`."}
+          .AtLeast(0),
       {"headers", OptionType::kJson, "",
        "Extra request headers as a JSON object of strings, e.g. "
        "`{\"Authorization\": \"Bearer ${TOKEN}\"}`."},
@@ -658,74 +746,19 @@ ConnectorDecl WebhookSinkDecl() {
        "File recording the last delivered batch. Default: "
        "`<checkpointLocation>/sinks/webhook-<sink>.delivered`."},
   };
+  BindSink<WebhookOptions>(decl, &BindWebhookSink,
+                           [](const PipelineSpec& pipeline, const SinkSpec& spec,
+                              WebhookOptions options) -> Result<std::unique_ptr<Sink>> {
+                             return std::make_unique<WebhookSink>(pipeline, spec,
+                                                                  std::move(options));
+                           });
   return decl;
 }
 
 Result<std::unique_ptr<Sink>> CreateWebhookSink(const PipelineSpec& pipeline,
                                                 const SinkSpec& spec) {
-  WebhookOptions options;
-  options.url = spec.options.GetString("url");
-  options.method = spec.options.GetString("method", "POST");
-  options.timeout_ms = spec.options.GetInt("timeoutMs", options.timeout_ms);
-  options.max_attempts = spec.options.GetInt("maxAttempts", options.max_attempts);
-  options.backoff_initial_ms = spec.options.GetInt("backoffInitialMs", options.backoff_initial_ms);
-  options.backoff_max_ms = spec.options.GetInt("backoffMaxMs", options.backoff_max_ms);
-  options.retry_budget_ms = spec.options.GetInt("retryBudgetMs", options.retry_budget_ms);
-  options.delivery_log = spec.options.GetString("deliveryLog");
-  if (options.delivery_log.empty()) {
-    options.delivery_log = DefaultWebhookDeliveryLog(pipeline.checkpoint_location, spec.name);
-  }
-  const std::string policy = spec.options.GetString("onFailure", "dead_letter");
-  options.on_failure = policy == "retry"  ? FailurePolicy::kRetry
-                       : policy == "drop" ? FailurePolicy::kDrop
-                                          : FailurePolicy::kDeadLetter;
-  options.dead_letter_path = spec.options.GetString("deadLetterPath");
-  if (options.dead_letter_path.empty()) {
-    options.dead_letter_path = options.delivery_log;
-    const std::string suffix = ".delivered";
-    if (options.dead_letter_path.ends_with(suffix)) {
-      options.dead_letter_path.resize(options.dead_letter_path.size() - suffix.size());
-    }
-    options.dead_letter_path += ".dead-letter.jsonl";
-  }
-  const std::string body_template = spec.options.GetString("template", "driftd");
-  options.body_template = body_template == "slack"          ? Template::kSlack
-                          : body_template == "pagerduty"    ? Template::kPagerDuty
-                          : body_template == "alertmanager" ? Template::kAlertmanager
-                                                            : Template::kDriftd;
-  options.routing_key = spec.options.GetString("routingKey");
-  options.dashboard_url = spec.options.GetString("dashboardUrl");
-  // Defaults from the declaration (config/ fills every declared option in).
-  options.alertmanager_resend_s = spec.options.GetInt("alertmanagerResendInterval");
-  options.alertmanager_ends_after_s = spec.options.GetInt("alertmanagerEndsAfter");
-  if (options.timeout_ms <= 0 || options.max_attempts <= 0 || options.backoff_initial_ms < 0 ||
-      options.backoff_max_ms < options.backoff_initial_ms || options.retry_budget_ms < 0 ||
-      options.alertmanager_resend_s <= 0) {
-    return MakeError(ErrorCode::kConfig,
-                     "webhook sink '{}': timeoutMs, maxAttempts and alertmanagerResendInterval "
-                     "must be positive, retryBudgetMs not negative, and backoffMaxMs at least "
-                     "backoffInitialMs",
-                     spec.name);
-  }
-  if (options.alertmanager_ends_after_s <= options.alertmanager_resend_s) {
-    return MakeError(ErrorCode::kConfig,
-                     "webhook sink '{}': alertmanagerEndsAfter ({} s) must be more than "
-                     "alertmanagerResendInterval ({} s), else a firing alert expires between "
-                     "two re-sends",
-                     spec.name, options.alertmanager_ends_after_s, options.alertmanager_resend_s);
-  }
-  if (options.body_template == Template::kPagerDuty && options.routing_key.empty()) {
-    return MakeError(ErrorCode::kConfig,
-                     "webhook sink '{}': template pagerduty needs routingKey (the service's "
-                     "Events API v2 integration key)",
-                     spec.name);
-  }
-  auto url = ParseUrl(options.url);
-  if (!url) return tl::unexpected(url.error());
-  auto headers = ParseHeaders(spec.options.GetString("headers"));
-  if (!headers) return tl::unexpected(headers.error());
-  return std::make_unique<WebhookSink>(pipeline, spec, std::move(options), std::move(*url),
-                                       std::move(*headers));
+  static const ConnectorDecl decl = WebhookSinkDecl();
+  return decl.create_sink(pipeline, spec);
 }
 
 }  // namespace driftd

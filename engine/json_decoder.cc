@@ -376,13 +376,17 @@ ValueFormatDecl JsonDecoder::Declaration() {
   decl.name = "json";
   decl.doc = "One JSON object per record, its keys the schema's field names (the default). Sinks "
       "write each row as the JSON object it is.";
-  decl.create = [](const Schema& schema, const MalformedSpec& malformed,
-                   const Options&) -> ValueDecoderResult {
-    return std::make_unique<JsonDecoder>(schema, malformed);
-  };
-  decl.create_encoder = [](const ValueEncoderContext&, const Options&) -> ValueEncoderResult {
-    return std::make_unique<JsonEncoder>();
-  };
+  auto no_options = [](const Options&) -> Bound<NoValueOptions> { return NoValueOptions{}; };
+  DeclareDecoder<NoValueOptions>(decl, no_options,
+                                 [](const Schema& schema, const MalformedSpec& malformed,
+                                    const NoValueOptions&) -> ValueDecoderResult {
+                                   return std::make_unique<JsonDecoder>(schema, malformed);
+                                 });
+  DeclareEncoder<NoValueOptions>(
+      decl, no_options,
+      [](const ValueEncoderContext&, const NoValueOptions&) -> ValueEncoderResult {
+        return std::make_unique<JsonEncoder>();
+      });
   return decl;
 }
 

@@ -153,24 +153,23 @@ const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_
   return nullptr;
 }
 
-Options WithDeclaredDefaults(const ConnectorDecl& decl, Options options) {
-  for (const OptionDecl& option : decl.options) {
-    if (!options.Has(option.name) && !option.default_value.empty()) {
-      options.Set(option.name, option.default_value);
+Bound<Options> AdmitDeclared(const std::vector<OptionDecl>& declared, Options options) {
+  for (const OptionDecl& option : declared) {
+    if (!options.Has(option.name)) {
+      if (option.required) return tl::unexpected(OptionProblem{option.name, "is required"});
+      if (!option.default_value.empty()) options.Set(option.name, option.default_value);
+      continue;
+    }
+    if (auto problem = OutOfRange(option, options.GetString(option.name))) {
+      return tl::unexpected(OptionProblem{option.name, std::move(*problem)});
     }
   }
   return options;
 }
 
-std::optional<OptionProblem> CheckDeclaredRanges(const ConnectorDecl& decl,
-                                                 const Options& options) {
-  for (const OptionDecl& option : decl.options) {
-    if (!options.Has(option.name)) continue;
-    if (auto problem = OutOfRange(option, options.GetString(option.name))) {
-      return OptionProblem{option.name, std::move(*problem)};
-    }
-  }
-  return std::nullopt;
+std::string ProblemText(const OptionProblem& problem) {
+  return problem.option.empty() ? problem.message
+                                : fmt::format("{}: {}", problem.option, problem.message);
 }
 
 bool IsSecretOptionName(std::string_view name) {

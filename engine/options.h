@@ -1,5 +1,7 @@
-// Declarations of the options a connector accepts. Each connector publishes a ConnectorDecl;
-// config/ validates pipeline files against them (unknown or mistyped options are errors), and
+// Declarations of the options a connector or a value format accepts. Each connector publishes a
+// ConnectorDecl (a value format a ValueFormatDecl, engine/value_decoder.h); config/ validates
+// pipeline files against them (unknown or mistyped options are errors), binds each connector's
+// and value format's options once, at load, into the kind's typed options (BindDeclared), and
 // the reference documentation is generated from them.
 #pragma once
 
@@ -89,11 +91,28 @@ struct OptionDecl {
 /// otherwise what is wrong, e.g. "must be positive, found 0".
 std::optional<std::string> OutOfRange(const OptionDecl& option, std::string_view value);
 
-/// A problem a connector finds in its options, tied to the option at fault (empty: the
-/// connector as a whole), so that config/ reports it at that option's YAML path and line.
+/// A problem a connector or value format finds in its options, tied to the option at fault
+/// (empty: the connector or format as a whole), so that config/ reports it at that option's YAML
+/// path and line.
 struct OptionProblem {
   std::string option;
   std::string message;
+};
+
+/// "option: message", or the message alone for a problem of the whole connector: how a problem
+/// reads where no YAML path says which option it is about (a spec built without config/).
+std::string ProblemText(const OptionProblem& problem);
+
+/// What a kind's bind makes of its options: its typed options, or the option at fault.
+template <typename T>
+using Bound = tl::expected<T, OptionProblem>;
+
+/// A sink that could not be made, and which one: `sink` is the spec at fault (an element of the
+/// pipeline's sinks), or null for a problem of several sinks' one Sink together (a scaled-out
+/// Kafka sink without a Kafka source).
+struct SinkFailure {
+  Error error;
+  const SinkSpec* sink = nullptr;
 };
 
 /// What config/, progress and the engine need to know of a source kind, stated by its
@@ -112,7 +131,8 @@ struct SourceTraits {
   bool group_shared = false;
 };
 
-/// A connector's options as its `bind` made them: its own typed struct (std::any_cast).
+/// A connector's or value format's options as its bind made them: its own typed struct
+/// (std::any_cast).
 using BoundOptions = std::any;
 using BindResult = tl::expected<BoundOptions, OptionProblem>;
 
@@ -142,13 +162,21 @@ struct ConnectorDecl {
   std::function<BindResult(const PipelineSpec& pipeline, const SourceSpec& source)> bind;
   /// Source: makes the source of pipeline.source from its bound options.
   std::function<Result<std::unique_ptr<Source>>(const PipelineSpec& pipeline)> create_source;
-  /// Sink: makes the sink of one spec.
+  /// Sink: parses one sink's options (declared types, ranges and defaults applied) into the
+  /// kind's typed options, with the checks across options and against the rest of the pipeline.
+  /// A rule between two sinks of the kind (one producer, one directory each) is checked by the
+  /// later sink's bind, against the sinks before it, so that the problem belongs to one sink.
+  /// config/ calls it once per sink, at load, and keeps the result in SinkSpec::bound;
+  /// create_sink and create_shared_sink read that (and bind a spec built without config/).
+  std::function<BindResult(const PipelineSpec& pipeline, const SinkSpec& sink)> bind_sink;
+  /// Sink: makes the sink of one spec from its bound options.
   std::function<Result<std::unique_ptr<Sink>>(const PipelineSpec& pipeline,
                                               const SinkSpec& spec)>
       create_sink;
   /// Sink, instead of create_sink: one Sink for every sink of this format (they share one
-  /// transactional producer); `source` is the pipeline's source; `formats` encode the rows.
-  std::function<Result<std::unique_ptr<Sink>>(
+  /// transactional producer); `source` is the pipeline's source; `formats` encode the rows. A
+  /// failure names the spec at fault, or none when it concerns them together.
+  std::function<tl::expected<std::unique_ptr<Sink>, SinkFailure>(
       const PipelineSpec& pipeline, const std::vector<const SinkSpec*>& specs, Source* source,
       const std::vector<ValueFormatDecl>& formats)>
       create_shared_sink;
@@ -197,13 +225,38 @@ class Options {
 const ConnectorDecl* FindConnector(const ConnectorCatalog& catalog, std::string_view format,
                                    ConnectorRole role);
 
-/// `options` with the declared default of every option it lacks: the options of a spec built
-/// without config/ (tests, tools) as config/ would have filled them.
-Options WithDeclaredDefaults(const ConnectorDecl& decl, Options options);
+/// `options` as the declaration `declared` admits them, with the checks that need no YAML:
+/// every required option present, every value within its declared range (OutOfRange), and the
+/// declared default of every option it lacks. config/ made these checks already; for options
+/// that did not come through it (a spec built by hand: tests, tools) they are made here. The
+/// first problem otherwise.
+Bound<Options> AdmitDeclared(const std::vector<OptionDecl>& declared, Options options);
 
-/// The declared checks of one option's value that need no YAML: its range (OutOfRange), for
-/// options that did not come through config/. The first problem, or nullopt.
-std::optional<OptionProblem> CheckDeclaredRanges(const ConnectorDecl& decl, const Options& options);
+/// Binds `options` against `declared`: AdmitDeclared, then `bind` (Bound<T>(const Options&))
+/// makes the kind's typed options T from the admitted options, which hold every default, so
+/// that no kind writes a default of its own.
+template <typename T, typename Bind>
+BindResult BindDeclared(const std::vector<OptionDecl>& declared, const Options& options,
+                        Bind&& bind) {
+  Bound<Options> admitted = AdmitDeclared(declared, options);
+  if (!admitted) return tl::unexpected(std::move(admitted.error()));
+  Bound<T> bound = bind(*admitted);
+  if (!bound) return tl::unexpected(std::move(bound.error()));
+  return BoundOptions(std::move(*bound));
+}
+
+/// The typed options T that config/ bound (`bound`), or, for a spec built without config/
+/// (`bound` empty), those `bind` (BindResult()) makes now; a problem then becomes a kConfig
+/// error "<what>: <option>: <message>".
+template <typename T, typename Bind>
+Result<T> BoundOrBind(const BoundOptions& bound, Bind&& bind, std::string_view what) {
+  if (const T* typed = std::any_cast<T>(&bound)) return *typed;
+  BindResult fresh = bind();
+  if (!fresh) {
+    return MakeError(ErrorCode::kConfig, "{}: {}", what, ProblemText(fresh.error()));
+  }
+  return std::any_cast<T>(std::move(*fresh));
+}
 
 /// True for option names whose values must never be printed (password, secret, key, token...).
 bool IsSecretOptionName(std::string_view name);

@@ -63,6 +63,9 @@ struct SourceSpec {
   std::string value_format = "json";
   /// source.valueOptions, validated against the value format's declaration, defaults filled in.
   Options value_options;
+  /// The value options as the format's bind made them, once, at load (ValueFormatDecl::bind);
+  /// empty for a spec built without config/, whose options are bound when the decoder is made.
+  BoundOptions value_bound;
   SourceMark value_format_mark;
   std::map<std::string, SourceMark> value_option_marks;
   SourceMark mark;
@@ -308,8 +311,11 @@ enum class StreamKind {
 
 struct SinkSpec {
   std::string name;    // unique in the pipeline; default "<format>-<index>"
-  std::string format;  // kafka, file, console, webhook
-  Options options;
+  std::string format;  // a sink kind's name (connectors/registry.h): kafka, file, console, ...
+  Options options;     // validated against the kind's declaration, defaults filled in
+  /// The options as the kind's bind made them, once, at load (ConnectorDecl::bind_sink); empty
+  /// for a spec built without config/, which the kind then binds when the sink is made.
+  BoundOptions bound;
   OutputMode output_mode = OutputMode::kAppend;
   StreamKind stream = StreamKind::kStats;
   SourceMark mark;
@@ -321,6 +327,9 @@ struct SinkSpec {
   std::string value_format = "json";
   /// sinks[i].valueOptions, validated against the format's sink options, defaults filled in.
   Options value_options;
+  /// The value options as the format's bind_sink made them, once, at load; empty for a spec
+  /// built without config/, whose options are bound when the encoder is made.
+  BoundOptions value_bound;
   SourceMark value_format_mark;
   std::map<std::string, SourceMark> value_option_marks;
 };

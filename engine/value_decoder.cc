@@ -95,6 +95,21 @@ const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::s
   return nullptr;
 }
 
+ValueDecoderResult BindAndCreateDecoder(const ValueFormatDecl& decl, const Schema& schema,
+                                        const MalformedSpec& malformed, const Options& options) {
+  BindResult bound = decl.bind(options);
+  if (!bound) return tl::unexpected(std::move(bound.error()));
+  return decl.create(schema, malformed, *bound);
+}
+
+ValueEncoderResult BindAndCreateEncoder(const ValueFormatDecl& decl,
+                                        const ValueEncoderContext& context,
+                                        const Options& options) {
+  BindResult bound = decl.bind_sink(options);
+  if (!bound) return tl::unexpected(std::move(bound.error()));
+  return decl.create_encoder(context, *bound);
+}
+
 Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalog& catalog,
                                                          const PipelineSpec& spec) {
   const SourceSpec& source = spec.source;
@@ -107,7 +122,10 @@ Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalo
     return MakeError(ErrorCode::kConfig, "source.valueFormat: unknown value format '{}' (known: {})",
                      source.value_format, known);
   }
-  auto decoder = decl->create(spec.schema, source.malformed, source.value_options);
+  auto decoder =
+      source.value_bound.has_value()
+          ? decl->create(spec.schema, source.malformed, source.value_bound)
+          : BindAndCreateDecoder(*decl, spec.schema, source.malformed, source.value_options);
   if (!decoder) {
     const ValueFormatProblem& problem = decoder.error();
     const std::string key = problem.option.empty()
@@ -138,7 +156,9 @@ Result<std::unique_ptr<ValueEncoder>> CreateValueEncoder(const ValueFormatCatalo
   ValueEncoderContext context;
   context.rows = std::move(*rows);
   context.default_subject = std::move(default_subject);
-  auto encoder = decl->create_encoder(context, sink.value_options);
+  auto encoder = sink.value_bound.has_value()
+                     ? decl->create_encoder(context, sink.value_bound)
+                     : BindAndCreateEncoder(*decl, context, sink.value_options);
   if (!encoder) {
     const ValueFormatProblem& problem = encoder.error();
     const std::string key = problem.option.empty() ? std::string("valueFormat")

@@ -1,7 +1,9 @@
 // Value formats: how the bytes of a source's records become the typed columns of a RecordBatch.
-// A format (json, avro, protobuf, ...) is one ValueFormatDecl: its name, its options and a
-// factory for its ValueDecoder. config/ checks `source.valueFormat` and `source.valueOptions`
-// against the declarations; the executor asks the factory for a decoder at start. Whatever the
+// A format (json, avro, protobuf, ...) is one ValueFormatDecl: its name, its options, how they
+// bind into its typed options and a factory for its ValueDecoder (and, for a format sinks
+// write, the same for its encoder). config/ checks `source.valueFormat` and
+// `source.valueOptions` against the declarations and binds the options once, at load; the
+// executor asks the factory for a decoder of the bound options at start. Whatever the
 // format, the malformed policies, the counts by MalformedReason and the dead letters behave the
 // same: RowDecoder (engine/row_decoder.h) implements them once for formats that decode a record
 // at a time, the JSON decoder keeps its own tuned loop with the same rules.
@@ -131,10 +133,7 @@ class ValueDecoder {
 
 /// A configuration problem of a value format, tied to the option at fault (empty: the format
 /// as a whole). config/ reports it at that option's line.
-struct ValueFormatProblem {
-  std::string option;
-  std::string message;
-};
+using ValueFormatProblem = OptionProblem;
 
 using ValueDecoderResult = tl::expected<std::unique_ptr<ValueDecoder>, ValueFormatProblem>;
 using ValueEncoderResult = tl::expected<std::unique_ptr<ValueEncoder>, ValueFormatProblem>;
@@ -144,7 +143,8 @@ using ValueEncoderResult = tl::expected<std::unique_ptr<ValueEncoder>, ValueForm
 std::optional<ValueFormatProblem> RefuseNestedFields(const Schema& schema,
                                                      std::string_view format);
 
-/// What a value format is: one entry of the catalog.
+/// What a value format is: one entry of the catalog. DeclareDecoder and DeclareEncoder fill in
+/// the bind and factory pairs.
 struct ValueFormatDecl {
   std::string name;  // "json", "avro", "protobuf": the spelling of source.valueFormat
   std::string doc;
@@ -153,19 +153,26 @@ struct ValueFormatDecl {
   /// Records are binary and must each come whole from the source (a Kafka message): such a
   /// format cannot read a line-oriented source (file, socket). Default: false.
   bool binary = false;
-  /// Makes a decoder. It reads local files the options name (schemas, descriptor sets) and
-  /// checks them against `schema`, so that config/ can call it at validate; it does not reach
-  /// remote services (a schema registry is asked when a record needs it).
+  /// Parses source.valueOptions (declared ranges checked, defaults filled in) into the format's
+  /// typed options, with the checks across options. config/ calls it once, at load, and keeps
+  /// the result in SourceSpec::value_bound.
+  std::function<BindResult(const Options& options)> bind;
+  /// Makes a decoder from bound options. It reads local files the options name (schemas,
+  /// descriptor sets) and checks them against `schema`, so that config/ can call it at validate;
+  /// it does not reach remote services (a schema registry is asked when a record needs it).
   std::function<ValueDecoderResult(const Schema& schema, const MalformedSpec& malformed,
-                                   const Options& options)>
+                                   const BoundOptions& options)>
       create;
   /// The options of a sink's valueOptions (engine/value_encoder.h), validated alike.
   std::vector<OptionDecl> sink_options;
-  /// Makes an encoder for a sink that writes rows of `context.rows`; null when sinks cannot
-  /// write the format. It reads local files the options name and checks the rows against them
-  /// (config/ calls it at validate); it does not reach remote services (ValueEncoder::Open
-  /// does).
-  std::function<ValueEncoderResult(const ValueEncoderContext& context, const Options& options)>
+  /// Parses a sink's valueOptions as `bind` does a source's; config/ keeps the result in
+  /// SinkSpec::value_bound. Null when sinks cannot write the format.
+  std::function<BindResult(const Options& options)> bind_sink;
+  /// Makes an encoder for a sink that writes rows of `context.rows`, from bound options; null
+  /// when sinks cannot write the format. It reads local files the options name and checks the
+  /// rows against them (config/ calls it at validate); it does not reach remote services
+  /// (ValueEncoder::Open does).
+  std::function<ValueEncoderResult(const ValueEncoderContext& context, const BoundOptions& options)>
       create_encoder;
 
   const OptionDecl* Find(std::string_view option) const {
@@ -176,22 +183,74 @@ struct ValueFormatDecl {
   }
 };
 
+/// The typed options of a format that takes none.
+struct NoValueOptions {};
+
+/// Declares how a format's source options (decl.options, set before) bind into T and how a
+/// decoder is made of T: `bind` sees the options with the declared ranges checked and the
+/// declared defaults filled in (it writes no default of its own) and makes T once.
+template <typename T>
+void DeclareDecoder(ValueFormatDecl& decl, Bound<T> (*bind)(const Options& options),
+                    ValueDecoderResult (*create)(const Schema& schema,
+                                                 const MalformedSpec& malformed,
+                                                 const T& options)) {
+  decl.bind = [declared = decl.options, bind](const Options& options) {
+    return BindDeclared<T>(declared, options, bind);
+  };
+  decl.create = [create](const Schema& schema, const MalformedSpec& malformed,
+                         const BoundOptions& options) -> ValueDecoderResult {
+    const T* typed = std::any_cast<T>(&options);
+    if (typed == nullptr) {
+      return tl::unexpected(ValueFormatProblem{"", "the value options were not bound"});
+    }
+    return create(schema, malformed, *typed);
+  };
+}
+
+/// DeclareDecoder for a format's sink options (decl.sink_options, set before) and its encoder.
+template <typename T>
+void DeclareEncoder(ValueFormatDecl& decl, Bound<T> (*bind)(const Options& options),
+                    ValueEncoderResult (*create)(const ValueEncoderContext& context,
+                                                 const T& options)) {
+  decl.bind_sink = [declared = decl.sink_options, bind](const Options& options) {
+    return BindDeclared<T>(declared, options, bind);
+  };
+  decl.create_encoder = [create](const ValueEncoderContext& context,
+                                 const BoundOptions& options) -> ValueEncoderResult {
+    const T* typed = std::any_cast<T>(&options);
+    if (typed == nullptr) {
+      return tl::unexpected(ValueFormatProblem{"", "the value options were not bound"});
+    }
+    return create(context, *typed);
+  };
+}
+
+/// Binds `options` as config/ does and makes the decoder (or the encoder) of `decl`: for a
+/// format used without a pipeline file (tests, tools, benchmarks). A problem of the options is
+/// the bind's, of the files the create's.
+ValueDecoderResult BindAndCreateDecoder(const ValueFormatDecl& decl, const Schema& schema,
+                                        const MalformedSpec& malformed, const Options& options);
+ValueEncoderResult BindAndCreateEncoder(const ValueFormatDecl& decl,
+                                        const ValueEncoderContext& context, const Options& options);
+
 /// The value formats a build knows of (connectors/format/registry.h fills it for the daemon).
 using ValueFormatCatalog = std::vector<ValueFormatDecl>;
 
 /// The entry named `name`, or nullptr.
 const ValueFormatDecl* FindValueFormat(const ValueFormatCatalog& catalog, std::string_view name);
 
-/// Creates the encoder of `sink`'s value format from `catalog`, for rows of its stream; a
-/// problem becomes a kConfig error naming the sink and valueFormat or valueOptions.<option>.
-/// `default_subject`: see ValueEncoderContext.
+/// Creates the encoder of `sink`'s value format from `catalog`, for rows of its stream, from
+/// the options bound at load (SinkSpec::value_bound; bound now for a spec built without
+/// config/); a problem becomes a kConfig error naming the sink and valueFormat or
+/// valueOptions.<option>. `default_subject`: see ValueEncoderContext.
 Result<std::unique_ptr<ValueEncoder>> CreateValueEncoder(const ValueFormatCatalog& catalog,
                                                          const PipelineSpec& spec,
                                                          const SinkSpec& sink,
                                                          std::string default_subject);
 
-/// Creates the decoder of `spec.source`'s value format from `catalog`; a problem becomes a
-/// kConfig error naming source.valueFormat or source.valueOptions.<option>.
+/// Creates the decoder of `spec.source`'s value format from `catalog`, from the options bound
+/// at load (SourceSpec::value_bound; bound now for a spec built without config/); a problem
+/// becomes a kConfig error naming source.valueFormat or source.valueOptions.<option>.
 Result<std::unique_ptr<ValueDecoder>> CreateValueDecoder(const ValueFormatCatalog& catalog,
                                                          const PipelineSpec& spec);
 

@@ -833,9 +833,31 @@ class AvroEncoder final : public ValueEncoder {
   size_t capacity_ = 4096;
 };
 
-ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context, const Options& options) {
+// The encoder's options as BindAvroEncoder made them (their defaults are declared in
+// AddAvroEncoder only).
+struct AvroEncoderOptions {
+  /// Empty: the writer schema is derived from the rows.
+  std::string schema_file;
+  /// Set with schemaRegistryUrl: the writer schema is registered and records are framed.
+  std::optional<SchemaRegistryOptions> registry;
+  /// Empty: the context's default subject.
+  std::string subject;
+};
+
+Bound<AvroEncoderOptions> BindAvroEncoder(const Options& options) {
+  AvroEncoderOptions bound;
+  bound.schema_file = options.GetString("schemaFile");
+  bound.subject = options.GetString("subject");
+  auto registry = BindSchemaRegistryOptions(options);
+  if (!registry) return tl::unexpected(std::move(registry.error()));
+  bound.registry = std::move(*registry);
+  return bound;
+}
+
+ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context,
+                                     const AvroEncoderOptions& options) {
   AvroEncoder::Config config;
-  const std::string schema_file = options.GetString("schemaFile");
+  const std::string& schema_file = options.schema_file;
   std::string problem_option = "schemaFile";
   if (schema_file.empty()) {
     auto derived = SchemaWriter().Write(context.rows);
@@ -879,13 +901,11 @@ ValueEncoderResult CreateAvroEncoder(const ValueEncoderContext& context, const O
         problem_option, fmt::format("{} does not cover the rows: {}", where, plan.error())});
   }
   config.plan = std::move(*plan);
-  if (auto client = CreateSchemaRegistryClient(options)) {
-    if (!*client) {
-      return tl::unexpected(ValueFormatProblem{client->error().option, client->error().message});
-    }
-    config.registry = std::move(**client);
-    config.subject = options.GetString("subject");
-    if (config.subject.empty()) config.subject = context.default_subject;
+  if (options.registry) {
+    auto client = SchemaRegistryClient::Create(*options.registry);
+    if (!client) return tl::unexpected(std::move(client.error()));
+    config.registry = std::move(*client);
+    config.subject = options.subject.empty() ? context.default_subject : options.subject;
   }
   return AvroEncoder::Create(std::move(config));
 }
@@ -922,11 +942,9 @@ void AddAvroEncoder(ValueFormatDecl& decl) {
        "Confluent-framed (magic byte 0, the 4-byte schema id). Unset: plain Avro binary."},
       {"subject", OptionType::kString, "",
        "Registry subject of the writer schema. Unset: `<topic>-value` (TopicNameStrategy)."},
-      {"schemaRegistryTimeout", OptionType::kDuration, "10 seconds",
-       "Connect and read timeout of a Schema Registry request."},
   };
-  for (OptionDecl& option : SchemaRegistryAccessOptions()) decl.sink_options.push_back(option);
-  decl.create_encoder = CreateAvroEncoder;
+  for (OptionDecl& option : SchemaRegistryOptionDecls()) decl.sink_options.push_back(option);
+  DeclareEncoder<AvroEncoderOptions>(decl, &BindAvroEncoder, &CreateAvroEncoder);
 }
 
 }  // namespace driftd

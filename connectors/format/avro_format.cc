@@ -636,21 +636,39 @@ class AvroDecoder final : public RowDecoder {
   WriterEntry* last_ = nullptr;
 };
 
-ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& malformed,
-                                     const Options& options) {
-  if (auto refused = RefuseNestedFields(schema, "avro")) return tl::unexpected(*refused);
-  const std::string schema_file = options.GetString("schemaFile");
-  const std::string registry_url = options.GetString("schemaRegistryUrl");
-  const std::string reader_file = options.GetString("readerSchemaFile");
-  if (schema_file.empty() == registry_url.empty()) {
+// The decoder's options as BindAvroDecoder made them (their defaults are declared in
+// AvroFormatDeclaration only).
+struct AvroDecoderOptions {
+  std::string schema_file;
+  std::string reader_schema_file;
+  /// Set with schemaRegistryUrl, instead of schema_file.
+  std::optional<SchemaRegistryOptions> registry;
+};
+
+Bound<AvroDecoderOptions> BindAvroDecoder(const Options& options) {
+  AvroDecoderOptions bound;
+  bound.schema_file = options.GetString("schemaFile");
+  bound.reader_schema_file = options.GetString("readerSchemaFile");
+  if (bound.schema_file.empty() == options.GetString("schemaRegistryUrl").empty()) {
     return tl::unexpected(ValueFormatProblem{
-        schema_file.empty() ? "" : "schemaRegistryUrl",
-        schema_file.empty()
+        bound.schema_file.empty() ? "" : "schemaRegistryUrl",
+        bound.schema_file.empty()
             ? "the avro value format needs valueOptions.schemaFile (an .avsc: every record is "
               "Avro binary of that writer schema) or valueOptions.schemaRegistryUrl "
               "(Confluent-framed records)"
             : "give schemaFile or schemaRegistryUrl, not both"});
   }
+  auto registry = BindSchemaRegistryOptions(options);
+  if (!registry) return tl::unexpected(std::move(registry.error()));
+  bound.registry = std::move(*registry);
+  return bound;
+}
+
+ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& malformed,
+                                     const AvroDecoderOptions& options) {
+  if (auto refused = RefuseNestedFields(schema, "avro")) return tl::unexpected(*refused);
+  const std::string& schema_file = options.schema_file;
+  const std::string& reader_file = options.reader_schema_file;
   AvroDecoder::Config config;
   if (!reader_file.empty()) {
     auto reader = ReadSchemaFile(reader_file);
@@ -676,10 +694,8 @@ ValueDecoderResult CreateAvroDecoder(const Schema& schema, const MalformedSpec& 
     }
     config.writer = std::move(*writer);
   } else {
-    auto client = *CreateSchemaRegistryClient(options);
-    if (!client) {
-      return tl::unexpected(ValueFormatProblem{client.error().option, client.error().message});
-    }
+    auto client = SchemaRegistryClient::Create(*options.registry);
+    if (!client) return tl::unexpected(std::move(client.error()));
     config.registry = std::move(*client);
   }
   return std::make_unique<AvroDecoder>(schema, malformed, std::move(config));
@@ -707,11 +723,9 @@ ValueFormatDecl AvroFormatDeclaration() {
       {"readerSchemaFile", OptionType::kString, "",
        "Path of a reader schema (.avsc) that writer schemas are resolved against (Avro's "
        "rules); default: the pipeline's schema, fields matched by name."},
-      {"schemaRegistryTimeout", OptionType::kDuration, "10 seconds",
-       "Connect and read timeout of a Schema Registry request."},
   };
-  for (OptionDecl& option : SchemaRegistryAccessOptions()) decl.options.push_back(option);
-  decl.create = CreateAvroDecoder;
+  for (OptionDecl& option : SchemaRegistryOptionDecls()) decl.options.push_back(option);
+  DeclareDecoder<AvroDecoderOptions>(decl, &BindAvroDecoder, &CreateAvroDecoder);
   AddAvroEncoder(decl);
   return decl;
 }

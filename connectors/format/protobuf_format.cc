@@ -389,14 +389,28 @@ class ProtobufDecoder final : public RowDecoder {
   std::vector<int64_t> seen_;
 };
 
+// The decoder's options as bound (their defaults are declared in ProtobufFormatDeclaration
+// only).
+struct ProtobufOptions {
+  std::string descriptor_file;
+  std::string message_type;
+  bool confluent_framing = false;
+};
+
+Bound<ProtobufOptions> BindProtobuf(const Options& options) {
+  return ProtobufOptions{.descriptor_file = options.GetString("descriptorFile"),
+                         .message_type = options.GetString("messageType"),
+                         .confluent_framing = options.GetBool("confluentFraming")};
+}
+
 ValueDecoderResult CreateProtobufDecoder(const Schema& schema, const MalformedSpec& malformed,
-                                         const Options& options) {
+                                         const ProtobufOptions& options) {
   static std::once_flag log_once;
   std::call_once(log_once, [] { pb::SetLogHandler(&ForwardLog); });
   if (auto refused = RefuseNestedFields(schema, "protobuf")) return tl::unexpected(*refused);
 
-  const std::string path = options.GetString("descriptorFile");
-  const std::string type_name = options.GetString("messageType");
+  const std::string& path = options.descriptor_file;
+  const std::string& type_name = options.message_type;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return tl::unexpected(ValueFormatProblem{
@@ -457,8 +471,7 @@ ValueDecoderResult CreateProtobufDecoder(const Schema& schema, const MalformedSp
     fields.push_back(field);
   }
   return std::make_unique<ProtobufDecoder>(schema, malformed, std::move(pool), type,
-                                           std::move(fields),
-                                           options.GetBool("confluentFraming", false));
+                                           std::move(fields), options.confluent_framing);
 }
 
 }  // namespace
@@ -483,7 +496,7 @@ ValueFormatDecl ProtobufFormatDeclaration() {
        "in its file; the schema id is not looked up (the descriptor set describes the "
        "records)."},
   };
-  decl.create = CreateProtobufDecoder;
+  DeclareDecoder<ProtobufOptions>(decl, &BindProtobuf, &CreateProtobufDecoder);
   return decl;
 }
 

@@ -23,6 +23,7 @@ namespace driftd {
 namespace {
 
 constexpr const char* kUrlOption = "schemaRegistryUrl";
+constexpr const char* kTimeoutOption = "schemaRegistryTimeout";
 constexpr const char* kCredentialsOption = "schemaRegistryCredentials";
 constexpr const char* kCaOption = "schemaRegistryCaFile";
 constexpr const char* kCertOption = "schemaRegistryCertFile";
@@ -158,8 +159,20 @@ SchemaRegistryClient::SchemaRegistryClient(SchemaRegistryOptions options,
 
 SchemaRegistryClient::~SchemaRegistryClient() = default;
 
-tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem>
-SchemaRegistryClient::Create(SchemaRegistryOptions options) {
+namespace {
+
+// The parts of the options that Create uses, once their shape is checked.
+struct RegistryAddress {
+  bool https = false;
+  std::string scheme_host_port;  // "http://host:8081"
+  std::string path_prefix;       // "" or "/apis/ccompat/v7", without a trailing '/'
+  std::optional<std::pair<std::string, std::string>> user;
+};
+
+// The checks of the options that need no file and no connection (BindSchemaRegistryOptions,
+// and Create for options that were not bound), each problem at its option.
+tl::expected<RegistryAddress, SchemaRegistryProblem> CheckShape(
+    const SchemaRegistryOptions& options) {
   auto problem = [](const char* option, std::string message) {
     return tl::unexpected(SchemaRegistryProblem{option, std::move(message)});
   };
@@ -174,17 +187,18 @@ SchemaRegistryClient::Create(SchemaRegistryOptions options) {
   size_t path_begin = url.find('/', host_begin);
   if (path_begin == std::string::npos) path_begin = url.size();
   std::string authority = url.substr(host_begin, path_begin - host_begin);
-  std::optional<std::pair<std::string, std::string>> user;
+  RegistryAddress address;
   if (const size_t at = authority.rfind('@'); at != std::string::npos) {
     const std::string userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
     const size_t colon = userinfo.find(':');
-    user.emplace(PercentDecode(userinfo.substr(0, colon)),
-                 colon == std::string::npos ? "" : PercentDecode(userinfo.substr(colon + 1)));
+    address.user.emplace(
+        PercentDecode(userinfo.substr(0, colon)),
+        colon == std::string::npos ? "" : PercentDecode(userinfo.substr(colon + 1)));
   }
   if (authority.empty()) return problem(kUrlOption, "has no host");
   if (!options.credentials.empty()) {
-    if (user) {
+    if (address.user) {
       return problem(kCredentialsOption,
                      "is given, and so is user info in schemaRegistryUrl: give one of them");
     }
@@ -194,13 +208,14 @@ SchemaRegistryClient::Create(SchemaRegistryOptions options) {
       return problem(kCredentialsOption,
                      "must be user:password (as Confluent's basic.auth.user.info)");
     }
-    user.emplace(options.credentials.substr(0, colon), options.credentials.substr(colon + 1));
+    address.user.emplace(options.credentials.substr(0, colon),
+                         options.credentials.substr(colon + 1));
   }
-  const bool https = scheme == "https";
+  address.https = scheme == "https";
   for (const auto& [option, value] : {std::pair{kCaOption, &options.ca_file},
                                       std::pair{kCertOption, &options.cert_file},
                                       std::pair{kKeyOption, &options.key_file}}) {
-    if (!value->empty() && !https) {
+    if (!value->empty() && !address.https) {
       return problem(option, "applies to an https:// schemaRegistryUrl only");
     }
   }
@@ -209,6 +224,20 @@ SchemaRegistryClient::Create(SchemaRegistryOptions options) {
                    "a client certificate needs both schemaRegistryCertFile and "
                    "schemaRegistryKeyFile");
   }
+  address.scheme_host_port = scheme + "://" + authority;
+  address.path_prefix = url.substr(path_begin);
+  while (!address.path_prefix.empty() && address.path_prefix.back() == '/') {
+    address.path_prefix.pop_back();
+  }
+  return address;
+}
+
+}  // namespace
+
+tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem>
+SchemaRegistryClient::Create(SchemaRegistryOptions options) {
+  auto address = CheckShape(options);
+  if (!address) return tl::unexpected(std::move(address.error()));
   if (!options.ca_file.empty()) {
     if (auto bad = CheckCaFile(options.ca_file)) return tl::unexpected(*bad);
   }
@@ -218,23 +247,22 @@ SchemaRegistryClient::Create(SchemaRegistryOptions options) {
     }
   }
 
+  const bool https = address->https;
   auto target = std::make_unique<Target>();
-  target->scheme_host_port = scheme + "://" + authority;
-  target->path_prefix = url.substr(path_begin);
-  while (!target->path_prefix.empty() && target->path_prefix.back() == '/') {
-    target->path_prefix.pop_back();
-  }
+  target->scheme_host_port = address->scheme_host_port;
+  target->path_prefix = address->path_prefix;
   target->client = options.cert_file.empty()
                        ? std::make_unique<httplib::Client>(target->scheme_host_port)
                        : std::make_unique<httplib::Client>(target->scheme_host_port,
                                                            options.cert_file, options.key_file);
   if (!target->client->is_valid()) {
-    return problem(https && !options.cert_file.empty() ? kCertOption : kUrlOption,
-                   "cannot be used for a TLS connection");
+    return tl::unexpected(
+        SchemaRegistryProblem{https && !options.cert_file.empty() ? kCertOption : kUrlOption,
+                              "cannot be used for a TLS connection"});
   }
   if (!options.ca_file.empty()) target->client->set_ca_cert_path(options.ca_file);
   if (https) target->client->enable_server_certificate_verification(true);
-  if (user) target->client->set_basic_auth(user->first, user->second);
+  if (address->user) target->client->set_basic_auth(address->user->first, address->user->second);
   const auto seconds = static_cast<time_t>(options.timeout_ms / 1000);
   const auto micros = static_cast<time_t>((options.timeout_ms % 1000) * 1000);
   target->client->set_connection_timeout(seconds, micros);
@@ -322,21 +350,23 @@ Result<uint32_t> SchemaRegistryClient::Register(const std::string& subject,
 
 namespace driftd {
 
-std::optional<tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem>>
-CreateSchemaRegistryClient(const Options& options) {
+Bound<std::optional<SchemaRegistryOptions>> BindSchemaRegistryOptions(const Options& options) {
   SchemaRegistryOptions registry;
   registry.url = options.GetString(kUrlOption);
-  if (registry.url.empty()) return std::nullopt;
-  registry.timeout_ms = options.GetDurationMs("schemaRegistryTimeout", registry.timeout_ms);
+  if (registry.url.empty()) return std::optional<SchemaRegistryOptions>();
+  registry.timeout_ms = options.GetDurationMs(kTimeoutOption);
   registry.credentials = options.GetString(kCredentialsOption);
   registry.ca_file = options.GetString(kCaOption);
   registry.cert_file = options.GetString(kCertOption);
   registry.key_file = options.GetString(kKeyOption);
-  return SchemaRegistryClient::Create(std::move(registry));
+  if (auto shape = CheckShape(registry); !shape) return tl::unexpected(std::move(shape.error()));
+  return std::optional<SchemaRegistryOptions>(std::move(registry));
 }
 
-std::vector<OptionDecl> SchemaRegistryAccessOptions() {
+std::vector<OptionDecl> SchemaRegistryOptionDecls() {
   return {
+      {kTimeoutOption, OptionType::kDuration, "10 seconds",
+       "Connect and read timeout of a Schema Registry request."},
       {kCredentialsOption, OptionType::kString, "",
        "Basic auth for the Schema Registry as `user:password` (Confluent's "
        "`basic.auth.user.info`), best from the environment: "

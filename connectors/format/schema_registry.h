@@ -25,12 +25,14 @@
 
 namespace driftd {
 
+/// A value format's registry options as BindSchemaRegistryOptions made them (their defaults are
+/// declared in SchemaRegistryOptionDecls only).
 struct SchemaRegistryOptions {
   /// Base URL, e.g. "http://registry:8081" or "http://apicurio:8080/apis/ccompat/v7"; it may
   /// carry user info for basic auth ("https://user:password@registry:8081", percent-encoded).
   std::string url;
-  /// Connect and read timeout per request, in ms. Default: 10 s.
-  int64_t timeout_ms = 10'000;
+  /// Connect and read timeout per request, in ms (option schemaRegistryTimeout).
+  int64_t timeout_ms = 0;
   /// Basic auth as "user:password" (not together with user info in the URL). Default: none.
   std::string credentials;
   /// https: PEM file of the CAs that sign the registry's certificate. Default: the system's.
@@ -42,16 +44,13 @@ struct SchemaRegistryOptions {
 };
 
 /// What is wrong with the registry options, and the option (its valueOptions name) it is about.
-struct SchemaRegistryProblem {
-  std::string option;
-  std::string message;
-};
+using SchemaRegistryProblem = OptionProblem;
 
 class SchemaRegistryClient {
  public:
-  /// Checks the URL's shape (http or https, a host), the credentials' shape, and that the TLS
-  /// files are readable PEM (a CA certificate; a certificate and the private key that matches
-  /// it); it does not connect.
+  /// Checks the options' shape as BindSchemaRegistryOptions does, and that the TLS files are
+  /// readable PEM (a CA certificate; a certificate and the private key that matches it); it
+  /// does not connect.
   static tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem> Create(
       SchemaRegistryOptions options);
   ~SchemaRegistryClient();
@@ -77,15 +76,16 @@ class SchemaRegistryClient {
   std::unique_ptr<Target> target_;
 };
 
-/// The registry's options of a value format (valueOptions): schemaRegistryUrl with the
-/// timeout, credentials and TLS files, read from `options`; nullopt when schemaRegistryUrl is
-/// not set.
-std::optional<tl::expected<std::unique_ptr<SchemaRegistryClient>, SchemaRegistryProblem>>
-CreateSchemaRegistryClient(const Options& options);
+/// The registry's options of a value format's valueOptions (schemaRegistryUrl with the timeout,
+/// credentials and TLS files; declared defaults filled in), checked for their shape without
+/// reading a file or connecting: the URL is http or https with a host, the credentials are
+/// user:password and not given twice, the TLS files go with https and the client certificate
+/// with its key. nullopt when schemaRegistryUrl is not set.
+Bound<std::optional<SchemaRegistryOptions>> BindSchemaRegistryOptions(const Options& options);
 
-/// The declarations of the credentials and TLS options, for the value formats that talk to a
-/// registry (schemaRegistryCredentials, schemaRegistryCaFile, schemaRegistryCertFile,
-/// schemaRegistryKeyFile).
-std::vector<OptionDecl> SchemaRegistryAccessOptions();
+/// The declarations of a value format's registry options beside schemaRegistryUrl (whose doc
+/// is the format's own): schemaRegistryTimeout, schemaRegistryCredentials,
+/// schemaRegistryCaFile, schemaRegistryCertFile and schemaRegistryKeyFile.
+std::vector<OptionDecl> SchemaRegistryOptionDecls();
 
 }  // namespace driftd

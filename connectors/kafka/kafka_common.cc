@@ -50,6 +50,23 @@ Result<Conf> MakeConf(const std::map<std::string, std::string>& settings) {
   return conf;
 }
 
+std::optional<OptionProblem> CheckSettings(const std::map<std::string, std::string>& settings) {
+  Conf conf{rd_kafka_conf_new()};
+  char error[512];
+  for (const auto& [name, value] : settings) {
+    Conf alone{rd_kafka_conf_new()};
+    if (rd_kafka_conf_set(alone.get(), name.c_str(), value.c_str(), error, sizeof error) !=
+        RD_KAFKA_CONF_OK) {
+      return OptionProblem{fmt::format("kafka.{}", name), error};
+    }
+    if (rd_kafka_conf_set(conf.get(), name.c_str(), value.c_str(), error, sizeof error) !=
+        RD_KAFKA_CONF_OK) {
+      return OptionProblem{"", fmt::format("kafka.{}: {}", name, error)};
+    }
+  }
+  return std::nullopt;
+}
+
 Result<Handle> MakeClient(rd_kafka_type_t type, Conf conf) {
   char error[512];
   Handle rk{rd_kafka_new(type, conf.get(), error, sizeof error)};

@@ -74,6 +74,12 @@ std::string GroupId(const PipelineSpec& pipeline);
 /// logs routed to driftd's "kafka" logger. The error names the rejected property.
 Result<Conf> MakeConf(const std::map<std::string, std::string>& settings);
 
+/// librdkafka's own check of a connector's kafka.* settings (`settings`: without the prefix),
+/// each alone, then together: the first problem, at its option ("kafka.<name>"; empty when
+/// only the settings together are refused), or nullopt. A bind calls it, so that validate
+/// refuses what the first connection would.
+std::optional<OptionProblem> CheckSettings(const std::map<std::string, std::string>& settings);
+
 /// Creates a consumer or producer from `conf` (consumed on success).
 Result<Handle> MakeClient(rd_kafka_type_t type, Conf conf);
 

@@ -1147,115 +1147,109 @@ std::string DefaultKafkaProgressTopic(std::string_view pipeline) {
   return topic;
 }
 
-ConnectorDecl KafkaSinkDecl() {
-  ConnectorDecl decl;
-  decl.format = "kafka";
-  decl.role = ConnectorRole::kSink;
-  decl.doc =
-      "Writes rows to a Kafka topic, one record per row, exactly once: all Kafka sinks of a "
-      "pipeline share one transactional producer (transactional.id driftd-<pipeline>), and each "
-      "batch is one transaction that also holds a progress record and, with a Kafka source, the "
-      "source offsets of the batch. Records are the rows' JSON objects, or Avro with "
-      "`valueFormat: avro` (see the value formats below).";
-  decl.passthrough_prefix = "kafka.";
-  decl.value_formats = true;
-  // Each batch is one transaction: every process of a scaled-out pipeline may write, and the
-  // sink carries the query's internal topics there.
-  decl.shared_by_processes = true;
-  decl.carries_scale_out = true;
-  decl.create_shared_sink = &CreateKafkaSink;
-  decl.options = {
-      {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
-      {"keyColumn", OptionType::kString, "",
-       "Column whose value keys each record (the model id by default)."},
-      {"progressTopic", OptionType::kString, "",
-       "Compacted topic recording the pipeline's last delivered batch (created if missing). "
-       "Unset or empty: `driftd-progress.<pipeline name>`, one per pipeline. A sink starting "
-       "waits for open transactions on this topic to end, so pipelines sharing one may delay "
-       "each other's start by up to kafka.transaction.timeout.ms when one dies "
-       "mid-transaction."},
-      {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
-       true},
-  };
-  return decl;
+namespace {
+
+// One kafka sink's options as BindKafkaSink made them.
+struct KafkaSinkBound {
+  std::string topic;
+  /// progressTopic, or the pipeline's own (DefaultKafkaProgressTopic) when unset or empty.
+  std::string progress_topic;
+  /// librdkafka producer settings (kafka.* without the prefix).
+  std::map<std::string, std::string> client;
+};
+
+// The progress topic a kafka sink's options name.
+std::string ProgressTopicOf(const PipelineSpec& pipeline, const Options& options) {
+  std::string topic = options.GetString("progressTopic");
+  return topic.empty() ? DefaultKafkaProgressTopic(pipeline.name) : topic;
 }
 
-Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
-                                              const std::vector<const SinkSpec*>& specs,
-                                              Source* source, const ValueFormatCatalog& formats) {
-  if (specs.empty() && !pipeline.scale_out.enabled) {
-    return MakeError(ErrorCode::kInternal, "kafka sink without sinks");
+// The options (declared types and defaults applied) parsed once. The kafka sinks of a pipeline
+// share one producer and one transaction, so each must agree with the kafka sinks before it:
+// a disagreement is the later sink's, at its option.
+Bound<KafkaSinkBound> BindKafkaSink(const PipelineSpec& pipeline, const SinkSpec& sink,
+                                    const Options& options) {
+  auto problem = [](std::string option, std::string message) -> Bound<KafkaSinkBound> {
+    return tl::unexpected(OptionProblem{std::move(option), std::move(message)});
+  };
+  KafkaSinkBound bound;
+  bound.topic = options.GetString("topic");
+  if (bound.topic.empty()) return problem("topic", "must not be empty");
+  bound.progress_topic = ProgressTopicOf(pipeline, options);
+  bound.client = options.WithPrefix("kafka.");
+  if (auto servers = bound.client.find("bootstrap.servers");
+      servers == bound.client.end() || servers->second.empty()) {
+    return problem("kafka.bootstrap.servers", "the kafka sink needs kafka.bootstrap.servers");
+  }
+  std::map<std::string, std::string> shared = bound.client;
+  for (const SinkSpec* other : SinksBefore(pipeline, sink)) {
+    if (other->format != sink.format) continue;
+    if (ProgressTopicOf(pipeline, other->options) != bound.progress_topic) {
+      return problem("progressTopic",
+                     fmt::format("kafka sinks '{}' and '{}' name different progressTopic "
+                                 "values; the sinks of one pipeline share one transaction and "
+                                 "one progress topic",
+                                 other->name, sink.name));
+    }
+    for (const auto& [name, value] : other->options.WithPrefix("kafka.")) {
+      auto [it, inserted] = shared.emplace(name, value);
+      if (inserted || it->second == value) continue;
+      return problem(fmt::format("kafka.{}", name),
+                     fmt::format("kafka sinks of one pipeline share one producer, but '{}' "
+                                 "sets kafka.{} differently from kafka sink '{}'",
+                                 sink.name, name, other->name));
+    }
+  }
+  // librdkafka's check of the settings this sink adds to the shared producer's, now rather
+  // than at the first connection, so that validate refuses what the start would.
+  if (auto refused = kafka::CheckSettings(shared)) return tl::unexpected(*refused);
+  return bound;
+}
+
+tl::expected<std::unique_ptr<Sink>, SinkFailure> CreateKafkaSink(
+    const PipelineSpec& pipeline, std::vector<BoundSink<KafkaSinkBound>> sinks, Source* source,
+    const ValueFormatCatalog& formats) {
+  // A problem of the one producer, not of a sink.
+  auto failure = [](Error error) { return tl::unexpected(SinkFailure{std::move(error), nullptr}); };
+  if (sinks.empty() && !pipeline.scale_out.enabled) {
+    return failure(Error(ErrorCode::kInternal, "kafka sink without sinks"));
   }
   KafkaSinkOptions options;
   options.pipeline_name = pipeline.name;
-  for (const SinkSpec* spec : specs) {
+  for (BoundSink<KafkaSinkBound>& sink : sinks) {
     Target target;
-    target.sink_name = spec->name;
-    target.topic = spec->options.GetString("topic");
-    target.stream = spec->stream;
-    target.mode = spec->output_mode;
-    if (target.topic.empty()) {
-      return MakeError(ErrorCode::kConfig, "kafka sink '{}' needs a topic", spec->name);
-    }
-    auto encoder = CreateValueEncoder(formats, pipeline, *spec, target.topic + "-value");
-    if (!encoder) return tl::unexpected(encoder.error());
+    target.sink_name = sink.spec->name;
+    target.topic = sink.options.topic;
+    target.stream = sink.spec->stream;
+    target.mode = sink.spec->output_mode;
+    auto encoder = CreateValueEncoder(formats, pipeline, *sink.spec, target.topic + "-value");
+    if (!encoder) return tl::unexpected(SinkFailure{std::move(encoder.error()), sink.spec});
     target.encoder = std::move(*encoder);
     options.targets.push_back(std::move(target));
-
-    std::string progress = spec->options.GetString("progressTopic");
-    if (progress.empty()) progress = DefaultKafkaProgressTopic(pipeline.name);
-    if (spec == specs.front()) {
-      options.progress_topic = progress;
-    } else if (progress != options.progress_topic) {
-      return MakeError(ErrorCode::kConfig,
-                       "kafka sinks '{}' and '{}' name different progressTopic values; the "
-                       "sinks of one pipeline share one transaction and one progress topic",
-                       specs.front()->name, spec->name);
-    }
-    for (const auto& [name, value] : spec->options.WithPrefix("kafka.")) {
-      auto [it, inserted] = options.client.emplace(name, value);
-      if (!inserted && it->second != value) {
-        return MakeError(ErrorCode::kConfig,
-                         "kafka sinks of one pipeline share one producer, but '{}' sets "
-                         "kafka.{} differently from another kafka sink",
-                         spec->name, name);
-      }
-    }
+    // The binds made every sink agree on these.
+    options.progress_topic = sink.options.progress_topic;
+    options.client.insert(sink.options.client.begin(), sink.options.client.end());
   }
-  if (specs.empty()) {
+  if (sinks.empty()) {
     // Scaled out without Kafka sinks: the producer writes the internal topics only, on the
     // source's cluster.
     options.client = pipeline.source.options.WithPrefix("kafka.");
     options.progress_topic = DefaultKafkaProgressTopic(pipeline.name);
-  }
-  for (const SinkSpec* spec : specs) {
-    // A sink that does not set an option the others set would still share their producer.
-    if (spec->options.GetString("kafka.bootstrap.servers") != options.client["bootstrap.servers"]) {
-      return MakeError(ErrorCode::kConfig,
-                       "kafka sinks of one pipeline must share kafka.bootstrap.servers");
-    }
-  }
-  if (options.client["bootstrap.servers"].empty()) {
-    return MakeError(ErrorCode::kConfig, "the kafka sink needs kafka.bootstrap.servers");
-  }
-  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
-  // so that validate refuses what the start would.
-  if (auto conf = kafka::MakeConf(options.client); !conf) {
-    return tl::unexpected(conf.error().Wrap("kafka sink"));
   }
   auto transactional_id = options.client.find("transactional.id");
   options.transactional_id = transactional_id != options.client.end() ? transactional_id->second
                                                                       : "driftd-" + pipeline.name;
   if (auto timeout = options.client.find("transaction.timeout.ms");
       timeout != options.client.end()) {
-    options.timeout_ms = std::max(1000, std::atoi(timeout->second.c_str()));
+    int timeout_ms = 0;
+    const std::string& text = timeout->second;
+    std::from_chars(text.data(), text.data() + text.size(), timeout_ms);
+    options.timeout_ms = std::max(1000, timeout_ms);
   }
   if (pipeline.source.format == "kafka") options.source_group_id = kafka::GroupId(pipeline);
   if (pipeline.scale_out.enabled) {
     if (source) options.group = kafka::GroupOf(*source);
-    if (!options.group) {
-      return MakeError(ErrorCode::kConfig, "scaleOut needs a kafka source");
-    }
+    if (!options.group) return failure(Error(ErrorCode::kConfig, "scaleOut needs a kafka source"));
     // One producer per process (EOS v2), named by the instance so that a restarted process
     // aborts what its predecessor left open.
     if (transactional_id == options.client.end()) {
@@ -1273,16 +1267,53 @@ Result<std::unique_ptr<Sink>> CreateKafkaSink(const PipelineSpec& pipeline,
     if (options.fault != "before_commit" && options.fault != "after_commit" &&
         options.fault != "fatal" && options.fault != "fatal_txn_state" &&
         options.fault != "stall_in_commit") {
-      return MakeError(ErrorCode::kConfig,
-                       "DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, after_commit, fatal, "
-                       "fatal_txn_state or stall_in_commit, optionally with @<batch id>",
-                       fault);
+      return failure(Error(ErrorCode::kConfig,
+                           fmt::format("DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, "
+                                       "after_commit, fatal, fatal_txn_state or "
+                                       "stall_in_commit, optionally with @<batch id>",
+                                       fault)));
     }
     if (const char* stall = std::getenv("DRIFTD_KAFKA_SINK_STALL_MS")) {
       options.stall_ms = std::max<int64_t>(0, std::atoll(stall));
     }
   }
   return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(std::move(options)));
+}
+
+}  // namespace
+
+ConnectorDecl KafkaSinkDecl() {
+  ConnectorDecl decl;
+  decl.format = "kafka";
+  decl.role = ConnectorRole::kSink;
+  decl.doc =
+      "Writes rows to a Kafka topic, one record per row, exactly once: all Kafka sinks of a "
+      "pipeline share one transactional producer (transactional.id driftd-<pipeline>), and each "
+      "batch is one transaction that also holds a progress record and, with a Kafka source, the "
+      "source offsets of the batch. Records are the rows' JSON objects, or Avro with "
+      "`valueFormat: avro` (see the value formats below). The sinks of one pipeline must agree "
+      "on `progressTopic` and on every `kafka.*` setting they both give.";
+  decl.passthrough_prefix = "kafka.";
+  decl.value_formats = true;
+  // Each batch is one transaction: every process of a scaled-out pipeline may write, and the
+  // sink carries the query's internal topics there.
+  decl.shared_by_processes = true;
+  decl.carries_scale_out = true;
+  decl.options = {
+      {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
+      {"keyColumn", OptionType::kString, "",
+       "Column whose value keys each record (the model id by default)."},
+      {"progressTopic", OptionType::kString, "",
+       "Compacted topic recording the pipeline's last delivered batch (created if missing). "
+       "Unset or empty: `driftd-progress.<pipeline name>`, one per pipeline. A sink starting "
+       "waits for open transactions on this topic to end, so pipelines sharing one may delay "
+       "each other's start by up to kafka.transaction.timeout.ms when one dies "
+       "mid-transaction."},
+      {"kafka.bootstrap.servers", OptionType::kString, "", "Brokers to connect to, host:port,...",
+       true},
+  };
+  BindSharedSink<KafkaSinkBound>(decl, &BindKafkaSink, &CreateKafkaSink);
+  return decl;
 }
 
 }  // namespace driftd

@@ -176,17 +176,7 @@ Bound<KafkaSourceOptions> Bind(const PipelineSpec& pipeline, const SourceSpec&,
                                  managed));
     }
   }
-  // librdkafka's own check of the kafka.* settings, now rather than at the first connection,
-  // so that validate refuses what the start would.
-  for (const auto& [name, value] : parsed.client) {
-    if (auto conf = kafka::MakeConf({{name, value}}); !conf) {
-      return problem(fmt::format("kafka.{}", name),
-                     AfterOption(conf.error(), fmt::format("kafka.{}", name)));
-    }
-  }
-  if (auto conf = kafka::MakeConf(parsed.client); !conf) {
-    return problem("", conf.error().message());
-  }
+  if (auto refused = kafka::CheckSettings(parsed.client)) return tl::unexpected(*refused);
   parsed.group_id = kafka::GroupId(pipeline);
   // A kafka sink commits the offsets inside its transaction (the sink kind's own knowledge).
   parsed.commit_offsets = std::none_of(pipeline.sinks.begin(), pipeline.sinks.end(),

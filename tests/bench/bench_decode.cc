@@ -272,7 +272,7 @@ std::unique_ptr<driftd::ValueDecoder> FormatDecoder(const char* format,
     if (!option.default_value.empty()) options.Set(option.name, option.default_value);
   }
   for (auto& [name, value] : given) options.Set(name, value);
-  auto decoder = decl->create(schema, spec, options);
+  auto decoder = BindAndCreateDecoder(*decl, schema, spec, options);
   if (!decoder) {
     fmt::print(stderr, "{}: {}: {}\n", format, decoder.error().option, decoder.error().message);
     std::exit(1);

@@ -118,7 +118,7 @@ std::unique_ptr<ValueEncoder> Encoder(const char* format, const RowShape& shape)
   for (const OptionDecl& option : decl->sink_options) {
     if (!option.default_value.empty()) options.Set(option.name, option.default_value);
   }
-  auto encoder = decl->create_encoder(ValueEncoderContext{shape, "bench-value"}, options);
+  auto encoder = BindAndCreateEncoder(*decl, ValueEncoderContext{shape, "bench-value"}, options);
   if (!encoder || !(*encoder)->Open()) {
     std::fprintf(stderr, "cannot make the %s encoder\n", format);
     std::exit(1);

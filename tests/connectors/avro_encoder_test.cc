@@ -74,7 +74,7 @@ ValueEncoderResult MakeEncoder(const RowShape& shape,
     if (!option.default_value.empty()) options.Set(option.name, option.default_value);
   }
   for (const auto& [name, value] : given) options.Set(name, value);
-  return Avro().create_encoder(ValueEncoderContext{shape, "model-stats-value"}, options);
+  return BindAndCreateEncoder(Avro(), ValueEncoderContext{shape, "model-stats-value"}, options);
 }
 
 void RequireOk(const Status& status) {
@@ -374,7 +374,7 @@ TEST_CASE("the json format writes each row as it is", "[connectors][format][sink
   const ValueFormatDecl* json = FindValueFormat(ValueFormats(), "json");
   REQUIRE(json != nullptr);
   REQUIRE(json->create_encoder);
-  auto encoder = json->create_encoder(ValueEncoderContext{StatsShape(), ""}, Options());
+  auto encoder = BindAndCreateEncoder(*json, ValueEncoderContext{StatsShape(), ""}, Options());
   REQUIRE(encoder);
   CHECK(Encode(**encoder, kRow) == kRow);
   CHECK((*encoder)->schema_text().empty());

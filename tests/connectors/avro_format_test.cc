@@ -57,7 +57,7 @@ std::unique_ptr<ValueDecoder> MakeDecoder(const std::map<std::string, std::strin
   for (const auto& [name, value] : given) options.Set(name, value);
   MalformedSpec spec;
   spec.policy = policy;
-  auto decoder = decl->create(schema, spec, options);
+  auto decoder = BindAndCreateDecoder(*decl, schema, spec, options);
   if (!decoder) FAIL(decoder.error().option << ": " << decoder.error().message);
   return std::move(*decoder);
 }
@@ -67,7 +67,7 @@ std::string ProblemOf(const std::map<std::string, std::string>& given,
   const ValueFormatDecl* decl = FindValueFormat(ValueFormats(), "avro");
   Options options;
   for (const auto& [name, value] : given) options.Set(name, value);
-  auto decoder = decl->create(schema, MalformedSpec{}, options);
+  auto decoder = BindAndCreateDecoder(*decl, schema, MalformedSpec{}, options);
   if (decoder) return "";
   return decoder.error().option + ": " + decoder.error().message;
 }

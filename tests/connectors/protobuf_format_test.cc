@@ -80,7 +80,7 @@ ValueDecoderResult Create(const std::map<std::string, std::string>& given,
   for (const auto& [name, value] : given) options.Set(name, value);
   MalformedSpec spec;
   spec.policy = policy;
-  return decl->create(schema, spec, options);
+  return BindAndCreateDecoder(*decl, schema, spec, options);
 }
 
 std::unique_ptr<ValueDecoder> MakeDecoder(MalformedPolicy policy) {

@@ -46,16 +46,16 @@ Options AvroOptions(const std::map<std::string, std::string>& given) {
 
 // The problem of making a decoder with `given` ("option: message"), or "" when it is made.
 std::string ProblemOf(const std::map<std::string, std::string>& given) {
-  auto decoder = FindValueFormat(ValueFormats(), "avro")
-                     ->create(PipelineSchema(), MalformedSpec{}, AvroOptions(given));
+  auto decoder = BindAndCreateDecoder(*FindValueFormat(ValueFormats(), "avro"), PipelineSchema(),
+                                      MalformedSpec{}, AvroOptions(given));
   if (decoder) return "";
   return decoder.error().option + ": " + decoder.error().message;
 }
 
 // Decodes one framed record of schema `id` with a decoder of `given`: the batch's status.
 Status DecodeOne(const std::map<std::string, std::string>& given, int id, double* prediction) {
-  auto decoder = FindValueFormat(ValueFormats(), "avro")
-                     ->create(PipelineSchema(), MalformedSpec{}, AvroOptions(given));
+  auto decoder = BindAndCreateDecoder(*FindValueFormat(ValueFormats(), "avro"), PipelineSchema(),
+                                      MalformedSpec{}, AvroOptions(given));
   REQUIRE(decoder);
   AvroRecordWriter writer(kWriter);
   const std::string record = writer.Write(
@@ -114,7 +114,7 @@ TEST_CASE("a registry that requires basic auth is reached with the URL's user in
   }
   sink_options.Set("schemaRegistryUrl", registry.url());
   sink_options.Set("schemaRegistryCredentials", "driftd:" + std::string(kPassword));
-  auto encoder = avro->create_encoder(ValueEncoderContext{AlertRowShape(), "alerts-value"},
+  auto encoder = BindAndCreateEncoder(*avro, ValueEncoderContext{AlertRowShape(), "alerts-value"},
                                       sink_options);
   REQUIRE(encoder);
   REQUIRE((*encoder)->Open());

@@ -76,20 +76,35 @@ TEST_CASE(
       {"two file sinks on one directory",
        FilePipeline("p", base, "",
                     "  - {name: a, format: file, stream: stats, outputMode: update, options: "
-                    "{path: " + base + "/out}}\n"
-                    "  - {name: b, format: file, stream: stats, outputMode: update, options: "
-                    "{path: " + base + "/out/}}\n"),
+                    "{path: " +
+                        base +
+                        "/out}}\n"
+                        "  - {name: b, format: file, stream: stats, outputMode: update, options: "
+                        "{path: " +
+                        base + "/out/}}\n"),
        ":12:", "sinks[1].options.path: file sink 'b' writes into"},
       {"a file sink on the source's directory",
        FilePipeline("p", base, "",
                     "  - {name: a, format: file, stream: stats, outputMode: update, options: "
-                    "{path: " + base + "/in}}\n"),
+                    "{path: " +
+                        base + "/in}}\n"),
        ":11:", "sinks[0].options.path: file sink 'a' writes into"},
       {"a webhook URL without a scheme",
        FilePipeline("p", base, "",
                     "  - {name: w, format: webhook, stream: stats, outputMode: update, options: "
                     "{url: hooks.example/x}}\n"),
        ":11:", "sinks[0].options.url: "},
+      {"a console sink's numRows out of its range",
+       FilePipeline("p", base, "",
+                    "  - {name: c, format: console, stream: stats, outputMode: update, options: "
+                    "{numRows: -1}}\n"),
+       ":11:86: sinks[0].options.numRows:", "must not be negative, found -1"},
+      {"a sink's value option the format refuses",
+       FilePipeline("p", base, "",
+                    "  - {name: k, format: kafka, stream: stats, outputMode: update, options: "
+                    "{topic: t, kafka.bootstrap.servers: \"127.0.0.1:1\"}, valueFormat: avro, "
+                    "valueOptions: {schemaRegistryUrl: \"ftp://registry\"}}\n"),
+       ":11:", "sinks[0].valueOptions.schemaRegistryUrl: is not an http:// or https:// URL"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
