@@ -88,9 +88,8 @@ void OrderBuffer::ReleaseMost(int64_t watermark, const Take& take) {
 }
 
 bool OrderBuffer::HasDue(int64_t watermark) const {
-  return std::any_of(places_.begin(), places_.end(), [&](const Place& p) {
-    return p.event_us == INT64_MIN || (watermark != INT64_MIN && p.event_us < watermark);
-  });
+  // A row without a time has the least place, INT64_MIN, and is always due.
+  return least_place_ == INT64_MIN || (watermark != INT64_MIN && least_place_ < watermark);
 }
 
 void OrderBuffer::Release(int64_t watermark, const Take& take) {
