@@ -99,8 +99,20 @@ for build in $builds; do
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export DRIFTD_BUILD_KIND=$build
-  if ! ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs" "${selection[@]}"; then
+  # A test that fails is run once more: one that then passes does not fail the run, but it is
+  # listed at the end (with every other failure), where a reader of the log's tail sees it.
+  if ! ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs" \
+      --repeat until-pass:2 "${selection[@]}" 2>&1 | tee "$dir/ctest.log"; then
     status=1
+  fi
+done
+for build in $builds; do
+  log="$root/build-test-$build/ctest.log"
+  [ -f "$log" ] || continue
+  failed=$(grep -E 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)' "$log" || true)
+  if [ -n "$failed" ]; then
+    echo "=== $build: tests that failed at least once (a later 'Passed' line above means on their retry):"
+    echo "$failed"
   fi
 done
 # Fuzzing (tests/fuzz/run.sh: a clang build of its own, then each harness from its corpus for

@@ -38,9 +38,10 @@ std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
     problems.push_back(std::move(problem));
   }
   if (spec.drift.enabled) {
-    if (auto stage = DriftStage::Create(spec); !stage) {
+    DriftStage::SetupPart failed = DriftStage::SetupPart::kSection;
+    if (auto stage = DriftStage::Create(spec, nullptr, &failed); !stage) {
       const std::string& message = stage.error().message();
-      if (message.rfind("drift.baseline.path", 0) == 0) {
+      if (failed == DriftStage::SetupPart::kBaseline) {
         problems.push_back({"drift.baseline.path", spec.drift.baseline.mark, message});
       } else {
         problems.push_back({"drift", spec.drift.mark, message});

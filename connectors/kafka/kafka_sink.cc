@@ -55,6 +55,7 @@
 #include "connectors/kafka/kafka_group.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/row_shape.h"
 #include "engine/value_decoder.h"
 
 namespace driftd {
@@ -100,7 +101,43 @@ struct Target {
   /// what sets it (MeasureLimits). An encoded value is never longer than its JSON row.
   size_t max_row_bytes = SIZE_MAX;
   std::string limit_why;
+  /// keyColumn, when the record's key is read from the row (RowKey); empty: the key the
+  /// stream gives the row (the model, or a stats row's first group column).
+  std::string key_column;
 };
+
+// The record key a row's member `column` gives: a string's value, a number's or a boolean's
+// JSON text; empty (no key) when the member is null or absent. `padded` is scratch space.
+std::string RowKey(simdjson::ondemand::parser& parser, std::string& padded, std::string_view row,
+                   std::string_view column) {
+  padded.assign(row);
+  padded.resize(row.size() + simdjson::SIMDJSON_PADDING, ' ');
+  simdjson::ondemand::document doc;
+  if (parser.iterate(padded.data(), row.size(), padded.size()).get(doc) != simdjson::SUCCESS) {
+    return {};
+  }
+  simdjson::ondemand::value value;
+  if (doc.find_field_unordered(column).get(value) != simdjson::SUCCESS) return {};
+  simdjson::ondemand::json_type type;
+  if (value.type().get(type) != simdjson::SUCCESS) return {};
+  switch (type) {
+    case simdjson::ondemand::json_type::string: {
+      std::string_view text;
+      if (value.get_string().get(text) != simdjson::SUCCESS) return {};
+      return std::string(text);
+    }
+    case simdjson::ondemand::json_type::number:
+    case simdjson::ondemand::json_type::boolean: {
+      std::string_view token = value.raw_json_token();
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\n')) {
+        token.remove_suffix(1);
+      }
+      return std::string(token);
+    }
+    default:
+      return {};
+  }
+}
 
 struct KafkaSinkOptions {
   std::string pipeline_name;
@@ -787,6 +824,19 @@ class KafkaSink final : public Sink {
           continue;
         }
         std::string_view key = i < rows.keys.size() ? std::string_view(rows.keys[i]) : "";
+        if (!target.key_column.empty()) {
+          row_key_ = RowKey(key_parser_, key_scratch_, rows.rows[i], target.key_column);
+          key = row_key_;
+          // The row's own member as its key: the limit the executor measured with the
+          // stream's key is measured again with this one.
+          if (rows.rows[i].size() + key.size() > target.max_row_bytes) [[unlikely]] {
+            Log()->warn("kafka sink '{}': batch {} row {} ({} stream) with its key is over "
+                        "what topic {} takes ({} bytes, {}); not produced",
+                        target.sink_name, output.batch_id, i, ToString(target.stream),
+                        target.topic, target.max_row_bytes, target.limit_why);
+            continue;
+          }
+        }
         if (Status encoded = target.encoder->Encode(rows.rows[i], value_buffer_); !encoded) {
           Status aborted = Abort();
           if (!aborted) return {Outcome::kFailed, aborted};
@@ -1094,6 +1144,10 @@ class KafkaSink final : public Sink {
   kafka::QueuePtr limits_asked_;
   /// The record value being produced (encoded row); reused.
   std::string value_buffer_;
+  // keyColumn: the key read from the row, and the parser and padded copy that read it.
+  std::string row_key_;
+  std::string key_scratch_;
+  simdjson::ondemand::parser key_parser_;
   Handle producer_;
   /// CheckpointMetadata::checkpoint_id of the batches delivered; empty when nobody said.
   std::string checkpoint_id_;
@@ -1152,6 +1206,9 @@ namespace {
 // One kafka sink's options as BindKafkaSink made them.
 struct KafkaSinkBound {
   std::string topic;
+  /// keyColumn when the key is read from the row; empty when the stream's own key is that
+  /// column (or keyColumn is unset).
+  std::string key_column;
   /// progressTopic, or the pipeline's own (DefaultKafkaProgressTopic) when unset or empty.
   std::string progress_topic;
   /// librdkafka producer settings (kafka.* without the prefix).
@@ -1176,6 +1233,33 @@ Bound<KafkaSinkBound> BindKafkaSink(const PipelineSpec& pipeline, const SinkSpec
   bound.topic = options.GetString("topic");
   if (bound.topic.empty()) return problem("topic", "must not be empty");
   bound.progress_topic = ProgressTopicOf(pipeline, options);
+  if (const std::string column = options.GetString("keyColumn"); !column.empty()) {
+    // A scalar member of the stream's rows. A query that is not valid is reported as such.
+    if (auto shape = StreamRowShape(pipeline, sink.stream); shape) {
+      const auto& fields = shape->fields;
+      auto field = std::find_if(fields.begin(), fields.end(),
+                                [&](const ShapeField& f) { return f.name == column; });
+      if (field == fields.end() || field->type.kind == ShapeType::Kind::kRecord ||
+          field->type.kind == ShapeType::Kind::kArray) {
+        std::string names;
+        for (const ShapeField& f : fields) {
+          if (f.type.kind == ShapeType::Kind::kRecord || f.type.kind == ShapeType::Kind::kArray) {
+            continue;
+          }
+          names += names.empty() ? f.name : ", " + f.name;
+        }
+        return problem("keyColumn",
+                       fmt::format("'{}' is not a column of the {} stream's rows that can key a "
+                                   "record (a string, number or boolean): {}",
+                                   column, ToString(sink.stream), names));
+      }
+    }
+    // A stats row's key is its first group column already.
+    const bool stream_key = sink.stream == StreamKind::kStats &&
+                            !pipeline.query.group_by.empty() &&
+                            pipeline.query.group_by[0] == column;
+    if (!stream_key) bound.key_column = column;
+  }
   bound.client = options.WithPrefix("kafka.");
   if (auto servers = bound.client.find("bootstrap.servers");
       servers == bound.client.end() || servers->second.empty()) {
@@ -1222,6 +1306,7 @@ tl::expected<std::unique_ptr<Sink>, SinkFailure> CreateKafkaSink(
     target.topic = sink.options.topic;
     target.stream = sink.spec->stream;
     target.mode = sink.spec->output_mode;
+    target.key_column = sink.options.key_column;
     auto encoder = CreateValueEncoder(formats, pipeline, *sink.spec, target.topic + "-value");
     if (!encoder) return tl::unexpected(SinkFailure{std::move(encoder.error()), sink.spec});
     target.encoder = std::move(*encoder);
@@ -1302,7 +1387,9 @@ ConnectorDecl KafkaSinkDecl() {
   decl.options = {
       {"topic", OptionType::kString, "", "Topic to write to (it must exist).", true},
       {"keyColumn", OptionType::kString, "",
-       "Column whose value keys each record (the model id by default)."},
+       "Column of the stream's rows whose value keys each record (a string's value, a "
+       "number's or a boolean's text; no key when null). Unset: the model id (a stats row's "
+       "first group column)."},
       {"progressTopic", OptionType::kString, "",
        "Compacted topic recording the pipeline's last delivered batch (created if missing). "
        "Unset or empty: `driftd-progress.<pipeline name>`, one per pipeline. A sink starting "

@@ -176,6 +176,16 @@ Bound<KafkaSourceOptions> Bind(const PipelineSpec& pipeline, const SourceSpec&,
                                  managed));
     }
   }
+  // An aborted transaction's records must never count (exactly-once, and scaled out the
+  // repartition topic's aborted row blocks): only committed records are read.
+  if (auto level = parsed.client.find("isolation.level");
+      level != parsed.client.end() && level->second != "read_committed") {
+    return problem("kafka.isolation.level",
+                   fmt::format("'{}' is not supported: the kafka source reads committed records "
+                               "only (read_committed), so that records of an aborted "
+                               "transaction never count",
+                               level->second));
+  }
   if (auto refused = kafka::CheckSettings(parsed.client)) return tl::unexpected(*refused);
   parsed.group_id = kafka::GroupId(pipeline);
   // A kafka sink commits the offsets inside its transaction (the sink kind's own knowledge).

@@ -114,20 +114,23 @@ Status DriftStage::Impl::Init(const PipelineSpec& spec, std::shared_ptr<KeyInter
   // can be built at all, so an unsupported drift setup fails at start, not silently later.
   auto probe = DriftMonitor::Create(spec_, {"probe"});
   if (!probe) return tl::unexpected(probe.error().Wrap("drift"));
-  if (spec_.baseline.kind == BaselineKind::kFile) {
-    // config/ read the file when the pipeline loaded (LoadOptions::read_references): what is
-    // parsed here is what `validate` parsed.
-    if (!spec_.baseline.reference) {
-      return MakeError(ErrorCode::kConfig,
-                       "drift.baseline.path '{}': the reference file was not read with the "
-                       "pipeline (load it with config/'s LoadOptions::read_references)",
-                       spec_.baseline.path);
-    }
-    Status loaded = LoadReference(*spec_.baseline.reference);
-    if (!loaded) {
-      return tl::unexpected(loaded.error().Wrap(
-          fmt::format("drift.baseline.path '{}'", spec_.baseline.path)));
-    }
+  return Ok();
+}
+
+Status DriftStage::Impl::LoadBaseline() {
+  if (spec_.baseline.kind != BaselineKind::kFile) return Ok();
+  // config/ read the file when the pipeline loaded (LoadOptions::read_references): what is
+  // parsed here is what `validate` parsed.
+  if (!spec_.baseline.reference) {
+    return MakeError(ErrorCode::kConfig,
+                     "drift.baseline.path '{}': the reference file was not read with the "
+                     "pipeline (load it with config/'s LoadOptions::read_references)",
+                     spec_.baseline.path);
+  }
+  Status loaded = LoadReference(*spec_.baseline.reference);
+  if (!loaded) {
+    return tl::unexpected(
+        loaded.error().Wrap(fmt::format("drift.baseline.path '{}'", spec_.baseline.path)));
   }
   return Ok();
 }
@@ -639,9 +642,13 @@ Status DriftStage::Impl::CreateMonitor(const Layout& layout) {
 
 
 Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec,
-                                                      std::shared_ptr<KeyInterner> keys) {
+                                                      std::shared_ptr<KeyInterner> keys,
+                                                      SetupPart* failed) {
   auto impl = std::make_unique<Impl>();
+  if (failed != nullptr) *failed = SetupPart::kSection;
   DRIFTD_TRY(impl->Init(spec, std::move(keys)));
+  if (failed != nullptr) *failed = SetupPart::kBaseline;
+  DRIFTD_TRY(impl->LoadBaseline());
   return std::unique_ptr<DriftStage>(new DriftStage(std::move(impl)));
 }
 

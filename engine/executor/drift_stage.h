@@ -32,8 +32,13 @@ class DriftStage final : public Stage {
  public:
   /// `keys`: ids of the values of the query's model column, shared with the aggregation, so a
   /// row's model is looked up once; used when it interns drift's model column (a string).
+  /// `failed`, when given, says which part of the drift section a failure concerns, for
+  /// `validate` to point at its key: the baseline's reference file (drift.baseline.path) or the
+  /// rest of the section.
+  enum class SetupPart { kSection, kBaseline };
   static Result<std::unique_ptr<DriftStage>> Create(const PipelineSpec& spec,
-                                                    std::shared_ptr<KeyInterner> keys = nullptr);
+                                                    std::shared_ptr<KeyInterner> keys = nullptr,
+                                                    SetupPart* failed = nullptr);
   ~DriftStage() override;
 
   std::string_view state_namespace() const override { return "drift"; }

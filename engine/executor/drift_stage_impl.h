@@ -102,6 +102,8 @@ class DriftStage::Impl {
   // The file baseline: reference statistics (a JSON object marked "driftd_reference") or
   // reference records (JSON lines with the pipeline's schema). engine/drift/README.md
   // documents both formats.
+  /// A file baseline's reference (the bytes config/ read), after Init.
+  Status LoadBaseline();
   Status LoadReference(const std::string& text);
 
   Status LoadReferenceRecords(const std::string& text);

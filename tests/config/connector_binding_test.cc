@@ -67,6 +67,9 @@ TEST_CASE("a source's own checks across options name the option's key and line",
       {"    subscribe: logs\n    kafka.enable.auto.commit: \"true\"\n",
        "test.yaml:9:31: source.options.kafka.enable.auto.commit: kafka.enable.auto.commit is "
        "not supported"},
+      {"    subscribe: logs\n    kafka.isolation.level: read_uncommitted\n",
+       "test.yaml:9:28: source.options.kafka.isolation.level: 'read_uncommitted' is not "
+       "supported: the kafka source reads committed records only"},
       {"    subscribe: logs\n    kafka.fetch.wait.max.ms: \"soon\"\n",
        "test.yaml:9:30: source.options.kafka.fetch.wait.max.ms: "},
       {"    subscribe: logs\n    subscribePattern: \"logs-.*\"\n",

@@ -138,6 +138,11 @@ TEST_CASE("a sink's own checks across its options name the option's key and line
        "  - format: kafka\n    options:\n      topic: t\n"
        "      kafka.bootstrap.servers: \"127.0.0.1:9092\"\n      kafka.linger.ms: soon\n",
        "test.yaml:12:24: sinks[0].options.kafka.linger.ms: "},
+      {"a key column the stream's rows do not have",
+       "  - format: kafka\n    options:\n      topic: t\n"
+       "      kafka.bootstrap.servers: \"127.0.0.1:9092\"\n      keyColumn: model\n",
+       "test.yaml:12:18: sinks[0].options.keyColumn: 'model' is not a column of the stats "
+       "stream's rows that can key a record (a string, number or boolean): model_id, count"},
   };
   for (const Case& c : cases) CheckRefused(c);
 }

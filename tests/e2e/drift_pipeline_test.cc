@@ -514,6 +514,8 @@ TEST_CASE("a missing or malformed baseline file stops start and validate with it
   RunResult validate_unknown = RunDriftd({"validate", pipeline});
   CHECK(validate_unknown.exit_code == 78);
   CHECK(validate_unknown.output.find("'speed' is not a drift series") != std::string::npos);
+  // The problem is reported at the baseline's key, not at the drift section.
+  CHECK(validate_unknown.output.find(": drift.baseline.path: ") != std::string::npos);
   WriteFile(path, R"({"driftd_reference": 1, "models": {"model-0": {"prediction":
       {"n": 1000, "mean": 0.5, "stddev": 0.1, "winsorized": {"stddev": 0.1}}}}})");
   RunResult winsorized = RunDriftd({"validate", pipeline});

@@ -188,7 +188,7 @@ sinks:
   - name: alerts
     format: kafka
     stream: alerts
-    options: {{kafka.bootstrap.servers: "{bootstrap}", topic: {alerts}}}
+    options: {{kafka.bootstrap.servers: "{bootstrap}", topic: {alerts}, keyColumn: series}}
 trigger: {{availableNow: true}}
 checkpointLocation: {checkpoint}
 threads: {threads}
@@ -259,6 +259,12 @@ TEST_CASE("the seed's query drops shadow traffic and alerts on the model whose e
     for (const Alert& alert : seen) {
       CHECK(alert.model == "shifting");
       CHECK(alert.series == "abs_error");
+    }
+    // The alerts sink keys its records by the column keyColumn names (the series), not by
+    // the stream's own key (the model); the stats sink by the model, its first group column.
+    for (const Consumed& record : ReadSettled(alerts)) CHECK(record.key == "abs_error");
+    for (const Consumed& record : ReadSettled(stats)) {
+      CHECK((record.key == "stable" || record.key == "shifting"));
     }
     runs.push_back(seen);
   }
