@@ -739,7 +739,10 @@ class QueryExecutor::Impl {
     const SourceOffsets end = std::move(*planned);
     progress.latest_offset_ms = MillisSince(batch_start);
     std::vector<PartitionLag> lag = source_->Lag(end);
-    const bool clock_moved = placement_->BeginBatch(Activity(end, lag), SteadyMs(), tasks_);
+    const std::vector<PartitionActivity> activity = Activity(end, lag);
+    const bool backlog = std::any_of(activity.begin(), activity.end(),
+                                     [](const PartitionActivity& p) { return p.more_available; });
+    const bool clock_moved = placement_->BeginBatch(activity, SteadyMs(), tasks_);
     const bool has_data = end != position_;
     // A batch without input is due when the watermark closes a window: the one in force (the
     // aggregation emits by it) or the one idle partitions let it move to.
@@ -781,6 +784,7 @@ class QueryExecutor::Impl {
       context.now_ms = NowMs();
       context.watermark_us = task->clock().watermark_us();
       context.next_watermark_us = task->clock().NextWatermark();
+      context.more_available = backlog;
       const size_t puts_from = writes.puts.size();
       const size_t deletes_from = writes.deletes.size();
       task->Finish(context, output, writes, stages);

@@ -36,6 +36,9 @@ struct BatchContext {
   int64_t watermark_us = INT64_MIN;
   /// The watermark the next batch will use; never behind watermark_us.
   int64_t next_watermark_us = INT64_MIN;
+  /// Records were left beyond this batch (a backlog is being read): what only the status page
+  /// shows may wait for a later batch to be written (HistoryStage).
+  bool more_available = false;
 };
 
 /// State changes of a batch, keys in the stage's own encoding (the executor adds scope and

@@ -289,33 +289,36 @@ size_t HistoryStage::SeriesCap() const {
   return cap < 2 ? 0 : cap;
 }
 
-namespace {
+void HistoryStage::Entries::Put(std::string key, std::string value) {
+  puts[std::move(key)] = std::move(value);
+}
 
-// A batch's entries: a key made and dropped again in the same batch is never written (the
-// store applies a batch's deletes before its puts).
-struct BatchEntries {
-  std::map<std::string, std::string> puts;
-  std::set<std::string> deletes;
-  void Put(std::string key, std::string value) { puts[std::move(key)] = std::move(value); }
-  void Drop(const std::string& key) {
-    if (puts.erase(key) == 0) deletes.insert(key);
+void HistoryStage::Entries::Drop(const std::string& key) {
+  if (puts.erase(key) == 0) deletes.insert(key);
+}
+
+template <typename Keys>
+size_t HistoryStage::Entries::DropOldest(Keys& keys, size_t keep) {
+  if (keys.size() <= keep) return 0;
+  const size_t dropped = keys.size() - keep;
+  for (size_t i = 0; i < dropped; ++i) Drop(keys[i]);
+  keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(dropped));
+  return dropped;
+}
+
+void HistoryStage::Entries::MoveTo(StateChanges& changes, StageProgress* progress) {
+  for (auto& [key, value] : puts) {
+    if (progress != nullptr) progress->state_dirty_bytes += static_cast<int64_t>(value.size());
+    changes.puts.emplace_back(key, std::move(value));
   }
-  /// Drops the front of `keys` (the oldest) until `keep` are left; returns how many it dropped.
-  template <typename Keys>  // a deque or a vector of keys
-  size_t DropOldest(Keys& keys, size_t keep) {
-    if (keys.size() <= keep) return 0;
-    const size_t dropped = keys.size() - keep;
-    for (size_t i = 0; i < dropped; ++i) Drop(keys[i]);
-    keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(dropped));
-    return dropped;
-  }
-};
+  for (const std::string& key : deletes) changes.deletes.push_back(key);
+  puts.clear();
+  deletes.clear();
+}
 
-}  // namespace
-
-void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& changes,
+void HistoryStage::Finish(const BatchContext& context, BatchOutput&, StateChanges& changes,
                           StageProgress& progress) {
-  BatchEntries batch;
+  Entries batch;
   std::set<IncidentBook::Key> touched;
   auto take = [&](const std::vector<AlertEvent>& events) {
     for (const AlertEvent& event : events) {
@@ -338,17 +341,17 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
         const size_t cap = SeriesCap();
         if (cap < cap_) {
           // More series: each keeps fewer.
-          for (auto& [series, keys] : point_keys_) points_ -= batch.DropOldest(keys, cap);
+          for (auto& [series, keys] : point_keys_) points_ -= points_kept_.DropOldest(keys, cap);
         }
         cap_ = cap;
       }
       if (cap_ == 0) continue;
       std::vector<std::string>& keys = found->second;
       std::string key = SeriesKey(kPointPrefix, found->first) + SeqKey("/", next_seq_++);
-      batch.Put(key, EncodeEvaluation(e, /*with_distribution=*/false));
+      points_kept_.Put(key, EncodeEvaluation(e, /*with_distribution=*/false));
       keys.push_back(std::move(key));
       ++points_;
-      points_ -= batch.DropOldest(keys, cap_);
+      points_ -= points_kept_.DropOldest(keys, cap_);
     }
   };
   if (drift_ != nullptr) {
@@ -368,11 +371,19 @@ void HistoryStage::Finish(const BatchContext&, BatchOutput&, StateChanges& chang
       batch.puts[std::move(entry)] = EncodeIncident(open->second);
     }
   }
-  for (auto& [key, value] : batch.puts) {
-    progress.state_dirty_bytes += static_cast<int64_t>(value.size());
-    changes.puts.emplace_back(key, std::move(value));
+  batch.MoveTo(changes, &progress);
+  // While a backlog is read the points wait up to kPointsFlushMs: its batches would otherwise
+  // each write a chart's worth of points that the next ones drop again.
+  if (points_flushed_ms_ == INT64_MIN) points_flushed_ms_ = context.now_ms;
+  if (!context.more_available || context.now_ms - points_flushed_ms_ >= kPointsFlushMs) {
+    points_flushed_ms_ = context.now_ms;
+    points_kept_.MoveTo(changes, &progress);
   }
-  for (const std::string& key : batch.deletes) changes.deletes.push_back(key);
+}
+
+void HistoryStage::FlushKept(int64_t now_ms, StateChanges& changes) {
+  points_flushed_ms_ = now_ms;
+  points_kept_.MoveTo(changes, nullptr);
 }
 
 }  // namespace driftd

@@ -10,7 +10,11 @@
 // Memory and writes are bounded: the last 100 alert events, one entry per open incident, and
 // evaluations up to 60 per series and 20,000 in all (with more series each keeps fewer; at
 // fewer than two a series keeps none here, the drift stage's latest evaluation standing for
-// it).
+// it). Alert events and incidents commit with their batch; so do the evaluations (the charts'
+// points), except while a backlog is read: then they are written at most every 30 s, at the
+// first batch that catches up and at a clean stop (FlushKept), so that a backlog's batches do
+// not each write points the next ones drop again. A `kill -9` while a backlog is read can cost
+// a chart its last 30 s of points, never an alert or an incident.
 //
 // Thread-safety: a Stage (engine/executor/stage.h), on the executor's thread. The free
 // functions and IncidentBook are plain values, for any thread.
@@ -136,11 +140,27 @@ class HistoryStage final : public Stage {
   void Process(const RecordBatch&, const RowTimes&, BatchOutput&) override {}
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
               StageProgress& progress) override;
+  void FlushKept(int64_t now_ms, StateChanges& changes) override;
 
   /// What the checkpoint held at start; moved out (call once, after the restore).
   StatusHistory TakeRestored();
 
  private:
+  /// Entries to write: a key made and dropped again before they are written is never written
+  /// (the store applies a write's deletes before its puts).
+  struct Entries {
+    std::map<std::string, std::string> puts;
+    std::set<std::string> deletes;
+    void Put(std::string key, std::string value);
+    void Drop(const std::string& key);
+    /// Drops the front of `keys` (the oldest) until `keep` are left; returns how many.
+    template <typename Keys>  // a deque or a vector of keys
+    size_t DropOldest(Keys& keys, size_t keep);
+    /// Appends them to `changes` (and their bytes to `progress`, when given), and forgets them.
+    void MoveTo(StateChanges& changes, StageProgress* progress);
+  };
+  static constexpr int64_t kPointsFlushMs = 30'000;
+
   /// Points each series keeps now (0: none, see the header comment).
   size_t SeriesCap() const;
 
@@ -157,6 +177,9 @@ class HistoryStage final : public Stage {
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> point_keys_;
   size_t points_ = 0;
   size_t cap_ = 0;  // points per series now
+  /// Points made and dropped since the points were last written, and when that was.
+  Entries points_kept_;
+  int64_t points_flushed_ms_ = INT64_MIN;
 };
 
 }  // namespace driftd
