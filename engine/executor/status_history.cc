@@ -335,6 +335,8 @@ void HistoryStage::Finish(const BatchContext& context, BatchOutput&, StateChange
   };
   auto keep = [&](const std::vector<SharedEvaluation>& evaluations) {
     for (const SharedEvaluation& shared : evaluations) {
+      // Past 10,000 series no series keeps points here (SeriesCap), and the series only grow.
+      if (cap_ == 0) break;
       const Evaluation& e = *shared;
       auto [found, added] = point_keys_.try_emplace({ModelLabel(e.model, e.segment), e.series});
       if (added) {
