@@ -159,11 +159,15 @@ struct Feed {
 
 constexpr int64_t kUnknownPosition = -1;
 
-// Reads one planned batch, one partition after the other (in offset-key order) so that a
-// replay yields the records in the same order, not only the same records: record-count
-// windows of a model read from several partitions depend on it. The partitions are fetched
-// concurrently all the same: every partition of the batch is assigned (a Feed) before the
-// first is read, so while one partition is read the others fill their queues.
+// Reads one planned batch round robin over its partitions (in offset-key order), a slice of
+// kSliceOffsets offsets of each in turn. The slices are cut by offsets, not by what a fetch
+// happened to bring, so a replay yields the records in the same order, not only the same
+// records: record-count windows of a model read from several partitions depend on it. Every
+// partition moves on through the batch, so the event-time clock's watermark (the minimum over
+// the partitions) does too, and drift takes its ordered values while the batch is read
+// (engine/executor/order_buffer.h) rather than all at its end. The partitions are fetched
+// concurrently: every partition of the batch is assigned (a Feed) before the first is read, so
+// while one partition is read the others fill their queues.
 class KafkaReader final : public SourceReader {
  public:
   struct Range {
@@ -173,10 +177,15 @@ class KafkaReader final : public SourceReader {
     int64_t next = 0;
     int64_t end = 0;
     bool done = false;
+    /// Where the slice being read ends (an offset): the reader moves on to the next range there.
+    int64_t slice_end = 0;
     /// The range ends at the log's end as planned: its feed is paused when done.
     bool at_log_end = false;
     Feed* feed = nullptr;
   };
+
+  /// Offsets of one partition read before the next partition's turn.
+  static constexpr int64_t kSliceOffsets = 16'384;
 
   KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost);
   ~KafkaReader() override;

@@ -255,6 +255,7 @@ void KafkaSource::PauseFeeds(const std::vector<Feed*>& feeds) {
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
     : source_(source), ranges_(std::move(ranges)), remaining_(ranges_.size()), lost_(lost) {
   messages_.resize(kConsumeBatch);
+  for (Range& range : ranges_) range.slice_end = range.next + kSliceOffsets;
   last_progress_ = std::chrono::steady_clock::now();
 }
 
@@ -409,9 +410,17 @@ Status KafkaReader::ServeConsumerQueue() {
 Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
   const auto timeout = std::chrono::milliseconds(source_.options_.poll_timeout_ms);
   while (remaining_ > 0 && chunk.byte_size() < max_bytes) {
-    while (current_ < ranges_.size() && ranges_[current_].done) ++current_;
-    if (current_ >= ranges_.size()) break;
+    // The range whose turn it is: the current one until its slice is read, then the next one
+    // not done, round robin (remaining_ > 0: one is left).
+    if (ranges_[current_].done || ranges_[current_].next >= ranges_[current_].slice_end) {
+      Range& was = ranges_[current_];
+      if (!was.done) was.slice_end = was.next + kSliceOffsets;
+      do {
+        current_ = (current_ + 1) % ranges_.size();
+      } while (ranges_[current_].done);
+    }
     Range& range = ranges_[current_];
+    if (range.slice_end <= range.next) range.slice_end = range.next + kSliceOffsets;
     Feed& feed = *range.feed;
     Status status = Ok();
     ssize_t count = 0;
@@ -430,8 +439,9 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
     } else {
       // The call returns once it holds `wanted` messages or the wait is over: asking for no
       // more than the range lacks keeps the end of a range at the end of the log from waiting.
-      const size_t wanted = static_cast<size_t>(std::clamp<int64_t>(
-          range.end - range.next, 1, static_cast<int64_t>(messages_.size())));
+      const size_t wanted = static_cast<size_t>(
+          std::clamp<int64_t>(std::min(range.end, range.slice_end) - range.next, 1,
+                              static_cast<int64_t>(messages_.size())));
       count = rd_kafka_consume_batch_queue(feed.queue.get(), kConsumeWaitMs, messages_.data(),
                                            wanted);
       if (count < 0) {

@@ -497,10 +497,14 @@ Status DriftStage::Impl::RestoreAdmit(std::string_view escaped, std::string_view
   return Ok();
 }
 
-void DriftStage::Impl::ModelsOf(const RecordBatch& batch) {
+void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order) {
   const Column& models = batch.columns[model_column_];
   row_models_.assign(batch.num_rows, kNoModel);
-  if (model_keys_) {
+  // The rows fed: those `order` lists (the order buffer releases a part of the rows it holds,
+  // which are looked up once, when released), or all.
+  const size_t count = order.empty() ? batch.num_rows : order.size();
+  auto row_at = [&](size_t i) -> size_t { return order.empty() ? i : order[i]; };
+  if (model_keys_ && order.empty()) {
     // The ids the aggregation looked up already (or looks up for both).
     const std::vector<uint32_t>& ids = model_keys_->Ids(batch);
     SyncNames();
@@ -509,8 +513,17 @@ void DriftStage::Impl::ModelsOf(const RecordBatch& batch) {
     }
     return;
   }
+  if (model_keys_) {
+    for (size_t i = 0; i < count; ++i) {
+      const size_t row = row_at(i);
+      if (!models.IsNull(row)) row_models_[row] = model_keys_->Intern(models.String(row));
+    }
+    SyncNames();
+    return;
+  }
   std::vector<std::pair<std::string, size_t>> fresh;  // (monitor name, first row)
-  for (size_t row = 0; row < batch.num_rows; ++row) {
+  for (size_t i = 0; i < count; ++i) {
+    const size_t row = row_at(i);
     if (models.IsNull(row)) continue;
     std::string_view model;
     if (models.type == FieldType::kString) {

@@ -510,7 +510,7 @@ class DriftStage::Impl {
   // are let in by name within the batch, so which ones a capped model keeps does not depend on
   // the order of a batch's rows.
   static constexpr uint32_t kNoModel = UINT32_MAX;
-  void ModelsOf(const RecordBatch& batch);
+  void ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order = {});
 
   uint32_t BaseOfModel(uint32_t model) {
     if (model < monitor_base_.size() && monitor_base_[model] != UINT32_MAX) {
@@ -565,7 +565,7 @@ class DriftStage::Impl {
   template <bool kReference>
   void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us,
             std::span<const uint32_t> order = {}) {
-    ModelsOf(batch);
+    ModelsOf(batch, order);
     KeysOf(batch);
     if (order.empty()) {
       FeedOrdinals<kReference>(batch, batch.num_rows, [](size_t i) { return i; }, times, now_us);
