@@ -625,8 +625,8 @@ int main(int argc, char** argv) {
   std::printf("  source     KafkaSource alone (its settings: isolation.level=read_committed, "
               "max.partition.fetch.bytes=8388608, queued.max.messages.kbytes=16384, "
               "fetch.wait.max.ms=10; every partition of a batch assigned and fetched at once, "
-              "read one after the other), availableNow plan + read in 4 MiB chunks, no "
-              "decoding\n");
+              "read round robin in slices of 16,384 offsets), availableNow plan + read in 4 "
+              "MiB chunks, no decoding\n");
   std::printf("  driftd/T   `driftd run` with threads: T: the same source, maxOffsetsPerTrigger "
               "%lld -> count, mean, stddev per model, mean_shift + PSI on %d features + "
               "prediction -> 2 kafka sinks, one transaction per batch; availableNow, process "
