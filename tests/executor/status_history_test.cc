@@ -252,7 +252,7 @@ TEST_CASE("an incident is open from the event that opened it to the one that clo
 }
 
 TEST_CASE("while a backlog is read the series' points wait, up to 30 s, and are written when "
-          "the query catches up or stops; alerts and incidents never wait",
+          "the query catches up or stops, while alerts and incidents never wait",
           "[executor][history]") {
   auto spec = ParsePipeline(kPipeline, "history.yaml", LoadOptions{});
   REQUIRE(spec);
