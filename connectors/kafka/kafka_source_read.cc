@@ -420,7 +420,6 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
       } while (ranges_[current_].done);
     }
     Range& range = ranges_[current_];
-    if (range.slice_end <= range.next) range.slice_end = range.next + kSliceOffsets;
     Feed& feed = *range.feed;
     Status status = Ok();
     ssize_t count = 0;
