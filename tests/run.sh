@@ -111,6 +111,24 @@ for build in $builds; do
   [ -f "$log" ] || continue
   failed=$(grep -E 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)' "$log" || true)
   if [ -n "$failed" ]; then
+    # Each failure's first assertions (Catch2's "file:line: FAILED:" and the lines after it),
+    # cut short, so the reason is at the log's end too, not only the test's name.
+    echo "=== $build: where they failed (the first assertions of each failed run, lines cut at 200):"
+    awk -v cut=200 '
+      function close_block() {  # a failure without an assertion (a crash, a timeout): its tail
+        if (in_failed && shown == 0) for (i = n - 5; i < n; ++i) if (i >= 0) print "    " tail[i % 5]
+      }
+      /^ *Start +[0-9]+:|^ *([0-9]+\/[0-9]+ )?Test +#[0-9]+:/ {
+        close_block()
+        in_failed = ($0 ~ /\*\*\*(Failed|Timeout|Exception)/); shown = 0; after = 0; n = 0
+        if (in_failed) print substr($0, 1, cut)
+        next
+      }
+      !in_failed { next }
+      { tail[n % 5] = substr($0, 1, cut); ++n }
+      / FAILED:$/ && shown < 4 { ++shown; after = 5 }
+      after > 0 { print "    " substr($0, 1, cut); --after }
+      END { close_block() }' "$log"
     echo "=== $build: tests that failed at least once (a later 'Passed' line above means on their retry):"
     echo "$failed"
   fi

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,6 +32,15 @@ void ApplyMembershipSettings(std::map<std::string, std::string>& settings) {
   // Committed offsets are read with require_stable: an open transaction that holds offsets of
   // a partition is waited for, never read around.
   settings["isolation.level"] = "read_committed";
+}
+
+// Keeps a consumer handle that must not be destroyed until the process ends (reachable, so a
+// leak checker does not count it).
+void KeepUntilExit(rd_kafka_t* rk) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<rd_kafka_t*>();
+  std::lock_guard lock(mutex);
+  kept->push_back(rk);
 }
 
 }  // namespace
@@ -61,6 +72,16 @@ KafkaGroup::~KafkaGroup() {
   }
   const bool closed = rd_kafka_consumer_closed(rk) != 0;
   rd_kafka_queue_destroy(queue);
+  if (!assigned_once_) {
+    // librdkafka before 2.3 (Debian 12 has 2.0.2) aborts the process when it destroys a
+    // cooperative-sticky member stopped between joining and its first assignment: the
+    // assignor's state does not exist yet and its destructor asserts that it does. Such a
+    // member has left the group above; its handle is kept until the process ends.
+    Log()->debug("kafka group {}: instance {} stopped before its first assignment",
+                 options_.group_id, options_.instance);
+    KeepUntilExit(consumer_.release());
+    return;
+  }
   if (!closed) {
     Log()->warn("kafka group {}: instance {} did not leave the group within 6 s; the group "
                 "moves its partitions after the session timeout",
@@ -206,6 +227,7 @@ void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
     // Membership only: the source reads the partitions with its own consumer.
     rd_kafka_pause_partitions(rk, partitions);
     for (const std::string& key : keys) assigned_.insert(key);
+    assigned_once_ = true;
     Log()->info("kafka group {}: instance {} assigned {} partitions: {}", options_.group_id,
                 options_.instance, keys.size(), fmt::join(keys, ", "));
   } else {

@@ -85,6 +85,8 @@ class KafkaGroup {
   Handle consumer_;
   std::set<std::string> assigned_;
   int32_t generation_ = 0;
+  /// An assignment came (the assignor has its state: see ~KafkaGroup).
+  bool assigned_once_ = false;
   std::map<uint32_t, int64_t> changelog_ends_;
 };
 

@@ -503,5 +503,35 @@ TEST_CASE("a daemon on a copy of a running pipeline's checkpoint, or on an older
   CHECK(distinct.size() == outcome.alerts.size());
 }
 
+TEST_CASE("scale-out: processes stopped at any moment of their start, before, while and after "
+          "they join the group, exit cleanly",
+          "[kafka][scale-out][stop]") {
+  // Stopped between its join and its first assignment, a member of a cooperative-sticky group
+  // used to abort the process (librdkafka 2.0.2 asserts when it destroys such a member). Three
+  // processes are started and stopped one after the other, ten times, the first stop 0.3 s
+  // later each time: through the group's first join, its assignment and the rebalances the
+  // stops cause.
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 8'000, /*keyed=*/true);
+  for (int round = 0; round < 10; ++round) {
+    Deployment run(admin, input, false, true, 2000);
+    std::vector<ChildProcess> processes;
+    for (int i = 0; i < 3; ++i) processes.push_back(run.Start(fmt::format("p{}", i)));
+    // Each has read its pipeline (a signal before that is not the daemon's to handle).
+    for (int i = 0; i < 3; ++i) {
+      const std::string log = run.Log(fmt::format("p{}", i));
+      REQUIRE(testing::WaitFor([&] { return ReadFile(log).find("started") != std::string::npos; },
+                               std::chrono::seconds(30)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 * round));
+    for (int i = 0; i < 3; ++i) {
+      const std::string name = fmt::format("p{}", i);
+      INFO("round " << round << ", " << name << ": " << LogTail(run.Log(name)));
+      CHECK(Terminate(processes[static_cast<size_t>(i)]) == 0);
+      CHECK_THAT(ReadFile(run.Log(name)), !Catch::Contains("Assertion"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace driftd
