@@ -167,29 +167,24 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     const std::string label = ModelLabel(evaluation.model, evaluation.segment);
     ++data_.evaluations_by_model[label];
     auto key = std::make_pair(label, evaluation.series);
-    auto [found, added] = history_.try_emplace(key);
-    if (added || history_cap_ == 0) {
-      const size_t cap = std::clamp<size_t>(
-          options_.evaluation_history_points / history_.size(), 1,
-          std::max<size_t>(options_.evaluation_history, 1));
-      if (history_cap_ == 0 || cap < history_cap_) {
-        for (auto& [series, points] : history_) points.Trim(cap);
+    auto [at, added] = data_.evaluations.try_emplace(key);
+    if (added || history_cap_ == 0) SetHistoryCap();
+    if (history_cap_ > 1) {
+      auto found = history_.try_emplace(std::move(key)).first;
+      if (!evaluation.distribution.empty()) {
+        // Older points are drawn as a line: only the latest (the gauge's) keeps what it
+        // compared, so the history's memory stays what its cap says.
+        auto point = std::make_shared<Evaluation>(evaluation);
+        point->distribution.clear();
+        point->distribution.shrink_to_fit();
+        found->second.Push(std::move(point), history_cap_);
+      } else {
+        found->second.Push(shared, history_cap_);
       }
-      history_cap_ = cap;
-    }
-    if (history_cap_ > 1 && !evaluation.distribution.empty()) {
-      // Older points are drawn as a line: only the latest (the gauge's) keeps what it
-      // compared, so the history's memory stays what its cap says.
-      auto point = std::make_shared<Evaluation>(evaluation);
-      point->distribution.clear();
-      point->distribution.shrink_to_fit();
-      found->second.Push(std::move(point), history_cap_);
-    } else {
-      found->second.Push(shared, history_cap_);
     }
     // A window below minSamples has no readings: the gauges keep the last real ones, with
     // this window's level (a copy: the evaluations are shared and never changed).
-    SharedEvaluation& gauge = data_.evaluations[std::move(key)];
+    SharedEvaluation& gauge = at->second;
     if (!evaluation.evaluated && gauge != nullptr) {
       if (gauge->level != evaluation.level) {
         auto relevelled = std::make_shared<Evaluation>(*gauge);
@@ -200,6 +195,20 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     }
     gauge = shared;
   }
+}
+
+void QueryMetrics::SetHistoryCap() {
+  const size_t cap = std::clamp<size_t>(
+      options_.evaluation_history_points / std::max<size_t>(data_.evaluations.size(), 1), 1,
+      std::max<size_t>(options_.evaluation_history, 1));
+  if (history_cap_ != 0 && cap >= history_cap_) return;
+  history_cap_ = cap;
+  if (cap <= 1) {
+    // One point a series: the gauge is that point; a ring beside it would only repeat it.
+    history_.clear();
+    return;
+  }
+  for (auto& [series, points] : history_) points.Trim(cap);
 }
 
 void QueryMetrics::RecordRestoredModels(int64_t models, int64_t max_models) {
@@ -232,17 +241,15 @@ void QueryMetrics::RecordRestoredHistory(StatusHistory history) {
   }
   for (IncidentSummary& incident : history.incidents) incidents_.Put(std::move(incident));
   for (auto& [key, points] : history.points) {
-    auto [found, added] = history_.try_emplace(key);
-    if (added || history_cap_ == 0) {
-      history_cap_ = std::clamp<size_t>(options_.evaluation_history_points / history_.size(), 1,
-                                        std::max<size_t>(options_.evaluation_history, 1));
-    }
+    if (points.empty()) continue;
     // A series only the history keeps (the performance stage's) shows its last point.
-    if (!points.empty()) data_.evaluations.try_emplace(key, points.back());
-    found->second = EvaluationRing();
-    for (SharedEvaluation& point : points) found->second.Push(std::move(point), history_cap_);
+    auto [at, added] = data_.evaluations.try_emplace(key, points.back());
+    if (added || history_cap_ == 0) SetHistoryCap();
+    if (history_cap_ <= 1) continue;
+    EvaluationRing& ring = history_[key];
+    ring = EvaluationRing();
+    for (SharedEvaluation& point : points) ring.Push(std::move(point), history_cap_);
   }
-  for (auto& [key, points] : history_) points.Trim(history_cap_);
 }
 
 void QueryMetrics::RecordDriftModels(std::vector<DriftMonitor::ModelStats> models) {
@@ -289,7 +296,12 @@ std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& mode
                                                          const std::string& series) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = history_.find({model, series});
-  if (it == history_.end()) return {};
+  if (it == history_.end()) {
+    // With one point a series, that point is the gauge's.
+    auto gauge = data_.evaluations.find({model, series});
+    if (history_cap_ > 1 || gauge == data_.evaluations.end() || gauge->second == nullptr) return {};
+    return {PointOf(*gauge->second)};
+  }
   std::vector<EvaluationPoint> points;
   points.reserve(it->second.size());
   for (const SharedEvaluation& evaluation : it->second.InOrder()) {

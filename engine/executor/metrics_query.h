@@ -210,6 +210,9 @@ class QueryMetrics {
  private:
   /// The lag gauges and backlog from `lag`; under mutex_.
   void SetLag(const std::vector<PartitionLag>& lag);
+  /// Sets history_cap_ from the number of series (the gauges), trimming the rings when it
+  /// falls; at one point a series the rings go (the gauges are those points). Under mutex_.
+  void SetHistoryCap();
 
   QueryMetricsOptions options_;
   std::atomic<int64_t> busy_since_ns_{0};
@@ -220,6 +223,7 @@ class QueryMetrics {
   std::deque<AlertSummary> alerts_;
   IncidentBook incidents_;
   std::deque<BatchPoint> batches_;
+  /// Each series' recent evaluations, while a series keeps more than one.
   std::map<std::pair<std::string, std::string>, EvaluationRing> history_;
   /// Points each series keeps now (evaluation_history, less with many series).
   size_t history_cap_ = 0;
