@@ -271,7 +271,7 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
   for (size_t i = 0; i < cells; ++i) {
     const DistributionCell& cell = e.distribution[i];
     if (categories) {
-      w.Str(cell.category);
+      w.Str(i < e.categories.size() ? std::string_view(e.categories[i]) : std::string_view());
     } else {
       w.Decimal(cell.upper, hint);
     }
@@ -351,10 +351,12 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     const bool categories = r.U8() != 0;
     if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
     e.distribution.resize(static_cast<size_t>(cells));
+    if (categories) e.categories.resize(static_cast<size_t>(cells));
     double lower = !categories && cells > 0 ? r.Decimal() : 0;
-    for (DistributionCell& cell : e.distribution) {
+    for (size_t i = 0; i < e.distribution.size(); ++i) {
+      DistributionCell& cell = e.distribution[i];
       if (categories) {
-        cell.category = std::string(r.Str());
+        e.categories[i] = std::string(r.Str());
       } else {
         cell.lower = lower;
         cell.upper = r.Decimal();

@@ -788,6 +788,7 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
     if (evaluated && !v->win_counts.empty() && v->win_counts.size() == v->ref_counts.size()) {
       const size_t cells = v->win_counts.size();
       e.distribution.resize(cells);
+      if (!v->histogram && s.cat) e.categories.resize(cells);
       for (size_t b = 0; b < cells; ++b) {
         DistributionCell& cell = e.distribution[b];
         cell.baseline = v->ref_counts[b];
@@ -796,7 +797,7 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
           cell.lower = s.edges.Lower(b);
           cell.upper = s.edges.Upper(b);
         } else if (s.cat) {
-          cell.category =
+          e.categories[b] =
               b < s.cat->set.tracked() ? s.cat->set.name(b) : std::string(kOtherCategory);
         }
       }

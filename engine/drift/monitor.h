@@ -118,10 +118,10 @@ struct AlertEvent {
 RowShape AlertRowShape();
 
 /// One cell of the two distributions a window's histogram or categorical detectors compared:
-/// a histogram bin [lower, upper) (infinite at the ends), or a category (kOtherCategory for the
-/// untracked and new ones together), with the baseline's and the window's value counts.
+/// a histogram bin [lower, upper) (infinite at the ends), or a category (named in
+/// Evaluation::categories), with the baseline's and the window's value counts. 32 bytes: at
+/// 10,000 models the gauges and a batch's evaluations hold ~2.6 million of them.
 struct DistributionCell {
-  std::string category;  // empty for a histogram bin
   double lower = 0;
   double upper = 0;
   int64_t baseline = 0;
@@ -158,6 +158,9 @@ struct Evaluation {
   /// What the histogram or categorical detectors compared (empty for other series and for a
   /// window not evaluated), for the status page and `driftd report`.
   std::vector<DistributionCell> distribution;
+  /// A categorical series' categories, one per cell of `distribution` (kOtherCategory for the
+  /// untracked and new ones together); empty for a histogram.
+  std::vector<std::string> categories;
 };
 
 /// Evaluations are shared once made, not copied: the drift stage keeps each series' latest (for

@@ -175,8 +175,8 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
         // Older points are drawn as a line: only the latest (the gauge's) keeps what it
         // compared, so the history's memory stays what its cap says.
         auto point = std::make_shared<Evaluation>(evaluation);
-        point->distribution.clear();
-        point->distribution.shrink_to_fit();
+        point->distribution = {};
+        point->categories = {};
         found->second.Push(std::move(point), history_cap_);
       } else {
         found->second.Push(shared, history_cap_);
