@@ -221,11 +221,14 @@ void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
     if (cooperative) {
       ErrorPtr error{rd_kafka_incremental_assign(rk, partitions)};
       if (error) Log()->warn("kafka group: assigning: {}", Describe(error.get()));
-    } else {
-      rd_kafka_assign(rk, partitions);
+    } else if (rd_kafka_resp_err_t failed = rd_kafka_assign(rk, partitions); failed) {
+      Log()->warn("kafka group: assigning: {}", rd_kafka_err2str(failed));
     }
-    // Membership only: the source reads the partitions with its own consumer.
-    rd_kafka_pause_partitions(rk, partitions);
+    // Membership only: the source reads the partitions with its own consumer (Poll drops
+    // what a partition that failed to pause still fetches).
+    if (rd_kafka_resp_err_t failed = rd_kafka_pause_partitions(rk, partitions); failed) {
+      Log()->debug("kafka group: pausing: {}", rd_kafka_err2str(failed));
+    }
     for (const std::string& key : keys) assigned_.insert(key);
     assigned_once_ = true;
     Log()->info("kafka group {}: instance {} assigned {} partitions: {}", options_.group_id,
@@ -235,8 +238,8 @@ void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
     if (cooperative) {
       ErrorPtr error{rd_kafka_incremental_unassign(rk, partitions)};
       if (error) Log()->warn("kafka group: unassigning: {}", Describe(error.get()));
-    } else {
-      rd_kafka_assign(rk, nullptr);
+    } else if (rd_kafka_resp_err_t failed = rd_kafka_assign(rk, nullptr); failed) {
+      Log()->warn("kafka group: unassigning: {}", rd_kafka_err2str(failed));
     }
     for (const std::string& key : keys) assigned_.erase(key);
     Log()->info("kafka group {}: instance {} {} {} partitions: {}", options_.group_id,

@@ -347,8 +347,9 @@ class KafkaSink final : public Sink {
     if (fatal_) {
       // A dead producer delivers nothing more; waiting for its queue would only delay the exit.
       rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    } else {
-      rd_kafka_flush(producer_.get(), kRequestTimeoutMs);
+    } else if (rd_kafka_flush(producer_.get(), kRequestTimeoutMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      Log()->warn("kafka sink: closing: {} records or requests still unsent after {} ms",
+                  rd_kafka_outq_len(producer_.get()), kRequestTimeoutMs);
     }
     producer_.reset();
     return Ok();

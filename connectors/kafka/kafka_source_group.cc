@@ -221,7 +221,8 @@ Result<int64_t> KafkaSource::ReadChangelog(
     }
     next = message->offset + 1;
   }
-  rd_kafka_assign(reader, nullptr);
+  // Stops the fetch; should it fail, the reader's next assignment replaces this one anyway.
+  (void)rd_kafka_assign(reader, nullptr);
   if (!status) return tl::unexpected(status.error());
   return high;
 }
