@@ -447,38 +447,70 @@ class KafkaSink final : public Sink {
       if (produced.first != Outcome::kOk) return produced;
     }
     if (!output.source_end.empty()) {
-      PartitionList offsets{
-          rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
-      for (const auto& [key, offset] : output.source_end) {
-        auto parsed = kafka::ParsePartitionKey(key);
-        if (!parsed) continue;
-        rd_kafka_topic_partition_t* entry = rd_kafka_topic_partition_list_add(
-            offsets.get(), parsed->first.c_str(), parsed->second);
-        entry->offset = offset;
-        if (auto it = output.offset_metadata.find(key); it != output.offset_metadata.end()) {
-          // The list owns (and frees) its entries' metadata.
-          entry->metadata = std::malloc(it->second.size());
-          std::memcpy(entry->metadata, it->second.data(), it->second.size());
-          entry->metadata_size = it->second.size();
-        }
-      }
       // The live member's metadata: a process of an older generation is refused here.
       GroupMetadataPtr group{rd_kafka_consumer_group_metadata(options_.group->consumer())};
-      auto sent = Call("send_offsets_to_transaction", [&] {
-        return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group.get(),
-                                                    options_.timeout_ms);
-      });
-      if (sent.first != Outcome::kOk) return sent;
+      if (auto sent = SendOffsets(output, group.get()); sent.first != Outcome::kOk) return sent;
     }
-    const bool fault = !options_.fault.empty() && output.batch_id >= options_.fault_from_batch;
+    return CommitTransaction(output.batch_id);
+  }
+
+  // The batch's consumed offsets (with their metadata, scaled out) into the transaction, for
+  // `group`. Only the first input's: another input's keys carry its name ("labels/topic-0",
+  // engine/executor/inputs.h) and may be of another cluster; their source commits them to its
+  // own group.
+  std::pair<Outcome, Status> SendOffsets(const BatchOutput& output,
+                                         rd_kafka_consumer_group_metadata_t* group) {
+    PartitionList offsets{
+        rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
+    for (const auto& [key, offset] : output.source_end) {
+      if (key.find('/') != std::string::npos) continue;
+      auto parsed = kafka::ParsePartitionKey(key);
+      if (!parsed) continue;
+      rd_kafka_topic_partition_t* entry = rd_kafka_topic_partition_list_add(
+          offsets.get(), parsed->first.c_str(), parsed->second);
+      entry->offset = offset;
+      if (auto it = output.offset_metadata.find(key); it != output.offset_metadata.end()) {
+        // The list owns (and frees) its entries' metadata.
+        entry->metadata = std::malloc(it->second.size());
+        std::memcpy(entry->metadata, it->second.data(), it->second.size());
+        entry->metadata_size = it->second.size();
+      }
+    }
+    return Call("send_offsets_to_transaction", [&] {
+      return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group,
+                                                  options_.timeout_ms);
+    });
+  }
+
+  // Commits the open transaction, with the faults a test may inject around the commit
+  // (DRIFTD_KAFKA_SINK_FAULT).
+  std::pair<Outcome, Status> CommitTransaction(int64_t batch_id) {
+    const bool fault = !options_.fault.empty() && batch_id >= options_.fault_from_batch;
     if (fault && options_.fault == "before_commit") {
-      rd_kafka_flush(producer_.get(), options_.timeout_ms);
+      (void)rd_kafka_flush(producer_.get(), options_.timeout_ms);
       raise(SIGKILL);
     }
     if (fault && options_.fault == "stall_in_commit" && !fault_fired_) {
       // A process held up inside its commit (a long GC-like pause, a stopped VM).
       fault_fired_ = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.stall_ms));
+    }
+    const bool inject_fatal = fault && options_.fault == "fatal";
+    const bool inject_txn_state = fault && options_.fault == "fatal_txn_state" && !fault_fired_;
+    if (inject_fatal || inject_txn_state) {
+      fault_fired_ = fault_fired_ || inject_txn_state;
+      rd_kafka_test_fatal_error(
+          producer_.get(),
+          inject_fatal ? RD_KAFKA_RESP_ERR_PRODUCER_FENCED : RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+          inject_fatal ? "injected by DRIFTD_KAFKA_SINK_FAULT=fatal"
+                       : "injected by DRIFTD_KAFKA_SINK_FAULT=fatal_txn_state");
+      // The fatal error is the producer's at once, but reaches its transaction manager through
+      // librdkafka's own thread: a commit called now may still succeed, and the fault would hit
+      // a later batch than the one it names. Fail this batch's commit, as librdkafka does once
+      // the error has arrived.
+      if (auto fatal = ProducerFatalError("commit_transaction")) {
+        return {Outcome::kFailed, tl::unexpected(*fatal)};
+      }
     }
     auto committed = Call("commit_transaction", [&] {
       return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
@@ -894,56 +926,11 @@ class KafkaSink final : public Sink {
     if (produced.first != Outcome::kOk) return produced;
 
     if (!options_.source_group_id.empty() && !output.source_end.empty()) {
-      PartitionList offsets{
-          rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
-      for (const auto& [key, offset] : output.source_end) {
-        // The first input's offsets only: another input's keys carry its name
-        // ("labels/topic-0", engine/executor/inputs.h) and may be of another cluster; their
-        // source commits them to its own group.
-        if (key.find('/') != std::string::npos) continue;
-        auto parsed = kafka::ParsePartitionKey(key);
-        if (!parsed) continue;
-        rd_kafka_topic_partition_list_add(offsets.get(), parsed->first.c_str(), parsed->second)
-            ->offset = offset;
-      }
       GroupMetadataPtr group{
           rd_kafka_consumer_group_metadata_new(options_.source_group_id.c_str())};
-      auto sent = Call("send_offsets_to_transaction", [&] {
-        return rd_kafka_send_offsets_to_transaction(producer_.get(), offsets.get(), group.get(),
-                                                    options_.timeout_ms);
-      });
-      if (sent.first != Outcome::kOk) return sent;
+      if (auto sent = SendOffsets(output, group.get()); sent.first != Outcome::kOk) return sent;
     }
-
-    const bool fault = !options_.fault.empty() && output.batch_id >= options_.fault_from_batch;
-    if (fault && options_.fault == "before_commit") {
-      rd_kafka_flush(producer_.get(), options_.timeout_ms);
-      raise(SIGKILL);
-    }
-    const bool inject_fatal = fault && options_.fault == "fatal";
-    const bool inject_txn_state = fault && options_.fault == "fatal_txn_state" && !fault_fired_;
-    if (inject_fatal || inject_txn_state) {
-      fault_fired_ = fault_fired_ || inject_txn_state;
-      rd_kafka_test_fatal_error(
-          producer_.get(),
-          inject_fatal ? RD_KAFKA_RESP_ERR_PRODUCER_FENCED : RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
-          inject_fatal ? "injected by DRIFTD_KAFKA_SINK_FAULT=fatal"
-                       : "injected by DRIFTD_KAFKA_SINK_FAULT=fatal_txn_state");
-      // The fatal error is the producer's at once, but reaches its transaction manager through
-      // librdkafka's own thread: a commit called now may still succeed, and the fault would hit
-      // a later batch than the one it names. Fail this batch's commit, as librdkafka does once
-      // the error has arrived.
-      if (auto fatal = ProducerFatalError("commit_transaction")) {
-        return {Outcome::kFailed, tl::unexpected(*fatal)};
-      }
-    }
-    auto committed = Call("commit_transaction", [&] {
-      return rd_kafka_commit_transaction(producer_.get(), options_.timeout_ms);
-    });
-    if (committed.first == Outcome::kOk && fault && options_.fault == "after_commit") {
-      raise(SIGKILL);
-    }
-    return committed;
+    return CommitTransaction(output.batch_id);
   }
 
   // Whether the cluster lists `topic`. Listing all topics never auto-creates one, as asking
