@@ -92,7 +92,7 @@ std::string DistributionJson(const Evaluation& e) {
     const DistributionCell& cell = e.distribution[i];
     JsonObject o(out);
     if (e.series_kind == SeriesKind::kCategorical) {
-      o.String("category", i < e.categories.size() ? std::string_view(e.categories[i]) : "");
+      o.String("category", e.category(i));
     } else {
       // The first bin has no lower edge, the last no upper: null.
       if (std::isfinite(cell.lower)) {

@@ -271,7 +271,7 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
   for (size_t i = 0; i < cells; ++i) {
     const DistributionCell& cell = e.distribution[i];
     if (categories) {
-      w.Str(i < e.categories.size() ? std::string_view(e.categories[i]) : std::string_view());
+      w.Str(e.category(i));
     } else {
       w.Decimal(cell.upper, hint);
     }
