@@ -31,16 +31,24 @@ bool Kept(uint64_t bits, uint64_t threshold) {
   return threshold == UINT64_MAX || Mix(bits) < threshold;
 }
 
+// Bits of two values in their value order (the values are never NaN).
+bool ValueLess(uint64_t a, uint64_t b) {
+  return std::bit_cast<double>(a) < std::bit_cast<double>(b);
+}
+
 }  // namespace
 
 void ValueSample::AddCount(double value, int64_t count) {
   const uint64_t bits = BitsOf(value);
   if (!Kept(bits, threshold_)) return;
-  counts_[bits] += count;
+  auto [at, added] = counts_.try_emplace(bits, 0);
+  at->second += count;
+  if (added && !order_lost_) added_.push_back(bits);
   if (counts_.size() > capacity_) Shrink();
 }
 
 void ValueSample::Shrink() {
+  order_lost_ = true;
   while (counts_.size() > capacity_) {
     threshold_ = threshold_ == UINT64_MAX ? (uint64_t{1} << 63) : threshold_ >> 1;
     for (auto it = counts_.begin(); it != counts_.end();) {
@@ -51,6 +59,7 @@ void ValueSample::Shrink() {
 
 void ValueSample::Merge(const ValueSample& other) {
   if (other.threshold_ < threshold_) {
+    order_lost_ = true;
     threshold_ = other.threshold_;
     for (auto it = counts_.begin(); it != counts_.end();) {
       it = Kept(it->first, threshold_) ? std::next(it) : counts_.erase(it);
@@ -58,7 +67,9 @@ void ValueSample::Merge(const ValueSample& other) {
   }
   for (const auto& [bits, count] : other.counts_) {
     if (!Kept(bits, threshold_)) continue;
-    counts_[bits] += count;
+    auto [at, added] = counts_.try_emplace(bits, 0);
+    at->second += count;
+    if (added && !order_lost_) added_.push_back(bits);
   }
   if (counts_.size() > capacity_) Shrink();
 }
@@ -66,6 +77,27 @@ void ValueSample::Merge(const ValueSample& other) {
 void ValueSample::Clear() {
   threshold_ = UINT64_MAX;
   counts_.clear();
+  ordered_.clear();
+  added_.clear();
+  order_lost_ = false;
+}
+
+void ValueSample::Order() const {
+  if (order_lost_) {
+    ordered_.clear();
+    for (const auto& [bits, count] : counts_) ordered_.push_back(bits);
+    std::sort(ordered_.begin(), ordered_.end(), ValueLess);
+    added_.clear();
+    order_lost_ = false;
+    return;
+  }
+  if (added_.empty()) return;
+  std::sort(added_.begin(), added_.end(), ValueLess);
+  const size_t middle = ordered_.size();
+  ordered_.insert(ordered_.end(), added_.begin(), added_.end());
+  std::inplace_merge(ordered_.begin(), ordered_.begin() + static_cast<ptrdiff_t>(middle),
+                     ordered_.end(), ValueLess);
+  added_.clear();
 }
 
 int64_t ValueSample::kept_total() const {
@@ -75,10 +107,10 @@ int64_t ValueSample::kept_total() const {
 }
 
 std::vector<std::pair<double, int64_t>> ValueSample::Sorted() const {
+  Order();
   std::vector<std::pair<double, int64_t>> out;
-  out.reserve(counts_.size());
-  for (const auto& [bits, count] : counts_) out.emplace_back(std::bit_cast<double>(bits), count);
-  std::sort(out.begin(), out.end());
+  out.reserve(ordered_.size());
+  for (uint64_t bits : ordered_) out.emplace_back(std::bit_cast<double>(bits), counts_.at(bits));
   return out;
 }
 
@@ -103,12 +135,12 @@ void ValueSample::Encode(std::string& out) const {
     w.U64(threshold_);
   }
   // In value order, so equal samples encode to equal bytes.
-  const auto sorted = Sorted();
-  w.Varint(sorted.size());
+  Order();
+  w.Varint(ordered_.size());
   int digits = 0;
-  for (const auto& [value, count] : sorted) {
-    w.Decimal(value, digits);
-    w.Varint(static_cast<uint64_t>(count));
+  for (uint64_t bits : ordered_) {
+    w.Decimal(std::bit_cast<double>(bits), digits);
+    w.Varint(static_cast<uint64_t>(counts_.at(bits)));
   }
 }
 
@@ -146,6 +178,7 @@ Result<ValueSample> ValueSample::Decode(std::string_view bytes) {
     return corrupt();
   }
   if (r.failed() || !r.at_end()) return corrupt();
+  sample.order_lost_ = true;  // its order is made at its first Encode
   return sample;
 }
 

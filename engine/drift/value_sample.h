@@ -8,7 +8,12 @@
 // window's sample and a baseline's are the union of their parts. Up to `capacity` distinct
 // values the sample is exact.
 //
-// A value type; thread-compatible. NaN must not be added (callers skip it).
+// The value order Encode and Sorted need is kept between calls: the distinct values added since
+// the last one are sorted and merged in, so a sample persisted after every batch is not sorted
+// whole each time (a model's open event-time warmup windows are).
+//
+// A value type. Not thread-safe, Encode and Sorted included (they update the kept order). NaN
+// must not be added (callers skip it).
 #pragma once
 
 #include <cstddef>
@@ -54,10 +59,19 @@ class ValueSample {
  private:
   void AddCount(double value, int64_t count);
   void Shrink();
+  /// Every kept value's bits in value order (`ordered_`), from the last order and the values
+  /// added since.
+  void Order() const;
 
   size_t capacity_;
   uint64_t threshold_ = UINT64_MAX;  // keep values whose hash is below it (all at UINT64_MAX)
   std::unordered_map<uint64_t, int64_t> counts_;  // by the value's bits
+  // The kept values in value order as of the last Order(), the distinct values added since,
+  // and whether values left since (Shrink, Clear, Merge at a lower threshold): then the order
+  // is made again from counts_.
+  mutable std::vector<uint64_t> ordered_;
+  mutable std::vector<uint64_t> added_;
+  mutable bool order_lost_ = false;
 };
 
 }  // namespace driftd

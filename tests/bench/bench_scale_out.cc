@@ -2,6 +2,7 @@
 // and 3 scaled-out processes (scaleOut.enabled, one consumer group), in one run.
 //
 //   bench_scale_out [--records N] [--partitions P] [--models M] [--processes 1,2,3]
+//                   [--driftd BINARY]
 //
 // Produces N generated inference-log records (models spread over every partition, one drift)
 // and a last record per partition far ahead in event time, so that every window closes. Each
@@ -44,6 +45,8 @@ struct Settings {
   int partitions = 12;
   int models = 16;
   std::vector<int> processes = {1, 2, 3};
+  // The daemon to run (another build's, or a wrapper that profiles it).
+  std::string driftd = DRIFTD_BINARY;
 };
 
 std::string Bootstrap() {
@@ -255,7 +258,7 @@ Result Run(rd_kafka_t* admin, const fs::path& dir, const std::string& input, con
       const std::string log = (dir / fmt::format("{}-p{}.log", name, i)).string();
       freopen(log.c_str(), "w", stdout);
       freopen(log.c_str(), "a", stderr);
-      execl(DRIFTD_BINARY, DRIFTD_BINARY, "run", yaml.c_str(), "--http", "off",
+      execl(settings.driftd.c_str(), settings.driftd.c_str(), "run", yaml.c_str(), "--http", "off",
             "--quiet-progress", static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -299,6 +302,8 @@ int main(int argc, char** argv) {
         settings.processes.push_back(std::atoi(value.substr(at, comma - at).c_str()));
         at = comma + 1;
       }
+    } else if (flag == "--driftd") {
+      settings.driftd = value;
     } else {
       Die("unknown flag " + flag);
     }

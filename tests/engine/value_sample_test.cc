@@ -80,5 +80,44 @@ TEST_CASE("a value sample survives its encoding, and a damaged one is refused", 
   CHECK_FALSE(ValueSample::Decode(std::string_view(bytes).substr(0, bytes.size() - 3)));
 }
 
+TEST_CASE("a value sample encoded after every batch gives the bytes of one made at once",
+          "[drift][sample]") {
+  // As a model's open warmup window is persisted after each batch: values added, encoded,
+  // sometimes merged with another sample, sampled down past its capacity, or restored from
+  // its bytes; each encoding must be that of a sample given the same values in one go.
+  const std::vector<double> values = Values(30'000, 11);
+  std::mt19937_64 rng(5);
+  ValueSample live;  // the capacity a restored one has
+  std::vector<double> so_far;
+  size_t at = 0;
+  for (int batch = 0; at < values.size(); ++batch) {
+    const size_t n = std::min<size_t>(values.size() - at, 1 + rng() % 900);
+    if (batch % 7 == 3) {
+      ValueSample other;
+      for (size_t i = at; i < at + n; ++i) other.Add(values[i]);
+      live.Merge(other);
+    } else {
+      for (size_t i = at; i < at + n; ++i) live.Add(values[i]);
+    }
+    so_far.insert(so_far.end(), values.begin() + at, values.begin() + at + n);
+    at += n;
+    std::string bytes;
+    live.Encode(bytes);
+    ValueSample whole;
+    for (double v : so_far) whole.Add(v);
+    std::string expected;
+    whole.Encode(expected);
+    INFO("batch " << batch << ", " << so_far.size() << " values");
+    REQUIRE(bytes == expected);
+    REQUIRE(live.Sorted() == whole.Sorted());
+    if (batch % 5 == 2) {
+      auto restored = ValueSample::Decode(bytes);
+      REQUIRE(restored);
+      live = std::move(*restored);
+    }
+  }
+  CHECK_FALSE(live.exact());  // it was sampled down on the way
+}
+
 }  // namespace
 }  // namespace driftd
