@@ -119,14 +119,24 @@ Status KafkaGroup::Start(int source_partitions) {
     return 0;
   };
   const int tasks = std::max(1, source_partitions);
+  // Records as large as kInternalMaxMessageBytes, in segments that hold one (a record batch
+  // over segment.bytes is refused too, and a cluster may have made its default small).
+  const std::string max_bytes = std::to_string(kInternalMaxMessageBytes);
+  const std::string segment_bytes = std::to_string(2 * kInternalMaxMessageBytes);
   if (partitions_of(repartition_topic_) == 0) {
     DRIFTD_TRY(CreateTopic(consumer_.get(), repartition_topic_, tasks,
-                           {{"cleanup.policy", "delete"}, {"retention.ms", "604800000"}},
+                           {{"cleanup.policy", "delete"},
+                            {"retention.ms", "604800000"},
+                            {"max.message.bytes", max_bytes},
+                            {"segment.bytes", segment_bytes}},
                            options_.request_timeout_ms));
   }
   if (partitions_of(changelog_topic_) == 0) {
     DRIFTD_TRY(CreateTopic(consumer_.get(), changelog_topic_, tasks,
-                           {{"cleanup.policy", "compact"}}, options_.request_timeout_ms));
+                           {{"cleanup.policy", "compact"},
+                            {"max.message.bytes", max_bytes},
+                            {"segment.bytes", segment_bytes}},
+                           options_.request_timeout_ms));
   }
   // Wait until both are known with their leaders (a topic created a moment ago may not be).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

@@ -38,6 +38,14 @@ struct GroupOptions {
   int request_timeout_ms = 10'000;
 };
 
+/// The largest record the internal topics take (their max.message.bytes when this driftd
+/// creates them, and the scaled-out producer's message.max.bytes unless set). A changelog
+/// record is one state value: a model's open event-time warmup windows keep a sample of up to
+/// 10,000 values of each series, well over the broker's default of 1 MB for a model of a dozen
+/// series. A record over it ends the query with an error that says so, rather than the batch
+/// being computed again and again.
+inline constexpr size_t kInternalMaxMessageBytes = 64 << 20;
+
 /// "driftd-<pipeline>-repartition" and "driftd-<pipeline>-changelog", with characters Kafka
 /// refuses in topic names replaced.
 std::string RepartitionTopic(std::string_view pipeline);

@@ -370,6 +370,11 @@ class KafkaSink final : public Sink {
       // until the transaction times out (or its successor under the same instance aborts it).
       settings["transaction.timeout.ms"] = "10000";
     }
+    if (options_.group && !options_.client.count("message.max.bytes")) {
+      // Room for a state value as large as the internal topics take. The rows of the sink's
+      // own topics keep their limits (MeasureLimits), and batches their batch.size.
+      settings["message.max.bytes"] = std::to_string(kafka::kInternalMaxMessageBytes + 65536);
+    }
     return settings;
   }
 
@@ -408,9 +413,23 @@ class KafkaSink final : public Sink {
       // The producer was dropped after a stall (below) and its successor could not start yet.
       DRIFTD_TRY(RejoinAfterStall(output.batch_id, "the previous producer was dropped"));
     }
+    too_large_.reset();
     auto [outcome, status] = DeliverScaledOutOnce(output);
     rd_kafka_poll(producer_.get(), 0);
     if (outcome == Outcome::kOk) return Ok();
+    if (too_large_) {
+      // Computing the batch again would make the same record: the query stops and says why.
+      return MakeError(ErrorCode::kUnrecoverable,
+                       "kafka sink: batch {}: a record of {} bytes is over what topic {} takes "
+                       "(its max.message.bytes or segment.bytes, or the producer's "
+                       "message.max.bytes). Raise them (kafka-configs.sh --alter --entity-type "
+                       "topics --entity-name {} --add-config max.message.bytes={},segment.bytes="
+                       "{}): the internal topics this driftd creates take records of up to {} "
+                       "bytes",
+                       output.batch_id, too_large_->second, too_large_->first,
+                       too_large_->first, kafka::kInternalMaxMessageBytes,
+                       2 * kafka::kInternalMaxMessageBytes, kafka::kInternalMaxMessageBytes);
+    }
     if (outcome == Outcome::kFailed && !status &&
         status.error().code() == ErrorCode::kUnrecoverable) {
       // Scaled out, the transactional.id is this instance's own: a fatal error is almost always
@@ -539,6 +558,7 @@ class KafkaSink final : public Sink {
         auto fatal = ProducerFatalError(fmt::format("producing to {}", topic));
         if (fatal) return {Outcome::kFailed, tl::unexpected(*fatal)};
       }
+      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) NoteTooLarge(topic, record.value.size());
       Status aborted = Abort();
       if (!aborted) return {Outcome::kFailed, aborted};
       return {Outcome::kAbortable, MakeError(ErrorCode::kExternal, "kafka sink: producing to {}: {}",
@@ -551,6 +571,11 @@ class KafkaSink final : public Sink {
   static void DeliveryCallback(rd_kafka_t* /*rk*/, const rd_kafka_message_t* message,
                                void* opaque) {
     auto* sink = static_cast<KafkaSink*>(opaque);
+    if ((message->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+         message->err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) &&
+        message->rkt) {
+      sink->NoteTooLarge(rd_kafka_topic_name(message->rkt), message->len);
+    }
     if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR || !message->rkt) return;
     if (sink->options_.group->changelog_topic() != rd_kafka_topic_name(message->rkt)) return;
     sink->options_.group->NoteChangelogOffset(static_cast<uint32_t>(message->partition),
@@ -905,6 +930,7 @@ class KafkaSink final : public Sink {
         auto fatal = ProducerFatalError(fmt::format("producing to {}", topic));
         if (fatal) return {Outcome::kFailed, tl::unexpected(*fatal)};
       }
+      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) NoteTooLarge(topic, value.size());
       Status aborted = Abort();
       if (!aborted) return {Outcome::kFailed, aborted};
       return {Outcome::kAbortable, MakeError(ErrorCode::kExternal, "{}", message)};
@@ -1147,6 +1173,12 @@ class KafkaSink final : public Sink {
   bool stale_checked_ = false;
   /// Set by a fatal producer error; every later call returns it.
   std::optional<Error> fatal_;
+  /// A record of the batch under way the producer or the broker refused as too large (its
+  /// topic and bytes): set on the executor's thread, by ProduceTo or a delivery report.
+  std::optional<std::pair<std::string, size_t>> too_large_;
+  void NoteTooLarge(std::string topic, size_t bytes) {
+    if (!too_large_ || bytes > too_large_->second) too_large_.emplace(std::move(topic), bytes);
+  }
   /// The producer was dropped after a non-fencing fatal error and has no successor yet.
   bool replacing_ = false;
   /// The one-shot fault (fatal_txn_state) has been raised.

@@ -18,6 +18,7 @@
 #include <simdjson.h>
 
 #include "connectors/inference_generator.h"
+#include "connectors/kafka/kafka_group.h"
 #include "tests/kafka/kafka_test_util.h"
 #include "tests/support/test_support.h"
 
@@ -535,6 +536,75 @@ TEST_CASE("scale-out: processes stopped at any moment of their start, before, wh
       CHECK(Terminate(processes[static_cast<size_t>(i)]) == 0);
       CHECK_THAT(ReadFile(run.Log(name)), !Catch::Contains("Assertion"));
     }
+  }
+}
+
+TEST_CASE("scale-out: a model whose state is over a megabyte is committed through the "
+          "changelog, or the query stops and says which topic to raise",
+          "[kafka][scale-out][changelog]") {
+  // A model's open event-time warmup windows keep a sample of up to 10,000 values of each
+  // series. With 49 series its state record is over the broker's default limit of 1 MB; the
+  // changelog refused it and the batch was computed again, forever, without a word above a
+  // warning. The internal topics driftd creates now take records of up to 64 MB; a changelog
+  // topic made otherwise, with smaller limits, stops the query with what to raise.
+  constexpr int kFeatures = 48;
+  Admin admin;
+  static const Input input = [&] {
+    Input made;
+    made.partitions = 1;
+    made.rows = 60'000;
+    made.model_rows = made.rows;
+    admin.CreateTopic(made.topic, 1);
+    InferenceGeneratorOptions options;
+    options.models = 1;
+    options.features = kFeatures;
+    options.labels = 0;
+    options.rows_per_second = 4000;  // 40,000 values a 10 s window
+    options.start_time_ms = kStartTimeMs;
+    auto generator = InferenceGenerator::Create(options);
+    REQUIRE(generator);
+    made.records.resize(1);
+    for (int64_t row = 0; row < made.rows; ++row) {
+      generator->AppendRecord(static_cast<uint64_t>(row), made.records[0].emplace_back());
+    }
+    std::string zeros = "0";
+    for (int f = 1; f < kFeatures; ++f) zeros += ",0";
+    made.records[0].push_back(fmt::format(
+        R"({{"model_id":"flush","event_time":"2099-01-01T00:00:00.000Z","feature_vector":[{}],)"
+        R"("prediction":0.5}})",
+        zeros));
+    made.produced.assign(1, 0);
+    made.ProduceUpTo(1.0);
+    return made;
+  }();
+  Deployment run(admin, input, /*event_time=*/true, /*scale_out=*/true, 10'000);
+
+  SECTION("internal topics made by driftd") {
+    const Outcome outcome = RunUntilComplete(run, input, true, 1, std::chrono::seconds(180));
+    CHECK(outcome.duplicate_windows == 0);
+    int64_t counted = 0;
+    for (const auto& [window, value] : outcome.windows) counted += value.first;
+    CHECK(counted == input.rows);
+    CHECK(ReadFile(run.Log("p0")).find("not committed") == std::string::npos);
+    // The case is the one described: some state record was over 1 MB.
+    size_t largest = 0;
+    for (const Consumed& record : ReadAll(kafka::ChangelogTopic(run.name))) {
+      largest = std::max(largest, record.value.size());
+    }
+    CHECK(largest > (1u << 20));
+  }
+  SECTION("a changelog topic made beforehand with the test broker's 1 MB segments") {
+    admin.CreateTopic(kafka::ChangelogTopic(run.name), 1);
+    ChildProcess daemon = run.Start("p0");
+    auto status = daemon.Wait(std::chrono::seconds(120));
+    const std::string log = ReadFile(run.Log("p0"));
+    INFO(LogTail(run.Log("p0")));
+    REQUIRE(status);
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) != 0);
+    CHECK(log.find("is over what topic " + kafka::ChangelogTopic(run.name) + " takes") !=
+          std::string::npos);
+    CHECK(log.find("--add-config max.message.bytes=") != std::string::npos);
   }
 }
 
