@@ -119,10 +119,9 @@ Status KafkaGroup::Start(int source_partitions) {
     return 0;
   };
   const int tasks = std::max(1, source_partitions);
-  // Records as large as kInternalMaxMessageBytes, in segments that hold one (a record batch
-  // over segment.bytes is refused too, and a cluster may have made its default small).
+  // Records as large as kInternalMaxMessageBytes, in segments that hold one.
   const std::string max_bytes = std::to_string(kInternalMaxMessageBytes);
-  const std::string segment_bytes = std::to_string(2 * kInternalMaxMessageBytes);
+  const std::string segment_bytes = std::to_string(kInternalSegmentBytes);
   if (partitions_of(repartition_topic_) == 0) {
     DRIFTD_TRY(CreateTopic(consumer_.get(), repartition_topic_, tasks,
                            {{"cleanup.policy", "delete"},

@@ -45,6 +45,9 @@ struct GroupOptions {
 /// series. A record over it ends the query with an error that says so, rather than the batch
 /// being computed again and again.
 inline constexpr size_t kInternalMaxMessageBytes = 64 << 20;
+/// The internal topics' segment.bytes when this driftd creates them: a record batch over a
+/// segment is refused too, and a cluster's default may be small.
+inline constexpr size_t kInternalSegmentBytes = 2 * kInternalMaxMessageBytes;
 
 /// "driftd-<pipeline>-repartition" and "driftd-<pipeline>-changelog", with characters Kafka
 /// refuses in topic names replaced.

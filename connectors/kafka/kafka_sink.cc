@@ -428,7 +428,7 @@ class KafkaSink final : public Sink {
                        "bytes",
                        output.batch_id, too_large_->second, too_large_->first,
                        too_large_->first, kafka::kInternalMaxMessageBytes,
-                       2 * kafka::kInternalMaxMessageBytes, kafka::kInternalMaxMessageBytes);
+                       kafka::kInternalSegmentBytes, kafka::kInternalMaxMessageBytes);
     }
     if (outcome == Outcome::kFailed && !status &&
         status.error().code() == ErrorCode::kUnrecoverable) {
