@@ -10,7 +10,10 @@
 //
 // The value order Encode and Sorted need is kept between calls: the distinct values added since
 // the last one are sorted and merged in, so a sample persisted after every batch is not sorted
-// whole each time (a model's open event-time warmup windows are).
+// whole each time (a model's open event-time warmup windows are). It costs 8 bytes a kept value
+// beside the counts' ~40: on 1M records of 16 models x 9 series in 10 s windows, 132 MB peak
+// RSS against 112 MB when the order was made at each encoding, for the same CPU; with a batch
+// every 100 ms (tests/bench/bench_scale_out) it saves 30% of the CPU.
 //
 // A value type. Not thread-safe, Encode and Sorted included (they update the kept order). NaN
 // must not be added (callers skip it).
