@@ -12,6 +12,7 @@
 #include "engine/expr/expr.h"
 #include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
+#include "tests/support/decoded_rows.h"
 
 namespace driftd {
 namespace {
@@ -39,19 +40,7 @@ const std::vector<std::string> kRecords = {
     R"({"model_id":"fraud-v8","segment":null,"features":null,"tags":null})",
 };
 
-RecordBatch Decode(const Schema& schema) {
-  JsonDecoder decoder(schema, MalformedSpec{});
-  InputChunk chunk;
-  for (size_t i = 0; i < kRecords.size(); ++i) {
-    chunk.Append(kRecords[i], {0, static_cast<int64_t>(i)});
-  }
-  chunk.Seal();
-  RecordBatch batch;
-  batch.Reset(schema);
-  REQUIRE(decoder.Decode(chunk, batch, nullptr));
-  REQUIRE(batch.num_rows == kRecords.size());
-  return batch;
-}
+RecordBatch Decode(const Schema& schema) { return testing::DecodedRows(schema, kRecords); }
 
 // The expression's value in every row, as text ("null" for NULL).
 std::vector<std::string> Values(std::string_view text) {

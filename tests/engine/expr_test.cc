@@ -15,6 +15,7 @@
 #include "engine/expr/expr.h"
 #include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
+#include "tests/support/decoded_rows.h"
 
 namespace driftd {
 namespace {
@@ -32,17 +33,7 @@ Schema InferenceSchema() {
 }
 
 RecordBatch Decode(const std::vector<std::string>& records, const Schema& schema) {
-  JsonDecoder decoder(schema, MalformedSpec{});
-  InputChunk chunk;
-  for (size_t i = 0; i < records.size(); ++i) {
-    chunk.Append(records[i], {0, static_cast<int64_t>(i)});
-  }
-  chunk.Seal();
-  RecordBatch batch;
-  batch.Reset(schema);
-  REQUIRE(decoder.Decode(chunk, batch, nullptr));
-  REQUIRE(batch.num_rows == records.size());
-  return batch;
+  return testing::DecodedRows(schema, records);
 }
 
 // A value of a result row, as a test reads it: nullopt for NULL.

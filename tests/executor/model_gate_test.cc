@@ -8,7 +8,7 @@
 
 #include "config/loader.h"
 #include "engine/executor/model_gate.h"
-#include "engine/json_decoder.h"
+#include "tests/support/decoded_rows.h"
 
 namespace driftd {
 namespace {
@@ -27,20 +27,6 @@ sinks:
   - {name: stats, format: console, stream: stats}
 )";
 
-RecordBatch Rows(const Schema& schema, const std::vector<std::string>& models) {
-  JsonDecoder decoder(schema, MalformedSpec{});
-  InputChunk chunk;
-  for (size_t i = 0; i < models.size(); ++i) {
-    chunk.Append(R"({"model_id":")" + models[i] + R"(","x":1})", {0, static_cast<int64_t>(i)});
-  }
-  chunk.Seal();
-  RecordBatch batch;
-  batch.Reset(schema);
-  REQUIRE(decoder.Decode(chunk, batch, nullptr));
-  REQUIRE(batch.num_rows == models.size());
-  return batch;
-}
-
 TEST_CASE("the model cap tells apart names that differ in any one byte, at every length",
           "[executor][models]") {
   auto spec = ParsePipeline(kPipeline, "gate.yaml", LoadOptions{});
@@ -55,7 +41,11 @@ TEST_CASE("the model cap tells apart names that differ in any one byte, at every
       std::string other = admitted;
       other[at] = 'b';
       // The first name takes the only place; the second, seen right after it, is over the cap.
-      RecordBatch rows = Rows(schema, {admitted, other, admitted, other});
+      auto record = [](const std::string& model) {
+        return R"({"model_id":")" + model + R"(","x":1})";
+      };
+      RecordBatch rows = testing::DecodedRows(
+          schema, {record(admitted), record(other), record(admitted), record(other)});
       INFO("length " << length << ", differing at " << at);
       CHECK(gate->Apply(rows));
       REQUIRE(rows.num_rows == 2);
