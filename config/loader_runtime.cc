@@ -119,16 +119,21 @@ void PipelineParser::ParseScaleOut(const MapReader& top) {
   } else {
     scale.instance = DefaultInstanceName(options_.env);
   }
-  if (!spec_.inputs.empty()) {
-    problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
-                    "scaleOut shares one Kafka source among processes; a query with inputs "
-                    "runs in one process (list the topics in the source's subscribe instead "
-                    "when they share the schema and the cluster)");
-  } else if (!spec_.source.traits.group_shared) {
+  if (!spec_.source.traits.group_shared) {
     problems_.Error("scaleOut.enabled", map.MarkOf("enabled"),
                     fmt::format("scaleOut shares a source among processes through a consumer "
                                 "group ({}); this pipeline's source is '{}'",
                                 SourcesWith(&SourceTraits::group_shared), spec_.source.format));
+  }
+  // Every input joins the source's group (one group on one cluster divides them all).
+  for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+    const InputSpec& input = spec_.inputs[i];
+    if (input.source.traits.group_shared || input.source.format.empty()) continue;
+    problems_.Error(fmt::format("inputs[{}].format", i), input.source.mark,
+                    fmt::format("scaleOut shares every input among processes through one "
+                                "consumer group ({}); input '{}' is '{}'",
+                                SourcesWith(&SourceTraits::group_shared), input.name,
+                                input.source.format));
   }
   // Which options of the source a group can share is the connector's to say (its bind).
   for (size_t i = 0; i < spec_.sinks.size(); ++i) {

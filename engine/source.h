@@ -140,6 +140,15 @@ class Source {
   /// The consumer group that shares this source among processes (scaleOut), or null.
   virtual GroupMember* group() { return nullptr; }
 
+  /// Scaled out with several inputs: this source (a later input's) joins the group of
+  /// `first` (the first input's source) instead of one of its own, so that one group divides
+  /// every input's partitions, and the tasks, among the processes. Before Start. A source that
+  /// cannot says why.
+  virtual Status ShareGroupOf(Source& first) {
+    (void)first;
+    return MakeError(ErrorCode::kConfig, "{} cannot share a consumer group", Describe());
+  }
+
   /// False for sources that cannot replay a range (socket): exactly-once does not hold.
   virtual bool IsReplayable() const { return true; }
 

@@ -1,5 +1,6 @@
 #include "connectors/kafka/kafka_group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -58,6 +59,17 @@ KafkaGroup::KafkaGroup(GroupOptions options)
       repartition_topic_(RepartitionTopic(options_.pipeline)),
       changelog_topic_(ChangelogTopic(options_.pipeline)) {}
 
+void KafkaGroup::AddSubscription(const std::vector<std::string>& topics,
+                                 const std::string& pattern) {
+  for (const std::string& topic : topics) {
+    if (std::find(options_.topics.begin(), options_.topics.end(), topic) == options_.topics.end()) {
+      options_.topics.push_back(topic);
+      joined_topics_.push_back(topic);
+    }
+  }
+  if (!pattern.empty()) options_.patterns.push_back(pattern);
+}
+
 KafkaGroup::~KafkaGroup() {
   if (!consumer_) return;
   // Leaves the group at once, so the others take over this process's partitions now rather
@@ -108,7 +120,7 @@ Status KafkaGroup::Start(int source_partitions) {
   if (!client) return tl::unexpected(client.error().Wrap("kafka group"));
   consumer_ = std::move(*client);
 
-  // The internal topics: created once, with as many partitions (tasks) as the source has, so
+  // The internal topics: created once, with as many partitions (tasks) as the inputs have, so
   // that up to that many processes share the work.
   auto metadata = FetchMetadata(consumer_.get(), nullptr, options_.request_timeout_ms);
   if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka group"));
@@ -118,7 +130,10 @@ Status KafkaGroup::Start(int source_partitions) {
     }
     return 0;
   };
-  const int tasks = std::max(1, source_partitions);
+  // The other inputs' topics count too (a pattern's do not: their topics are not known yet).
+  int all_partitions = source_partitions;
+  for (const std::string& topic : joined_topics_) all_partitions += partitions_of(topic);
+  const int tasks = std::max(1, all_partitions);
   // Records as large as kInternalMaxMessageBytes, in segments that hold one.
   const std::string max_bytes = std::to_string(kInternalMaxMessageBytes);
   const std::string segment_bytes = std::to_string(kInternalSegmentBytes);
@@ -171,14 +186,14 @@ Status KafkaGroup::Start(int source_partitions) {
   }
 
   PartitionList subscription{rd_kafka_topic_partition_list_new(
-      static_cast<int>(options_.topics.size()) + 2)};
+      static_cast<int>(options_.topics.size() + options_.patterns.size()) + 1)};
   for (const std::string& topic : options_.topics) {
     rd_kafka_topic_partition_list_add(subscription.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
   }
-  if (!options_.pattern.empty()) {
+  for (const std::string& pattern : options_.patterns) {
     // librdkafka reads a subscription starting with '^' as a (POSIX) regular expression; the
     // source matches whole topic names.
-    const std::string regex = "^(" + options_.pattern + ")$";
+    const std::string regex = "^(" + pattern + ")$";
     rd_kafka_topic_partition_list_add(subscription.get(), regex.c_str(), RD_KAFKA_PARTITION_UA);
   }
   rd_kafka_topic_partition_list_add(subscription.get(), repartition_topic_.c_str(),

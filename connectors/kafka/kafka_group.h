@@ -30,9 +30,9 @@ struct GroupOptions {
   /// This process's name in the group (scaleOut.instance).
   std::string instance;
   std::string group_id;
-  /// The source's subscription: topics, or a pattern.
+  /// The sources' subscription: topics, and patterns (each matching whole topic names).
   std::vector<std::string> topics;
-  std::string pattern;
+  std::vector<std::string> patterns;
   /// librdkafka settings of the source (kafka.* without the prefix).
   std::map<std::string, std::string> client;
   int request_timeout_ms = 10'000;
@@ -61,8 +61,14 @@ class KafkaGroup {
   KafkaGroup(const KafkaGroup&) = delete;
   KafkaGroup& operator=(const KafkaGroup&) = delete;
 
-  /// Creates the internal topics if missing (as many partitions as the source topics have in
-  /// all, the first time), then joins the group.
+  /// Adds the topics (or a pattern) of another input of the query, whose Kafka source shares
+  /// this group: one group divides every input's partitions and the tasks among the
+  /// processes. Before Start.
+  void AddSubscription(const std::vector<std::string>& topics, const std::string& pattern);
+
+  /// Creates the internal topics if missing (as many partitions as the inputs' topics have in
+  /// all, the first time: `source_partitions` of the first input's, and the added topics'),
+  /// then joins the group.
   Status Start(int source_partitions);
 
   /// Serves the group protocol; afterwards assigned() is what this process owns.
@@ -76,6 +82,8 @@ class KafkaGroup {
   /// committed offsets).
   rd_kafka_t* consumer() const { return consumer_.get(); }
   uint32_t task_count() const { return task_count_; }
+  /// The librdkafka settings the group was made with (the first input source's kafka.*).
+  const std::map<std::string, std::string>& client() const { return options_.client; }
   const std::string& repartition_topic() const { return repartition_topic_; }
   const std::string& changelog_topic() const { return changelog_topic_; }
 
@@ -99,6 +107,8 @@ class KafkaGroup {
   /// An assignment came (the assignor has its state: see ~KafkaGroup).
   bool assigned_once_ = false;
   std::map<uint32_t, int64_t> changelog_ends_;
+  /// The topics other inputs' sources added (AddSubscription).
+  std::vector<std::string> joined_topics_;
 };
 
 /// The group a Kafka source configured with scaleOut is a member of; null for any other

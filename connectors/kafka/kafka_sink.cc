@@ -474,16 +474,21 @@ class KafkaSink final : public Sink {
   }
 
   // The batch's consumed offsets (with their metadata, scaled out) into the transaction, for
-  // `group`. Only the first input's: another input's keys carry its name ("labels/topic-0",
-  // engine/executor/inputs.h) and may be of another cluster; their source commits them to its
-  // own group.
+  // `group`. Another input's keys carry its name ("late/topic-0", engine/executor/inputs.h).
+  // In one process they may be of another cluster, and their source commits them to its own
+  // group; scaled out, every input is a member of the one group on this cluster (validation
+  // says so), whose committed offsets are where each partition resumes.
   std::pair<Outcome, Status> SendOffsets(const BatchOutput& output,
                                          rd_kafka_consumer_group_metadata_t* group) {
     PartitionList offsets{
         rd_kafka_topic_partition_list_new(static_cast<int>(output.source_end.size()))};
     for (const auto& [key, offset] : output.source_end) {
-      if (key.find('/') != std::string::npos) continue;
-      auto parsed = kafka::ParsePartitionKey(key);
+      std::string_view partition = key;
+      if (const size_t slash = key.rfind('/'); slash != std::string::npos) {
+        if (!options_.group) continue;
+        partition = partition.substr(slash + 1);  // topic names hold no '/'
+      }
+      auto parsed = kafka::ParsePartitionKey(partition);
       if (!parsed) continue;
       rd_kafka_topic_partition_t* entry = rd_kafka_topic_partition_list_add(
           offsets.get(), parsed->first.c_str(), parsed->second);

@@ -89,7 +89,7 @@ Status KafkaSource::Start(const SourceOffsets& committed) {
   auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
   SetReachable(metadata.has_value(), metadata ? "" : metadata.error().message());
   health_thread_ = std::thread([this] { HealthLoop(); });
-  if (options_.scale_out) DRIFTD_TRY(StartGroup());
+  if (options_.scale_out && owns_group_) DRIFTD_TRY(StartGroup());
   return Ok();
 }
 

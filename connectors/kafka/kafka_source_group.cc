@@ -31,9 +31,36 @@ kafka::GroupOptions KafkaSource::GroupSettings() const {
   if (options_.mode == Mode::kSubscribe) {
     group.topics = options_.topics;
   } else {
-    group.pattern = options_.pattern;
+    group.patterns.push_back(options_.pattern);
   }
   return group;
+}
+
+Status KafkaSource::ShareGroupOf(Source& first) {
+  std::shared_ptr<kafka::KafkaGroup> shared = kafka::GroupOf(first);
+  if (!options_.scale_out || !shared) {
+    return MakeError(ErrorCode::kConfig,
+                     "kafka source: scaleOut shares one consumer group among the inputs, and "
+                     "the first input is not a scaled-out kafka source");
+  }
+  const auto cluster = [](const std::map<std::string, std::string>& client) {
+    auto servers = client.find("bootstrap.servers");
+    return servers == client.end() ? std::string() : servers->second;
+  };
+  if (cluster(options_.client) != cluster(shared->client())) {
+    return MakeError(ErrorCode::kConfig,
+                     "kafka source: scaleOut reads every input through one consumer group on the "
+                     "first input's cluster ({}); this input's kafka.bootstrap.servers is {}",
+                     cluster(shared->client()), cluster(options_.client));
+  }
+  if (options_.mode == Mode::kSubscribe) {
+    shared->AddSubscription(options_.topics, "");
+  } else {
+    shared->AddSubscription({}, options_.pattern);
+  }
+  group_ = std::move(shared);
+  owns_group_ = false;
+  return Ok();
 }
 
 Status KafkaSource::StartGroup() {

@@ -220,6 +220,7 @@ class KafkaSource final : public Source, public GroupMember {
   Status Start(const SourceOffsets& committed) override;
 
   GroupMember* group() override { return group_ ? this : nullptr; }
+  Status ShareGroupOf(Source& first) override;
 
   // The group this source is a member of (scaleOut), shared with the Kafka sink.
   const std::shared_ptr<kafka::KafkaGroup>& kafka_group() const { return group_; }
@@ -362,6 +363,9 @@ class KafkaSource final : public Source, public GroupMember {
 
   /// scaleOut: the group membership, shared with the Kafka sink; null otherwise.
   std::shared_ptr<kafka::KafkaGroup> group_;
+  /// Whether this source made group_ (and so joins it, and reads the tasks' input): a later
+  /// input's source shares the first input's (ShareGroupOf).
+  bool owns_group_ = true;
   /// The source partitions at the last successful metadata request (scaleOut).
   std::vector<std::string> source_partitions_seen_;
   /// Reads the changelog (scaleOut; created on first use).

@@ -84,7 +84,8 @@ Status KafkaSource::RefreshPartitions() {
     std::string name = topic.topic;
     bool wanted = false;
     if (group_ && name == group_->repartition_topic()) {
-      wanted = true;  // the tasks' input
+      if (!owns_group_) continue;  // read by the first input's source
+      wanted = true;               // the tasks' input
     } else if (options_.mode == Mode::kSubscribe) {
       wanted = std::find(options_.topics.begin(), options_.topics.end(), name) !=
                options_.topics.end();

@@ -125,6 +125,12 @@ class QueryExecutor::Impl {
                                          : source.error().Wrap(fmt::format(
                                                "input '{}'", spec_.inputs[input - 1].name)));
       }
+      if (input > 0 && spec_.scale_out.enabled) {
+        // One consumer group divides every input's partitions among the processes.
+        DRIFTD_TRY((*source)->ShareGroupOf(*inputs[0].source).map_error([&](const Error& e) {
+          return e.Wrap(fmt::format("input '{}'", spec_.inputs[input - 1].name));
+        }));
+      }
       inputs.push_back({input == 0 ? std::string("main") : spec_.inputs[input - 1].name,
                         std::move(*source)});
     }

@@ -1,5 +1,7 @@
 #include "engine/executor/inputs.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 namespace driftd {
@@ -42,8 +44,99 @@ class QueryInputs::Reader final : public SourceReader {
   int64_t lost_ = 0;
 };
 
+// A scaled-out query's group with several inputs. The first input's source is the group's
+// member (its assignment, the tasks, their changelog); every later input's source shares it
+// (Source::ShareGroupOf) and answers for its own partitions. Source partitions are named by
+// the query's offsets keys ("<name>/topic-0" for a later input's), task inputs as the first
+// input's source names them.
+class QueryInputs::Group final : public GroupMember {
+ public:
+  explicit Group(QueryInputs& inputs) : inputs_(inputs) {}
+
+  Result<GroupAssignment> PollAssignment() override {
+    auto assignment = first().PollAssignment();
+    if (!assignment) return assignment;
+    for (std::string& key : assignment->source) {
+      auto owner = OwnerOf(key);
+      if (!owner) return tl::unexpected(owner.error());
+      key = inputs_.Prefix(*owner) + key;
+    }
+    return assignment;
+  }
+
+  uint32_t task_count() const override { return first().task_count(); }
+
+  std::vector<std::string> SourcePartitions() override {
+    std::vector<std::string> all;
+    for (size_t input = 0; input < inputs_.size(); ++input) {
+      const std::string prefix = inputs_.Prefix(input);
+      for (const std::string& key : member(input).SourcePartitions()) {
+        owners_[key] = input;
+        all.push_back(prefix + key);
+      }
+    }
+    return all;
+  }
+
+  std::string TaskInputKey(uint32_t task) const override { return first().TaskInputKey(task); }
+  std::optional<uint32_t> TaskOfInputKey(std::string_view key) const override {
+    return first().TaskOfInputKey(key);
+  }
+
+  Result<std::map<std::string, GroupPosition>> Committed(
+      const std::vector<std::string>& keys) override {
+    // Each input's keys from its own source (which knows its partitions' starting offsets).
+    std::vector<std::vector<std::string>> of(inputs_.size());
+    for (const std::string& key : keys) {
+      auto [input, rest] = inputs_.Split(key);
+      of[input].emplace_back(rest);
+    }
+    std::map<std::string, GroupPosition> all;
+    for (size_t input = 0; input < inputs_.size(); ++input) {
+      if (of[input].empty()) continue;
+      auto positions = member(input).Committed(of[input]);
+      if (!positions) return positions;
+      const std::string prefix = inputs_.Prefix(input);
+      for (auto& [key, position] : *positions) all[prefix + key] = std::move(position);
+    }
+    return all;
+  }
+
+  Result<int64_t> ReadChangelog(
+      uint32_t task, int64_t from,
+      const std::function<void(std::string_view, std::optional<std::string_view>)>& visit)
+      override {
+    return first().ReadChangelog(task, from, visit);
+  }
+
+  std::map<uint32_t, int64_t> LastChangelogEnds() override { return first().LastChangelogEnds(); }
+
+ private:
+  GroupMember& member(size_t input) const { return *inputs_.inputs_[input].source->group(); }
+  GroupMember& first() const { return member(0); }
+
+  // The input whose source partition `key` (as the group names it) is.
+  Result<size_t> OwnerOf(const std::string& key) {
+    auto known = owners_.find(key);
+    if (known == owners_.end()) {
+      SourcePartitions();  // a partition new since the last look
+      known = owners_.find(key);
+    }
+    if (known == owners_.end()) {
+      return MakeError(ErrorCode::kExternal,
+                       "the group assigned partition {}, which no input of the query reads", key);
+    }
+    return known->second;
+  }
+
+  QueryInputs& inputs_;
+  std::map<std::string, size_t> owners_;
+};
+
 QueryInputs::QueryInputs(std::vector<Input> inputs)
     : inputs_(std::move(inputs)), globals_(inputs_.size()) {}
+
+QueryInputs::~QueryInputs() = default;
 
 std::string QueryInputs::Prefix(size_t input) const {
   return input == 0 ? std::string() : inputs_[input].name + "/";
@@ -219,7 +312,12 @@ std::vector<SourceSummary> QueryInputs::Summaries() const {
 }
 
 GroupMember* QueryInputs::group() {
-  return inputs_.size() == 1 ? inputs_[0].source->group() : nullptr;
+  if (inputs_.size() == 1) return inputs_[0].source->group();
+  for (const Input& input : inputs_) {
+    if (input.source->group() == nullptr) return nullptr;
+  }
+  if (!group_) group_ = std::make_unique<Group>(*this);
+  return group_.get();
 }
 
 bool QueryInputs::IsReplayable() const {

@@ -32,6 +32,7 @@ class QueryInputs final : public Source {
   };
   /// `inputs` non-empty; the first one's offsets are not prefixed.
   explicit QueryInputs(std::vector<Input> inputs);
+  ~QueryInputs() override;
 
   size_t size() const { return inputs_.size(); }
   const std::string& name(size_t input) const { return inputs_[input].name; }
@@ -61,12 +62,16 @@ class QueryInputs final : public Source {
   std::string DescribePosition(const RecordPosition& position) const override;
   std::string Describe() const override;
   std::vector<SourceSummary> Summaries() const override;
+  /// One input: its source's group. Several, scaled out (every one a member of the first's
+  /// group, Source::ShareGroupOf): the group as the executor sees it, with every input's
+  /// partitions under the input's keys.
   GroupMember* group() override;
   bool IsReplayable() const override;
   bool IsReady() const override;
 
  private:
   class Reader;
+  class Group;
   /// The global index of an input's partition index (given the first time it is asked for).
   uint32_t GlobalIndex(size_t input, uint32_t local);
   std::pair<size_t, uint32_t> LocalIndex(uint32_t global) const;
@@ -78,6 +83,7 @@ class QueryInputs final : public Source {
   /// Global partition index -> (input, the input's own index); and back, per input.
   std::vector<std::pair<size_t, uint32_t>> locals_;
   std::vector<std::vector<uint32_t>> globals_;
+  std::unique_ptr<Group> group_;
 };
 
 }  // namespace driftd

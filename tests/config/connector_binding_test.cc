@@ -92,6 +92,34 @@ TEST_CASE("scaleOut with assign is refused at the assign option", "[config][opti
                              "subscribePattern"));
 }
 
+TEST_CASE("scaleOut takes a query of several kafka inputs and refuses another kind of input at "
+          "its entry",
+          "[config][options][inputs]") {
+  const std::string kafka_input =
+      "    subscribe: logs\n"
+      "inputs:\n"
+      "  - name: more\n"
+      "    format: kafka\n"
+      "    options: {subscribe: more-logs, kafka.bootstrap.servers: \"127.0.0.1:9092\"}\n";
+  auto accepted = KafkaPipeline(kafka_input, /*scale_out=*/true);
+  INFO(testing::ProblemText(accepted));
+  CHECK(accepted);
+  const std::string file_input =
+      "    subscribe: logs\n"
+      "inputs:\n"
+      "  - name: files\n"
+      "    format: file\n"
+      "    options: {path: /tmp}\n";
+  auto refused = KafkaPipeline(file_input, /*scale_out=*/true);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(testing::ProblemText(refused),
+             Catch::Contains("test.yaml:10:5: inputs[0].format: scaleOut shares every input "
+                             "among processes through one consumer group (kafka); input "
+                             "'files' is 'file'"));
+  // In one process the same input is fine.
+  CHECK(KafkaPipeline(file_input));
+}
+
 TEST_CASE("the options bound at load are the ones the source runs with", "[config][options]") {
   testing::TempDir dir;
   LoadOptions load = testing::TestOptions();

@@ -40,9 +40,11 @@ const std::vector<std::string> kCountries = {"DE", "FR"};
 // per model. `windowed`: per 10 s event-time window (append: each window once), drift on the
 // same windows; otherwise drift's record-count windows, which take each model's values in
 // event-time order, and the statistics' running totals (update).
+// `inputs`: the pipeline's YAML inputs block, if any.
 std::string PipelineYaml(std::string_view schema, std::string_view format,
                          std::string_view segment_by, std::string_view series,
-                         std::string_view detectors, bool windowed = true) {
+                         std::string_view detectors, bool windowed = true,
+                         std::string_view inputs = "") {
   return fmt::format(R"(name: ${{PIPELINE_NAME}}
 schema:
 {schema}source:
@@ -53,7 +55,7 @@ schema:
     startingOffsets: earliest
     maxOffsetsPerTrigger: 3000
 {format}  malformed: {{policy: permissive}}
-query:
+{inputs}query:
   groupBy: [model_id]
 {window}  aggregates: [count, mean(prediction)]
 drift:
@@ -75,7 +77,7 @@ scaleOut:
 )",
                      fmt::arg("schema", schema), fmt::arg("format", format),
                      fmt::arg("segment_by", segment_by), fmt::arg("series", series),
-                     fmt::arg("detectors", detectors),
+                     fmt::arg("detectors", detectors), fmt::arg("inputs", inputs),
                      fmt::arg("window", windowed ? "  window: {column: event_time, size: 10 seconds}\n"
                                                    "  watermark: {column: event_time, delay: 2 "
                                                    "seconds, idleTimeout: 0}\n"
@@ -155,12 +157,13 @@ constexpr std::string_view kAvroSchema = R"({"type": "record", "name": "Inferenc
     {"name": "feature_vector", "type": {"type": "array", "items": "double"}},
     {"name": "prediction", "type": "double"}]})";
 
-// A topic of the rows, `encode` making each record.
+// A topic of the rows, one partition per list, `encode` making each record.
 std::string ProduceTopic(Admin& admin, const std::vector<std::vector<Row>>& partitions,
                          const std::function<std::string(const Row&)>& encode) {
   const std::string topic = UniqueName("modes-logs");
-  admin.CreateTopic(topic, kPartitions);
-  for (int p = 0; p < kPartitions; ++p) {
+  const int count = static_cast<int>(partitions.size());
+  admin.CreateTopic(topic, count);
+  for (int p = 0; p < count; ++p) {
     std::vector<std::string> records;
     for (const Row& row : partitions[static_cast<size_t>(p)]) records.push_back(encode(row));
     records.push_back(encode(FlushRow()));
@@ -178,7 +181,8 @@ struct Deployment {
   std::string pipeline;
   std::map<std::string, std::string> env;
 
-  Deployment(Admin& admin, const std::string& yaml, const std::string& input, bool scale_out) {
+  Deployment(Admin& admin, const std::string& yaml, const std::string& input, bool scale_out,
+             const std::string& second_input = "") {
     admin.CreateTopic(stats, 3);
     admin.CreateTopic(alerts, 1);
     pipeline = dir / "pipeline.yaml";
@@ -186,7 +190,7 @@ struct Deployment {
     env = {{"PIPELINE_NAME", name},   {"KAFKA_BROKERS", Bootstrap()},
            {"INPUT_TOPIC", input},    {"STATS_TOPIC", stats},
            {"ALERTS_TOPIC", alerts},  {"CHECKPOINT", dir / "checkpoint"},
-           {"SCALE_OUT", scale_out ? "true" : "false"}};
+           {"SCALE_OUT", scale_out ? "true" : "false"}, {"SECOND_TOPIC", second_input}};
   }
 
   ChildProcess Start(const std::string& instance) const {
@@ -308,8 +312,9 @@ bool HasAlert(const Outcome& outcome, std::initializer_list<std::string_view> pa
 // The pipeline in one process, then scaled out with one process and with three, each run on a
 // deployment of its own (consumer group, internal topics, outputs, checkpoints).
 void RunInEveryMode(Admin& admin, const std::string& yaml, const std::string& topic,
-                    bool windowed, const std::function<void(const Outcome&)>& check_reference) {
-  Deployment reference(admin, yaml, topic, /*scale_out=*/false);
+                    bool windowed, const std::function<void(const Outcome&)>& check_reference,
+                    const std::string& second_topic = "") {
+  Deployment reference(admin, yaml, topic, /*scale_out=*/false, second_topic);
   const Outcome expected = RunUntilComplete(reference, 1, windowed);
   CHECK(expected.duplicate_windows == 0);
   CHECK(expected.rows == kRows);
@@ -319,14 +324,15 @@ void RunInEveryMode(Admin& admin, const std::string& yaml, const std::string& to
   check_reference(expected);
   for (int processes : {1, 3}) {
     INFO("scaled out, " << processes << " process(es)");
-    Deployment run(admin, yaml, topic, /*scale_out=*/true);
+    Deployment run(admin, yaml, topic, /*scale_out=*/true, second_topic);
     RequireSame(RunUntilComplete(run, processes, windowed, &expected), expected);
   }
 }
 
 // JSON records with a struct segment and a map of named features; a fifth of model-1's
 // records malformed in the second half.
-std::string JsonPipeline(bool windowed) {
+// `inputs`: a YAML inputs block (the records of a second topic).
+std::string JsonPipeline(bool windowed, std::string_view inputs = "") {
   return PipelineYaml(
       "  - {name: model_id, type: string, nullable: false}\n"
       "  - {name: event_time, type: timestamp}\n"
@@ -334,7 +340,7 @@ std::string JsonPipeline(bool windowed) {
       "  - {name: features, type: \"map<string,double>\"}\n"
       "  - {name: prediction, type: double}\n",
       "", "segment.country", "features, prediction",
-      "{type: mean_shift}, {type: psi}, {type: malformed_rate}", windowed);
+      "{type: mean_shift}, {type: psi}, {type: malformed_rate}", windowed, inputs);
 }
 
 void CheckJsonAlerts(const Outcome& expected) {
@@ -359,6 +365,28 @@ TEST_CASE("drift's record-count windows over partitions give one process's alert
   Admin admin;
   const std::string topic = ProduceTopic(admin, Generate(), JsonRecord);
   RunInEveryMode(admin, JsonPipeline(/*windowed=*/false), topic, false, CheckJsonAlerts);
+}
+
+TEST_CASE("a query of two topics gives the same statistics and alerts in one process and "
+          "scaled out: one consumer group divides both topics' partitions among the processes",
+          "[kafka][scale-out][modes][inputs]") {
+  Admin admin;
+  const std::vector<std::vector<Row>> partitions = Generate();
+  // Half the partitions on each topic; a model's records on both.
+  const std::string first = ProduceTopic(admin, {partitions[0], partitions[1]}, JsonRecord);
+  const std::string second = ProduceTopic(admin, {partitions[2], partitions[3]}, JsonRecord);
+  const std::string inputs = R"(inputs:
+  - name: second
+    format: kafka
+    options:
+      kafka.bootstrap.servers: ${KAFKA_BROKERS}
+      subscribe: ${SECOND_TOPIC}
+      startingOffsets: earliest
+      maxOffsetsPerTrigger: 2000
+    malformed: {policy: permissive}
+)";
+  RunInEveryMode(admin, JsonPipeline(/*windowed=*/true, inputs), first, true, CheckJsonAlerts,
+                 second);
 }
 
 TEST_CASE("one process and scaled-out processes give the same statistics and alerts on Avro "
