@@ -367,8 +367,8 @@ TEST_CASE("drift's record-count windows over partitions give one process's alert
   RunInEveryMode(admin, JsonPipeline(/*windowed=*/false), topic, false, CheckJsonAlerts);
 }
 
-TEST_CASE("a query of two topics gives the same statistics and alerts in one process and "
-          "scaled out: one consumer group divides both topics' partitions among the processes",
+TEST_CASE("scale-out: a query of two topics gives the same statistics and alerts in one process "
+          "and scaled out, one consumer group dividing both topics' partitions among the processes",
           "[kafka][scale-out][modes][inputs]") {
   Admin admin;
   const std::vector<std::vector<Row>> partitions = Generate();
