@@ -21,9 +21,16 @@ std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     PipelineSpec input = spec;
     input.source = spec.inputs[i].source;
-    if (auto created = CreateSource(input); !created) {
+    auto created = CreateSource(input);
+    if (!created) {
       problems.push_back(
           {fmt::format("inputs[{}]", i), spec.inputs[i].source.mark, created.error().message()});
+    } else if (spec.scale_out.enabled && source) {
+      // Scaled out, the input joins the source's consumer group, as at start.
+      if (Status shared = (*created)->ShareGroupOf(**source); !shared) {
+        problems.push_back({fmt::format("inputs[{}]", i), spec.inputs[i].source.mark,
+                            shared.error().message()});
+      }
     }
   }
   // The sinks see the source, as at start (a scaled-out Kafka sink shares its group).

@@ -165,4 +165,44 @@ TEST_CASE("the watermark of a query of two inputs waits for the slower one",
   CHECK(Watermark(later.back()) == 69.0);
 }
 
+TEST_CASE("driftd validate takes a scaled-out query of two Kafka inputs on one cluster and "
+          "refuses one whose input is on another cluster, at the input",
+          "[e2e][inputs][scale-out]") {
+  TempDir dir("driftd-inputs-validate");
+  auto pipeline = [&](const std::string& second_cluster) {
+    const std::string path = dir / "pipeline.yaml";
+    WriteFile(path, fmt::format(R"(name: two-clusters
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: value, type: double}}
+source:
+  format: kafka
+  options: {{subscribe: logs-eu, kafka.bootstrap.servers: "eu:9092"}}
+inputs:
+  - name: us
+    format: kafka
+    options: {{subscribe: logs-us, kafka.bootstrap.servers: "{}"}}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+sinks:
+  - {{format: console}}
+checkpointLocation: {}
+scaleOut: {{enabled: true, instance: a}}
+)",
+                                second_cluster, dir / "checkpoint"));
+    return RunDriftd({"validate", path});
+  };
+  RunResult same = pipeline("eu:9092");
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  RunResult other = pipeline("us:9092");
+  INFO(other.output);
+  CHECK(other.exit_code == 78);
+  CHECK(other.output.find("pipeline.yaml:9:5: inputs[0]: kafka source: scaleOut reads every "
+                          "input through one consumer group on the first input's cluster "
+                          "(eu:9092); this input's kafka.bootstrap.servers is us:9092") !=
+        std::string::npos);
+}
+
 }  // namespace driftd::testing
