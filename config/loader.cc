@@ -247,7 +247,8 @@ void PipelineParser::BindSources() {
   bind(spec_, spec_.source, "source");
   if (spec_.labels.enabled) {
     // The labels' connector sees the pipeline the executor runs them as (LabelsPipeline,
-    // engine/executor/performance_stage.h): their schema, no query and no sinks.
+    // engine/executor/performance_stage.h): their schema, no query and no sinks, scaled out
+    // as the query is.
     PipelineSpec labels;
     labels.name = spec_.name;
     labels.file = spec_.file;
@@ -255,6 +256,7 @@ void PipelineParser::BindSources() {
     labels.source = spec_.labels.source;
     labels.checkpoint_location = spec_.checkpoint_location;
     labels.secrets = spec_.secrets;
+    labels.scale_out = spec_.scale_out;
     bind(labels, spec_.labels.source, "labels.source");
   }
 }

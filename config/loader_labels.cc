@@ -226,11 +226,6 @@ void PipelineParser::CheckLabels() {
                     "labels judge each model's performance: the query needs groupBy (the "
                     "model column first) or drift.modelColumn");
   }
-  if (spec_.scale_out.enabled) {
-    problems_.Error("labels", spec_.labels.mark,
-                    "a query with labels runs in one process (scaleOut would need both "
-                    "inputs routed by the join key)");
-  }
 }
 
 }  // namespace driftd::loader_detail

@@ -135,6 +135,14 @@ void PipelineParser::ParseScaleOut(const MapReader& top) {
                                 SourcesWith(&SourceTraits::group_shared), input.name,
                                 input.source.format));
   }
+  if (spec_.labels.enabled && !spec_.labels.source.format.empty() &&
+      !spec_.labels.source.traits.group_shared) {
+    problems_.Error("labels.format", spec_.labels.mark,
+                    fmt::format("scaleOut shares every input among processes through one "
+                                "consumer group ({}); the labels are '{}'",
+                                SourcesWith(&SourceTraits::group_shared),
+                                spec_.labels.source.format));
+  }
   // Which options of the source a group can share is the connector's to say (its bind).
   for (size_t i = 0; i < spec_.sinks.size(); ++i) {
     const SinkSpec& sink = spec_.sinks[i];

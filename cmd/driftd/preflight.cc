@@ -7,6 +7,7 @@
 
 #include "connectors/registry.h"
 #include "engine/executor/drift_stage.h"
+#include "engine/executor/performance_stage.h"
 
 namespace driftd {
 
@@ -30,6 +31,16 @@ std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
       if (Status shared = (*created)->ShareGroupOf(**source); !shared) {
         problems.push_back({fmt::format("inputs[{}]", i), spec.inputs[i].source.mark,
                             shared.error().message()});
+      }
+    }
+  }
+  if (spec.labels.enabled) {
+    auto labels = CreateSource(LabelsPipeline(spec));
+    if (!labels) {
+      problems.push_back({"labels", spec.labels.mark, labels.error().message()});
+    } else if (spec.scale_out.enabled && source) {
+      if (Status shared = (*labels)->ShareGroupOf(**source); !shared) {
+        problems.push_back({"labels", spec.labels.mark, shared.error().message()});
       }
     }
   }

@@ -141,6 +141,11 @@ class QueryExecutor::Impl {
       decoders_.push_back(std::move(*decoder));
       auto source = io_.create_source(labels);
       if (!source) return tl::unexpected(source.error().Wrap("labels"));
+      if (spec_.scale_out.enabled) {
+        DRIFTD_TRY((*source)->ShareGroupOf(*inputs[0].source).map_error([](const Error& e) {
+          return e.Wrap("labels");
+        }));
+      }
       labels_input_ = inputs.size();
       labels_time_column_ = spec_.labels.schema.IndexOf(spec_.labels.event_time);
       inputs.push_back({"labels", std::move(*source)});
@@ -331,6 +336,7 @@ class QueryExecutor::Impl {
       for (auto& sink : sinks_) parts.sinks.push_back(sink.get());
       parts.store = store_.get();
       parts.clock = ClockOptions(spec_);
+      if (labels_input_ != SIZE_MAX) parts.labels_prefix = inputs_->Prefix(labels_input_);
       placement_ = std::make_unique<ScaledOutPlacement>(std::move(parts));
       DRIFTD_TRY(placement_->Start(*last, tasks_, restored));
     }

@@ -1279,6 +1279,7 @@ PipelineSpec LabelsPipeline(const PipelineSpec& spec) {
   labels.source = spec.labels.source;
   labels.checkpoint_location = spec.checkpoint_location;
   labels.secrets = spec.secrets;
+  labels.scale_out = spec.scale_out;  // its source joins the query's consumer group
   return labels;
 }
 

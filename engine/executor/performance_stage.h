@@ -36,6 +36,9 @@
 // Output: one row per model and window on the performance stream ("estimated" when the window
 // closes, "final" once its labels are in), and alerts on the alerts stream.
 //
+// Scaled out, one task has this stage (task 0: engine/executor/scale_out.cc routes every label
+// and a copy of every prediction to it), so its outcomes are one process's.
+//
 // Lifecycle and threading: a Stage (engine/executor/stage.h); one lane, the executor's thread or
 // one worker at a time.
 #pragma once
@@ -80,7 +83,7 @@ class PerformanceStage final : public Stage {
 };
 
 /// The pipeline as the labels input's decoder and connector see it: the labels' schema and
-/// source in the query's place.
+/// source in the query's place, scaled out as the query is.
 PipelineSpec LabelsPipeline(const PipelineSpec& spec);
 
 }  // namespace driftd

@@ -7,9 +7,11 @@ namespace driftd {
 namespace {
 
 // 2 carries each row's offset in its source partition and its malformed flag, so that a task
-// orders and judges a routed row as the process that read it would; 1 is still read.
+// orders and judges a routed row as the process that read it would; 1 is still read. 3 is 2's
+// layout for rows that only the labels' join takes (a driftd that cannot tell refuses them).
 constexpr uint8_t kBlockVersion = 2;
 constexpr uint8_t kFirstVersion = 1;
+constexpr uint8_t kJoinOnlyVersion = 3;
 
 }  // namespace
 
@@ -79,7 +81,7 @@ std::string RowBlockWriter::Seal(const ClockMark& mark) {
   std::string block;
   block.reserve(body_.size() + mark.partition.size() + 32);
   drift::ByteWriter w(block);
-  w.U8(kBlockVersion);
+  w.U8(join_only_ ? kJoinOnlyVersion : kBlockVersion);
   w.Str(mark.partition);
   w.I64(mark.max_event_us);
   w.U8(static_cast<uint8_t>((mark.more_available ? 1 : 0) | (mark.idle ? 2 : 0)));
@@ -90,13 +92,30 @@ std::string RowBlockWriter::Seal(const ClockMark& mark) {
   return block;
 }
 
+Result<std::string> RowBlockPartition(std::string_view block) {
+  drift::ByteReader r(block);
+  const uint8_t version = r.U8();
+  if (version != kBlockVersion && version != kFirstVersion && version != kJoinOnlyVersion) {
+    return MakeError(ErrorCode::kCorruption, "row block of {} bytes: unknown version",
+                     block.size());
+  }
+  std::string partition(r.Str());
+  if (r.failed()) {
+    return MakeError(ErrorCode::kCorruption, "row block of {} bytes: truncated header",
+                     block.size());
+  }
+  return partition;
+}
+
 Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t partition_index,
-                    RecordBatch& batch, RowTimes& times, ClockMark& mark) {
+                    RecordBatch& batch, RowTimes& times, ClockMark& mark, bool* join_only) {
   drift::ByteReader r(block);
   auto corrupt = [&](std::string_view what) {
     return MakeError(ErrorCode::kCorruption, "row block of {} bytes: {}", block.size(), what);
   };
-  const uint8_t version = r.U8();
+  uint8_t version = r.U8();
+  if (join_only) *join_only = version == kJoinOnlyVersion;
+  if (version == kJoinOnlyVersion) version = kBlockVersion;
   if (version != kBlockVersion && version != kFirstVersion) return corrupt("unknown version");
   mark.partition = std::string(r.Str());
   mark.max_event_us = r.I64();

@@ -10,8 +10,9 @@
 // u32 length + bytes; double: f64; long, int, boolean, timestamp: i64; array<double>: u32
 // count + f64 each; array<string> and maps: u32 count + per entry (a map's key: u32 length +
 // bytes) u8 valid, the value). Version 1 (written before) has no offset and malformed flag and
-// is still read (offset 0, not malformed). Readers refuse other versions and truncated blocks
-// (kCorruption).
+// is still read (offset 0, not malformed). Version 3 is version 2's layout for rows only the
+// labels' join takes (a prediction's copy for the task that joins labels). Readers refuse other
+// versions and truncated blocks (kCorruption).
 //
 // A value type; thread-compatible.
 #pragma once
@@ -44,8 +45,10 @@ class RowBlockWriter {
   /// Block size at which a new block starts. Default: 512 KiB.
   static constexpr size_t kMaxBlockBytes = 512 << 10;
 
-  /// Rows of source partition `partition` (its offsets key).
-  explicit RowBlockWriter(std::string partition) : partition_(std::move(partition)) {}
+  /// Rows of source partition `partition` (its offsets key). `join_only`: rows only the
+  /// labels' join takes (blocks of version 3).
+  explicit RowBlockWriter(std::string partition, bool join_only = false)
+      : partition_(std::move(partition)), join_only_(join_only) {}
 
   /// `max_event_after_us`: the partition's largest event time once this row is read.
   void AddRow(const RecordBatch& batch, size_t row, int64_t late_before_us, int64_t event_us,
@@ -64,13 +67,19 @@ class RowBlockWriter {
   uint32_t rows_ = 0;
   int64_t max_event_us_ = INT64_MIN;
   std::string partition_;
+  bool join_only_ = false;
   std::vector<std::string> ready_;
 };
 
+/// The source partition a block's rows come from (its clock mark's), read from its header
+/// alone: which schema its rows have depends on it.
+Result<std::string> RowBlockPartition(std::string_view block);
+
 /// Appends a block's rows to `batch` (reset for `schema` by the caller) and `times`, each row
 /// at position {partition_index, its offset, its malformed flag}; `mark` receives the block's
-/// clock.
+/// clock, and `join_only` (when given) whether its rows are for the labels' join only.
 Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t partition_index,
-                    RecordBatch& batch, RowTimes& times, ClockMark& mark);
+                    RecordBatch& batch, RowTimes& times, ClockMark& mark,
+                    bool* join_only = nullptr);
 
 }  // namespace driftd

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -40,12 +41,19 @@ bool ParseI64(std::string_view text, int64_t& out) {
 
 }  // namespace
 
+// The task that joins labels to predictions: it receives every label, and a copy of every
+// prediction another task owns the model of, so that the join sees both halves of every pair
+// whichever processes read them, as in one process.
+constexpr uint32_t kJoinTask = 0;
+
 // A source partition this process reads.
 struct ScaledOutPlacement::SourcePartition {
   /// The clock mark last sent to the tasks, to send a new one only when it changed.
   ClockMark sent;
   bool sent_any = false;
   std::vector<RowBlockWriter> writers;  // one per task
+  /// Copies of predictions for the labels' join (kJoinTask), of models other tasks own.
+  std::optional<RowBlockWriter> join_copies;
 };
 
 ScaledOutPlacement::ScaledOutPlacement(Parts parts)
@@ -146,6 +154,9 @@ Result<bool> ScaledOutPlacement::Assign(TaskMap& tasks, SourceOffsets& position,
         read_clock_.Reset(key, max_us);
         auto partition = std::make_unique<SourcePartition>();
         partition->writers.assign(group.task_count(), RowBlockWriter(key));
+        if (parts_.spec->labels.enabled && !IsLabelsPartition(key)) {
+          partition->join_copies.emplace(key, /*join_only=*/true);
+        }
         sources_[key] = std::move(partition);
       }
       for (uint32_t task : added_tasks) DRIFTD_TRY(AddTask(task, tasks, report));
@@ -199,6 +210,7 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
   options.id = id;
   options.tasks = std::max<uint32_t>(1, parts_.group->task_count());
   options.clock = parts_.clock;
+  options.joins_labels = id == kJoinTask;
   // A task's rows name their source partition by its index among all of them.
   options.partition_key = [this](uint32_t index) {
     return index < all_sources_.size() ? all_sources_[index] : std::string();
@@ -275,10 +287,6 @@ Status ScaledOutPlacement::Route(RecordBatch& rows, RowTimes& times, bool labels
                                  BatchOutput& output) {
   (void)tasks;
   (void)output;
-  if (labels) {
-    return MakeError(ErrorCode::kConfig,
-                     "a scaled-out query cannot route the labels input (validation refuses it)");
-  }
   // The read clock commits no watermark: a row's late_before is its own partition's watermark
   // just before it, which gives the partition's largest event time before the row.
   const int64_t delay = parts_.clock.delay_us;
@@ -297,15 +305,25 @@ Status ScaledOutPlacement::Route(RecordBatch& rows, RowTimes& times, bool labels
     const int64_t late_before = times.late_before[row];
     const int64_t event_us = times.event_us[row];
     const int64_t max_before = late_before == INT64_MIN ? INT64_MIN : late_before + delay;
-    partition->writers[TaskOf(rows, row, key)].AddRow(rows, row, late_before, event_us,
-                                                      std::max(max_before, event_us));
+    const int64_t max_after = std::max(max_before, event_us);
+    // A label goes to the task that joins them; a prediction to its model's task, and a copy
+    // to the joining task when that is another.
+    const uint32_t task = labels ? kJoinTask : TaskOf(rows, row, key);
+    partition->writers[task].AddRow(rows, row, late_before, event_us, max_after);
+    if (task != kJoinTask && partition->join_copies) {
+      partition->join_copies->AddRow(rows, row, late_before, event_us, max_after);
+    }
   }
   return Ok();
 }
 
+bool ScaledOutPlacement::IsLabelsPartition(std::string_view key) const {
+  return !parts_.labels_prefix.empty() && key.starts_with(parts_.labels_prefix);
+}
+
 Status ScaledOutPlacement::TakeTaskInput(const InputChunk& chunk, TaskMap& tasks,
                                          BatchOutput& output) {
-  // Tasks' row blocks carry the derived columns too.
+  // Tasks' row blocks carry the derived columns too; the labels' blocks their own schema.
   const Schema schema = QuerySchema(*parts_.spec);
   for (size_t i = 0; i < chunk.size(); ++i) {
     const std::string key = parts_.source->PartitionKeyOf(chunk.records()[i].position.partition);
@@ -314,21 +332,33 @@ Status ScaledOutPlacement::TakeTaskInput(const InputChunk& chunk, TaskMap& tasks
     auto found = tasks.find(*task_id);
     if (found == tasks.end()) continue;
     QueryTask& task = *found->second;
-    block_rows_.Reset(schema);
+    auto from = RowBlockPartition(chunk.record(i));
+    if (!from) return tl::unexpected(from.error());
+    const bool labels = IsLabelsPartition(*from);
+    const Schema& rows_schema = labels ? parts_.spec->labels.schema : schema;
+    block_rows_.Reset(rows_schema);
     block_times_.event_us.clear();
     block_times_.late_before.clear();
     ClockMark mark;
+    bool join_only = false;
     // Rows keep the index of their source partition among all of them, so that a model's
     // partitions stay told apart (drift's order, and its warning across partitions).
-    DRIFTD_TRY(ReadRowBlock(chunk.record(i), schema, 0, block_rows_, block_times_, mark));
+    DRIFTD_TRY(ReadRowBlock(chunk.record(i), rows_schema, 0, block_rows_, block_times_, mark,
+                            &join_only));
     const auto at = std::find(all_sources_.begin(), all_sources_.end(), mark.partition);
     const uint32_t source_index = static_cast<uint32_t>(at - all_sources_.begin());
     for (RecordPosition& position : block_rows_.positions) position.partition = source_index;
     // The task's own watermark closes windows too: a row behind it is late.
     const int64_t watermark = task.clock().watermark_us();
     for (int64_t& late : block_times_.late_before) late = std::max(late, watermark);
-    task.Admit(block_rows_, block_times_);
-    task.Fold(block_rows_, block_times_, output);
+    if (labels) {
+      task.FoldLabels(block_rows_, block_times_);
+    } else if (join_only) {
+      task.FoldForJoin(block_rows_, block_times_, output);
+    } else {
+      task.Admit(block_rows_, block_times_);
+      task.Fold(block_rows_, block_times_, output);
+    }
     task.clock().Report(mark.partition, mark.max_event_us, mark.more_available, mark.idle);
   }
   return Ok();
@@ -356,6 +386,12 @@ void ScaledOutPlacement::EndBatch(BatchOutput& output) {
     const bool moved = !partition->sent_any || partition->sent.max_event_us != mark.max_event_us ||
                        partition->sent.more_available != mark.more_available ||
                        partition->sent.idle != mark.idle;
+    // The joining task's copies first: the partition's last mark to it comes after them.
+    if (partition->join_copies && !partition->join_copies->empty()) {
+      for (std::string& block : partition->join_copies->Finish(mark)) {
+        output.repartition.push_back({kJoinTask, key, std::move(block), false});
+      }
+    }
     for (uint32_t t = 0; t < partition->writers.size(); ++t) {
       RowBlockWriter& writer = partition->writers[t];
       if (writer.empty() && !moved) continue;

@@ -52,6 +52,8 @@ class ScaledOutPlacement final : public Placement {
     CheckpointStore* store = nullptr;
     /// The tasks' clocks and the clock that stamps the source partitions' rows.
     EventClockOptions clock;
+    /// The prefix of the labels input's offsets keys ("labels/"), when the query has labels.
+    std::string labels_prefix;
   };
 
   explicit ScaledOutPlacement(Parts parts);
@@ -77,6 +79,8 @@ class ScaledOutPlacement final : public Placement {
 
  private:
   struct SourcePartition;
+  /// Whether an offsets key is one of the labels input's partitions.
+  bool IsLabelsPartition(std::string_view key) const;
 
   Status AddTask(uint32_t task, TaskMap& tasks, Report& report);
   uint32_t TaskOf(const RecordBatch& batch, size_t row, const std::string& partition) const;

@@ -49,6 +49,13 @@ Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, O
   auto stages = CreateStageSet(spec, std::max<uint32_t>(1, options.shards));
   if (!stages) return tl::unexpected(stages.error());
   task->stages_ = std::move(*stages);
+  if (!options.joins_labels && task->stages_.performance != nullptr) {
+    // Another task joins the labels (scaled out): this one keeps no join state.
+    std::erase_if(task->stages_.all, [&](const std::unique_ptr<Stage>& stage) {
+      return stage.get() == task->stages_.performance;
+    });
+    task->stages_.performance = nullptr;
+  }
   task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
   if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
     task->order_ = std::make_unique<OrderBuffer>(QuerySchema(spec), options.partition_key);
@@ -129,6 +136,11 @@ void QueryTask::FoldLabels(const RecordBatch& labels, const RowTimes& times) {
   for (auto& stage : stages_.all) {
     if (stage->TakesLabels()) stage->ProcessLabels(labels, times);
   }
+}
+
+void QueryTask::FoldForJoin(const RecordBatch& predictions, const RowTimes& times,
+                            BatchOutput& output) {
+  if (stages_.performance != nullptr) stages_.performance->Process(predictions, times, output);
 }
 
 void QueryTask::RouteToLanes(const RecordBatch& rows,

@@ -120,6 +120,56 @@ TEST_CASE("scaleOut takes a query of several kafka inputs and refuses another ki
   CHECK(KafkaPipeline(file_input));
 }
 
+TEST_CASE("scaleOut takes Kafka labels and refuses labels of another kind", "[config][labels]") {
+  auto labels = [](const std::string& format, const std::string& options) {
+    return "    subscribe: logs\n"
+           "labels:\n"
+           "  source: {format: " + format + ", options: " + options + "}\n"
+           "  schema:\n"
+           "    - {name: request_id, type: string}\n"
+           "    - {name: label, type: int}\n"
+           "    - {name: event_time, type: timestamp}\n"
+           "  key: request_id\n"
+           "  label: label\n"
+           "query:\n"
+           "  groupBy: [model_id]\n"
+           "  aggregates: [count]\n"
+           "  watermark: {column: event_time, delay: 1 minute}\n";
+  };
+  const std::string kafka =
+      labels("kafka", "{subscribe: labels, kafka.bootstrap.servers: \"127.0.0.1:9092\"}");
+  LoadOptions load = testing::TestOptions();
+  load.catalog = &ConnectorDeclarations();
+  load.value_formats = &ValueFormats();
+  // The query's schema needs the key and an event time.
+  auto pipeline = [&](const std::string& options) {
+    return ParsePipeline(fmt::format(R"(name: binding
+schema:
+  - {{name: model_id, type: string, nullable: false}}
+  - {{name: request_id, type: string}}
+  - {{name: event_time, type: timestamp}}
+  - {{name: prediction, type: double}}
+source:
+  format: kafka
+  options:
+    kafka.bootstrap.servers: "127.0.0.1:9092"
+{}sinks:
+  - {{format: console}}
+scaleOut: {{enabled: true}}
+)",
+                                     options),
+                         "test.yaml", load);
+  };
+  auto accepted = pipeline(kafka);
+  INFO(testing::ProblemText(accepted));
+  CHECK(accepted);
+  auto refused = pipeline(labels("file", "{path: /tmp}"));
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(testing::ProblemText(refused),
+             Catch::Contains("labels.format: scaleOut shares every input among processes "
+                             "through one consumer group (kafka); the labels are 'file'"));
+}
+
 TEST_CASE("the options bound at load are the ones the source runs with", "[config][options]") {
   testing::TempDir dir;
   LoadOptions load = testing::TestOptions();

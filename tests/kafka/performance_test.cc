@@ -99,7 +99,7 @@ Data Generate() {
 std::string Pipeline(const std::string& name, const std::string& predictions,
                      const std::string& labels, const std::string& performance_out,
                      const std::string& alerts_out, const std::string& checkpoint,
-                     int max_offsets) {
+                     int max_offsets, bool scale_out = false) {
   return fmt::format(R"(name: {name}
 schema:
   - {{name: request_id, type: string, nullable: false}}
@@ -145,13 +145,16 @@ sinks:
     format: kafka
     stream: alerts
     options: {{topic: {alerts_out}, kafka.bootstrap.servers: "{bootstrap}"}}
-trigger: {{availableNow: true}}
-checkpointLocation: {checkpoint}
+{trigger}checkpointLocation: {checkpoint}
 )",
                      fmt::arg("name", name), fmt::arg("predictions", predictions),
                      fmt::arg("labels", labels), fmt::arg("performance_out", performance_out),
                      fmt::arg("alerts_out", alerts_out), fmt::arg("checkpoint", checkpoint),
-                     fmt::arg("max", max_offsets), fmt::arg("bootstrap", Bootstrap()));
+                     fmt::arg("max", max_offsets), fmt::arg("bootstrap", Bootstrap()),
+                     fmt::arg("trigger", scale_out ? "trigger: {processingTime: 100ms}\n"
+                                                     "scaleOut: {enabled: true, instance: "
+                                                     "\"${INSTANCE}\"}\n"
+                                                   : "trigger: {availableNow: true}\n"));
 }
 
 size_t Occurrences(const std::string& text, const std::string& what) {
@@ -310,6 +313,78 @@ TEST_CASE("labels on their own topic: realized metrics equal an offline join, 20
   REQUIRE(finish.exit_code == 0);
   CHECK(ValuesOf(ReadSettled(performance_out)) == reference.performance);
   CHECK(ValuesOf(ReadSettled(alerts_out)) == reference.alerts);
+}
+
+TEST_CASE("scale-out: labels on their own topic give one process's performance rows and alerts "
+          "with one and with three processes",
+          "[kafka][labels][performance][scale-out]") {
+  const Data data = Generate();
+  Admin admin;
+  const std::string predictions = UniqueName("perf-so-predictions");
+  const std::string labels = UniqueName("perf-so-labels");
+  admin.CreateTopic(predictions, 2);
+  admin.CreateTopic(labels, 2);
+  for (int partition = 0; partition < 2; ++partition) {
+    Produce(predictions, partition, data.prediction_records[static_cast<size_t>(partition)]);
+    Produce(labels, partition, data.label_records[static_cast<size_t>(partition)]);
+  }
+  struct Run {
+    TempDir dir{"driftd-perf-scaled"};
+    std::string performance_out = UniqueName("perf-so-out");
+    std::string alerts_out = UniqueName("perf-so-alerts");
+  };
+  auto prepare = [&](Run& run, bool scale_out) {
+    admin.CreateTopic(run.performance_out, 1);
+    admin.CreateTopic(run.alerts_out, 1);
+    WriteFile(run.dir / "p.yaml",
+              Pipeline(UniqueName("perf-so"), predictions, labels, run.performance_out,
+                       run.alerts_out, run.dir / "checkpoint", 100, scale_out));
+  };
+  auto sorted = [](std::vector<std::string> rows) {
+    rows = WithoutBatch(rows);
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  };
+
+  Run reference;
+  prepare(reference, false);
+  RunResult clean = RunDriftd({"run", reference.dir / "p.yaml", "--http", "off"},
+                              std::chrono::seconds(180));
+  INFO(clean.output.substr(0, 3000));
+  REQUIRE(clean.exit_code == 0);
+  const std::vector<std::string> performance = ValuesOf(ReadSettled(reference.performance_out));
+  const std::vector<std::string> alerts = ValuesOf(ReadSettled(reference.alerts_out));
+  REQUIRE(performance.size() >= 2 * 7 * 2);  // each model's windows, estimated and final
+  REQUIRE(!alerts.empty());
+
+  for (int processes : {1, 3}) {
+    INFO("scaled out, " << processes << " process(es)");
+    Run run;
+    prepare(run, true);
+    std::vector<testing::ChildProcess> daemons;
+    for (int i = 0; i < processes; ++i) {
+      daemons.push_back(testing::ChildProcess::Start(
+          {DriftdBinary(), "run", run.dir / "p.yaml", "--http", "off"},
+          run.dir / fmt::format("log-{}", i), {{"INSTANCE", fmt::format("p{}", i)}}));
+    }
+    const bool complete = testing::WaitFor(
+        [&] {
+          return ReadAll(run.performance_out, "read_committed").size() >= performance.size() &&
+                 ReadAll(run.alerts_out, "read_committed").size() >= alerts.size();
+        },
+        std::chrono::seconds(240));
+    std::string logs;
+    for (int i = 0; i < processes; ++i) {
+      daemons[static_cast<size_t>(i)].Signal(SIGTERM);
+      CHECK(daemons[static_cast<size_t>(i)].Wait(std::chrono::seconds(60)));
+      const std::string log = ReadFile(run.dir / fmt::format("log-{}", i));
+      logs += log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
+    }
+    INFO(logs);
+    REQUIRE(complete);
+    CHECK(sorted(ValuesOf(ReadSettled(run.performance_out))) == sorted(performance));
+    CHECK(sorted(ValuesOf(ReadSettled(run.alerts_out))) == sorted(alerts));
+  }
 }
 
 }  // namespace driftd
