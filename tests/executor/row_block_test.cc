@@ -249,4 +249,44 @@ TEST_CASE("row blocks carry struct members, maps and array<string>, null entries
 }
 
 }  // namespace
+
+TEST_CASE("a block of rows for the labels' join only says so, and its partition reads from its "
+          "header",
+          "[executor][scale-out][codec][labels]") {
+  const Schema schema = AllTypes();
+  const RecordBatch rows = Rows(schema, 12);
+  RowBlockWriter copies("logs-1", /*join_only=*/true);
+  RowBlockWriter routed("logs-1");
+  for (size_t i = 0; i < rows.num_rows; ++i) {
+    copies.AddRow(rows, i, 0, static_cast<int64_t>(i), static_cast<int64_t>(i));
+    routed.AddRow(rows, i, 0, static_cast<int64_t>(i), static_cast<int64_t>(i));
+  }
+  const ClockMark mark{"logs-1", 11, false, false};
+  const std::string copy_block = copies.Finish(mark).at(0);
+  const std::string routed_block = routed.Finish(mark).at(0);
+  // The same rows either way; only the version byte tells them apart (an older driftd refuses
+  // the copies rather than folding them into every stage).
+  CHECK(copy_block.substr(1) == routed_block.substr(1));
+  CHECK(static_cast<uint8_t>(copy_block[0]) == 3);
+  CHECK(static_cast<uint8_t>(routed_block[0]) == 2);
+  for (const std::string* block : {&copy_block, &routed_block}) {
+    auto partition = RowBlockPartition(*block);
+    REQUIRE(partition);
+    CHECK(*partition == "logs-1");
+    RecordBatch read;
+    read.Reset(schema);
+    RowTimes times;
+    ClockMark read_mark;
+    bool join_only = !(block == &copy_block);
+    REQUIRE(ReadRowBlock(*block, schema, 0, read, times, read_mark, &join_only));
+    CHECK(join_only == (block == &copy_block));
+    CHECK(read.num_rows == rows.num_rows);
+    CHECK(read_mark.max_event_us == 11);
+  }
+  CHECK_FALSE(RowBlockPartition(std::string_view(copy_block).substr(0, 3)));
+  std::string unknown = copy_block;
+  unknown[0] = 4;
+  CHECK_FALSE(RowBlockPartition(unknown));
+}
+
 }  // namespace driftd
