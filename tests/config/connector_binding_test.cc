@@ -15,22 +15,25 @@ namespace driftd {
 namespace {
 
 // A kafka pipeline whose source options end with `options` (one "key: value" per line, at the
-// indentation of line 8 on).
-PipelineResult KafkaPipeline(const std::string& options, bool scale_out = false) {
+// indentation of line 8 on, when `fields` is empty: more schema fields after model_id, one a
+// line).
+PipelineResult KafkaPipeline(const std::string& options, bool scale_out = false,
+                             const std::string& fields = "") {
   LoadOptions load = testing::TestOptions();
   load.catalog = &ConnectorDeclarations();
   load.value_formats = &ValueFormats();
   return ParsePipeline(fmt::format(R"(name: binding
 schema:
   - {{name: model_id, type: string, nullable: false}}
-source:
+{}source:
   format: kafka
   options:
     kafka.bootstrap.servers: "127.0.0.1:9092"
 {}sinks:
   - {{format: console}}
 {})",
-                                   options, scale_out ? "scaleOut: {enabled: true}\n" : ""),
+                                   fields, options,
+                                   scale_out ? "scaleOut: {enabled: true}\n" : ""),
                        "test.yaml", load);
 }
 
@@ -138,27 +141,12 @@ TEST_CASE("scaleOut takes Kafka labels and refuses labels of another kind", "[co
   };
   const std::string kafka =
       labels("kafka", "{subscribe: labels, kafka.bootstrap.servers: \"127.0.0.1:9092\"}");
-  LoadOptions load = testing::TestOptions();
-  load.catalog = &ConnectorDeclarations();
-  load.value_formats = &ValueFormats();
   // The query's schema needs the key and an event time.
-  auto pipeline = [&](const std::string& options) {
-    return ParsePipeline(fmt::format(R"(name: binding
-schema:
-  - {{name: model_id, type: string, nullable: false}}
-  - {{name: request_id, type: string}}
-  - {{name: event_time, type: timestamp}}
-  - {{name: prediction, type: double}}
-source:
-  format: kafka
-  options:
-    kafka.bootstrap.servers: "127.0.0.1:9092"
-{}sinks:
-  - {{format: console}}
-scaleOut: {{enabled: true}}
-)",
-                                     options),
-                         "test.yaml", load);
+  auto pipeline = [](const std::string& options) {
+    return KafkaPipeline(options, /*scale_out=*/true,
+                         "  - {name: request_id, type: string}\n"
+                         "  - {name: event_time, type: timestamp}\n"
+                         "  - {name: prediction, type: double}\n");
   };
   auto accepted = pipeline(kafka);
   INFO(testing::ProblemText(accepted));
