@@ -475,8 +475,8 @@ class KafkaSink final : public Sink {
 
   // The batch's consumed offsets (with their metadata, scaled out) into the transaction, for
   // `group`. Another input's keys carry its name ("late/topic-0", engine/executor/inputs.h).
-  // In one process they may be of another cluster, and their source commits them to its own
-  // group; scaled out, every input is a member of the one group on this cluster (validation
+  // In one process they may be of another cluster and stay out (the checkpoint holds them);
+  // scaled out, every input is a member of the one group on this cluster (validation
   // says so), whose committed offsets are where each partition resumes.
   std::pair<Outcome, Status> SendOffsets(const BatchOutput& output,
                                          rd_kafka_consumer_group_metadata_t* group) {
