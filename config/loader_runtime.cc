@@ -125,23 +125,22 @@ void PipelineParser::ParseScaleOut(const MapReader& top) {
                                 "group ({}); this pipeline's source is '{}'",
                                 SourcesWith(&SourceTraits::group_shared), spec_.source.format));
   }
-  // Every input joins the source's group (one group on one cluster divides them all).
+  // Every input, the labels too, joins the source's group (one group on one cluster divides
+  // them all).
+  auto check_input = [&](const SourceSpec& source, const std::string& path,
+                         const SourceMark& mark, const std::string& what) {
+    if (source.traits.group_shared || source.format.empty()) return;
+    problems_.Error(path, mark,
+                    fmt::format("scaleOut shares every input among processes through one "
+                                "consumer group ({}); {} '{}'",
+                                SourcesWith(&SourceTraits::group_shared), what, source.format));
+  };
   for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-    const InputSpec& input = spec_.inputs[i];
-    if (input.source.traits.group_shared || input.source.format.empty()) continue;
-    problems_.Error(fmt::format("inputs[{}].format", i), input.source.mark,
-                    fmt::format("scaleOut shares every input among processes through one "
-                                "consumer group ({}); input '{}' is '{}'",
-                                SourcesWith(&SourceTraits::group_shared), input.name,
-                                input.source.format));
+    check_input(spec_.inputs[i].source, fmt::format("inputs[{}].format", i),
+                spec_.inputs[i].source.mark, fmt::format("input '{}' is", spec_.inputs[i].name));
   }
-  if (spec_.labels.enabled && !spec_.labels.source.format.empty() &&
-      !spec_.labels.source.traits.group_shared) {
-    problems_.Error("labels.format", spec_.labels.mark,
-                    fmt::format("scaleOut shares every input among processes through one "
-                                "consumer group ({}); the labels are '{}'",
-                                SourcesWith(&SourceTraits::group_shared),
-                                spec_.labels.source.format));
+  if (spec_.labels.enabled) {
+    check_input(spec_.labels.source, "labels.format", spec_.labels.mark, "the labels are");
   }
   // Which options of the source a group can share is the connector's to say (its bind).
   for (size_t i = 0; i < spec_.sinks.size(); ++i) {

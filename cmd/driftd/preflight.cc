@@ -19,31 +19,20 @@ std::vector<ConfigProblem> PreflightProblems(const PipelineSpec& spec) {
   if (!source) {
     problems.push_back({"source", spec.source.mark, source.error().message()});
   }
+  // Another input's source, as at start: scaled out, it joins the source's consumer group.
+  auto check_input = [&](const PipelineSpec& input, const std::string& path,
+                         const SourceMark& mark) {
+    auto created = CreateSource(input);
+    Status status = created ? Status(Ok()) : Status(tl::unexpected(created.error()));
+    if (status && spec.scale_out.enabled && source) status = (*created)->ShareGroupOf(**source);
+    if (!status) problems.push_back({path, mark, status.error().message()});
+  };
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     PipelineSpec input = spec;
     input.source = spec.inputs[i].source;
-    auto created = CreateSource(input);
-    if (!created) {
-      problems.push_back(
-          {fmt::format("inputs[{}]", i), spec.inputs[i].source.mark, created.error().message()});
-    } else if (spec.scale_out.enabled && source) {
-      // Scaled out, the input joins the source's consumer group, as at start.
-      if (Status shared = (*created)->ShareGroupOf(**source); !shared) {
-        problems.push_back({fmt::format("inputs[{}]", i), spec.inputs[i].source.mark,
-                            shared.error().message()});
-      }
-    }
+    check_input(input, fmt::format("inputs[{}]", i), spec.inputs[i].source.mark);
   }
-  if (spec.labels.enabled) {
-    auto labels = CreateSource(LabelsPipeline(spec));
-    if (!labels) {
-      problems.push_back({"labels", spec.labels.mark, labels.error().message()});
-    } else if (spec.scale_out.enabled && source) {
-      if (Status shared = (*labels)->ShareGroupOf(**source); !shared) {
-        problems.push_back({"labels", spec.labels.mark, shared.error().message()});
-      }
-    }
-  }
+  if (spec.labels.enabled) check_input(LabelsPipeline(spec), "labels", spec.labels.mark);
   // The sinks see the source, as at start (a scaled-out Kafka sink shares its group).
   if (auto sinks = MakeSinks(spec, source ? source->get() : nullptr); !sinks) {
     const SinkFailure& failure = sinks.error();

@@ -125,12 +125,6 @@ class QueryExecutor::Impl {
                                          : source.error().Wrap(fmt::format(
                                                "input '{}'", spec_.inputs[input - 1].name)));
       }
-      if (input > 0 && spec_.scale_out.enabled) {
-        // One consumer group divides every input's partitions among the processes.
-        DRIFTD_TRY((*source)->ShareGroupOf(*inputs[0].source).map_error([&](const Error& e) {
-          return e.Wrap(fmt::format("input '{}'", spec_.inputs[input - 1].name));
-        }));
-      }
       inputs.push_back({input == 0 ? std::string("main") : spec_.inputs[input - 1].name,
                         std::move(*source)});
     }
@@ -141,14 +135,17 @@ class QueryExecutor::Impl {
       decoders_.push_back(std::move(*decoder));
       auto source = io_.create_source(labels);
       if (!source) return tl::unexpected(source.error().Wrap("labels"));
-      if (spec_.scale_out.enabled) {
-        DRIFTD_TRY((*source)->ShareGroupOf(*inputs[0].source).map_error([](const Error& e) {
-          return e.Wrap("labels");
-        }));
-      }
       labels_input_ = inputs.size();
       labels_time_column_ = spec_.labels.schema.IndexOf(spec_.labels.event_time);
       inputs.push_back({"labels", std::move(*source)});
+    }
+    if (spec_.scale_out.enabled) {
+      // One consumer group divides every input's partitions (the labels' too) among the
+      // processes: the first input's source makes it, the others join it.
+      for (size_t input = 1; input < inputs.size(); ++input) {
+        DRIFTD_TRY(inputs[input].source->ShareGroupOf(*inputs[0].source).map_error(
+            [&](const Error& e) { return e.Wrap(fmt::format("input '{}'", inputs[input].name)); }));
+      }
     }
     auto query_inputs = std::make_unique<QueryInputs>(std::move(inputs));
     inputs_ = query_inputs.get();
