@@ -105,9 +105,12 @@ void PipelineParser::ParseInputs(const MapReader& top) {
                         fmt::format("input name {} may contain only letters, digits, '.', '_' "
                                     "and '-' (it prefixes the input's offsets)",
                                     Show(*name)));
-      } else if (!names.insert(name->value).second || name->value == "main") {
+      } else if (!names.insert(name->value).second || name->value == "main" ||
+                 name->value == "labels") {
+        // "labels" prefixes the labels input's offsets (and names it in progress records).
         problems_.Error(name->path, name->mark,
-                        fmt::format("input name {} is used twice (\"main\" is the source's)",
+                        fmt::format("input name {} is used twice (\"main\" is the source's, "
+                                    "\"labels\" the labels input's)",
                                     Show(*name)));
       }
       spec.name = name->value;

@@ -95,6 +95,29 @@ TEST_CASE("scaleOut with assign is refused at the assign option", "[config][opti
                              "subscribePattern"));
 }
 
+TEST_CASE("an input named like another, like the source (main) or like the labels input is "
+          "refused at its name",
+          "[config][inputs]") {
+  auto input = [](const std::string& name) {
+    return fmt::format("  - name: {}\n"
+                       "    format: kafka\n"
+                       "    options: {{subscribe: more, kafka.bootstrap.servers: \"h:9092\"}}\n",
+                       name);
+  };
+  const std::string head = "    subscribe: logs\ninputs:\n";
+  CHECK(KafkaPipeline(head + input("eu") + input("us")));
+  for (const std::string reused : {"main", "labels", "eu"}) {
+    INFO(reused);
+    auto refused = KafkaPipeline(head + input("eu") + (reused == "eu" ? input("eu") : "") +
+                                 (reused == "eu" ? "" : input(reused)));
+    REQUIRE_FALSE(refused);
+    CHECK_THAT(testing::ProblemText(refused),
+               Catch::Contains(fmt::format("test.yaml:13:11: inputs[1].name: input name '{}' "
+                                           "is used twice",
+                                           reused)));
+  }
+}
+
 TEST_CASE("scaleOut takes a query of several kafka inputs and refuses another kind of input at "
           "its entry",
           "[config][options][inputs]") {
