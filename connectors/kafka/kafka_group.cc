@@ -67,7 +67,11 @@ void KafkaGroup::AddSubscription(const std::vector<std::string>& topics,
       joined_topics_.push_back(topic);
     }
   }
-  if (!pattern.empty()) options_.patterns.push_back(pattern);
+  if (!pattern.empty()) {
+    options_.patterns.push_back(pattern);
+    // As the source matches it (KafkaSource::RefreshPartitions): the whole name.
+    joined_patterns_.emplace_back(pattern);
+  }
 }
 
 KafkaGroup::~KafkaGroup() {
@@ -130,9 +134,20 @@ Status KafkaGroup::Start(int source_partitions) {
     }
     return 0;
   };
-  // The other inputs' topics count too (a pattern's do not: their topics are not known yet).
+  // The other inputs' topics count too: those named, and those their patterns match now.
   int all_partitions = source_partitions;
   for (const std::string& topic : joined_topics_) all_partitions += partitions_of(topic);
+  for (int t = 0; t < (*metadata)->topic_cnt && !joined_patterns_.empty(); ++t) {
+    const std::string name = (*metadata)->topics[t].topic;
+    const bool named = std::find(options_.topics.begin(), options_.topics.end(), name) !=
+                       options_.topics.end();
+    const bool matched = std::any_of(joined_patterns_.begin(), joined_patterns_.end(),
+                                     [&](const std::regex& re) { return std::regex_match(name, re); });
+    if (matched && !named && !name.starts_with("__") && name != repartition_topic_ &&
+        name != changelog_topic_) {
+      all_partitions += (*metadata)->topics[t].partition_cnt;
+    }
+  }
   const int tasks = std::max(1, all_partitions);
   // Records as large as kInternalMaxMessageBytes, in segments that hold one.
   const std::string max_bytes = std::to_string(kInternalMaxMessageBytes);

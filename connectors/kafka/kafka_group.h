@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,8 +108,9 @@ class KafkaGroup {
   /// An assignment came (the assignor has its state: see ~KafkaGroup).
   bool assigned_once_ = false;
   std::map<uint32_t, int64_t> changelog_ends_;
-  /// The topics other inputs' sources added (AddSubscription).
+  /// The topics and patterns other inputs' sources added (AddSubscription).
   std::vector<std::string> joined_topics_;
+  std::vector<std::regex> joined_patterns_;
 };
 
 /// The group a Kafka source configured with scaleOut is a member of; null for any other

@@ -166,14 +166,6 @@ class Admin {
 
   rd_kafka_t* client() { return client_.get(); }
 
- private:
-  rd_kafka_AdminOptions_t* Options(rd_kafka_admin_op_t op) {
-    options_.reset(rd_kafka_AdminOptions_new(client_.get(), op));
-    char error[512];
-    rd_kafka_AdminOptions_set_operation_timeout(options_.get(), 30'000, error, sizeof error);
-    return options_.get();
-  }
-
   // Metadata catches up with admin changes asynchronously; wait until it shows `count`.
   void AwaitPartitions(const std::string& topic, int count) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -191,9 +183,18 @@ class Admin {
         rd_kafka_metadata_destroy(metadata);
       }
       if (seen == count && leaders) return;
+      INFO("topic " << topic << " has " << seen << " partitions; awaiting " << count);
       REQUIRE(std::chrono::steady_clock::now() < deadline);
       usleep(50'000);
     }
+  }
+
+ private:
+  rd_kafka_AdminOptions_t* Options(rd_kafka_admin_op_t op) {
+    options_.reset(rd_kafka_AdminOptions_new(client_.get(), op));
+    char error[512];
+    rd_kafka_AdminOptions_set_operation_timeout(options_.get(), 30'000, error, sizeof error);
+    return options_.get();
   }
 
   struct OptionsDeleter {

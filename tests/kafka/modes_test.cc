@@ -15,6 +15,7 @@
 
 #include <simdjson.h>
 
+#include "connectors/kafka/kafka_group.h"
 #include "tests/kafka/kafka_test_util.h"
 #include "tests/support/avro_records.h"
 #include "tests/support/schema_registry_fake.h"
@@ -311,9 +312,11 @@ bool HasAlert(const Outcome& outcome, std::initializer_list<std::string_view> pa
 
 // The pipeline in one process, then scaled out with one process and with three, each run on a
 // deployment of its own (consumer group, internal topics, outputs, checkpoints).
+// `tasks`: when given, the partitions the scaled-out runs' internal topics must have (one a
+// task: every input's partitions).
 void RunInEveryMode(Admin& admin, const std::string& yaml, const std::string& topic,
                     bool windowed, const std::function<void(const Outcome&)>& check_reference,
-                    const std::string& second_topic = "") {
+                    const std::string& second_topic = "", int tasks = 0) {
   Deployment reference(admin, yaml, topic, /*scale_out=*/false, second_topic);
   const Outcome expected = RunUntilComplete(reference, 1, windowed);
   CHECK(expected.duplicate_windows == 0);
@@ -326,6 +329,7 @@ void RunInEveryMode(Admin& admin, const std::string& yaml, const std::string& to
     INFO("scaled out, " << processes << " process(es)");
     Deployment run(admin, yaml, topic, /*scale_out=*/true, second_topic);
     RequireSame(RunUntilComplete(run, processes, windowed, &expected), expected);
+    if (tasks > 0) admin.AwaitPartitions(kafka::RepartitionTopic(run.name), tasks);
   }
 }
 
@@ -372,7 +376,8 @@ TEST_CASE("scale-out: a query of two topics gives the same statistics and alerts
           "[kafka][scale-out][modes][inputs]") {
   Admin admin;
   const std::vector<std::vector<Row>> partitions = Generate();
-  // Half the partitions on each topic; a model's records on both.
+  // Half the partitions on each topic; a model's records on both. The second input subscribes
+  // by pattern: its topic's partitions make tasks too (2 + 2).
   const std::string first = ProduceTopic(admin, {partitions[0], partitions[1]}, JsonRecord);
   const std::string second = ProduceTopic(admin, {partitions[2], partitions[3]}, JsonRecord);
   const std::string inputs = R"(inputs:
@@ -380,13 +385,13 @@ TEST_CASE("scale-out: a query of two topics gives the same statistics and alerts
     format: kafka
     options:
       kafka.bootstrap.servers: ${KAFKA_BROKERS}
-      subscribe: ${SECOND_TOPIC}
+      subscribePattern: ${SECOND_TOPIC}
       startingOffsets: earliest
       maxOffsetsPerTrigger: 2000
     malformed: {policy: permissive}
 )";
   RunInEveryMode(admin, JsonPipeline(/*windowed=*/true, inputs), first, true, CheckJsonAlerts,
-                 second);
+                 second, /*tasks=*/4);
 }
 
 TEST_CASE("one process and scaled-out processes give the same statistics and alerts on Avro "
