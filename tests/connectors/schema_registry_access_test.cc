@@ -21,6 +21,7 @@ namespace {
 
 using testing::AvroRecordWriter;
 using testing::FakeSchemaRegistry;
+using testing::FakeSchemaRegistryOptions;
 using testing::TestTls;
 
 constexpr std::string_view kPassword = "s3cr%t-Pa55";  // '%' must be written %25 in a URL
@@ -81,7 +82,9 @@ std::string WithUser(const std::string& url, std::string_view password) {
 TEST_CASE("a registry that requires basic auth is reached with the URL's user info or "
           "schemaRegistryCredentials, and its 401 says what to check without the password",
           "[format][avro][registry]") {
-  FakeSchemaRegistry registry({.basic_auth = std::make_pair("driftd", std::string(kPassword))});
+  FakeSchemaRegistryOptions options;
+  options.basic_auth = std::make_pair("driftd", std::string(kPassword));
+  FakeSchemaRegistry registry(options);
   REQUIRE(registry.running());
   const int id = registry.Add(std::string(kWriter));
   double prediction = 0;

@@ -245,7 +245,7 @@ TEST_CASE("an int or long column takes a whole number written as a double, not a
   CHECK(batch.columns[0].IsNull(row));
   CHECK(batch.columns[1].IsNull(row));
   // Counted once per record (its first problem).
-  CHECK(decoder.counts()[MalformedReason::kWrongType] == not_whole.size());
+  CHECK(decoder.counts()[MalformedReason::kWrongType] == static_cast<int64_t>(not_whole.size()));
   CHECK(decoder.counts()[MalformedReason::kNumberOutOfRange] == 1);
 }
 

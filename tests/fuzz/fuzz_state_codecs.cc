@@ -153,7 +153,10 @@ void WriteSeeds(const std::string& dir) {
   StateChanges history_changes;
   history.Finish(context, drift_output, history_changes, progress);
   for (const auto& [key, value] : history_changes.puts) keyed(12, key, value);
-  evaluation.detectors.push_back(DetectorReading{.detector = "psi", .statistic = 0.2});
+  DetectorReading reading;
+  reading.detector = "psi";
+  reading.statistic = 0.2;
+  evaluation.detectors.push_back(reading);
   keyed(12, "p/m1/prediction/0000000000000007", EncodeEvaluation(evaluation, false));
   seed(10, "41\n");
   QuantileSketch sketch(QuantileSketch::KForAccuracy(10));

@@ -151,12 +151,6 @@ inhibit_rules:
   std::optional<ChildProcess> process_;
 };
 
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 size_t AlertRows(const TempDir& tmp) { return FileSinkRows(tmp / "out/alerts").size(); }
 
 TEST_CASE("a real Alertmanager: alerts fire, are re-sent, expire within alertmanagerEndsAfter "

@@ -244,9 +244,9 @@ TEST_CASE(
     }
     CHECK(model_lines == 500);
     const std::string body = HttpGet(daemon.port, "/api/status").body;
-    simdjson::dom::parser parser;
+    simdjson::dom::parser status_parser;
     simdjson::dom::element root;
-    REQUIRE(parser.parse(body).get(root) == simdjson::SUCCESS);
+    REQUIRE(status_parser.parse(body).get(root) == simdjson::SUCCESS);
     simdjson::dom::element pipeline = root["pipelines"].at(0);
     CHECK(pipeline["modelsTotal"].get_int64().value() == 604);
     simdjson::dom::array models = pipeline["models"].get_array();
