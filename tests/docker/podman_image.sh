@@ -7,6 +7,7 @@
 #   podman_image.sh build    build localhost/driftd:test, print "image-size-bytes N" and the
 #                            size of the base it was built on, "base-size-bytes N"
 #   podman_image.sh fixture  the ctest fixture that builds the image before the image test
+#                            (or waits for the build tests/run.sh started, then finds it done)
 #                            (tests/docker/properties.cmake): `build` where podman can run; where
 #                            it cannot, a failure with CI=true and a warning otherwise (the image
 #                            test then skips)
@@ -53,11 +54,13 @@ case "${1:-build}" in
       echo "warning: podman cannot run here; the container image test will skip" >&2
       exit 0
     fi
-    # At a lower priority: the build keeps the cores busy for minutes, and the tests beside it
-    # (the Kafka chains, which wait on timeouts) should not wait for it; it takes what they leave.
     exec nice -n 10 "$0" build
     ;;
   build)
+    # One build at a time: tests/run.sh starts one in the background beside the tests, and the
+    # fixture's waits for it, then finds every layer built (podman's cache) and is done at once.
+    exec 9>"$cache/build.lock"
+    flock 9
     ensure_base
     "${podman[@]}" build --pull=never --format docker --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
       -t "$image" -f "$repo/deploy/docker/Dockerfile" "$repo" >&2
