@@ -281,8 +281,10 @@ Outcome RunUntilComplete(const Deployment& deployment, int instances, bool windo
       },
       std::chrono::seconds(240));
   for (int i = 0; i < instances; ++i) {
+    const int code = Terminate(processes[static_cast<size_t>(i)]);
+    // The log as the stop left it (-1000: still running 60 s after SIGTERM).
     INFO(LogTail(deployment.Log(fmt::format("p{}", i))));
-    CHECK(Terminate(processes[static_cast<size_t>(i)]) == 0);
+    CHECK(code == 0);
   }
   REQUIRE(complete);
   return Read(deployment, windowed);
