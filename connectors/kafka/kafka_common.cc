@@ -37,6 +37,11 @@ std::string GroupId(const PipelineSpec& pipeline) {
   return configured.empty() ? "driftd-" + pipeline.name : configured;
 }
 
+bool PatternSubscribes(const std::string& topic, const std::regex& pattern) {
+  if (topic.starts_with("__") || !std::regex_match(topic, pattern)) return false;
+  return !(topic.starts_with("driftd-") && topic.ends_with("-changelog"));
+}
+
 Result<Conf> MakeConf(const std::map<std::string, std::string>& settings) {
   Conf conf{rd_kafka_conf_new()};
   char error[512];

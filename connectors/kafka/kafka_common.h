@@ -9,6 +9,7 @@
 #include <vector>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 
@@ -69,6 +70,10 @@ std::shared_ptr<spdlog::logger> Log();
 
 /// The consumer group of a pipeline's Kafka source: `kafka.group.id`, or "driftd-<name>".
 std::string GroupId(const PipelineSpec& pipeline);
+
+/// Whether a subscribePattern source reads `topic`: the pattern matches the whole name, and it
+/// is neither a broker-internal topic ("__...") nor a pipeline's changelog.
+bool PatternSubscribes(const std::string& topic, const std::regex& pattern);
 
 /// Builds a client configuration: `settings` (librdkafka property names) applied in order, with
 /// logs routed to driftd's "kafka" logger. The error names the rejected property.

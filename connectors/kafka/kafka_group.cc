@@ -69,7 +69,6 @@ void KafkaGroup::AddSubscription(const std::vector<std::string>& topics,
   }
   if (!pattern.empty()) {
     options_.patterns.push_back(pattern);
-    // As the source matches it (KafkaSource::RefreshPartitions): the whole name.
     joined_patterns_.emplace_back(pattern);
   }
 }
@@ -141,10 +140,11 @@ Status KafkaGroup::Start(int source_partitions) {
     const std::string name = (*metadata)->topics[t].topic;
     const bool named = std::find(options_.topics.begin(), options_.topics.end(), name) !=
                        options_.topics.end();
-    const bool matched = std::any_of(joined_patterns_.begin(), joined_patterns_.end(),
-                                     [&](const std::regex& re) { return std::regex_match(name, re); });
-    if (matched && !named && !name.starts_with("__") && name != repartition_topic_ &&
-        name != changelog_topic_) {
+    // Matched as the joined source will (PatternSubscribes), which reads every such topic.
+    const bool matched = std::any_of(
+        joined_patterns_.begin(), joined_patterns_.end(),
+        [&](const std::regex& re) { return PatternSubscribes(name, re); });
+    if (matched && !named && name != repartition_topic_) {
       all_partitions += (*metadata)->topics[t].partition_cnt;
     }
   }

@@ -90,8 +90,7 @@ Status KafkaSource::RefreshPartitions() {
       wanted = std::find(options_.topics.begin(), options_.topics.end(), name) !=
                options_.topics.end();
     } else {
-      wanted = name.rfind("__", 0) != 0 && std::regex_match(name, pattern_);
-      if (name.rfind("driftd-", 0) == 0 && name.ends_with("-changelog")) wanted = false;
+      wanted = kafka::PatternSubscribes(name, pattern_);
     }
     if (!wanted) continue;
     DRIFTD_TRY(CheckTopic(topic));
