@@ -358,7 +358,6 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
   int64_t status_batches = -1;
   Clock::time_point next_status = Clock::now();
   int stops = 0;
-  Clock::time_point stop_deadline{};
   std::optional<int> exit_code;
 
   while (true) {
@@ -389,8 +388,17 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         log->info("{} received: stopping after the current batch (again to stop at once)",
                   strsignal(signal));
         notifier.Stopping();
+        // The deadline is kept by a thread of its own: this loop also reads the queries'
+        // status, and a query stuck in its executor's teardown must not keep it from firing.
+        std::thread([timeout_s = flags.shutdown_timeout_s, log] {
+          std::this_thread::sleep_for(std::chrono::seconds(timeout_s));
+          log->error("shutdown did not finish within {} s; exiting now (exit code {}); the "
+                     "batch in progress is redone on the next start",
+                     timeout_s, kExitStopCut);
+          spdlog::shutdown();
+          _exit(kExitStopCut);
+        }).detach();
         supervisor.RequestStop();
-        stop_deadline = Clock::now() + std::chrono::seconds(flags.shutdown_timeout_s);
       } else {
         log->warn("second signal: exiting now (exit code {}); the batch in progress is redone "
                   "on the next start",
@@ -405,13 +413,6 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         supervisor.Join();
         if (!directory) exit_code = supervisor.Finished();
         break;
-      }
-      if (Clock::now() >= stop_deadline) {
-        log->error("shutdown did not finish within {} s; exiting now (exit code {}); the batch "
-                   "in progress is redone on the next start",
-                   flags.shutdown_timeout_s, kExitStopCut);
-        spdlog::shutdown();
-        _exit(kExitStopCut);
       }
     } else if (auto finished = supervisor.Finished()) {
       exit_code = finished;

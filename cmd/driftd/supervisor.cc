@@ -187,9 +187,11 @@ struct Supervisor::Query {
       : metrics(QueryMetricsOptions{.progress_history = progress_history,
                                     .kafka_partitions = kafka}) {}
 
-  // Destroys the executor, keeping its counters. Caller holds mutex.
-  void RetireExecutor() {
-    if (!executor) return;
+  // Takes the executor out, keeping its counters. Caller holds mutex, and destroys what this
+  // returns after releasing it: a destructor may wait on the broker (the group's close, the
+  // producer's flush), and the status page and the control loop read this query under mutex.
+  [[nodiscard]] std::unique_ptr<QueryExecutor> RetireExecutor() {
+    if (!executor) return nullptr;
     const QueryCounters& c = executor->counters();
     carried_batches += c.batches.load();
     carried_input += c.input_rows.load();
@@ -199,7 +201,7 @@ struct Supervisor::Query {
     carried_filtered += c.filtered_rows.load();
     carried_alerts += c.alerts.load();
     last_batch_id = std::max(last_batch_id, c.last_batch_id.load());
-    executor.reset();
+    return std::move(executor);
   }
 
   void Run() {
@@ -259,8 +261,13 @@ struct Supervisor::Query {
                         batches == 1 ? "" : "es", counters.input_rows.load(),
                         counters.alerts.load());
             }
+            std::unique_ptr<QueryExecutor> retired;
+            {
+              std::lock_guard<std::mutex> lock(mutex);
+              retired = RetireExecutor();
+            }
+            retired.reset();
             std::lock_guard<std::mutex> lock(mutex);
-            RetireExecutor();
             state = QueryState::kFinished;
             exit_code = kExitOk;
             break;
@@ -268,10 +275,15 @@ struct Supervisor::Query {
           log->error("pipeline {} failed: {}", spec.name, status.error().message());
         }
       }
+      std::unique_ptr<QueryExecutor> retired;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        retired = RetireExecutor();
+      }
+      retired.reset();
       std::unique_lock<std::mutex> lock(mutex);
       if (running != nullptr && state != QueryState::kRunning) ++start_failures;
       if (running == nullptr) ++start_failures;
-      RetireExecutor();
       first_attempt_done = true;
       if (!retry || stop || !MayPass(status.error().code())) {
         state = QueryState::kFailed;
