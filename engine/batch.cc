@@ -74,7 +74,7 @@ namespace {
 void AppendOffsets(std::vector<uint32_t>& to, const std::vector<uint32_t>& from, size_t begin,
                    size_t end, size_t base) {
   const uint32_t shift = static_cast<uint32_t>(base) - from[begin];
-  to.reserve(to.size() + (end - begin));
+  ReserveMore(to, end - begin);
   for (size_t i = begin + 1; i <= end; ++i) to.push_back(from[i] + shift);
 }
 

@@ -3,6 +3,7 @@
 // decoding allocates nothing per record.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,6 +16,15 @@ namespace driftd {
 /// Bytes readable past the end of InputChunk::bytes, so a JSON parser may over-read
 /// (simdjson needs SIMDJSON_PADDING = 64).
 inline constexpr size_t kInputPadding = 64;
+
+/// Makes room for `more` elements after the last, growing the capacity at least twofold when it
+/// must grow: vector::reserve(size() + more) alone gives exactly that, so a vector appended to
+/// chunk after chunk would be copied whole at every append.
+template <typename T>
+void ReserveMore(std::vector<T>& to, size_t more) {
+  const size_t need = to.size() + more;
+  if (need > to.capacity()) to.reserve(std::max(need, 2 * to.capacity()));
+}
 
 /// Where a record came from: a source partition index (into the source's partition list) and
 /// an offset within it (Kafka offset, byte position in a file, row number of the rate source).

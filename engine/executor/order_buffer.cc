@@ -63,7 +63,7 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
                          times.event_us.begin() + static_cast<ptrdiff_t>(count));
   times_.late_before.insert(times_.late_before.end(), times.late_before.begin(),
                             times.late_before.begin() + static_cast<ptrdiff_t>(count));
-  places_.reserve(places_.size() + count);
+  ReserveMore(places_, count);
   uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
   for (size_t row = 0; row < count; ++row) {
@@ -82,9 +82,19 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
 
 void OrderBuffer::ReleaseMost(int64_t watermark, const Take& take) {
   if (watermark == INT64_MIN || least_place_ >= watermark) return;
-  const size_t due = static_cast<size_t>(std::count_if(
-      places_.begin(), places_.end(), [&](const Place& p) { return p.event_us < watermark; }));
-  if (due * 2 >= places_.size()) Release(watermark, take);
+  // Counts only as far as the answer is open: called at every chunk of a batch, a count over
+  // the whole buffer would go over its rows again and again.
+  const size_t half = (places_.size() + 1) / 2;
+  size_t due = 0;
+  size_t left = places_.size();
+  for (const Place& place : places_) {
+    --left;
+    if (place.event_us < watermark && ++due >= half) {
+      Release(watermark, take);
+      return;
+    }
+    if (due + left < half) return;
+  }
 }
 
 bool OrderBuffer::HasDue(int64_t watermark) const {
