@@ -57,8 +57,9 @@ case "${1:-build}" in
     exec nice -n 10 "$0" build
     ;;
   build)
-    # One build at a time: tests/run.sh starts one in the background beside the tests, and the
-    # fixture's waits for it, then finds every layer built (podman's cache) and is done at once.
+    # One build at a time: tests/run.sh starts one in the background beside the tests and runs
+    # the fixture once it is done; a fixture started earlier (ctest alone) waits for it, then
+    # finds every layer built (podman's cache) and is done at once.
     exec 9>"$cache/build.lock"
     flock 9
     ensure_base
