@@ -95,8 +95,8 @@ std::string DistributionJson(const Evaluation& e) {
       o.String("category", e.category(i));
     } else {
       // The first bin has no lower edge, the last no upper: null.
-      if (std::isfinite(cell.lower)) {
-        o.Number("lower", cell.lower);
+      if (const double lower = e.lower(i); std::isfinite(lower)) {
+        o.Number("lower", lower);
       } else {
         o.Null("lower");
       }

@@ -267,7 +267,7 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
   w.U8(categories ? 1 : 0);
   int hint = 0;
   // A histogram's bins are contiguous: the first lower edge, then each bin's upper one.
-  if (!categories && cells > 0) w.Decimal(e.distribution[0].lower, hint);
+  if (!categories && cells > 0) w.Decimal(e.distribution_lower, hint);
   for (size_t i = 0; i < cells; ++i) {
     const DistributionCell& cell = e.distribution[i];
     if (categories) {
@@ -352,15 +352,13 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
     e.distribution.resize(static_cast<size_t>(cells));
     if (categories) e.categories.resize(static_cast<size_t>(cells));
-    double lower = !categories && cells > 0 ? r.Decimal() : 0;
+    if (!categories && cells > 0) e.distribution_lower = r.Decimal();
     for (size_t i = 0; i < e.distribution.size(); ++i) {
       DistributionCell& cell = e.distribution[i];
       if (categories) {
         e.categories[i] = std::string(r.Str());
       } else {
-        cell.lower = lower;
         cell.upper = r.Decimal();
-        lower = cell.upper;
       }
       cell.baseline = static_cast<int64_t>(r.Varint());
       cell.window = static_cast<int64_t>(r.Varint());

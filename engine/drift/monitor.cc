@@ -794,7 +794,7 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
         cell.baseline = v->ref_counts[b];
         cell.window = v->win_counts[b];
         if (v->histogram) {
-          cell.lower = s.edges.Lower(b);
+          if (b == 0) e.distribution_lower = s.edges.Lower(0);
           cell.upper = s.edges.Upper(b);
         } else if (s.cat) {
           e.categories[b] =
