@@ -64,9 +64,16 @@ Status KafkaSource::ShareGroupOf(Source& first) {
 }
 
 Status KafkaSource::StartGroup() {
-  // Count the source's partitions first: they size the internal topics the first time.
+  // Count the source's partitions first: they size the internal topics the first time. The
+  // repartition topic is among them once it exists, which another process starting at the
+  // same moment may just have made it: it is not counted, or this process would make the
+  // changelog with twice the partitions of the repartition topic.
   DRIFTD_TRY(RefreshPartitions());
-  DRIFTD_TRY(group_->Start(static_cast<int>(present_.size())));
+  int source_partitions = 0;
+  for (uint32_t index : present_) {
+    if (partitions_[index].topic != group_->repartition_topic()) ++source_partitions;
+  }
+  DRIFTD_TRY(group_->Start(source_partitions));
   return Ok();
 }
 

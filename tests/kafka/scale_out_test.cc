@@ -541,6 +541,27 @@ TEST_CASE("scale-out: processes stopped at any moment of their start, before, wh
   }
 }
 
+TEST_CASE("scale-out: a process that finds the repartition topic another process made a moment "
+          "ago, and no changelog yet, makes the changelog with as many partitions",
+          "[kafka][scale-out]") {
+  // Processes starting at once: one had made the repartition topic and not yet the changelog
+  // when another counted its input's partitions. That one counted the repartition topic's too,
+  // made the changelog with twice as many partitions, and every process stopped with exit 78
+  // ("the internal topics of a pipeline must have as many partitions as each other").
+  Admin admin;
+  const Input input = ProduceInput(admin, 8, 8'000, /*keyed=*/true);
+  Deployment run(admin, input, false, true, 2000);
+  admin.CreateTopic(kafka::RepartitionTopic(run.name), 8);  // what the other process left
+  ChildProcess process = run.Start("p0");
+  const std::string log = run.Log("p0");
+  REQUIRE(testing::WaitFor([&] { return BatchesLogged(log) > 0 || process.Exited(); },
+                           std::chrono::seconds(60)));
+  INFO(LogTail(log));
+  CHECK_FALSE(process.Exited());
+  admin.AwaitPartitions(kafka::ChangelogTopic(run.name), 8);
+  CHECK(Terminate(process) == 0);
+}
+
 TEST_CASE("scale-out: a model whose state is over a megabyte is committed through the "
           "changelog, or the query stops and says which topic to raise",
           "[kafka][scale-out][changelog]") {
