@@ -497,7 +497,8 @@ Status DriftStage::Impl::RestoreAdmit(std::string_view escaped, std::string_view
   return Ok();
 }
 
-void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order) {
+void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order,
+                                std::span<const uint32_t> model_ids) {
   const Column& models = batch.columns[model_column_];
   row_models_.assign(batch.num_rows, kNoModel);
   // The rows fed: those `order` lists (the order buffer releases a part of the rows it holds,
@@ -511,6 +512,15 @@ void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (!models.IsNull(row)) row_models_[row] = ids[row];
     }
+    return;
+  }
+  if (model_keys_ && !model_ids.empty()) {
+    // Looked up as the rows came (the order buffer keeps them).
+    for (size_t i = 0; i < count; ++i) {
+      const size_t row = row_at(i);
+      if (model_ids[row] != KeyInterner::kNull) row_models_[row] = model_ids[row];
+    }
+    SyncNames();
     return;
   }
   if (model_keys_) {
@@ -675,9 +685,11 @@ void DriftStage::Process(const RecordBatch& batch, const RowTimes& times, BatchO
   impl_->Observe(batch, times);
 }
 void DriftStage::ProcessInOrder(const RecordBatch& batch, const RowTimes& times,
-                                std::span<const uint32_t> order) {
-  if (!order.empty()) impl_->Observe(batch, times, order);
+                                std::span<const uint32_t> order,
+                                std::span<const uint32_t> model_ids) {
+  if (!order.empty()) impl_->Observe(batch, times, order, model_ids);
 }
+const std::shared_ptr<KeyInterner>& DriftStage::model_keys() const { return impl_->model_keys(); }
 bool DriftStage::HasClosableWindows(int64_t watermark_us) const {
   return impl_->HasClosableWindows(watermark_us);
 }

@@ -120,8 +120,9 @@ class DriftStage::Impl {
   Status Restore(std::string_view key, std::string_view value);
 
   // `order`: the rows to observe, in the order to observe them; empty: every row in order.
+  // `model_ids`: the rows' ids from model_keys_, when looked up already.
   void Observe(const RecordBatch& batch, const RowTimes& times,
-               std::span<const uint32_t> order = {}) {
+               std::span<const uint32_t> order = {}, std::span<const uint32_t> model_ids = {}) {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
       // Cannot fail: Init built a monitor from the same spec.
@@ -129,8 +130,10 @@ class DriftStage::Impl {
       layout_dirty_ = true;
       if (!monitor_) return;
     }
-    Feed</*kReference=*/false>(batch, &times, NowUs(), order);
+    Feed</*kReference=*/false>(batch, &times, NowUs(), order, model_ids);
   }
+
+  const std::shared_ptr<KeyInterner>& model_keys() const { return model_keys_; }
 
   bool HasClosableWindows(int64_t watermark_us) const {
     return monitor_ && monitor_->HasClosableWindows(watermark_us);
@@ -510,7 +513,8 @@ class DriftStage::Impl {
   // are let in by name within the batch, so which ones a capped model keeps does not depend on
   // the order of a batch's rows.
   static constexpr uint32_t kNoModel = UINT32_MAX;
-  void ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order = {});
+  void ModelsOf(const RecordBatch& batch, std::span<const uint32_t> order = {},
+                std::span<const uint32_t> model_ids = {});
 
   uint32_t BaseOfModel(uint32_t model) {
     if (model < monitor_base_.size() && monitor_base_[model] != UINT32_MAX) {
@@ -564,8 +568,8 @@ class DriftStage::Impl {
   // values, or (kReference) as reference values of a file baseline.
   template <bool kReference>
   void Feed(const RecordBatch& batch, const RowTimes* times, int64_t now_us,
-            std::span<const uint32_t> order = {}) {
-    ModelsOf(batch, order);
+            std::span<const uint32_t> order = {}, std::span<const uint32_t> model_ids = {}) {
+    ModelsOf(batch, order, model_ids);
     KeysOf(batch);
     if (order.empty()) {
       FeedOrdinals<kReference>(batch, batch.num_rows, [](size_t i) { return i; }, times, now_us);

@@ -150,22 +150,27 @@ void EventClock::Stamp(const RecordBatch& batch, int column_index, NameOf&& part
   times.late_before.assign(batch.num_rows, INT64_MIN);
   if (!enabled() || column_index < 0) return;
   const Column& column = batch.columns[static_cast<size_t>(column_index)];
+  uint32_t last_index = UINT32_MAX;
+  Partition* partition = nullptr;  // last_index's: rows come in runs of one partition
   for (size_t row = 0; row < batch.num_rows; ++row) {
     const uint32_t index = batch.positions[row].partition;
-    if (index >= slot_of_index_.size()) slot_of_index_.resize(index + 1, -1);
-    int64_t slot = slot_of_index_[index];
-    if (slot < 0) {
-      slot = SlotIndexFor(index, partition_name(index));
-      slot_of_index_[index] = slot;
+    if (index != last_index) {
+      if (index >= slot_of_index_.size()) slot_of_index_.resize(index + 1, -1);
+      int64_t slot = slot_of_index_[index];
+      if (slot < 0) {
+        slot = SlotIndexFor(index, partition_name(index));
+        slot_of_index_[index] = slot;
+      }
+      partition = &partitions_[static_cast<size_t>(slot)];
+      last_index = index;
     }
-    Partition& partition = partitions_[static_cast<size_t>(slot)];
     const int64_t own =
-        partition.max_us == INT64_MIN ? INT64_MIN : partition.max_us - options_.delay_us;
+        partition->max_us == INT64_MIN ? INT64_MIN : partition->max_us - options_.delay_us;
     times.late_before[row] = std::max(own, watermark_us_);
     if (column.IsNull(row)) continue;
     const int64_t t = column.i64[row];
     times.event_us[row] = t;
-    if (t > partition.max_us) partition.max_us = t;
+    if (t > partition->max_us) partition->max_us = t;
   }
 }
 

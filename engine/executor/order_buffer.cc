@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -25,6 +24,9 @@ constexpr uint8_t kFirstVersion = 1;
 constexpr std::string_view kLegacyKey = "rows";
 constexpr std::string_view kPagePrefix = "page/";
 constexpr size_t kPageBytes = 256 << 10;
+// Up to this many partitions with due rows, Release merges by scanning their heads; more, by a
+// heap.
+constexpr size_t kScannedHeads = 8;
 
 std::string PageKey(size_t page) { return fmt::format("{}{:08}", kPagePrefix, page); }
 
@@ -34,8 +36,9 @@ bool OrderBuffer::Applies(const PipelineSpec& spec) { return DriftOrdersByEventT
 
 int OrderBuffer::TimeColumn(const PipelineSpec& spec) { return DriftTimeColumn(spec); }
 
-OrderBuffer::OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key_of)
-    : schema_(std::move(schema)), key_of_(std::move(key_of)) {
+OrderBuffer::OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key_of,
+                         std::shared_ptr<KeyInterner> models)
+    : schema_(std::move(schema)), key_of_(std::move(key_of)), models_(std::move(models)) {
   rows_.Reset(schema_);
 }
 
@@ -63,6 +66,10 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
                          times.event_us.begin() + static_cast<ptrdiff_t>(count));
   times_.late_before.insert(times_.late_before.end(), times.late_before.begin(),
                             times.late_before.begin() + static_cast<ptrdiff_t>(count));
+  if (models_) {
+    const std::vector<uint32_t>& ids = models_->Ids(batch);
+    model_ids_.insert(model_ids_.end(), ids.begin(), ids.begin() + static_cast<ptrdiff_t>(count));
+  }
   ReserveMore(places_, count);
   uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
@@ -123,8 +130,9 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
   // Each partition's run by (place, offset), usually in that order already (a watermark delay
   // lets a partition's places step back); stable, so equal places keep their arrival order.
   auto before = [&](uint32_t a, uint32_t b) {
-    return std::tie(places_[a].event_us, places_[a].offset) <
-           std::tie(places_[b].event_us, places_[b].offset);
+    const Place& x = places_[a];
+    const Place& y = places_[b];
+    return x.event_us < y.event_us || (x.event_us == y.event_us && x.offset < y.offset);
   };
   // The runs merged by (place, partition by its name's rank).
   if (rank_.size() != partitions_.size()) {
@@ -141,7 +149,7 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     uint32_t partition;
     size_t next;
     bool operator>(const Head& o) const {
-      return std::tie(event_us, rank) > std::tie(o.event_us, o.rank);
+      return event_us > o.event_us || (event_us == o.event_us && rank > o.rank);
     }
   };
   std::vector<Head> heads;
@@ -153,36 +161,68 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     }
     heads.push_back({places_[run[0]].event_us, rank_[partition], partition, 0});
   }
-  std::make_heap(heads.begin(), heads.end(), std::greater<>());
-  while (!heads.empty()) {
-    std::pop_heap(heads.begin(), heads.end(), std::greater<>());
-    Head& head = heads.back();
+  // Hands out `head`'s rows before the next head's place, (bound, bound_rank); false once its
+  // run is done.
+  auto advance = [&](Head& head, int64_t bound, uint32_t bound_rank) {
     const std::vector<uint32_t>& run = runs_[head.partition];
-    // This run's rows up to the next head's place go out together.
-    const int64_t bound = heads.size() > 1 ? heads.front().event_us : INT64_MAX;
-    const uint32_t bound_rank = heads.size() > 1 ? heads.front().rank : UINT32_MAX;
     size_t next = head.next;
-    do {
+    for (;;) {
       order_.push_back(run[next++]);
-    } while (next < run.size() &&
-             std::tie(places_[run[next]].event_us, head.rank) < std::tie(bound, bound_rank));
-    if (next == run.size()) {
-      heads.pop_back();
-    } else {
-      head.next = next;
-      head.event_us = places_[run[next]].event_us;
-      std::push_heap(heads.begin(), heads.end(), std::greater<>());
+      if (next == run.size()) break;
+      const int64_t place = places_[run[next]].event_us;
+      if (place > bound || (place == bound && head.rank >= bound_rank)) break;
+    }
+    if (next == run.size()) return false;
+    head.next = next;
+    head.event_us = places_[run[next]].event_us;
+    return true;
+  };
+  if (heads.size() <= kScannedHeads) {
+    // Few partitions, the usual case: the least head and the next one by a scan. Partitions
+    // whose times interleave hand out a row or two per step, which a heap would pay twice for.
+    while (!heads.empty()) {
+      size_t least = 0;
+      size_t second = heads.size();
+      for (size_t i = 1; i < heads.size(); ++i) {
+        if (heads[least] > heads[i]) {
+          second = least;
+          least = i;
+        } else if (second == heads.size() || heads[second] > heads[i]) {
+          second = i;
+        }
+      }
+      const bool more = second == heads.size()
+                            ? advance(heads[least], INT64_MAX, UINT32_MAX)
+                            : advance(heads[least], heads[second].event_us, heads[second].rank);
+      if (!more) {
+        heads[least] = heads.back();
+        heads.pop_back();
+      }
+    }
+  } else {
+    std::make_heap(heads.begin(), heads.end(), std::greater<>());
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), std::greater<>());
+      const bool more = heads.size() > 1
+                            ? advance(heads.back(), heads.front().event_us, heads.front().rank)
+                            : advance(heads.back(), INT64_MAX, UINT32_MAX);
+      if (more) {
+        std::push_heap(heads.begin(), heads.end(), std::greater<>());
+      } else {
+        heads.pop_back();
+      }
     }
   }
   if (order_.empty()) return;
   changed_ = true;
-  take(rows_, times_, order_);
+  take(rows_, times_, order_, model_ids_);
   // What stays, in its order.
   if (order_.size() == places_.size()) {
     rows_.Reset(schema_);
     times_.event_us.clear();
     times_.late_before.clear();
     places_.clear();
+    model_ids_.clear();
     least_place_ = INT64_MAX;
     return;
   }
@@ -195,12 +235,14 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     times_.event_us[kept] = times_.event_us[i];
     times_.late_before[kept] = times_.late_before[i];
     places_[kept] = places_[i];
+    if (models_) model_ids_[kept] = model_ids_[i];
     least_place_ = std::min(least_place_, places_[i].event_us);
     ++kept;
   }
   times_.event_us.resize(kept);
   times_.late_before.resize(kept);
   places_.resize(kept);
+  if (models_) model_ids_.resize(kept);
 }
 
 Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
@@ -254,6 +296,13 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
                      rows_.num_rows - rows_before, places_.size() - first);
   }
   rows_.Renew();
+  if (models_) {
+    const Column& models = rows_.columns[static_cast<size_t>(models_->column())];
+    for (size_t row = rows_before; row < rows_.num_rows; ++row) {
+      model_ids_.push_back(models.IsNull(row) ? KeyInterner::kNull
+                                              : models_->Intern(models.String(row)));
+    }
+  }
   // The rows' partitions by index are this process's own: a restored row keeps its name only.
   return Ok();
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@
 
 #include "engine/batch.h"
 #include "engine/executor/stage.h"
+#include "engine/key_interner.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 
@@ -51,16 +53,21 @@ class OrderBuffer {
   /// The event-time column drift orders by (QuerySchema index), or -1.
   static int TimeColumn(const PipelineSpec& spec);
 
-  /// `key_of` names a row's partition (its offsets key) for the order's ties.
-  OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key_of);
+  /// `key_of` names a row's partition (its offsets key) for the order's ties. `models`, when
+  /// drift has one, is the interner of the model column: each row's id is looked up once, as
+  /// it comes (usually from the ids the aggregation looked up already), and handed out with it.
+  OrderBuffer(Schema schema, std::function<std::string(uint32_t)> key_of,
+              std::shared_ptr<KeyInterner> models = nullptr);
 
   /// Keeps the rows of `batch` (with their times) until Release.
   void Add(const RecordBatch& batch, const RowTimes& times);
 
-  /// What Release hands the due rows to: the buffer's rows and times, and the due rows'
-  /// indexes in their order. The rows are valid during the call only.
+  /// What Release hands the due rows to: the buffer's rows and times, the due rows' indexes in
+  /// their order, and every row's model id (empty without an interner). The rows are valid
+  /// during the call only.
   using Take = std::function<void(const RecordBatch& rows, const RowTimes& times,
-                                  std::span<const uint32_t> order)>;
+                                  std::span<const uint32_t> order,
+                                  std::span<const uint32_t> model_ids)>;
   /// Hands the rows whose place is before `watermark` to `take` and forgets them, in (place,
   /// partition, offset) order, where a row's place is its event time, or its partition's
   /// watermark before it when that is later (a row behind it: jitter within the partition,
@@ -94,6 +101,7 @@ class OrderBuffer {
 
   Schema schema_;
   std::function<std::string(uint32_t)> key_of_;
+  std::shared_ptr<KeyInterner> models_;
   // The partitions' names (offsets keys) rows came from; a row names its own by index, and
   // ties of event time are ordered by the names.
   std::vector<std::string> partitions_;
@@ -101,6 +109,7 @@ class OrderBuffer {
   RecordBatch rows_;
   RowTimes times_;
   std::vector<Place> places_;
+  std::vector<uint32_t> model_ids_;  // by row, with models_
   // Release's working space: each partition's due rows, the order handed out, what stays.
   std::vector<std::vector<uint32_t>> runs_;
   std::vector<uint32_t> order_;

@@ -58,11 +58,13 @@ Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, O
   }
   task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
   if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
-    task->order_ = std::make_unique<OrderBuffer>(QuerySchema(spec), options.partition_key);
     DriftStage* drift = task->stages_.drift;
+    task->order_ = std::make_unique<OrderBuffer>(QuerySchema(spec), options.partition_key,
+                                                 drift->model_keys());
     task->to_drift_ = [drift](const RecordBatch& rows, const RowTimes& times,
-                              std::span<const uint32_t> order) {
-      drift->ProcessInOrder(rows, times, order);
+                              std::span<const uint32_t> order,
+                              std::span<const uint32_t> model_ids) {
+      drift->ProcessInOrder(rows, times, order, model_ids);
     };
   }
   for (auto& stage : task->stages_.all) {

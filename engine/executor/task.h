@@ -162,8 +162,10 @@ class QueryTask {
   StageSet stages_;
   std::unique_ptr<ModelGate> gate_;
   std::unique_ptr<OrderBuffer> order_;
-  // Drift's released values to drift.
-  std::function<void(const RecordBatch&, const RowTimes&, std::span<const uint32_t>)> to_drift_;
+  // Drift's released values to drift (an OrderBuffer::Take).
+  std::function<void(const RecordBatch&, const RowTimes&, std::span<const uint32_t>,
+                     std::span<const uint32_t>)>
+      to_drift_;
   // Rows for drift into the order buffer, and out of it to drift those before `watermark`.
   void Order(const RecordBatch& rows, const RowTimes& times,
              std::optional<int64_t> watermark);

@@ -127,47 +127,52 @@ int64_t Projection::Apply(RecordBatch& batch) {
 
 namespace {
 
+// Compacts the kept rows of a column of variable-width values (`offsets` into `data`) in place,
+// a run of consecutive kept rows at a time: rows are kept in runs (the rows of a partition, of a
+// model) far more often than one by one. Returns the rows kept.
+template <typename Data>
+size_t KeepRuns(std::vector<uint8_t>& valid, std::vector<uint32_t>& offsets, Data& data,
+                const std::vector<uint8_t>& keep) {
+  const size_t rows = keep.size();
+  size_t out = 0;
+  uint32_t write = 0;
+  size_t row = 0;
+  while (row < rows) {
+    if (!keep[row]) {
+      ++row;
+      continue;
+    }
+    const size_t first = row;
+    while (row < rows && keep[row]) ++row;
+    // Rows [first, row) move to `out`, their values to `write`.
+    const uint32_t begin = offsets[first];
+    const uint32_t size = offsets[row] - begin;
+    if (write != begin) {
+      std::memmove(data.data() + write, data.data() + begin, size * sizeof(data[0]));
+    }
+    for (size_t r = first; r < row; ++r, ++out) {
+      valid[out] = valid[r];
+      offsets[out] = offsets[r] - begin + write;
+    }
+    write += size;
+  }
+  offsets[out] = write;
+  offsets.resize(out + 1);
+  data.resize(write);
+  return out;
+}
+
 // Compacts in place: a kept row only ever moves towards the front.
 void KeepColumnRows(Column& column, const std::vector<uint8_t>& keep) {
   const size_t rows = keep.size();
   size_t out = 0;
   switch (column.type) {
-    case FieldType::kString: {
-      uint32_t write = 0;
-      for (size_t row = 0; row < rows; ++row) {
-        if (!keep[row]) continue;
-        const uint32_t begin = column.str_offsets[row];
-        const uint32_t size = column.str_offsets[row + 1] - begin;
-        if (write != begin) std::memmove(column.str_data.data() + write, column.str_data.data() + begin, size);
-        column.valid[out] = column.valid[row];
-        column.str_offsets[out] = write;
-        write += size;
-        ++out;
-      }
-      column.str_offsets[out] = write;
-      column.str_offsets.resize(out + 1);
-      column.str_data.resize(write);
+    case FieldType::kString:
+      out = KeepRuns(column.valid, column.str_offsets, column.str_data, keep);
       break;
-    }
-    case FieldType::kDoubleArray: {
-      uint32_t write = 0;
-      for (size_t row = 0; row < rows; ++row) {
-        if (!keep[row]) continue;
-        const uint32_t begin = column.arr_offsets[row];
-        const uint32_t size = column.arr_offsets[row + 1] - begin;
-        if (write != begin) {
-          std::memmove(column.f64.data() + write, column.f64.data() + begin, size * sizeof(double));
-        }
-        column.valid[out] = column.valid[row];
-        column.arr_offsets[out] = write;
-        write += size;
-        ++out;
-      }
-      column.arr_offsets[out] = write;
-      column.arr_offsets.resize(out + 1);
-      column.f64.resize(write);
+    case FieldType::kDoubleArray:
+      out = KeepRuns(column.valid, column.arr_offsets, column.f64, keep);
       break;
-    }
     case FieldType::kStringArray:
     case FieldType::kDoubleMap:
     case FieldType::kStringMap: {

@@ -1,11 +1,14 @@
 // Column::AppendRows: a range of rows copied in one piece is the same as the rows appended one
 // by one, for every column type, with nulls, empty collections and ranges that start mid-column.
+// KeepRows: the rows it keeps in place are those a copy of the kept rows would hold.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/expr/projection.h"
 #include "engine/json_decoder.h"
 
 namespace driftd {
@@ -38,7 +41,7 @@ RecordBatch Decode(size_t rows, std::mt19937_64& random) {
     const std::string n = std::to_string(i);
     field("name", "\"name-" + n + "\"");
     field("score", n + ".5");
-    field("total", n + "00");
+    field("total", std::to_string(i * 100));
     field("count", n);
     field("flag", i % 2 ? "true" : "false");
     field("ts", "\"2026-12-05T10:00:0" + std::to_string(i % 10) + "Z\"");
@@ -114,6 +117,43 @@ TEST_CASE("a range of rows appended in one piece equals the rows appended one by
       CHECK(a.entry_valid == b.entry_valid);
       CHECK(a.str_data == b.str_data);
       CHECK(a.key_data == b.key_data);
+    }
+  }
+}
+
+TEST_CASE("rows kept in place, in runs or one by one, are the rows a copy of them holds",
+          "[engine][batch]") {
+  std::mt19937_64 random(9);
+  for (int trial = 0; trial < 30; ++trial) {
+    RecordBatch batch = Decode(150, random);
+    // Runs of kept and dropped rows of random lengths, from single rows to long runs.
+    std::vector<uint8_t> keep;
+    const size_t longest = trial % 3 == 0 ? 1 : 40;
+    while (keep.size() < batch.num_rows) {
+      const size_t run = std::uniform_int_distribution<size_t>(1, longest)(random);
+      const uint8_t kept = std::uniform_int_distribution<int>(0, 1)(random);
+      for (size_t i = 0; i < run && keep.size() < batch.num_rows; ++i) keep.push_back(kept);
+    }
+    RecordBatch copied;
+    copied.Reset(EveryType());
+    for (size_t c = 0; c < batch.columns.size(); ++c) {
+      for (size_t row = 0; row < batch.num_rows; ++row) {
+        if (keep[row]) copied.columns[c].AppendRow(batch.columns[c], row);
+      }
+    }
+    const size_t rows = static_cast<size_t>(std::count(keep.begin(), keep.end(), 1));
+    KeepRows(batch, keep);
+    REQUIRE(batch.num_rows == rows);
+    for (size_t c = 0; c < batch.columns.size(); ++c) {
+      INFO("column " << EveryType().fields[c].name);
+      const Column& a = batch.columns[c];
+      const Column& b = copied.columns[c];
+      CHECK(a.valid == b.valid);
+      CHECK(Rendered(a, rows) == Rendered(b, rows));
+      CHECK(a.str_offsets == b.str_offsets);
+      CHECK(a.arr_offsets == b.arr_offsets);
+      CHECK(a.str_data == b.str_data);
+      CHECK(a.f64.size() == b.f64.size());
     }
   }
 }

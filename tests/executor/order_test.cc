@@ -196,7 +196,7 @@ OrderBuffer NewBuffer() {
 std::vector<std::pair<double, bool>> Released(OrderBuffer& buffer) {
   std::vector<std::pair<double, bool>> values;
   buffer.Release(INT64_MAX, [&](const RecordBatch& rows, const RowTimes&,
-                                std::span<const uint32_t> order) {
+                                std::span<const uint32_t> order, std::span<const uint32_t>) {
     for (uint32_t row : order) {
       values.emplace_back(rows.columns[2].f64[row], rows.positions[row].malformed);
     }
@@ -224,6 +224,19 @@ TEST_CASE("drift's waiting values are kept in pages of bounded size, restored in
   REQUIRE(restored.size() == 3000);
   const auto expected = Released(buffer);
   CHECK(Released(restored) == expected);
+  // With the model column's interner, each restored row comes out with its own model's id.
+  auto models = std::make_shared<KeyInterner>(0);
+  OrderBuffer with_ids(
+      OrderSchema(), [](uint32_t index) { return fmt::format("p-{}", index); }, models);
+  for (const auto& [key, value] : changes.puts) REQUIRE(with_ids.Restore(key, value));
+  size_t named = 0;
+  with_ids.Release(INT64_MAX, [&](const RecordBatch& rows, const RowTimes&,
+                                  std::span<const uint32_t> order,
+                                  std::span<const uint32_t> ids) {
+    for (uint32_t row : order) named += models->Name(ids[row]) == rows.columns[0].String(row);
+  });
+  CHECK(named == 3000);
+  CHECK(models->size() >= 2);
   // Released rows leave their pages: an empty buffer deletes every page it had.
   StateChanges emptied;
   restored.Persist(emptied);
@@ -276,14 +289,19 @@ TEST_CASE("drift's waiting values are kept in pages of bounded size, restored in
 TEST_CASE("the order buffer hands rows out in (place, partition name, offset) order, rows "
           "without a time first, however they were added and released",
           "[executor][drift][order]") {
-  // Five partitions whose indexes do not follow their names, times with ties across partitions
-  // and, through a watermark delay, places that step back within a partition; some rows without
-  // a time. Added in random slices, released in waves of rising watermarks; what comes out must
-  // be, wave by wave, a plain sort of the rows due.
-  const std::vector<std::string> names = {"p-3", "p-10", "p-1", "p-22", "p-2"};
+  // Five partitions (or twelve, past the merge's scan of heads) whose indexes do not follow
+  // their names, times with ties across partitions and, through a watermark delay, places that
+  // step back within a partition; some rows without a time. Added in random slices, released in
+  // waves of rising watermarks; what comes out must be, wave by wave, a plain sort of the rows
+  // due, each with the id of its own model.
+  const std::vector<std::string> all_names = {"p-3", "p-10", "p-1", "p-22", "p-2",  "p-7",
+                                              "p-0", "p-11", "p-5", "p-30", "p-12", "p-4"};
   std::mt19937_64 random(11);
   for (int trial = 0; trial < 20; ++trial) {
-    OrderBuffer buffer(OrderSchema(), [&](uint32_t index) { return names[index]; });
+    const std::vector<std::string> names(all_names.begin(),
+                                         all_names.begin() + (trial % 3 == 2 ? 12 : 5));
+    auto models = trial % 2 == 0 ? std::make_shared<KeyInterner>(0) : nullptr;
+    OrderBuffer buffer(OrderSchema(), [&](uint32_t index) { return names[index]; }, models);
     struct Row {
       int64_t place;
       std::string partition;
@@ -310,7 +328,7 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
         const bool timed = std::uniform_int_distribution<int>(0, 19)(random) != 0;
         const int64_t t = slice * 40 + std::uniform_int_distribution<int64_t>(0, 9)(random) * 10;
         batch.columns[0].valid.push_back(1);
-        batch.columns[0].str_data += "m";
+        batch.columns[0].str_data += fmt::format("m-{}", rows.size() % 3);
         batch.columns[0].str_offsets.push_back(
             static_cast<uint32_t>(batch.columns[0].str_data.size()));
         batch.columns[1].valid.push_back(timed ? 1 : 0);
@@ -351,10 +369,17 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
         expected.push_back(row->x);
         released.insert(row->arrival);
       }
+      size_t misnamed = 0;
       buffer.Release(watermark, [&](const RecordBatch& kept, const RowTimes&,
-                                    std::span<const uint32_t> order) {
-        for (uint32_t row : order) got.push_back(kept.columns[2].f64[row]);
+                                    std::span<const uint32_t> order,
+                                    std::span<const uint32_t> model_ids) {
+        REQUIRE(model_ids.size() == (models ? kept.num_rows : 0));
+        for (uint32_t row : order) {
+          got.push_back(kept.columns[2].f64[row]);
+          if (models && models->Name(model_ids[row]) != kept.columns[0].String(row)) ++misnamed;
+        }
       });
+      CHECK(misnamed == 0);
       REQUIRE(got == expected);
       REQUIRE(buffer.size() == rows.size() - released.size());
     }
