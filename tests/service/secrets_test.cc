@@ -101,6 +101,7 @@ source:
     kafka.bootstrap.servers: 127.0.0.1:)" +
          std::to_string(broker_port) + R"(
     subscribe: inference-logs
+    kafkaConsumer.pollTimeoutMs: 2000
     kafka.security.protocol: SASL_PLAINTEXT
     kafka.sasl.mechanism: PLAIN
     kafka.sasl.username: driftd
