@@ -2,18 +2,21 @@
 // and 3 scaled-out processes (scaleOut.enabled, one consumer group), in one run.
 //
 //   bench_scale_out [--records N] [--partitions P] [--models M] [--processes 1,2,3]
-//                   [--driftd BINARY]
+//                   [--idle SECONDS] [--trigger INTERVAL] [--driftd BINARY]
 //
 // Produces N generated inference-log records (models spread over every partition, one drift)
 // and a last record per partition far ahead in event time, so that every window closes. Each
 // configuration gets its own pipeline name (group, internal topics, output topics), and runs
-// `driftd run` with trigger processingTime 100 ms: per-model count and means of 10 s event-time
+// `driftd run` with trigger processingTime 100 ms (--trigger: another interval): per-model count and means of 10 s event-time
 // windows (append) and drift (mean_shift, psi) -> two Kafka sinks. The clock runs from the
 // first process's start until a read_committed reader of the stats topic has seen every input
 // row counted in a window; then the processes get SIGTERM and their CPU time (user + system,
 // from wait4) is added up. Prints records per wall-clock second and CPU-microseconds per record
 // of each configuration, and the ratio of each scaled-out configuration's CPU per record to the
-// default mode's (the cost of the repartition topic and the changelog). Needs the test broker
+// default mode's (the cost of the repartition topic and the changelog). With --idle, the
+// processes are left running that many seconds after the output is complete, and the CPU they
+// spend with nothing to read is printed per process: each one's fixed cost (its triggers every
+// 100 ms, the consumers' fetches and the group's heartbeats). Needs the test broker
 // (tests/kafka/broker.sh start; DRIFTD_KAFKA_BOOTSTRAP, default 127.0.0.1:19092).
 #include <signal.h>
 #include <sys/resource.h>
@@ -26,7 +29,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -45,6 +50,10 @@ struct Settings {
   int partitions = 12;
   int models = 16;
   std::vector<int> processes = {1, 2, 3};
+  // Seconds the processes stay up, idle, after the output is complete (0: none).
+  int idle_seconds = 0;
+  // The pipeline's trigger interval.
+  std::string trigger = "100ms";
   // The daemon to run (another build's, or a wrapper that profiles it).
   std::string driftd = DRIFTD_BINARY;
 };
@@ -178,7 +187,7 @@ sinks:
      options: {kafka.bootstrap.servers: "${KAFKA_BROKERS}", topic: "${STATS_TOPIC}"}}
   - {name: alerts, format: kafka, stream: alerts,
      options: {kafka.bootstrap.servers: "${KAFKA_BROKERS}", topic: "${ALERTS_TOPIC}"}}
-trigger: {processingTime: 100ms}
+trigger: {processingTime: "${TRIGGER}"}
 checkpointLocation: ${CHECKPOINT}
 scaleOut:
   enabled: ${SCALE_OUT}
@@ -188,7 +197,28 @@ scaleOut:
 struct Result {
   double seconds = 0;
   double cpu_seconds = 0;
+  // CPU milliseconds per wall-clock second of each process while idle (--idle), or -1.
+  double idle_ms_per_s = -1;
 };
+
+// CPU seconds (user + system) a running process has used, from /proc/PID/stat.
+double CpuSecondsOf(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The fields after the command's name, which ends at the last ')': state is field 3, utime
+  // and stime fields 14 and 15.
+  const size_t end = stat.rfind(')');
+  if (end == std::string::npos) Die(fmt::format("cannot read /proc/{}/stat", pid));
+  std::istringstream fields(stat.substr(end + 2));
+  std::string field;
+  long long utime = 0;
+  long long stime = 0;
+  for (int index = 3; fields >> field && index <= 15; ++index) {
+    if (index == 14) utime = std::atoll(field.c_str());
+    if (index == 15) stime = std::atoll(field.c_str());
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 // Rows of real models counted in the stats windows a read_committed reader sees so far.
 class StatsReader {
@@ -254,6 +284,7 @@ Result Run(rd_kafka_t* admin, const fs::path& dir, const std::string& input, con
       setenv("ALERTS_TOPIC", alerts.c_str(), 1);
       setenv("CHECKPOINT", (dir / name).c_str(), 1);
       setenv("SCALE_OUT", scale_out ? "true" : "false", 1);
+      setenv("TRIGGER", settings.trigger.c_str(), 1);
       setenv("INSTANCE", fmt::format("p{}", i).c_str(), 1);
       const std::string log = (dir / fmt::format("{}-p{}.log", name, i)).string();
       freopen(log.c_str(), "w", stdout);
@@ -270,6 +301,25 @@ Result Run(rd_kafka_t* admin, const fs::path& dir, const std::string& input, con
   }
   Result result;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // CPU spent after the output was complete, while idle (--idle): not the records'.
+  double idle_cpu = 0;
+  if (settings.idle_seconds > 0) {
+    auto total = [&] {
+      double cpu = 0;
+      for (pid_t pid : pids) cpu += CpuSecondsOf(pid);
+      return cpu;
+    };
+    const double complete = total();
+    // The last batches' commits settle first.
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    const double before = total();
+    const auto idle_start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(settings.idle_seconds));
+    const double wall = std::chrono::duration<double>(Clock::now() - idle_start).count();
+    const double after = total();
+    result.idle_ms_per_s = (after - before) * 1000 / wall / static_cast<double>(processes);
+    idle_cpu = after - complete;
+  }
   for (pid_t pid : pids) kill(pid, SIGTERM);
   for (pid_t pid : pids) {
     int status = 0;
@@ -278,6 +328,7 @@ Result Run(rd_kafka_t* admin, const fs::path& dir, const std::string& input, con
     result.cpu_seconds += static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                           static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   }
+  result.cpu_seconds -= idle_cpu;
   return result;
 }
 
@@ -302,6 +353,10 @@ int main(int argc, char** argv) {
         settings.processes.push_back(std::atoi(value.substr(at, comma - at).c_str()));
         at = comma + 1;
       }
+    } else if (flag == "--trigger") {
+      settings.trigger = value;
+    } else if (flag == "--idle") {
+      settings.idle_seconds = std::atoi(value.c_str());
     } else if (flag == "--driftd") {
       settings.driftd = value;
     } else {
@@ -323,6 +378,11 @@ int main(int argc, char** argv) {
     std::printf("%-24s %9.2f %14.0f %18.2f\n", what.c_str(), result.seconds,
                 static_cast<double>(settings.records) / result.seconds,
                 result.cpu_seconds * 1e6 / static_cast<double>(settings.records));
+    if (result.idle_ms_per_s >= 0) {
+      std::printf("  idle for %d s after the input, trigger every %s: %.1f ms of CPU per second "
+                  "per process\n",
+                  settings.idle_seconds, settings.trigger.c_str(), result.idle_ms_per_s);
+    }
   };
   print("default mode, 1 process", solo);
   for (int processes : settings.processes) {
