@@ -36,16 +36,25 @@ inline bool ToDecimal(double v, int& hint, int64_t& m, int& k) {
     k = digits;
     return true;
   };
+  // Below kOneTry, whether any number of digits fits is whether the most does: if v is the
+  // double nearest m / 10^k, v * 10^14 is within 0.2 of the integer m * 10^(14 - k) (which is
+  // below 2^50 there), so it rounds to it and back to v. A value of many digits (most of a
+  // model's scores and features) is then told apart in one try instead of fifteen.
+  constexpr double kOneTry = 1125899906842624.0 / 1e14;  // 2^50 / 10^14, about 11.26
   if (!fits(hint)) {
     bool found = false;
-    for (int digits = 0; digits < kDecimalRaw && !found; ++digits) found = fits(digits);
+    if (std::fabs(v) < kOneTry) {
+      found = fits(kDecimalRaw - 1);
+    } else {
+      for (int digits = 0; digits < kDecimalRaw && !found; ++digits) found = fits(digits);
+    }
     if (!found) return false;
-    hint = k;
   }
   while (k > 0 && m % 10 == 0) {
     m /= 10;
     --k;
   }
+  hint = k;
   return true;
 }
 

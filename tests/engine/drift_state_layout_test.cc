@@ -221,6 +221,72 @@ TEST_CASE("warmup values are kept exactly in a compact decimal form", "[drift][s
   CHECK(a.substr(a.size() - b.size()) == b);
 }
 
+TEST_CASE("the compact decimal form tried once for a value of many digits is the one every "
+          "number of digits tried gives",
+          "[drift][state]") {
+  // The plain search: the fewest digits whose m / 10^k is exactly the value.
+  auto scanned = [](double v, int64_t& m, int& k) {
+    constexpr double kLimit = 4503599627370496.0;  // 2^52
+    for (int digits = 0; digits < drift::kDecimalRaw; ++digits) {
+      const double scaled = v * drift::kPow10[digits];
+      if (!(std::fabs(scaled) < kLimit)) continue;
+      const double r = std::nearbyint(scaled);
+      if (r == 0 && std::signbit(v)) continue;  // -0.0 is no m / 10^k
+      if (std::bit_cast<uint64_t>(r / drift::kPow10[digits]) == std::bit_cast<uint64_t>(v)) {
+        m = static_cast<int64_t>(r);
+        k = digits;
+        return true;
+      }
+    }
+    return false;
+  };
+  std::mt19937_64 random(41);
+  std::vector<double> values;
+  for (int i = 0; i < 200'000; ++i) {
+    // Short decimals of every scale up to the limit of the one try and past it, values of
+    // full precision, and values on either side of the limit.
+    const int digits = static_cast<int>(random() % 15);
+    const int64_t m = static_cast<int64_t>(random() % 4'000'000'000'000'000ull) >> (random() % 60);
+    const double sign = random() % 2 ? -1.0 : 1.0;
+    values.push_back(sign * static_cast<double>(m) / drift::kPow10[digits]);
+    values.push_back(sign * std::ldexp(static_cast<double>(random() >> 11), -53) *
+                     static_cast<double>(1 + random() % 64));
+    values.push_back(std::nextafter(11.258999068426240, sign * 100.0) * (1 + 1e-16 * (i % 7)));
+  }
+  for (double v : {0.0, -0.0, 1e-300, 11.25899906842624, 11.258999068426241, 45.03599627370496,
+                   0.1 + 0.2, 1.0 / 3.0, 123456.75, 9.99999999999999, 4503599627370495.0}) {
+    values.push_back(v);
+  }
+  size_t compact = 0;
+  size_t raw = 0;
+  for (int hint_start : {0, 3, 14}) {
+    int hint = hint_start;
+    for (double v : values) {
+      int64_t m = 0, want_m = 0;
+      int k = 0, want_k = 0;
+      const bool got = drift::ToDecimal(v, hint, m, k);
+      const bool want = scanned(v, want_m, want_k);
+      INFO(v);
+      REQUIRE(got == want);
+      if (want) {
+        // The scan's digits, less trailing zeros.
+        while (want_k > 0 && want_m % 10 == 0) {
+          want_m /= 10;
+          --want_k;
+        }
+        REQUIRE(m == want_m);
+        REQUIRE(k == want_k);
+        ++compact;
+      } else {
+        ++raw;
+      }
+    }
+  }
+  // Both kinds were tried, many of each.
+  CHECK(compact > 3 * 50'000);
+  CHECK(raw > 3 * 50'000);
+}
+
 TEST_CASE("state restored from its keys in any order continues as if never stopped",
           "[drift][monitor][state]") {
   // Stops mid-segment in the warmup, after the edges are fixed, and with a frozen baseline in
