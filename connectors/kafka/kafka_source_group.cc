@@ -65,9 +65,8 @@ Status KafkaSource::ShareGroupOf(Source& first) {
 
 Status KafkaSource::StartGroup() {
   // Count the source's partitions first: they size the internal topics the first time. The
-  // repartition topic is among them once it exists, which another process starting at the
-  // same moment may just have made it: it is not counted, or this process would make the
-  // changelog with twice the partitions of the repartition topic.
+  // repartition topic is not counted: another process starting at the same moment may just
+  // have made it, and counting it would make the changelog twice its size.
   DRIFTD_TRY(RefreshPartitions());
   int source_partitions = 0;
   for (uint32_t index : present_) {

@@ -502,7 +502,7 @@ void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32
   const Column& models = batch.columns[model_column_];
   row_models_.assign(batch.num_rows, kNoModel);
   // The rows fed: those `order` lists (the order buffer releases a part of the rows it holds,
-  // which are looked up once, when released), or all.
+  // and only those are looked up), or all.
   const size_t count = order.empty() ? batch.num_rows : order.size();
   auto row_at = [&](size_t i) -> size_t { return order.empty() ? i : order[i]; };
   if (model_keys_ && order.empty()) {
@@ -514,19 +514,11 @@ void DriftStage::Impl::ModelsOf(const RecordBatch& batch, std::span<const uint32
     }
     return;
   }
-  if (model_keys_ && !model_ids.empty()) {
-    // Looked up as the rows came (the order buffer keeps them).
+  if (model_keys_) {
+    // The order buffer's rows: their ids were looked up as they came (it shares model_keys_).
     for (size_t i = 0; i < count; ++i) {
       const size_t row = row_at(i);
       if (model_ids[row] != KeyInterner::kNull) row_models_[row] = model_ids[row];
-    }
-    SyncNames();
-    return;
-  }
-  if (model_keys_) {
-    for (size_t i = 0; i < count; ++i) {
-      const size_t row = row_at(i);
-      if (!models.IsNull(row)) row_models_[row] = model_keys_->Intern(models.String(row));
     }
     SyncNames();
     return;

@@ -46,10 +46,10 @@ class DriftStage final : public Stage {
   Status FinishRestore() override;
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) override;
   /// As Process, for the rows `order` lists, in its order (the order buffer's release:
-  /// engine/executor/order_buffer.h). `model_ids`, when not empty, holds each row's id from
-  /// model_keys(), looked up already.
+  /// engine/executor/order_buffer.h). `model_ids`: each row's id in model_keys(), looked up
+  /// already (empty when model_keys() is null).
   void ProcessInOrder(const RecordBatch& batch, const RowTimes& times,
-                      std::span<const uint32_t> order, std::span<const uint32_t> model_ids = {});
+                      std::span<const uint32_t> order, std::span<const uint32_t> model_ids);
   /// The interner drift looks its models up in (the `keys` given to Create, when drift uses
   /// it), or null.
   const std::shared_ptr<KeyInterner>& model_keys() const;

@@ -120,7 +120,8 @@ class DriftStage::Impl {
   Status Restore(std::string_view key, std::string_view value);
 
   // `order`: the rows to observe, in the order to observe them; empty: every row in order.
-  // `model_ids`: the rows' ids from model_keys_, when looked up already.
+  // `model_ids`, with `order`: the rows' ids in model_keys_ (when drift has it), looked up
+  // already.
   void Observe(const RecordBatch& batch, const RowTimes& times,
                std::span<const uint32_t> order = {}, std::span<const uint32_t> model_ids = {}) {
     if (batch.num_rows == 0) return;
