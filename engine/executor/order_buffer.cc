@@ -24,9 +24,6 @@ constexpr uint8_t kFirstVersion = 1;
 constexpr std::string_view kLegacyKey = "rows";
 constexpr std::string_view kPagePrefix = "page/";
 constexpr size_t kPageBytes = 256 << 10;
-// Up to this many partitions with due rows, Release merges by scanning their heads; more, by a
-// heap.
-constexpr size_t kScannedHeads = 8;
 
 std::string PageKey(size_t page) { return fmt::format("{}{:08}", kPagePrefix, page); }
 
@@ -48,7 +45,48 @@ uint32_t OrderBuffer::PartitionId(std::string_view name) {
   const uint32_t id = static_cast<uint32_t>(partitions_.size());
   partitions_.emplace_back(name);
   partition_ids_.emplace(std::string(name), id);
+  pending_.emplace_back();
   return id;
+}
+
+void OrderBuffer::Enqueue(uint32_t index) {
+  const Place& place = places_[index];
+  if (place.event_us == INT64_MIN) {
+    untimed_.push_back(index);
+  } else {
+    pending_[place.partition].Push(index, place.event_us, place.offset);
+  }
+}
+
+void OrderBuffer::Sort(Pending& pending) {
+  std::vector<uint32_t>& rows = pending.rows;
+  std::stable_sort(rows.begin(), rows.end(), [&](uint32_t a, uint32_t b) {
+    const Place& x = places_[a];
+    const Place& y = places_[b];
+    return x.event_us < y.event_us || (x.event_us == y.event_us && x.offset < y.offset);
+  });
+  for (size_t i = 0; i < rows.size(); ++i) pending.places[i] = places_[rows[i]].event_us;
+  if (!rows.empty()) pending.last_offset = places_[rows.back()].offset;
+  pending.sorted = true;
+}
+
+size_t OrderBuffer::DueCount(const Pending& pending, int64_t watermark) {
+  if (watermark == INT64_MIN) return 0;
+  return static_cast<size_t>(std::partition_point(pending.places.begin(), pending.places.end(),
+                                                  [&](int64_t place) { return place < watermark; }) -
+                             pending.places.begin());
+}
+
+int64_t OrderBuffer::LeastPlace() const {
+  if (!untimed_.empty()) return INT64_MIN;
+  int64_t least = INT64_MAX;
+  for (const Pending& pending : pending_) {
+    if (pending.places.empty()) continue;
+    least = std::min(least, pending.sorted
+                                ? pending.places.front()
+                                : *std::min_element(pending.places.begin(), pending.places.end()));
+  }
+  return least;
 }
 
 void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
@@ -70,38 +108,41 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
     const std::vector<uint32_t>& ids = models_->Ids(batch);
     model_ids_.insert(model_ids_.end(), ids.begin(), ids.begin() + static_cast<ptrdiff_t>(count));
   }
+  const size_t first = places_.size();
   ReserveMore(places_, count);
+  places_.resize(first + count);
   uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
+  Pending* pending = nullptr;  // last_key's
   for (size_t row = 0; row < count; ++row) {
     const RecordPosition& position = batch.positions[row];
     if (position.partition != last_index) {
       last_index = position.partition;
       last_key = PartitionId(key_of_(position.partition));
+      pending = &pending_[last_key];
     }
     // A row behind its own partition's watermark (jitter within the partition) takes its place
     // at that watermark: the partition's order decides it, not the batching.
-    places_.push_back({std::max(times.event_us[row], times.late_before[row]), last_key,
-                       position.offset, arrivals_++});
-    least_place_ = std::min(least_place_, places_.back().event_us);
+    const int64_t place = std::max(times.event_us[row], times.late_before[row]);
+    const auto index = static_cast<uint32_t>(first + row);
+    places_[index] = {place, last_key, position.offset, arrivals_++};
+    least_place_ = std::min(least_place_, place);
+    if (place == INT64_MIN) {
+      untimed_.push_back(index);
+    } else {
+      pending->Push(index, place, position.offset);
+    }
   }
 }
 
 void OrderBuffer::ReleaseMost(int64_t watermark, const Take& take) {
   if (watermark == INT64_MIN || least_place_ >= watermark) return;
-  // Counts only as far as the answer is open: called at every chunk of a batch, a count over
-  // the whole buffer would go over its rows again and again.
-  const size_t half = (places_.size() + 1) / 2;
-  size_t due = 0;
-  size_t left = places_.size();
-  for (const Place& place : places_) {
-    --left;
-    if (place.event_us < watermark && ++due >= half) {
-      Release(watermark, take);
-      return;
-    }
-    if (due + left < half) return;
+  size_t due = untimed_.size();
+  for (Pending& pending : pending_) {
+    if (!pending.sorted) Sort(pending);
+    due += DueCount(pending, watermark);
   }
+  if (due >= (places_.size() + 1) / 2) Release(watermark, take);
 }
 
 bool OrderBuffer::HasDue(int64_t watermark) const {
@@ -110,31 +151,10 @@ bool OrderBuffer::HasDue(int64_t watermark) const {
 }
 
 void OrderBuffer::Release(int64_t watermark, const Take& take) {
-  // Rows without a time first, as they came (the buffer keeps rows in arrival order); the
-  // others by partition, each partition's in the order they came.
-  order_.clear();
-  runs_.resize(partitions_.size());
-  for (std::vector<uint32_t>& run : runs_) run.clear();
-  keep_.assign(places_.size(), 1);
-  for (size_t i = 0; i < places_.size(); ++i) {
-    const Place& place = places_[i];
-    if (place.event_us == INT64_MIN) {
-      order_.push_back(static_cast<uint32_t>(i));
-    } else if (watermark != INT64_MIN && place.event_us < watermark) {
-      runs_[place.partition].push_back(static_cast<uint32_t>(i));
-    } else {
-      continue;
-    }
-    keep_[i] = 0;
-  }
-  // Each partition's run by (place, offset), usually in that order already (a watermark delay
-  // lets a partition's places step back); stable, so equal places keep their arrival order.
-  auto before = [&](uint32_t a, uint32_t b) {
-    const Place& x = places_[a];
-    const Place& y = places_[b];
-    return x.event_us < y.event_us || (x.event_us == y.event_us && x.offset < y.offset);
-  };
-  // The runs merged by (place, partition by its name's rank).
+  // Rows without a time first, as they came.
+  order_.assign(untimed_.begin(), untimed_.end());
+  untimed_.clear();
+  // Ties of place go by partition name: each partition's rank.
   if (rank_.size() != partitions_.size()) {
     std::vector<uint32_t> by_name(partitions_.size());
     std::iota(by_name.begin(), by_name.end(), 0u);
@@ -143,80 +163,60 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     rank_.resize(partitions_.size());
     for (uint32_t r = 0; r < by_name.size(); ++r) rank_[by_name[r]] = r;
   }
-  struct Head {
-    int64_t event_us;
-    uint32_t rank;
-    uint32_t partition;
-    size_t next;
-    bool operator>(const Head& o) const {
-      return event_us > o.event_us || (event_us == o.event_us && rank > o.rank);
+  // Each partition's due rows (the head of its sorted list) as a run of entries, the runs one
+  // after another.
+  merged_.clear();
+  run_ends_.clear();
+  for (uint32_t partition = 0; partition < pending_.size(); ++partition) {
+    Pending& pending = pending_[partition];
+    if (pending.rows.empty()) continue;
+    if (!pending.sorted) Sort(pending);
+    const size_t count = DueCount(pending, watermark);
+    if (count == 0) continue;
+    for (size_t i = 0; i < count; ++i) {
+      merged_.push_back({pending.places[i], rank_[partition], pending.rows[i]});
     }
-  };
-  std::vector<Head> heads;
-  for (uint32_t partition = 0; partition < runs_.size(); ++partition) {
-    std::vector<uint32_t>& run = runs_[partition];
-    if (run.empty()) continue;
-    if (!std::is_sorted(run.begin(), run.end(), before)) {
-      std::stable_sort(run.begin(), run.end(), before);
-    }
-    heads.push_back({places_[run[0]].event_us, rank_[partition], partition, 0});
+    run_ends_.push_back(merged_.size());
   }
-  // Hands out `head`'s rows before the next head's place, (bound, bound_rank); false once its
-  // run is done.
-  auto advance = [&](Head& head, int64_t bound, uint32_t bound_rank) {
-    const std::vector<uint32_t>& run = runs_[head.partition];
-    size_t next = head.next;
-    for (;;) {
-      order_.push_back(run[next++]);
-      if (next == run.size()) break;
-      const int64_t place = places_[run[next]].event_us;
-      if (place > bound || (place == bound && head.rank >= bound_rank)) break;
-    }
-    if (next == run.size()) return false;
-    head.next = next;
-    head.event_us = places_[run[next]].event_us;
-    return true;
+  // Runs merged two by two until one is left: each row is moved log2(runs) times, with one
+  // comparison each, where picking the least of all the runs' heads would compare them all for
+  // each row (partitions whose times interleave give one row per head). Stable, so a
+  // partition's rows keep their order among equal places.
+  auto before = [](const Entry& a, const Entry& b) {
+    return a.place < b.place || (a.place == b.place && a.rank < b.rank);
   };
-  if (heads.size() <= kScannedHeads) {
-    // Few partitions, the usual case: the least head and the next one by a scan. Partitions
-    // whose times interleave hand out a row or two per step, which a heap would pay twice for.
-    while (!heads.empty()) {
-      size_t least = 0;
-      size_t second = heads.size();
-      for (size_t i = 1; i < heads.size(); ++i) {
-        if (heads[least] > heads[i]) {
-          second = least;
-          least = i;
-        } else if (second == heads.size() || heads[second] > heads[i]) {
-          second = i;
-        }
-      }
-      const bool more = second == heads.size()
-                            ? advance(heads[least], INT64_MAX, UINT32_MAX)
-                            : advance(heads[least], heads[second].event_us, heads[second].rank);
-      if (!more) {
-        heads[least] = heads.back();
-        heads.pop_back();
-      }
+  while (run_ends_.size() > 1) {
+    spare_.resize(merged_.size());
+    size_t begin = 0;
+    size_t runs = 0;
+    for (size_t r = 0; r < run_ends_.size(); r += 2) {
+      const size_t middle = run_ends_[r];
+      const size_t end = r + 1 < run_ends_.size() ? run_ends_[r + 1] : middle;
+      std::merge(merged_.begin() + static_cast<ptrdiff_t>(begin),
+                 merged_.begin() + static_cast<ptrdiff_t>(middle),
+                 merged_.begin() + static_cast<ptrdiff_t>(middle),
+                 merged_.begin() + static_cast<ptrdiff_t>(end),
+                 spare_.begin() + static_cast<ptrdiff_t>(begin), before);
+      run_ends_[runs++] = end;
+      begin = end;
     }
-  } else {
-    std::make_heap(heads.begin(), heads.end(), std::greater<>());
-    while (!heads.empty()) {
-      std::pop_heap(heads.begin(), heads.end(), std::greater<>());
-      const bool more = heads.size() > 1
-                            ? advance(heads.back(), heads.front().event_us, heads.front().rank)
-                            : advance(heads.back(), INT64_MAX, UINT32_MAX);
-      if (more) {
-        std::push_heap(heads.begin(), heads.end(), std::greater<>());
-      } else {
-        heads.pop_back();
-      }
-    }
+    run_ends_.resize(runs);
+    merged_.swap(spare_);
   }
-  if (order_.empty()) return;
+  if (order_.empty() && merged_.empty()) return;
+  for (const Entry& entry : merged_) order_.push_back(entry.row);
+  // The handed-out rows leave their partitions' lists (sorted, so the due ones are their heads).
+  for (Pending& pending : pending_) {
+    const auto count = static_cast<ptrdiff_t>(DueCount(pending, watermark));
+    pending.rows.erase(pending.rows.begin(), pending.rows.begin() + count);
+    pending.places.erase(pending.places.begin(), pending.places.begin() + count);
+  }
   changed_ = true;
   take(rows_, times_, order_, model_ids_);
-  // What stays, in its order.
+  Compact();
+}
+
+void OrderBuffer::Compact() {
   if (order_.size() == places_.size()) {
     rows_.Reset(schema_);
     times_.event_us.clear();
@@ -226,23 +226,29 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     least_place_ = INT64_MAX;
     return;
   }
+  keep_.assign(places_.size(), 1);
+  for (uint32_t row : order_) keep_[row] = 0;
   KeepRows(rows_, keep_);
   rows_.Renew();
-  size_t kept = 0;
-  least_place_ = INT64_MAX;
+  remap_.resize(keep_.size());
+  uint32_t kept = 0;
   for (size_t i = 0; i < keep_.size(); ++i) {
+    remap_[i] = kept;
     if (!keep_[i]) continue;
     times_.event_us[kept] = times_.event_us[i];
     times_.late_before[kept] = times_.late_before[i];
     places_[kept] = places_[i];
     if (models_) model_ids_[kept] = model_ids_[i];
-    least_place_ = std::min(least_place_, places_[i].event_us);
     ++kept;
   }
   times_.event_us.resize(kept);
   times_.late_before.resize(kept);
   places_.resize(kept);
   if (models_) model_ids_.resize(kept);
+  for (Pending& pending : pending_) {
+    for (uint32_t& row : pending.rows) row = remap_[row];
+  }
+  least_place_ = LeastPlace();
 }
 
 Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
@@ -296,6 +302,9 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
                      rows_.num_rows - rows_before, places_.size() - first);
   }
   rows_.Renew();
+  for (size_t index = first; index < places_.size(); ++index) {
+    Enqueue(static_cast<uint32_t>(index));
+  }
   if (models_) {
     const Column& models = rows_.columns[static_cast<size_t>(models_->column())];
     for (size_t row = rows_before; row < rows_.num_rows; ++row) {

@@ -96,8 +96,36 @@ class OrderBuffer {
     int64_t offset = 0;
     uint64_t arrival = 0;  // for rows without an event time
   };
+  // One partition's buffered rows with a time: their indexes into rows_ and their places, in
+  // the order the partition hands them out once sorted by (place, offset). Rows come nearly in
+  // that order (a watermark delay lets places step back), so the list is sorted only when a
+  // row came out of order; the due rows are then a prefix of it.
+  struct Pending {
+    std::vector<uint32_t> rows;
+    std::vector<int64_t> places;
+    int64_t last_offset = 0;  // the last row's
+    bool sorted = true;
+
+    void Push(uint32_t row, int64_t place, int64_t offset) {
+      if (sorted && !places.empty()) {
+        sorted = places.back() < place || (places.back() == place && last_offset <= offset);
+      }
+      rows.push_back(row);
+      places.push_back(place);
+      last_offset = offset;
+    }
+  };
   // The name's index in partitions_, added if new.
   uint32_t PartitionId(std::string_view name);
+  // Files the row at `index` (its place in places_) under its partition, or as untimed.
+  void Enqueue(uint32_t index);
+  // Sorts a partition's list by (place, offset), each tie in arrival order.
+  void Sort(Pending& pending);
+  // How many of a sorted list's rows are before `watermark`.
+  static size_t DueCount(const Pending& pending, int64_t watermark);
+  // Drops the handed-out rows (order_) from the buffer, keeping the others in their order.
+  void Compact();
+  int64_t LeastPlace() const;
 
   Schema schema_;
   std::function<std::string(uint32_t)> key_of_;
@@ -106,14 +134,28 @@ class OrderBuffer {
   // ties of event time are ordered by the names.
   std::vector<std::string> partitions_;
   std::map<std::string, uint32_t, std::less<>> partition_ids_;
+  // The buffered rows in arrival order (which Persist keeps), each with its place.
   RecordBatch rows_;
   RowTimes times_;
   std::vector<Place> places_;
   std::vector<uint32_t> model_ids_;  // by row, with models_
-  // Release's working space: each partition's due rows, the order handed out, what stays.
-  std::vector<std::vector<uint32_t>> runs_;
+  // Each partition's rows (by its index in partitions_), and the rows without a time.
+  std::vector<Pending> pending_;
+  std::vector<uint32_t> untimed_;
+  // Release's working space: the due rows of each partition's run (merged_, the runs ending
+  // at run_ends_, merged two by two through spare_), the order handed out, what stays, rows'
+  // new indexes.
+  struct Entry {
+    int64_t place;
+    uint32_t rank;  // of the row's partition (rank_)
+    uint32_t row;
+  };
+  std::vector<Entry> merged_;
+  std::vector<Entry> spare_;
+  std::vector<size_t> run_ends_;
   std::vector<uint32_t> order_;
   std::vector<uint8_t> keep_;
+  std::vector<uint32_t> remap_;
   // Each partition's rank by name (partitions_ only grows).
   std::vector<uint32_t> rank_;
   uint64_t arrivals_ = 0;

@@ -292,8 +292,9 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
   // Five partitions (or twelve, past the merge's scan of heads) whose indexes do not follow
   // their names, times with ties across partitions and, through a watermark delay, places that
   // step back within a partition; some rows without a time. Added in random slices, released in
-  // waves of rising watermarks; what comes out must be, wave by wave, a plain sort of the rows
-  // due, each with the id of its own model.
+  // waves of rising watermarks (some by ReleaseMost, which waits until half the rows are due);
+  // what comes out must be, wave by wave, a plain sort of the rows due, each with the id of its
+  // own model.
   const std::vector<std::string> all_names = {"p-3", "p-10", "p-1", "p-22", "p-2",  "p-7",
                                               "p-0", "p-11", "p-5", "p-30", "p-12", "p-4"};
   std::mt19937_64 random(11);
@@ -357,6 +358,10 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
           due.push_back(&row);
         }
       }
+      // ReleaseMost hands rows out only when at least half of those buffered are due.
+      const bool most = std::uniform_int_distribution<int>(0, 2)(random) == 0;
+      const size_t buffered = rows.size() - released.size();
+      if (most && (watermark == INT64_MIN || due.size() < (buffered + 1) / 2)) due.clear();
       std::stable_sort(due.begin(), due.end(), [](const Row* a, const Row* b) {
         const bool a_timed = a->place != INT64_MIN;
         const bool b_timed = b->place != INT64_MIN;
@@ -370,15 +375,19 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
         released.insert(row->arrival);
       }
       size_t misnamed = 0;
-      buffer.Release(watermark, [&](const RecordBatch& kept, const RowTimes&,
-                                    std::span<const uint32_t> order,
-                                    std::span<const uint32_t> model_ids) {
+      auto take = [&](const RecordBatch& kept, const RowTimes&, std::span<const uint32_t> order,
+                      std::span<const uint32_t> model_ids) {
         REQUIRE(model_ids.size() == (models ? kept.num_rows : 0));
         for (uint32_t row : order) {
           got.push_back(kept.columns[2].f64[row]);
           if (models && models->Name(model_ids[row]) != kept.columns[0].String(row)) ++misnamed;
         }
-      });
+      };
+      if (most) {
+        buffer.ReleaseMost(watermark, take);
+      } else {
+        buffer.Release(watermark, take);
+      }
       CHECK(misnamed == 0);
       REQUIRE(got == expected);
       REQUIRE(buffer.size() == rows.size() - released.size());
