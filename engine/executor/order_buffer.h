@@ -97,9 +97,9 @@ class OrderBuffer {
     uint64_t arrival = 0;  // for rows without an event time
   };
   // One partition's buffered rows with a time: their indexes into rows_ and their places, in
-  // the order the partition hands them out once sorted by (place, offset). Rows come nearly in
-  // that order (a watermark delay lets places step back), so the list is sorted only when a
-  // row came out of order; the due rows are then a prefix of it.
+  // the order the partition hands them out once sorted by (place, offset). Rows come in that
+  // order but for a watermark delay's jitter, so a list needs sorting only after a row came out
+  // of order (`sorted` false); sorted, its due rows are a prefix of it.
   struct Pending {
     std::vector<uint32_t> rows;
     std::vector<int64_t> places;
