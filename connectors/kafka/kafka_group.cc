@@ -98,10 +98,14 @@ KafkaGroup::~KafkaGroup() {
     return;
   }
   if (!closed) {
+    // A member whose leaving did not finish is often one in the middle of a rebalance, and
+    // destroying it then can wait on librdkafka's threads without end (a stop during a join
+    // took the 30 s of the shutdown's limit and exited 75). The stop goes on without it: its
+    // handle is kept until the process ends, like the one above.
     Log()->warn("kafka group {}: instance {} did not leave the group within 6 s; the group "
                 "moves its partitions after the session timeout",
                 options_.group_id, options_.instance);
-    rd_kafka_destroy_flags(consumer_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    KeepUntilExit(consumer_.release());
   }
 }
 
