@@ -49,15 +49,6 @@ uint32_t OrderBuffer::PartitionId(std::string_view name) {
   return id;
 }
 
-void OrderBuffer::Enqueue(uint32_t index) {
-  const Place& place = places_[index];
-  if (place.event_us == INT64_MIN) {
-    untimed_.push_back(index);
-  } else {
-    pending_[place.partition].Push(index, place.event_us, place.offset);
-  }
-}
-
 void OrderBuffer::Sort(Pending& pending) {
   std::vector<uint32_t>& rows = pending.rows;
   std::stable_sort(rows.begin(), rows.end(), [&](uint32_t a, uint32_t b) {
@@ -127,11 +118,7 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
     const auto index = static_cast<uint32_t>(first + row);
     places_[index] = {place, last_key, position.offset, arrivals_++};
     least_place_ = std::min(least_place_, place);
-    if (place == INT64_MIN) {
-      untimed_.push_back(index);
-    } else {
-      pending->Push(index, place, position.offset);
-    }
+    File(index, place, position.offset, *pending);
   }
 }
 
@@ -177,6 +164,10 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
       merged_.push_back({pending.places[i], rank_[partition], pending.rows[i]});
     }
     run_ends_.push_back(merged_.size());
+    // The run is handed out below (it is not empty): it leaves the partition's list.
+    pending.rows.erase(pending.rows.begin(), pending.rows.begin() + static_cast<ptrdiff_t>(count));
+    pending.places.erase(pending.places.begin(),
+                         pending.places.begin() + static_cast<ptrdiff_t>(count));
   }
   // Runs merged two by two until one is left: each row is moved log2(runs) times, with one
   // comparison each, where picking the least of all the runs' heads would compare them all for
@@ -205,12 +196,6 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
   }
   if (order_.empty() && merged_.empty()) return;
   for (const Entry& entry : merged_) order_.push_back(entry.row);
-  // The handed-out rows leave their partitions' lists (sorted, so the due ones are their heads).
-  for (Pending& pending : pending_) {
-    const auto count = static_cast<ptrdiff_t>(DueCount(pending, watermark));
-    pending.rows.erase(pending.rows.begin(), pending.rows.begin() + count);
-    pending.places.erase(pending.places.begin(), pending.places.begin() + count);
-  }
   changed_ = true;
   take(rows_, times_, order_, model_ids_);
   Compact();

@@ -117,8 +117,19 @@ class OrderBuffer {
   };
   // The name's index in partitions_, added if new.
   uint32_t PartitionId(std::string_view name);
-  // Files the row at `index` (its place in places_) under its partition, or as untimed.
-  void Enqueue(uint32_t index);
+  // Files the row at `index` (its place in places_) under its partition, or as untimed; File
+  // does it for a row whose place, offset and partition the caller has at hand.
+  void Enqueue(uint32_t index) {
+    const Place& place = places_[index];
+    File(index, place.event_us, place.offset, pending_[place.partition]);
+  }
+  void File(uint32_t index, int64_t place, int64_t offset, Pending& pending) {
+    if (place == INT64_MIN) {
+      untimed_.push_back(index);
+    } else {
+      pending.Push(index, place, offset);
+    }
+  }
   // Sorts a partition's list by (place, offset), each tie in arrival order.
   void Sort(Pending& pending);
   // How many of a sorted list's rows are before `watermark`.

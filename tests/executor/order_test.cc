@@ -289,7 +289,7 @@ TEST_CASE("drift's waiting values are kept in pages of bounded size, restored in
 TEST_CASE("the order buffer hands rows out in (place, partition name, offset) order, rows "
           "without a time first, however they were added and released",
           "[executor][drift][order]") {
-  // Five partitions (or twelve, past the merge's scan of heads) whose indexes do not follow
+  // Five partitions (or twelve: an odd number of runs at some merge's round) whose indexes do not follow
   // their names, times with ties across partitions and, through a watermark delay, places that
   // step back within a partition; some rows without a time. Added in random slices, released in
   // waves of rising watermarks (some by ReleaseMost, which waits until half the rows are due);
