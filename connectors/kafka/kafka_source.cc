@@ -76,13 +76,23 @@ Status KafkaSource::Start(const SourceOffsets& committed) {
   settings["enable.partition.eof"] = "true";
   // A vanished start offset must surface as an error, never as a silent jump.
   settings["auto.offset.reset"] = "error";
-  auto conf = kafka::MakeConf(settings);
-  if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
-  rd_kafka_conf_set_opaque(conf->get(), this);
-  rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);
-  auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
-  if (!client) return tl::unexpected(client.error().Wrap("kafka source"));
-  consumer_ = std::move(*client);
+  auto make = [this](const std::map<std::string, std::string>& settings) -> Result<Handle> {
+    auto conf = kafka::MakeConf(settings);
+    if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
+    rd_kafka_conf_set_opaque(conf->get(), this);
+    rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);
+    auto client = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*conf));
+    if (!client) return tl::unexpected(client.error().Wrap("kafka source"));
+    return std::move(*client);
+  };
+  auto consumer = make(settings);
+  if (!consumer) return tl::unexpected(consumer.error());
+  consumer_ = std::move(*consumer);
+  settings.erase("group.id");
+  settings["client.id"] += "-offsets";
+  auto planner = make(settings);
+  if (!planner) return tl::unexpected(planner.error());
+  planner_ = std::move(*planner);
   queue_.reset(rd_kafka_queue_get_consumer(consumer_.get()));
   // Reachability is reported through IsReady; planning fails with kExternal until the
   // cluster has answered once.
@@ -108,6 +118,7 @@ void KafkaSource::HealthLoop() {
   while (!health_wake_.wait_for(lock, kProbeInterval, [this] { return stopping_; })) {
     lock.unlock();
     rd_kafka_poll(consumer_.get(), 0);
+    rd_kafka_poll(planner_.get(), 0);
     // Brokers only (and the topics this client knows): cheap, and it needs a live broker.
     const rd_kafka_metadata_t* metadata = nullptr;
     rd_kafka_resp_err_t err = rd_kafka_metadata(consumer_.get(), 0, nullptr, &metadata,

@@ -57,7 +57,7 @@ Result<uint32_t> KafkaSource::IndexOf(const std::string& key) {
 Status KafkaSource::RefreshPartitions() {
   present_.clear();
   present_set_.clear();
-  auto metadata = kafka::FetchMetadata(consumer_.get(), nullptr, request_timeout_ms_);
+  auto metadata = kafka::FetchMetadata(planner_.get(), nullptr, request_timeout_ms_);
   if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
   SetReachable(true, "");
   if (options_.mode == Mode::kAssign) {
@@ -126,7 +126,7 @@ void KafkaSource::Mark(uint32_t index) {
 Result<Watermarks> KafkaSource::QueryWatermarks(PartitionState& state) {
   Watermarks marks;
   rd_kafka_resp_err_t err =
-      rd_kafka_query_watermark_offsets(consumer_.get(), state.topic.c_str(), state.partition,
+      rd_kafka_query_watermark_offsets(planner_.get(), state.topic.c_str(), state.partition,
                                        &marks.low, &marks.high, request_timeout_ms_);
   if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
       err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
@@ -152,7 +152,7 @@ Result<Watermarks> KafkaSource::QueryWatermarks(PartitionState& state) {
 }
 
 Result<bool> KafkaSource::ListsPartition(const PartitionState& state) {
-  auto metadata = kafka::FetchMetadata(consumer_.get(), state.topic.c_str(), request_timeout_ms_);
+  auto metadata = kafka::FetchMetadata(planner_.get(), state.topic.c_str(), request_timeout_ms_);
   if (!metadata) return tl::unexpected(metadata.error().Wrap("kafka source"));
   for (int t = 0; t < (*metadata)->topic_cnt; ++t) {
     const rd_kafka_metadata_topic_t& topic = (*metadata)->topics[t];
@@ -183,7 +183,7 @@ std::vector<Result<Watermarks>> KafkaSource::QueryAllWatermarks(
             ->offset = which;
       }
       const rd_kafka_resp_err_t err =
-          rd_kafka_offsets_for_times(consumer_.get(), list.get(), request_timeout_ms_);
+          rd_kafka_offsets_for_times(planner_.get(), list.get(), request_timeout_ms_);
       if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
       for (size_t k = 0; k < indexes.size(); ++k) {
         const rd_kafka_topic_partition_t& element = list->elems[k];

@@ -252,6 +252,14 @@ void KafkaSource::PauseFeeds(const std::vector<Feed*>& feeds) {
   }
 }
 
+void KafkaSource::WakeFetcher(const std::string& topic, int32_t partition) {
+  int64_t low = 0;
+  int64_t high = 0;
+  // The answer is not needed: a broker that does not answer is the read's timeout to report.
+  (void)rd_kafka_query_watermark_offsets(consumer_.get(), topic.c_str(), partition, &low, &high,
+                                         request_timeout_ms_);
+}
+
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
     : source_(source), ranges_(std::move(ranges)), remaining_(ranges_.size()), lost_(lost) {
   messages_.resize(kConsumeBatch);
@@ -441,8 +449,12 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
       const size_t wanted = static_cast<size_t>(
           std::clamp<int64_t>(std::min(range.end, range.slice_end) - range.next, 1,
                               static_cast<int64_t>(messages_.size())));
-      count = rd_kafka_consume_batch_queue(feed.queue.get(), kConsumeWaitMs, messages_.data(),
-                                           wanted);
+      count = rd_kafka_consume_batch_queue(feed.queue.get(), 0, messages_.data(), wanted);
+      if (count == 0) {
+        source_.WakeFetcher(range.topic, range.partition);
+        count = rd_kafka_consume_batch_queue(feed.queue.get(), kConsumeWaitMs, messages_.data(),
+                                             wanted);
+      }
       if (count < 0) {
         return MakeError(ErrorCode::kExternal, "kafka source: consuming {} partition {}: {}",
                          range.topic, range.partition,
