@@ -255,9 +255,10 @@ void KafkaSource::PauseFeeds(const std::vector<Feed*>& feeds) {
 void KafkaSource::WakeFetcher(const std::string& topic, int32_t partition) {
   int64_t low = 0;
   int64_t high = 0;
-  // The answer is not needed: a broker that does not answer is the read's timeout to report.
+  // The answer is not needed, so it is not waited for long: a broker that does not answer is
+  // the read's own timeout to report, and a stop request must not wait behind it.
   (void)rd_kafka_query_watermark_offsets(consumer_.get(), topic.c_str(), partition, &low, &high,
-                                         request_timeout_ms_);
+                                         kConsumeWaitMs);
 }
 
 KafkaReader::KafkaReader(KafkaSource& source, std::vector<Range> ranges, int64_t lost)
@@ -451,7 +452,7 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
                               static_cast<int64_t>(messages_.size())));
       count = rd_kafka_consume_batch_queue(feed.queue.get(), 0, messages_.data(), wanted);
       if (count == 0) {
-        source_.WakeFetcher(range.topic, range.partition);
+        if (source_.ready_.load()) source_.WakeFetcher(range.topic, range.partition);
         count = rd_kafka_consume_batch_queue(feed.queue.get(), kConsumeWaitMs, messages_.data(),
                                              wanted);
       }
