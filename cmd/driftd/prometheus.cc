@@ -373,7 +373,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_labels_total", "counter",
              "The labels' join since start, by outcome: predictions labelled and never labelled, "
              "labels without a prediction, outside the bound, late, duplicate; duplicate and "
-             "late predictions; rows without a key.");
+             "late predictions; rows without a key; predictions of models over query.maxModels.");
     for (const View& p : pipelines) {
       if (!p.metrics.labels) continue;
       const JoinCounts& j = p.metrics.join;
@@ -387,7 +387,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
                {"duplicate_label", j.duplicate_labels},
                {"duplicate_prediction", j.duplicate_predictions},
                {"prediction_late", j.predictions_late},
-               {"without_key", j.without_key}}) {
+               {"without_key", j.without_key},
+               {"prediction_over_model_cap", j.predictions_over_model_cap}}) {
         w.Sample("driftd_labels_total", {{"pipeline", p.name}, {"outcome", outcome}},
                  static_cast<double>(value));
       }

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -340,6 +341,10 @@ class PerformanceStage::Impl {
     labels_ = spec.labels;
     perf_ = spec.performance;
     pipeline_ = spec.name;
+    // The model gate admits query.maxModels models and keeps the rows of the others as
+    // "(other)", or drops them; scaled out, task 0 joins copies of every task's predictions,
+    // which no gate has seen, so the join bounds its models itself.
+    max_models_ = spec.query.max_models + 1;
     bound_us_ = labels_.within_ms * 1000;
     window_us_ = perf_.window_ms * 1000;
     classification_ = perf_.task == PerformanceTask::kClassification;
@@ -400,6 +405,10 @@ class PerformanceStage::Impl {
         ++counts_.predictions_late;
         continue;
       }
+      if (!Admit(models.String(row))) {
+        ++counts_.predictions_over_model_cap;
+        continue;
+      }
       const std::string key(keys.String(row));
       auto [it, created] = pending_.try_emplace(key);
       Pending& entry = it->second;
@@ -430,6 +439,18 @@ class PerformanceStage::Impl {
       Schedule(key, entry);
       MarkDirty(key);
     }
+  }
+
+  // Whether the join takes predictions of `model`: one it holds state for, or a new one while
+  // it holds fewer than max_models_. Models are let in as they come, as the gate does.
+  bool Admit(std::string_view model) {
+    if (model == last_admitted_) return true;
+    if (known_models_.find(model) == known_models_.end()) {
+      if (static_cast<int64_t>(known_models_.size()) >= max_models_) return false;
+      known_models_.emplace(model);
+    }
+    last_admitted_ = model;
+    return true;
   }
 
   void Labels(const RecordBatch& batch, const RowTimes& times) {
@@ -502,6 +523,7 @@ class PerformanceStage::Impl {
       case kPendingKey: {
         Pending entry;
         if (!DecodePending(value, entry)) break;
+        if (entry.has_prediction) known_models_.emplace(entry.model);
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
         (void)inserted;
         Schedule(it->first, it->second);
@@ -511,6 +533,7 @@ class PerformanceStage::Impl {
         if (rest.size() < 8) break;
         Window window;
         if (!Window::Decode(value, window)) break;
+        known_models_.emplace(rest.substr(8));
         windows_[{GetBigEndian(rest.substr(0, 8)), std::string(rest.substr(8))}] =
             std::move(window);
         return Ok();
@@ -518,6 +541,7 @@ class PerformanceStage::Impl {
       case kModelKey: {
         Model model;
         if (!Model::Decode(value, model)) break;
+        known_models_.emplace(rest);
         models_[std::string(rest)] = std::move(model);
         return Ok();
       }
@@ -1226,6 +1250,15 @@ class PerformanceStage::Impl {
   int label_key_column_ = -1, label_column_ = -1, label_time_column_ = -1;
   std::vector<double> edges_;
 
+  // The models the join holds state for (pending predictions, windows, baselines), at most
+  // max_models_, and the last one a prediction was admitted for.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  int64_t max_models_ = 0;
+  std::unordered_set<std::string, NameHash, std::equal_to<>> known_models_;
+  std::string last_admitted_;
   std::unordered_map<std::string, Pending> pending_;
   std::set<std::pair<int64_t, std::string>> deadlines_;
   std::map<std::pair<int64_t, std::string>, Window> windows_;

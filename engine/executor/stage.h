@@ -60,6 +60,9 @@ struct JoinCounts {
   int64_t duplicate_predictions = 0;
   int64_t predictions_late = 0;  // their window had closed (behind the watermark)
   int64_t without_key = 0;       // a null or over-long key or value, or no event time
+  // Predictions of a model the join could not take: it joins for query.maxModels models (the
+  // model gate's share on the other tasks is theirs to count).
+  int64_t predictions_over_model_cap = 0;
 
   void Add(const JoinCounts& o) {
     pending += o.pending;
@@ -72,6 +75,7 @@ struct JoinCounts {
     duplicate_predictions += o.duplicate_predictions;
     predictions_late += o.predictions_late;
     without_key += o.without_key;
+    predictions_over_model_cap += o.predictions_over_model_cap;
   }
 };
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,90 @@ TEST_CASE("the performance stage's evaluations carry the realized values and the
   CHECK(estimated == 3);
   CHECK(realized == 3);
   for (const std::string& alert : alerts) CHECK(alert.find("estimated_low") == std::string::npos);
+}
+
+
+// Scaled out, task 0 joins copies of every task's predictions, which no model gate has seen: the
+// join keeps state for query.maxModels models (and "(other)") itself, counts the predictions of
+// the others, and after a restart from its state still takes the same models.
+TEST_CASE("the labels' join keeps state for query.maxModels models, counts the predictions of "
+          "others, and takes the same models after a restart",
+          "[executor][labels][performance]") {
+  std::string yaml = kPipeline;
+  yaml.replace(yaml.find("  aggregates: [count]\n"), std::string("  aggregates: [count]\n").size(),
+               "  aggregates: [count]\n  maxModels: 2\n");
+  auto spec = ParsePipeline(yaml, "stage.yaml", LoadOptions{});
+  INFO((spec ? std::string() : FormatProblems("stage.yaml", spec.error())));
+  REQUIRE(spec);
+
+  // Ten predictions (and their labels) of each of `models` in the minute starting at `minute`.
+  auto feed = [&](PerformanceStage& stage, const std::vector<std::string>& models, int minute,
+                  BatchOutput& output) {
+    std::vector<std::string> predictions;
+    std::vector<std::string> labels;
+    for (int s = 0; s < 10; ++s) {
+      for (const std::string& model : models) {
+        const int64_t t = kT0Ms + (minute * 60 + s) * 1000;
+        const std::string id = fmt::format("{}-{}", model, t);
+        predictions.push_back(fmt::format(
+            R"({{"request_id":"{}","model_id":"{}","event_time":{},"score":0.8}})", id, model, t));
+        labels.push_back(
+            fmt::format(R"({{"request_id":"{}","label":1,"event_time":{}}})", id, t + 1000));
+      }
+    }
+    RecordBatch batch;
+    RowTimes times;
+    Decode(spec->schema, predictions, batch, times);
+    stage.Process(batch, times, output);
+    Decode(spec->labels.schema, labels, batch, times);
+    stage.ProcessLabels(batch, times);
+  };
+  // A batch ending with the watermark at `minute`: the puts go into `state`.
+  auto finish = [&](PerformanceStage& stage, int64_t batch_id, int minute, BatchOutput& output,
+                    std::map<std::string, std::string>& state) {
+    BatchContext context;
+    context.batch_id = batch_id;
+    context.watermark_us = (kT0Ms + minute * 60'000) * 1000;
+    context.next_watermark_us = context.watermark_us;
+    StateChanges changes;
+    StageProgress progress;
+    stage.Finish(context, output, changes, progress);
+    for (auto& [key, value] : changes.puts) state[key] = value;
+    for (const std::string& key : changes.deletes) state.erase(key);
+  };
+  auto models_in = [](const BatchOutput& output) {
+    std::set<std::string> models;
+    for (const std::string& row : output.performance.rows) {
+      for (const char* model : {"m0", "m1", "m2", "m3", "m4"}) {
+        if (row.find(fmt::format(R"("model":"{}")", model)) != std::string::npos) {
+          models.insert(model);
+        }
+      }
+    }
+    return models;
+  };
+
+  std::map<std::string, std::string> state;
+  auto stage = PerformanceStage::Create(*spec);
+  REQUIRE(stage);
+  BatchOutput first;
+  feed(**stage, {"m0", "m1", "m2", "m3"}, 0, first);
+  finish(**stage, 0, 30, first, state);  // the bound (5 minutes) and the window passed
+  // Two models and the room the gate keeps for "(other)": m0, m1 and m2; m3's ten are counted.
+  CHECK(models_in(first) == std::set<std::string>{"m0", "m1", "m2"});
+  CHECK((*stage)->counts().predictions_over_model_cap == 10);
+  // m3's labels found no prediction: counted as such, as when the gate drops its rows.
+  CHECK((*stage)->counts().labels_without_prediction == 10);
+
+  // Restarted from its state: the same three models, whatever comes first now.
+  auto restarted = PerformanceStage::Create(*spec);
+  REQUIRE(restarted);
+  for (const auto& [key, value] : state) REQUIRE((*restarted)->Restore(key, value));
+  BatchOutput second;
+  feed(**restarted, {"m4", "m3", "m2"}, 30, second);
+  finish(**restarted, 1, 60, second, state);
+  CHECK(models_in(second) == std::set<std::string>{"m2"});
+  CHECK((*restarted)->counts().predictions_over_model_cap == 20);
 }
 
 }  // namespace
