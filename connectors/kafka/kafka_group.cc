@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +28,7 @@ std::string TopicSafe(std::string_view text) {
 void ApplyMembershipSettings(std::map<std::string, std::string>& settings) {
   settings["enable.auto.commit"] = "false";
   settings["enable.auto.offset.store"] = "false";
+  // Cooperative: KafkaGroup::OnRebalance assigns and revokes incrementally.
   settings["partition.assignment.strategy"] = "cooperative-sticky";
   // Committed offsets are read with require_stable: an open transaction that holds offsets of
   // a partition is waited for, never read around.
@@ -254,19 +254,18 @@ void KafkaGroup::RebalanceCallback(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
 
 void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
                              rd_kafka_topic_partition_list_t* partitions) {
+  // The protocol is cooperative: ApplyMembershipSettings fixes the assignor. It is not asked
+  // of librdkafka (rd_kafka_rebalance_protocol): that waits for the group's thread without a
+  // time limit, and a revocation served while the member leaves the group (~KafkaGroup) waited
+  // there for good, holding the stop past its 30 s limit (exit 75).
   rd_kafka_t* rk = consumer_.get();
-  const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   std::vector<std::string> keys;
   for (int i = 0; i < partitions->cnt; ++i) {
     keys.push_back(PartitionKey(partitions->elems[i].topic, partitions->elems[i].partition));
   }
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-    if (cooperative) {
-      ErrorPtr error{rd_kafka_incremental_assign(rk, partitions)};
-      if (error) Log()->warn("kafka group: assigning: {}", Describe(error.get()));
-    } else if (rd_kafka_resp_err_t failed = rd_kafka_assign(rk, partitions); failed) {
-      Log()->warn("kafka group: assigning: {}", rd_kafka_err2str(failed));
-    }
+    ErrorPtr error{rd_kafka_incremental_assign(rk, partitions)};
+    if (error) Log()->warn("kafka group: assigning: {}", Describe(error.get()));
     // Membership only: the source reads the partitions with its own consumer (Poll drops
     // what a partition that failed to pause still fetches).
     if (rd_kafka_resp_err_t failed = rd_kafka_pause_partitions(rk, partitions); failed) {
@@ -278,12 +277,8 @@ void KafkaGroup::OnRebalance(rd_kafka_resp_err_t err,
                 options_.instance, keys.size(), fmt::join(keys, ", "));
   } else {
     const bool lost = rd_kafka_assignment_lost(rk) != 0;
-    if (cooperative) {
-      ErrorPtr error{rd_kafka_incremental_unassign(rk, partitions)};
-      if (error) Log()->warn("kafka group: unassigning: {}", Describe(error.get()));
-    } else if (rd_kafka_resp_err_t failed = rd_kafka_assign(rk, nullptr); failed) {
-      Log()->warn("kafka group: unassigning: {}", rd_kafka_err2str(failed));
-    }
+    ErrorPtr error{rd_kafka_incremental_unassign(rk, partitions)};
+    if (error) Log()->warn("kafka group: unassigning: {}", Describe(error.get()));
     for (const std::string& key : keys) assigned_.erase(key);
     Log()->info("kafka group {}: instance {} {} {} partitions: {}", options_.group_id,
                 options_.instance, lost ? "lost" : "gave up", keys.size(), fmt::join(keys, ", "));
