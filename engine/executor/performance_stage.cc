@@ -12,6 +12,7 @@
 #include "engine/drift/alert_state.h"
 #include "engine/drift/calibration.h"
 #include "engine/drift/codec.h"
+#include "engine/executor/model_gate.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
 
@@ -343,8 +344,8 @@ class PerformanceStage::Impl {
     pipeline_ = spec.name;
     // The model gate admits query.maxModels models and keeps the rows of the others as
     // "(other)", or drops them; scaled out, task 0 joins copies of every task's predictions,
-    // which no gate has seen, so the join bounds its models itself.
-    max_models_ = spec.query.max_models + 1;
+    // which no gate has seen, so the join bounds its models itself, as the gate does.
+    max_models_ = spec.query.max_models;
     bound_us_ = labels_.within_ms * 1000;
     window_us_ = perf_.window_ms * 1000;
     classification_ = perf_.task == PerformanceTask::kClassification;
@@ -441,16 +442,22 @@ class PerformanceStage::Impl {
     }
   }
 
-  // Whether the join takes predictions of `model`: one it holds state for, or a new one while
-  // it holds fewer than max_models_. Models are let in as they come, as the gate does.
+  // Whether the join takes predictions of `model`: one it holds state for, the overflow's
+  // "(other)", or a new one while it holds fewer than max_models_. Models are let in as they
+  // come, as the gate does.
   bool Admit(std::string_view model) {
     if (model == last_admitted_) return true;
-    if (known_models_.find(model) == known_models_.end()) {
+    if (model != ModelGate::kOtherModel && known_models_.find(model) == known_models_.end()) {
       if (static_cast<int64_t>(known_models_.size()) >= max_models_) return false;
       known_models_.emplace(model);
     }
     last_admitted_ = model;
     return true;
+  }
+
+  // A model restored with state: admitted again ("(other)" needs no place).
+  void Know(std::string_view model) {
+    if (model != ModelGate::kOtherModel) known_models_.emplace(model);
   }
 
   void Labels(const RecordBatch& batch, const RowTimes& times) {
@@ -523,7 +530,7 @@ class PerformanceStage::Impl {
       case kPendingKey: {
         Pending entry;
         if (!DecodePending(value, entry)) break;
-        if (entry.has_prediction) known_models_.emplace(entry.model);
+        if (entry.has_prediction) Know(entry.model);
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
         (void)inserted;
         Schedule(it->first, it->second);
@@ -533,7 +540,7 @@ class PerformanceStage::Impl {
         if (rest.size() < 8) break;
         Window window;
         if (!Window::Decode(value, window)) break;
-        known_models_.emplace(rest.substr(8));
+        Know(rest.substr(8));
         windows_[{GetBigEndian(rest.substr(0, 8)), std::string(rest.substr(8))}] =
             std::move(window);
         return Ok();
@@ -541,7 +548,7 @@ class PerformanceStage::Impl {
       case kModelKey: {
         Model model;
         if (!Model::Decode(value, model)) break;
-        known_models_.emplace(rest);
+        Know(rest);
         models_[std::string(rest)] = std::move(model);
         return Ok();
       }
@@ -1251,7 +1258,7 @@ class PerformanceStage::Impl {
   std::vector<double> edges_;
 
   // The models the join holds state for (pending predictions, windows, baselines), at most
-  // max_models_, and the last one a prediction was admitted for.
+  // max_models_ besides "(other)", and the last one a prediction was admitted for.
   struct NameHash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

@@ -160,8 +160,8 @@ TEST_CASE("the performance stage's evaluations carry the realized values and the
 
 
 // Scaled out, task 0 joins copies of every task's predictions, which no model gate has seen: the
-// join keeps state for query.maxModels models (and "(other)") itself, counts the predictions of
-// the others, and after a restart from its state still takes the same models.
+// join keeps state for query.maxModels models (and "(other)", the gate's overflow) itself, counts
+// the predictions of the others, and after a restart from its state still takes the same models.
 TEST_CASE("the labels' join keeps state for query.maxModels models, counts the predictions of "
           "others, and takes the same models after a restart",
           "[executor][labels][performance]") {
@@ -210,7 +210,7 @@ TEST_CASE("the labels' join keeps state for query.maxModels models, counts the p
   auto models_in = [](const BatchOutput& output) {
     std::set<std::string> models;
     for (const std::string& row : output.performance.rows) {
-      for (const char* model : {"m0", "m1", "m2", "m3", "m4"}) {
+      for (const char* model : {"m0", "m1", "m2", "m3", "m4", "(other)"}) {
         if (row.find(fmt::format(R"("model":"{}")", model)) != std::string::npos) {
           models.insert(model);
         }
@@ -223,22 +223,23 @@ TEST_CASE("the labels' join keeps state for query.maxModels models, counts the p
   auto stage = PerformanceStage::Create(*spec);
   REQUIRE(stage);
   BatchOutput first;
-  feed(**stage, {"m0", "m1", "m2", "m3"}, 0, first);
+  feed(**stage, {"m0", "m1", "m2", "m3", "(other)"}, 0, first);
   finish(**stage, 0, 30, first, state);  // the bound (5 minutes) and the window passed
-  // Two models and the room the gate keeps for "(other)": m0, m1 and m2; m3's ten are counted.
-  CHECK(models_in(first) == std::set<std::string>{"m0", "m1", "m2"});
-  CHECK((*stage)->counts().predictions_over_model_cap == 10);
-  // m3's labels found no prediction: counted as such, as when the gate drops its rows.
-  CHECK((*stage)->counts().labels_without_prediction == 10);
+  // Two models, m0 and m1, and "(other)", which the gate's overflow names and which takes no
+  // place; the ten predictions of m2 and of m3 are counted.
+  CHECK(models_in(first) == std::set<std::string>{"m0", "m1", "(other)"});
+  CHECK((*stage)->counts().predictions_over_model_cap == 20);
+  // m2's and m3's labels found no prediction: counted as such, as when the gate drops its rows.
+  CHECK((*stage)->counts().labels_without_prediction == 20);
 
-  // Restarted from its state: the same three models, whatever comes first now.
+  // Restarted from its state: the same two models, whatever comes first now.
   auto restarted = PerformanceStage::Create(*spec);
   REQUIRE(restarted);
   for (const auto& [key, value] : state) REQUIRE((*restarted)->Restore(key, value));
   BatchOutput second;
-  feed(**restarted, {"m4", "m3", "m2"}, 30, second);
+  feed(**restarted, {"m4", "m3", "m1"}, 30, second);
   finish(**restarted, 1, 60, second, state);
-  CHECK(models_in(second) == std::set<std::string>{"m2"});
+  CHECK(models_in(second) == std::set<std::string>{"m1"});
   CHECK((*restarted)->counts().predictions_over_model_cap == 20);
 }
 
