@@ -301,7 +301,9 @@ TEST_CASE("labels on their own topic: realized metrics equal an offline join, 20
                                      performance_out, alerts_out, dir / "checkpoint", 100));
   const std::string log = dir / "lives.log";
   testing::CrashLoopOptions options;
-  options.max_blind_delay = std::chrono::milliseconds(800);
+  // A blind life ends within 300 ms of its start: with plans of 1-2 ms, one of up to 800 ms
+  // read a large share of the batches, and a run ended after 14 kills.
+  options.max_blind_delay = std::chrono::milliseconds(300);
   const int kills = KillRepeatedly(
       {DriftdBinary(), "run", dir / "p.yaml", "--http", "off"}, log,
       [&] { return static_cast<int64_t>(Occurrences(ReadFile(log), "\"batchId\":")); },
