@@ -294,7 +294,7 @@ class KafkaSource final : public Source, public GroupMember {
   // polled between batches. Their queues are emptied; the next batch resumes them where the
   // reader stopped. Best effort: a partition left fetching only costs requests.
   void PauseFeeds(const std::vector<Feed*>& feeds);
-  // Wakes the consumer's fetcher for `range`'s partition, whose queue the reader found empty.
+  // Wakes the consumer's fetcher for a partition whose queue the reader found empty.
   // librdkafka (2.0) stops fetching a partition once its queue is full and looks again only when
   // its broker thread wakes: on a request or response, or after a second. A queue emptied
   // meanwhile would wait out the rest of that second. A request to the partition's leader on
