@@ -13,7 +13,7 @@ namespace driftd {
 
 namespace {
 
-std::string Str(simdjson::dom::element e, const char* key) {
+std::string StringField(simdjson::dom::element e, const char* key) {
   std::string_view v;
   return e[key].get(v) == simdjson::SUCCESS ? std::string(v) : std::string();
 }
@@ -55,19 +55,19 @@ std::string AlertmanagerAlerts::Apply(std::string_view row_json, int64_t now_us)
       !row.is_object()) {
     return "";
   }
-  const std::string level = Str(row, "level");
+  const std::string level = StringField(row, "level");
   // The labels that name a series' alerts, in a fixed order (so equal labels are equal text).
   auto labels = [&](const char* severity) {
     std::string out;
     JsonObject l(out);
     l.String("alertname", "DriftDetected");
     l.String("pipeline", options_.pipeline);
-    l.String("model", Str(row, "model"));
-    if (const std::string segment = Str(row, "segment"); !segment.empty()) {
+    l.String("model", StringField(row, "model"));
+    if (const std::string segment = StringField(row, "segment"); !segment.empty()) {
       l.String("segment", segment);
     }
-    l.String("series", Str(row, "series"));
-    if (const std::string kind = Str(row, "kind"); !kind.empty()) l.String("kind", kind);
+    l.String("series", StringField(row, "series"));
+    if (const std::string kind = StringField(row, "kind"); !kind.empty()) l.String("kind", kind);
     if (severity != nullptr) l.String("severity", severity);
     l.Close();
     return out;
@@ -78,11 +78,11 @@ std::string AlertmanagerAlerts::Apply(std::string_view row_json, int64_t now_us)
     JsonObject n(annotations);
     n.String("summary", AlertLine(row_json));
     n.String("level", level);
-    n.String("detector", Str(row, "detector"));
+    n.String("detector", StringField(row, "detector"));
     n.String("statistic", NumberText(row, "statistic"));
     n.String("threshold", NumberText(row, "threshold"));
-    n.String("alert_id", Str(row, "alert_id"));
-    n.String("incident_id", Str(row, "incident_id"));
+    n.String("alert_id", StringField(row, "alert_id"));
+    n.String("incident_id", StringField(row, "incident_id"));
     n.Close();
   }
 
@@ -115,7 +115,7 @@ std::string AlertmanagerAlerts::Apply(std::string_view row_json, int64_t now_us)
     if (!known) {
       // Nothing recorded as firing (a batch delivered again, or a set lost with its file):
       // end what the previous level fired, which Alertmanager ignores when it has nothing.
-      for (const char* severity : Severities(Str(row, "previous_level"))) {
+      for (const char* severity : Severities(StringField(row, "previous_level"))) {
         ended.push_back(Firing{series_key, labels(severity), "", 0});
       }
     }

@@ -1,4 +1,5 @@
 #include "connectors/line_source.h"
+#include "engine/wall_clock.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -12,12 +13,6 @@ namespace {
 
 // How long the receiving thread waits for bytes before it looks whether to stop.
 constexpr int kPollMs = 200;
-
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 

@@ -27,7 +27,7 @@ namespace driftd {
 
 namespace {
 
-constexpr std::string_view kPartition = "socket";
+constexpr std::string_view kSocketPartition = "socket";
 constexpr auto kReconnectDelay = std::chrono::seconds(1);
 
 // The source's options as bound (their defaults are declared in SocketSourceDecl only).
@@ -69,7 +69,7 @@ Result<UniqueFd> Connect(const SocketOptions& options) {
 class SocketSource final : public LineSource {
  public:
   explicit SocketSource(SocketOptions options)
-      : LineSource(kPartition, options.max_buffered_bytes), options_(std::move(options)) {}
+      : LineSource(kSocketPartition, options.max_buffered_bytes), options_(std::move(options)) {}
 
   ~SocketSource() override { StopReceiving(); }
 
@@ -86,9 +86,9 @@ class SocketSource final : public LineSource {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t received = lines_.received();
     int64_t end = frozen_ ? std::min(*frozen_, received) : received;
-    auto it = start.find(std::string(kPartition));
+    auto it = start.find(std::string(kSocketPartition));
     if (it != start.end() && end <= it->second) return start;
-    return SourceOffsets{{std::string(kPartition), end}};
+    return SourceOffsets{{std::string(kSocketPartition), end}};
   }
 
   Status FreezeAvailable() override {

@@ -23,7 +23,7 @@
 namespace driftd {
 namespace {
 
-constexpr std::string_view kPartition = "stdin";
+constexpr std::string_view kStdinPartition = "stdin";
 
 struct StdinOptions {
   /// Bytes read but not yet committed before reading pauses (the writer then blocks).
@@ -32,7 +32,8 @@ struct StdinOptions {
 
 class StdinSource final : public LineSource {
  public:
-  explicit StdinSource(StdinOptions options) : LineSource(kPartition, options.max_buffered_bytes) {}
+  explicit StdinSource(StdinOptions options)
+      : LineSource(kStdinPartition, options.max_buffered_bytes) {}
 
   ~StdinSource() override { StopReceiving(); }
 

@@ -23,6 +23,7 @@
 #include "engine/json_writer.h"
 #include "engine/log.h"
 #include "engine/redact.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -171,12 +172,6 @@ std::string Summary(const std::string& row_json, const std::string& pipeline) {
 }
 
 bool Firing(const std::string& level) { return level == "ALERT" || level == "WARN"; }
-
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Slack incoming webhooks: `text` (shown in notifications) plus one mrkdwn section.
 std::string SlackBody(simdjson::dom::element row, const std::string& row_json,

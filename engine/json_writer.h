@@ -97,6 +97,10 @@ class JsonObject {
     out_.push_back('"');
     return *this;
   }
+  /// A timestamp, or null where there is none (INT64_MIN).
+  JsonObject& TimestampOrNull(std::string_view key, int64_t micros) {
+    return micros == INT64_MIN ? Null(key) : Timestamp(key, micros);
+  }
   /// Inserts pre-rendered JSON (an object, array or literal) as the value of `key`.
   JsonObject& Raw(std::string_view key, std::string_view json) {
     Key(key);

@@ -38,6 +38,7 @@
 // read a database that a running daemon is writing: it replays the primary's MANIFEST and WAL
 // without taking the LOCK and without touching the primary's files. Its own bookkeeping goes to
 // a private temporary directory that is removed on close.
+#include "engine/wall_clock.h"
 #include "state/checkpoint_store.h"
 #include "state/checkpoint_codec.h"
 
@@ -93,12 +94,6 @@ std::shared_ptr<spdlog::logger> Log() { return GetLogger("state"); }
 
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // --- Encoding (engine/codec.h) --------------------------------------------------------------
 

@@ -9,12 +9,6 @@
 namespace driftd {
 namespace {
 
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // The host of "host", "host:port", "[v6]" or "[v6]:port", lower case, without brackets and
 // one trailing dot; nullopt when it is not of that shape.
 std::optional<std::string> HostOf(std::string_view authority) {
@@ -46,7 +40,7 @@ std::optional<std::string> HostOf(std::string_view authority) {
                     c == '-' || c == '.' || c == '_' || c == ':';
     if (!ok) return std::nullopt;
   }
-  return Lower(host);
+  return AsciiLower(host);
 }
 
 bool IsIpLiteral(const std::string& host) {
@@ -94,7 +88,7 @@ bool SameSecret(std::string_view given, std::string_view expected) {
 Result<std::vector<std::string>> ParseAllowedHosts(const std::vector<std::string>& entries) {
   std::vector<std::string> out;
   for (const std::string& entry : entries) {
-    std::string name = Lower(entry);
+    std::string name = AsciiLower(entry);
     while (!name.empty() && name.front() == ' ') name.erase(0, 1);
     while (!name.empty() && name.back() == ' ') name.pop_back();
     if (name.empty()) continue;
@@ -136,15 +130,15 @@ std::string RefuseForeignRequest(const HttpAccessPolicy& policy, const HttpReque
                   origin->substr(0, 200));
   const size_t scheme_end = origin->find("://");
   if (scheme_end == std::string::npos) return refused;  // "null" among others
-  const std::string scheme = Lower(origin->substr(0, scheme_end));
+  const std::string scheme = AsciiLower(origin->substr(0, scheme_end));
   if (scheme != "http" && scheme != "https") return refused;
-  const std::string authority = Lower(origin->substr(scheme_end + 3));
+  const std::string authority = AsciiLower(origin->substr(scheme_end + 3));
   if (authority.find('/') != std::string::npos) return refused;
   std::optional<std::string> origin_host = HostOf(authority);
   if (!origin_host) return refused;
   // Same origin: the page was served from the Host this request is sent to.
   if (host_header != nullptr && WithoutDefaultPort(scheme, authority) ==
-                                    WithoutDefaultPort(scheme, Lower(*host_header))) {
+                                    WithoutDefaultPort(scheme, AsciiLower(*host_header))) {
     return {};
   }
   // A proxy in front (TLS, another port): its name must be one the operator listed.
@@ -172,7 +166,7 @@ std::string RefuseStateChange(const HttpAccessPolicy& policy, const HttpRequest&
     return "admin endpoints answer loopback clients only (set DRIFTD_ADMIN_TOKEN to allow "
            "others with a bearer token)\n";
   }
-  const std::string* header = request.Header(Lower(kAdminHeader));
+  const std::string* header = request.Header(AsciiLower(kAdminHeader));
   if (header == nullptr || *header != "1") {
     return fmt::format(
         "a state-changing request needs the header '{}: 1' (driftd's own clients send it; a "

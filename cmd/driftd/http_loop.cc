@@ -104,12 +104,6 @@ bool IsTokenChar(char c) {
   return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::string_view TrimSpaces(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
@@ -122,7 +116,7 @@ bool HasToken(const std::string* value, std::string_view token) {
   std::string_view rest(*value);
   while (!rest.empty()) {
     size_t comma = rest.find(',');
-    if (Lower(TrimSpaces(rest.substr(0, comma))) == token) return true;
+    if (AsciiLower(TrimSpaces(rest.substr(0, comma))) == token) return true;
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
@@ -199,7 +193,7 @@ Head ParseHead(std::string_view text, HttpRequest& request) {
   // The absolute form (a proxy's) names the host in the target; it stands for Host.
   std::optional<std::string> target_host;
   for (std::string_view scheme : {"http://", "https://"}) {
-    if (target.size() > scheme.size() && Lower(target.substr(0, scheme.size())) == scheme) {
+    if (target.size() > scheme.size() && AsciiLower(target.substr(0, scheme.size())) == scheme) {
       target.remove_prefix(scheme.size());
       const size_t slash = target.find_first_of("/?");
       target_host = std::string(target.substr(0, slash));
@@ -223,7 +217,7 @@ Head ParseHead(std::string_view text, HttpRequest& request) {
     if (colon == std::string_view::npos || colon == 0) return fail(400, "bad header line");
     const std::string_view name = header.substr(0, colon);
     if (!std::all_of(name.begin(), name.end(), IsTokenChar)) return fail(400, "bad header name");
-    std::string lower = Lower(name);
+    std::string lower = AsciiLower(name);
     hosts += lower == "host";
     request.headers.emplace_back(std::move(lower),
                                  std::string(TrimSpaces(header.substr(colon + 1))));
@@ -254,7 +248,7 @@ Head ParseHead(std::string_view text, HttpRequest& request) {
   }
   head.body_length = length.value_or(0);
   if (const std::string* expect = request.Header("expect")) {
-    if (Lower(*expect) != "100-continue") return fail(417, "only Expect: 100-continue");
+    if (AsciiLower(*expect) != "100-continue") return fail(417, "only Expect: 100-continue");
     head.expect_continue = request.minor_version == 1;
   }
   return head;
@@ -301,6 +295,12 @@ const std::string* HttpRequest::Header(std::string_view lower_name) const {
 std::string HttpRequest::Param(const std::string& name) const {
   auto it = params.find(name);
   return it == params.end() ? std::string() : it->second;
+}
+
+std::string AsciiLower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::string UrlDecode(std::string_view text) {
@@ -737,7 +737,7 @@ class HttpLoop::Impl {
     HttpRequest& request = c.request;
     const std::string* content_type = request.Header("content-type");
     if (content_type != nullptr &&
-        Lower(*content_type).rfind("application/x-www-form-urlencoded", 0) == 0) {
+        AsciiLower(*content_type).rfind("application/x-www-form-urlencoded", 0) == 0) {
       AddParams(request.body, request.params);
     }
     const std::string* connection = request.Header("connection");

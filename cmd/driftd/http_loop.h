@@ -115,4 +115,7 @@ class HttpLoop {
 /// "%41+b" -> "A b" (application/x-www-form-urlencoded); a malformed escape stays as written.
 std::string UrlDecode(std::string_view text);
 
+/// ASCII letters in lower case, as header names, schemes and host names compare.
+std::string AsciiLower(std::string_view text);
+
 }  // namespace driftd

@@ -48,6 +48,8 @@
 namespace driftd {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct RunFlags {
   std::string pipeline;
   std::string log_format = "text";
@@ -214,7 +216,6 @@ sigset_t BlockControlSignals() {
 // abrupt end loses nothing committed), SIGHUP re-reads the pipeline files.
 int RunService(SupervisorOptions options, const RunFlags& flags) {
   auto log = GetLogger("driftd");
-  using Clock = std::chrono::steady_clock;
 
   // Every HTTP connection holds a descriptor, as do RocksDB's files, Kafka's sockets and the
   // sinks' files: the soft limit (often 1024) would let a crowd of clients exhaust it. The

@@ -35,14 +35,6 @@ constexpr std::string_view kDataMarker = "/*DRIFTD_REPORT_DATA*/null";
 constexpr std::string_view kDriftNamespace = "drift";
 constexpr std::string_view kEvaluationPrefix = "drift-eval/";
 
-void Time(JsonObject& object, std::string_view key, int64_t us) {
-  if (us == INT64_MIN) {
-    object.Null(key);
-  } else {
-    object.Timestamp(key, us);
-  }
-}
-
 // Keeps at most kMaxReportSeries series: those in WARN or ALERT first, then the highest score.
 void KeepMostUrgent(std::vector<ReportSeries>& series) {
   if (series.size() <= kMaxReportSeries) return;
@@ -82,8 +74,8 @@ std::string SeriesJson(const ReportSeries& s) {
     if (const DetectorReading* worst = WorstReading(e.detectors)) {
       o.Raw("worst", ReadingJson(*worst));
     }
-    Time(o, "windowStart", e.window_start_us);
-    Time(o, "windowEnd", e.window_end_us);
+    o.TimestampOrNull("windowStart", e.window_start_us);
+    o.TimestampOrNull("windowEnd", e.window_end_us);
     o.Int("windowN", e.window_n);
     o.Int("baselineN", e.baseline_n);
     if (e.series_kind != SeriesKind::kCategorical) {
@@ -98,7 +90,7 @@ std::string SeriesJson(const ReportSeries& s) {
     if (const DetectorReading* worst = WorstReading(last->detectors)) {
       o.Raw("worst", ReadingJson(*worst));
     }
-    Time(o, "windowEnd", last->window_end_us);
+    o.TimestampOrNull("windowEnd", last->window_end_us);
     o.Raw("distribution", "[]");
   }
   std::string points = "[";
@@ -112,7 +104,7 @@ std::string SeriesJson(const ReportSeries& s) {
   return out;
 }
 
-httplib::Client MakeClient(const HttpAddress& address) {
+httplib::Client ReportClient(const HttpAddress& address) {
   std::string host = address.host.find(':') != std::string::npos ? "[" + address.host + "]"
                                                                  : address.host;
   httplib::Client client(fmt::format("http://{}:{}", host, address.port));
@@ -323,7 +315,7 @@ int RunReportCommand(const ReportCommand& command, std::string_view version) {
     }
     json = RenderReportJson({*report}, "checkpoint " + command.checkpoint, version);
   } else {
-    httplib::Client client = MakeClient(*command.http);
+    httplib::Client client = ReportClient(*command.http);
     std::string path = "/api/report";
     if (!command.pipeline.empty()) {
       path += "?pipeline=" + httplib::detail::encode_query_param(command.pipeline);

@@ -41,14 +41,6 @@ bool IsPerformanceSeries(std::string_view series) {
 
 namespace {
 
-void Time(JsonObject& object, std::string_view key, int64_t us) {
-  if (us == INT64_MIN) {
-    object.Null(key);
-  } else {
-    object.Timestamp(key, us);
-  }
-}
-
 // A wall-clock time in milliseconds, null when unknown (0: restored from a checkpoint).
 void WallTime(JsonObject& object, std::string_view key, int64_t ms) {
   if (ms <= 0) {
@@ -125,7 +117,7 @@ std::string IncidentJson(const IncidentSummary& i) {
   o.String("detector", i.detector);
   o.Number("statistic", i.statistic);
   o.Number("threshold", i.threshold);
-  Time(o, "since", i.since_us);
+  o.TimestampOrNull("since", i.since_us);
   WallTime(o, "detectedAt", i.since_ms);
   o.Int("sinceBatch", i.since_batch);
   WallTime(o, "updatedAt", i.updated_ms);
@@ -148,8 +140,8 @@ std::string AlertJson(const AlertSummary& a) {
   o.Number("threshold", a.threshold);
   o.Number("score", a.score);
   o.Int("batchId", a.batch_id);
-  Time(o, "windowStart", a.window_start_us);
-  Time(o, "windowEnd", a.window_end_us);
+  o.TimestampOrNull("windowStart", a.window_start_us);
+  o.TimestampOrNull("windowEnd", a.window_end_us);
   WallTime(o, "recordedAt", a.recorded_at_ms);
   o.Close();
   return out;
@@ -160,8 +152,8 @@ std::string PointJson(const EvaluationPoint& p) {
   JsonObject o(out);
   o.Int("batchId", p.batch_id);
   o.Int("windowEndRecord", p.window_end_record);
-  Time(o, "windowStart", p.window_start_us);
-  Time(o, "windowEnd", p.window_end_us);
+  o.TimestampOrNull("windowStart", p.window_start_us);
+  o.TimestampOrNull("windowEnd", p.window_end_us);
   o.Int("windowN", p.window_n);
   o.Number("windowMean", p.window_mean);
   o.Int("baselineN", p.baseline_n);
@@ -345,7 +337,7 @@ std::string PipelineJson(const PipelineStatus& status) {
         x.Number("windowMean", e->window_mean);
       }
       x.Int("batchId", e->batch_id);
-      Time(x, "windowEnd", e->window_end_us);
+      x.TimestampOrNull("windowEnd", e->window_end_us);
       x.Raw("detectors", ReadingsJson(e->detectors));
       if (auto incident = incident_of.find({model, e->series}); incident != incident_of.end()) {
         x.Raw("incident", IncidentJson(*incident->second));
@@ -551,7 +543,7 @@ std::string FormatStatus(const std::string& json, bool tty) {
   return out;
 }
 
-httplib::Client MakeClient(const HttpAddress& address) {
+httplib::Client StatusClient(const HttpAddress& address) {
   std::string host = address.host.find(':') != std::string::npos ? "[" + address.host + "]"
                                                                  : address.host;
   httplib::Client client(fmt::format("http://{}:{}", host, address.port));
@@ -607,8 +599,8 @@ std::string RenderSeriesJson(const std::string& pipeline, const std::string& mod
     }
     root.String("kind", latest->series_kind == SeriesKind::kCategorical ? "categorical"
                                                                          : "numeric");
-    Time(root, "windowStart", latest->window_start_us);
-    Time(root, "windowEnd", latest->window_end_us);
+    root.TimestampOrNull("windowStart", latest->window_start_us);
+    root.TimestampOrNull("windowEnd", latest->window_end_us);
     root.Raw("distribution", DistributionJson(*latest));
   }
   root.Close();
@@ -618,7 +610,7 @@ std::string RenderSeriesJson(const std::string& pipeline, const std::string& mod
 int RunStatusCommand(const HttpAddress& address, double watch_seconds, bool json) {
   const bool tty = isatty(STDOUT_FILENO) == 1;
   while (true) {
-    httplib::Client client = MakeClient(address);
+    httplib::Client client = StatusClient(address);
     auto result = client.Get("/api/status");
     std::string text;
     bool ok = result && result->status == 200;
@@ -642,7 +634,7 @@ int RunStatusCommand(const HttpAddress& address, double watch_seconds, bool json
 }
 
 int RunHealthCommand(const HttpAddress& address, bool ready) {
-  httplib::Client client = MakeClient(address);
+  httplib::Client client = StatusClient(address);
   const char* path = ready ? "/readyz" : "/healthz";
   auto result = client.Get(path);
   if (!result) {

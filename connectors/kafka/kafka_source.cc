@@ -76,8 +76,8 @@ Status KafkaSource::Start(const SourceOffsets& committed) {
   settings["enable.partition.eof"] = "true";
   // A vanished start offset must surface as an error, never as a silent jump.
   settings["auto.offset.reset"] = "error";
-  auto make = [this](const std::map<std::string, std::string>& settings) -> Result<Handle> {
-    auto conf = kafka::MakeConf(settings);
+  auto make = [this](const std::map<std::string, std::string>& config) -> Result<Handle> {
+    auto conf = kafka::MakeConf(config);
     if (!conf) return tl::unexpected(conf.error().Wrap("kafka source"));
     rd_kafka_conf_set_opaque(conf->get(), this);
     rd_kafka_conf_set_error_cb(conf->get(), &KafkaSource::ErrorCallback);

@@ -9,16 +9,11 @@
 
 #include "engine/executor/placement.h"
 #include "engine/log.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Top-level keys whose values differ between two fingerprint objects.
 std::vector<std::string> FingerprintDifferences(std::string_view stored, std::string_view current) {

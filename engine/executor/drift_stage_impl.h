@@ -31,6 +31,7 @@
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -71,12 +72,6 @@ struct NameHash {
 // Names in state keys: engine/codec.h's key-path escaping.
 using codec::EscapeKeyPart;
 using codec::UnescapeKeyPart;
-
-inline int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace drift_stage_detail
 

@@ -29,18 +29,13 @@
 #include "engine/json_writer.h"
 #include "engine/key_guard.h"
 #include "engine/log.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The steady clock in milliseconds (idleness of partitions).
 int64_t SteadyMs() {

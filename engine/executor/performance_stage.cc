@@ -23,7 +23,7 @@ namespace {
 using drift::ByteReader;
 using drift::ByteWriter;
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kStateVersion = 1;
 // Persisted key prefixes within the stage's namespace.
 constexpr char kPendingKey = 'p';
 constexpr char kWindowKey = 'w';
@@ -174,7 +174,7 @@ struct Window {
 
   void Encode(std::string& out) const {
     ByteWriter w(out);
-    w.U8(kVersion);
+    w.U8(kStateVersion);
     w.Varint(static_cast<uint64_t>(predictions));
     w.Varint(static_cast<uint64_t>(labelled_by_end));
     w.Varint(static_cast<uint64_t>(labelled));
@@ -205,7 +205,7 @@ struct Window {
 
   static bool Decode(std::string_view bytes, Window& out) {
     ByteReader r(bytes);
-    if (r.U8() != kVersion) return false;
+    if (r.U8() != kStateVersion) return false;
     out.predictions = static_cast<int64_t>(r.Varint());
     out.labelled_by_end = static_cast<int64_t>(r.Varint());
     out.labelled = static_cast<int64_t>(r.Varint());
@@ -265,7 +265,7 @@ struct Model {
 
   void Encode(std::string& out) const {
     ByteWriter w(out);
-    w.U8(kVersion);
+    w.U8(kStateVersion);
     w.Varint(static_cast<uint64_t>(baseline_windows));
     std::string bytes;
     baseline.Encode(bytes);
@@ -281,7 +281,7 @@ struct Model {
   }
   static bool Decode(std::string_view in, Model& out) {
     ByteReader r(in);
-    if (r.U8() != kVersion) return false;
+    if (r.U8() != kStateVersion) return false;
     out.baseline_windows = static_cast<int32_t>(r.Varint());
     if (!Window::Decode(r.Bytes(), out.baseline)) return false;
     auto realized = AlertStateMachine::Decode(r.Bytes());
@@ -297,7 +297,7 @@ struct Model {
 
 void EncodePending(const Pending& p, std::string& out) {
   ByteWriter w(out);
-  w.U8(kVersion);
+  w.U8(kStateVersion);
   w.U8(static_cast<uint8_t>((p.has_prediction ? 1 : 0) | (p.has_label ? 2 : 0) |
                             (p.counted_by_end ? 4 : 0)));
   w.Str(p.model);
@@ -310,7 +310,7 @@ void EncodePending(const Pending& p, std::string& out) {
 }
 bool DecodePending(std::string_view in, Pending& p) {
   ByteReader r(in);
-  if (r.U8() != kVersion) return false;
+  if (r.U8() != kStateVersion) return false;
   const uint8_t flags = r.U8();
   p.has_prediction = flags & 1;
   p.has_label = flags & 2;

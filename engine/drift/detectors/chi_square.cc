@@ -21,8 +21,8 @@ double TvdNeeded(const Homogeneity& h, double tvd, double level) {
   return std::sqrt(critical * (1 / h.n_w + 1 / h.n_r)) / 2;
 }
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateChiSquare(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                       double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
   if (!(h.df > 0)) return;
@@ -48,7 +48,7 @@ DetectorDefaults ChiSquareDetector() {
                       "smallest total variation distance (share of values that changed "
                       "category) that may raise a level"},
                      kCategoriesParam},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateChiSquare,
           .extras = {"chi_square", "df", "cramers_v"},
           .series = SeriesBit(SeriesKind::kCategorical),
           .in_fingerprint = false};

@@ -129,8 +129,8 @@ struct CusumState {
   }
 };
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateCusum(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                   double alert, DetectorReading& out) {
   const CusumState& s = StateOf<CusumState>(in);
   const double sum = std::max(s.up, s.down);
   Begin(config, warn, alert, out);
@@ -164,7 +164,7 @@ DetectorDefaults CusumDetector() {
                       "k in baseline sds: the CUSUM is fastest for shifts of 2k (raised for "
                       "short baselines)"}},
           .immediate = true,
-          .evaluate = Evaluate,
+          .evaluate = EvaluateCusum,
           .extras = {"upper", "lower", "allowance"},
           .state = StateOps<CusumState>()};
 }

@@ -11,8 +11,8 @@ namespace {
 
 using namespace detector_common;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateErrorRate(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                       double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   const ErrorSummary& ref = in.error_reference;
   const size_t tests = in.error_lookbacks.size();
@@ -70,7 +70,7 @@ DetectorDefaults ErrorRateDetector() {
                      {"threshold", 0.5, 0, 1e300, false,
                       "an error is |prediction - label| > threshold"}},
           .error_series = true,
-          .evaluate = Evaluate,
+          .evaluate = EvaluateErrorRate,
           .extras = {"baseline_error_rate", "window_error_rate", "baseline_mae", "window_mae",
                      "error_threshold", "z", "lookback_windows"}};
 }

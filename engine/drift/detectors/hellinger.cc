@@ -22,8 +22,8 @@ using namespace detector_common;
 using calibration::ScoreOfTail;
 using calibration::TailOfScore;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateHellinger(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                       double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   const Homogeneity h = TestHomogeneity(in.win_counts, in.ref_counts);
   if (!(h.df > 0)) return;
@@ -56,7 +56,7 @@ DetectorDefaults HellingerDetector() {
                       "smallest distance that may raise a level (0.04 is about the change js's "
                       "0.05 is)"},
                      kBinsParam},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateHellinger,
           .extras = {"chi_square", "df"},
           .series = kNumericOrCategorical,
           .by_default = false};

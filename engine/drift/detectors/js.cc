@@ -13,8 +13,8 @@ using namespace detector_common;
 using calibration::ScoreOfTail;
 using calibration::TailOfScore;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateJs(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                double alert, DetectorReading& out) {
   const std::optional<Homogeneity> h =
       BeginShareDistance(in, config, warn, alert, JensenShannonDistance, out);
   if (!h) return;
@@ -35,7 +35,7 @@ DetectorDefaults JsDetector() {
                        "test",
           .params = {{"minEffect", 0.05, 0, 1, false, "smallest distance that may raise a level"},
                      kBinsParam},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateJs,
           .extras = {"g", "df"},
           .series = kNumericOrCategorical};
 }

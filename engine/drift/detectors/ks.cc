@@ -11,8 +11,8 @@ using namespace detector_common;
 using calibration::ScoreOfTail;
 using calibration::TailOfScore;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateKs(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                double alert, DetectorReading& out) {
   const std::optional<Homogeneity> h = BeginShareDistance(in, config, warn, alert, KsFromBins, out);
   if (!h) return;
   out.score = ScoreOfTail(calibration::KsUpperTail(out.statistic, h->n_w, h->n_r));
@@ -29,7 +29,7 @@ DetectorDefaults KsDetector() {
                        "Kolmogorov distribution",
           .params = {{"minEffect", 0.05, 0, 1, false, "smallest D that may raise a level"},
                      kBinsParam},
-          .evaluate = Evaluate};
+          .evaluate = EvaluateKs};
 }
 
 }  // namespace driftd::detectors

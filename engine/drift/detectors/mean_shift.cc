@@ -28,8 +28,8 @@ LocationTest TestLocation(const HigherMoments& ref, double sigma, const Lookback
   return t;
 }
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateMeanShift(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                       double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   const HigherMoments& ref = in.reference;
   const double sigma = FlooredSigma(ref.Stddev(), ref.mean());
@@ -78,7 +78,7 @@ DetectorDefaults MeanShiftDetector() {
                        "the baseline's (both samples' errors in its variance)",
           .params = {{"minEffect", 0.1, 0, 1e6, false,
                       "smallest |shift| / baseline sd that may raise a level"}},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateMeanShift,
           .extras = {"z", "welch_t", "lookback_windows"}};
 }
 

@@ -11,8 +11,8 @@ using namespace detector_common;
 using calibration::ScoreOfTail;
 using calibration::TailOfScore;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluatePsi(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                 double alert, DetectorReading& out) {
   const std::optional<Homogeneity> h = BeginShareDistance(
       in, config, warn, alert,
       [](std::span<const double> ref, std::span<const double> win) { return Psi(ref, win); },
@@ -34,7 +34,7 @@ DetectorDefaults PsiDetector() {
                        "chi-square test",
           .params = {{"minEffect", 0.05, 0, 1e6, false, "smallest PSI that may raise a level"},
                      kBinsParam},
-          .evaluate = Evaluate,
+          .evaluate = EvaluatePsi,
           .extras = {"chi_square", "df"},
           .series = kNumericOrCategorical};
 }

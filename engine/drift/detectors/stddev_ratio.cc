@@ -39,8 +39,8 @@ SpreadTest TestSpread(const HigherMoments& ref, double kurtosis, const Lookback&
   return t;
 }
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateStddevRatio(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                         double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   const HigherMoments& ref = in.reference;
   const size_t tests = in.lookbacks.size();
@@ -84,7 +84,7 @@ DetectorDefaults StddevRatioDetector() {
           .statistic = "max(s_w / s_ref, s_ref / s_w) of winsorized values, judged on the log "
                        "variance ratio with the baseline's kurtosis",
           .params = {{"minEffect", 1.1, 1, 1e6, false, "smallest ratio that may raise a level"}},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateStddevRatio,
           .extras = {"sd_ratio", "z", "kurtosis", "lookback_windows"}};
 }
 

@@ -10,8 +10,8 @@ namespace {
 
 using namespace detector_common;
 
-void Evaluate(const EvaluationInput& in, const DetectorConfig& config, double warn, double alert,
-              DetectorReading& out) {
+void EvaluateUnseenCategories(const EvaluationInput& in, const DetectorConfig& config, double warn,
+                              double alert, DetectorReading& out) {
   Begin(config, warn, alert, out);
   if (in.unseen_n <= 0 || in.ref_unseen_n <= 0) return;
   const double share = static_cast<double>(in.unseen) / static_cast<double>(in.unseen_n);
@@ -40,7 +40,7 @@ DetectorDefaults UnseenCategoriesDetector() {
           .params = {{"minEffect", 0.02, 0, 1, false,
                       "smallest rise of the share that may raise a level"},
                      kCategoriesParam},
-          .evaluate = Evaluate,
+          .evaluate = EvaluateUnseenCategories,
           .extras = {"window_share", "baseline_share", "z"},
           .series = SeriesBit(SeriesKind::kCategorical),
           .in_fingerprint = false};
