@@ -43,7 +43,7 @@ KafkaSource::~KafkaSource() {
   health_wake_.notify_all();
   if (health_thread_.joinable()) health_thread_.join();
   // Queues and messages go back to librdkafka before the client is destroyed.
-  IgnoreError(DropFeeds());  // best effort on shutdown
+  IgnoreError(DropAllFeeds());  // best effort on shutdown
   if (consumer_) {
     // Nothing is subscribed, so closing leaves no group to wait for.
     rd_kafka_consumer_close(consumer_.get());

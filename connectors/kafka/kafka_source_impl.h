@@ -283,11 +283,15 @@ class KafkaSource final : public Source, public GroupMember {
   // kafka_source_read.cc
   // Assigns every partition of `ranges` that is not assigned yet, at the range's start, and
   // moves a feed whose position is not the range's start there (a replay, a skip after data
-  // loss, an error). Feeds of partitions that are not in `end` any more (deleted, or given to
-  // another process) are unassigned. Points each range at its feed.
+  // loss, an error). Feeds of partitions this source may no longer read (MayRead) are
+  // unassigned; those of partitions it may read stay, in this read or not. Points each range at
+  // its feed.
   Status PrepareFeeds(std::vector<KafkaReader::Range>& ranges, const SourceOffsets& end);
-  // Unassigns every partition and lets go of their queues and held messages.
-  Status DropFeeds();
+  // The partition exists and, scaled out, is assigned to this process.
+  bool MayRead(uint32_t index) const;
+  // Unassigns the partitions of these feeds and lets go of their queues and held messages.
+  Status DropFeeds(const std::vector<uint32_t>& indexes);
+  Status DropAllFeeds();
   // Destroys whatever the partition queues of dropped feeds still hold.
   void DrainQueues();
   // Stops fetching partitions whose range ended at the end of their log: an idle topic is not

@@ -113,12 +113,15 @@ Result<std::unique_ptr<SourceReader>> KafkaSource::Read(const SourceOffsets& sta
 Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
                                  const SourceOffsets& end) {
   rd_kafka_t* consumer = consumer_.get();
-  // A partition that is not in the batch any more (deleted, or given to another process)
-  // ends every feed: the assignment starts afresh, as rarely as partitions come and go.
-  const bool dropped = std::any_of(feeds_.begin(), feeds_.end(), [&](const auto& entry) {
-    return !end.count(partitions_[entry.first].key);
-  });
-  if (dropped) DRIFTD_TRY(DropFeeds());
+  // A feed ends when its partition is no longer this source's to read (deleted, or given to
+  // another process). The others stay assigned, prefetching, whether or not this read takes
+  // them: a scaled-out batch reads the source's partitions and its tasks' partitions in two
+  // reads, and each would otherwise end the other's feeds and fetch them anew.
+  std::vector<uint32_t> ended;
+  for (const auto& [index, feed] : feeds_) {
+    if (!end.count(partitions_[index].key) && !MayRead(index)) ended.push_back(index);
+  }
+  if (!ended.empty()) DRIFTD_TRY(DropFeeds(ended));
   PartitionList added{rd_kafka_topic_partition_list_new(0)};
   PartitionList moved{rd_kafka_topic_partition_list_new(0)};
   PartitionList resumed{rd_kafka_topic_partition_list_new(0)};
@@ -203,27 +206,51 @@ Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
   return Ok();
 }
 
-Status KafkaSource::DropFeeds() {
-  if (feeds_.empty()) return Ok();
+bool KafkaSource::MayRead(uint32_t index) const {
+  if (!present_set_.count(index)) return false;
+  return !group_ || group_->assigned().count(partitions_[index].key) > 0;
+}
+
+Status KafkaSource::DropFeeds(const std::vector<uint32_t>& indexes) {
+  if (indexes.empty()) return Ok();
+  PartitionList dropped{rd_kafka_topic_partition_list_new(static_cast<int>(indexes.size()))};
   PartitionList resumed{rd_kafka_topic_partition_list_new(0)};
-  for (const auto& [index, feed] : feeds_) {
+  for (uint32_t index : indexes) {
+    auto it = feeds_.find(index);
+    if (it == feeds_.end()) continue;
+    Feed& feed = it->second;
+    rd_kafka_topic_partition_list_add(dropped.get(), feed.topic.c_str(), feed.partition);
     if (feed.paused) {
       rd_kafka_topic_partition_list_add(resumed.get(), feed.topic.c_str(), feed.partition);
     }
+    // The queue stays until the client closes: messages librdkafka still puts in it (errors
+    // of a deleted topic's partition) hold the partition, and destroying the client waits for
+    // every partition, so it is emptied then (DrainQueues).
+    retired_queues_.push_back(std::move(feed.queue));
+    feeds_.erase(it);
   }
-  // The queues stay until the client closes: messages librdkafka still puts in them (errors
-  // of a deleted topic's partition) hold the partition, and destroying the client waits for
-  // every partition, so they are emptied then (DrainQueues).
-  for (auto& [index, feed] : feeds_) retired_queues_.push_back(std::move(feed.queue));
-  feeds_.clear();
   // A pause outlives an assignment: lift it, or the partition would never fetch again.
   if (resumed->cnt > 0) rd_kafka_resume_partitions(consumer_.get(), resumed.get());
-  rd_kafka_resp_err_t err = rd_kafka_assign(consumer_.get(), nullptr);
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (feeds_.empty()) {
+    rd_kafka_resp_err_t err = rd_kafka_assign(consumer_.get(), nullptr);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return MakeError(ErrorCode::kExternal, "kafka source: unassigning partitions: {}",
+                       rd_kafka_err2str(err));
+    }
+    return Ok();
+  }
+  ErrorPtr error{rd_kafka_incremental_unassign(consumer_.get(), dropped.get())};
+  if (error) {
     return MakeError(ErrorCode::kExternal, "kafka source: unassigning partitions: {}",
-                     rd_kafka_err2str(err));
+                     kafka::Describe(error.get()));
   }
   return Ok();
+}
+
+Status KafkaSource::DropAllFeeds() {
+  std::vector<uint32_t> all;
+  for (const auto& [index, feed] : feeds_) all.push_back(index);
+  return DropFeeds(all);
 }
 
 void KafkaSource::DrainQueues() {
