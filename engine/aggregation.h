@@ -32,6 +32,7 @@
 #include "engine/result.h"
 #include "engine/row_shape.h"
 #include "engine/stats.h"
+#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -179,11 +180,7 @@ class Aggregator {
   // The names of the array aggregates' elements up to `width`.
   void NameElements(size_t width);
 
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, uint32_t, KeyHash, std::equal_to<>> index_;
+  StringMap<uint32_t> index_;
   /// ShareKeys: the group of each key id (kNoSlot: not looked up yet).
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   std::shared_ptr<KeyInterner> keys_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -35,13 +36,8 @@ class KeyInterner {
   size_t size() const { return names_.size(); }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-
   int column_;
-  std::unordered_map<std::string, uint32_t, Hash, std::equal_to<>> ids_;
+  StringMap<uint32_t> ids_;
   std::vector<const std::string*> names_;  // by id: the map's keys (nodes do not move)
   uint32_t last_ = kNull;                  // the id of the previous row's value
   // The ids of the batch seen last.

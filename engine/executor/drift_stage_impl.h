@@ -31,6 +31,7 @@
 #include "engine/json_decoder.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/string_hash.h"
 #include "engine/wall_clock.h"
 
 namespace driftd {
@@ -63,11 +64,6 @@ constexpr std::string_view kEvaluationPrefix = "drift-eval/";
 // Multivariate drift: each model's co-moments, then its PCA (engine/drift/multivariate.h),
 // "drift-mv/<model>" (escaped as above).
 constexpr std::string_view kMultivariatePrefix = "drift-mv/";
-
-struct NameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
-};
 
 // Names in state keys: engine/codec.h's key-path escaping.
 using codec::EscapeKeyPart;
@@ -357,7 +353,7 @@ class DriftStage::Impl {
   // map (producers write their keys in one order, so most lookups compare one string).
   struct KeySlot {
     size_t column = 0;
-    std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids;
+    StringMap<uint32_t> ids;
     std::vector<uint32_t> at_position;
   };
 
@@ -833,7 +829,7 @@ class DriftStage::Impl {
   /// (empty: per model, also for a checkpoint written before segments).
   std::vector<int> segment_columns_;
   std::vector<std::string> active_segments_;
-  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> base_ids_;
+  StringMap<uint32_t> base_ids_;
   std::vector<Base> bases_;
   std::vector<uint32_t> monitor_base_;  // by monitor id
   std::vector<uint32_t> dirty_bases_;
@@ -855,7 +851,7 @@ class DriftStage::Impl {
   /// The query's model ids, shared with the aggregation (per model only, no segments): ids_
   /// and names_ follow its ids.
   std::shared_ptr<KeyInterner> model_keys_;
-  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids_;
+  StringMap<uint32_t> ids_;
   std::vector<std::string> names_;  // by id
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;

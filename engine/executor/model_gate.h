@@ -29,6 +29,7 @@
 #include "engine/executor/stage.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -62,16 +63,11 @@ class ModelGate {
       : column_(column), max_models_(max_models), overflow_(overflow),
         pipeline_(std::move(pipeline)) {}
 
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-
   const int column_;
   const int64_t max_models_;
   const ModelOverflow overflow_;
   const std::string pipeline_;
-  std::unordered_set<std::string, Hash, std::equal_to<>> admitted_;
+  StringSet admitted_;
   std::vector<std::string> fresh_;  // admitted in this batch
   int64_t over_in_batch_ = 0;
   bool warned_ = false;

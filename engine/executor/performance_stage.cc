@@ -15,6 +15,7 @@
 #include "engine/executor/model_gate.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -1259,12 +1260,8 @@ class PerformanceStage::Impl {
 
   // The models the join holds state for (pending predictions, windows, baselines), at most
   // max_models_ besides "(other)", and the last one a prediction was admitted for.
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   int64_t max_models_ = 0;
-  std::unordered_set<std::string, NameHash, std::equal_to<>> known_models_;
+  StringSet known_models_;
   std::string last_admitted_;
   std::unordered_map<std::string, Pending> pending_;
   std::set<std::pair<int64_t, std::string>> deadlines_;
