@@ -17,6 +17,7 @@
 #include "connectors/connector_factories.h"
 #include "connectors/inference_generator.h"
 #include "engine/json_writer.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -98,9 +99,7 @@ class RateSource final : public Source {
     started_at_ = std::chrono::steady_clock::now();
     if (committed.empty()) {
       if (options_.start_time_ms == 0) {
-        options_.start_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count();
+        options_.start_time_ms = NowMs();
       }
       base_rows_ = 0;
     } else {

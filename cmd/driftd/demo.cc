@@ -16,6 +16,7 @@
 #include "connectors/kafka/kafka_sink.h"
 #include "connectors/registry.h"
 #include "engine/log.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -109,9 +110,7 @@ Result<std::unique_ptr<DemoKafka>> DemoKafka::Start(std::string_view pipeline_ya
   generator_options.seed = options.seed;
   generator_options.rows_per_second = options.records_per_second;
   // Event time follows the wall clock while the feeder keeps its pace.
-  generator_options.start_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count();
+  generator_options.start_time_ms = NowMs();
   generator_options.drift = std::move(*scenarios);
   auto generator = InferenceGenerator::Create(std::move(generator_options));
   if (!generator) return tl::unexpected(generator.error());

@@ -18,6 +18,7 @@
 #include "engine/drift/evaluation.h"
 #include "engine/executor/status_history.h"
 #include "engine/json_writer.h"
+#include "engine/wall_clock.h"
 #include "state/checkpoint_store.h"
 
 namespace {
@@ -242,9 +243,7 @@ std::string RenderReportJson(const std::vector<ReportPipeline>& pipelines, std::
   JsonObject root(out);
   root.String("version", version);
   root.String("source", source);
-  root.Timestamp("generatedAt", std::chrono::duration_cast<std::chrono::microseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count());
+  root.Timestamp("generatedAt", NowUs());
   std::string array = "[";
   for (const ReportPipeline& p : pipelines) {
     if (array.size() > 1) array.push_back(',');

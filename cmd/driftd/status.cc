@@ -17,6 +17,7 @@
 
 #include "engine/drift/evaluation.h"
 #include "engine/json_writer.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -558,9 +559,7 @@ std::string RenderStatusJson(std::string_view version, const std::vector<Pipelin
   std::string out;
   JsonObject root(out);
   root.String("version", version);
-  root.Timestamp("time", std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count());
+  root.Timestamp("time", NowUs());
   bool ready = !status.empty();
   for (const PipelineStatus& s : status) ready = ready && (s.view.ready || s.view.state == "finished");
   root.Bool("ready", ready);
