@@ -1,7 +1,7 @@
 // The `kafka` sink: every Kafka sink of a pipeline shares one transactional producer, so a
 // batch's rows reach all their topics in one transaction or not at all. The transaction also
-// carries a progress record {"pipeline":name,"checkpoint":id,"batchId":N} (keyed by the pipeline
-// name, on a compacted progress topic) and, when the source is Kafka, the source's end offsets
+// carries a progress record {"pipeline":name,"checkpoint":id,"batchId":N,"writer":W} (keyed by the
+// pipeline name, on a compacted progress topic; W is a random id of the sink object) and, when the source is Kafka, the source's end offsets
 // for its consumer group. A read_committed reader of the progress topic therefore knows exactly
 // which batches were delivered, which is how recovery decides whether to deliver an outbox entry
 // again.
@@ -23,8 +23,12 @@
 // delivering (INVALID_TXN_STATE after an outage longer than transaction.timeout.ms, say) costs
 // only the producer: a new one with the same transactional.id replaces it (its
 // init_transactions aborts what the old one left open), the progress topic says whether the
-// batch was committed, and if not it is delivered again. A fatal error while opening (a
-// transaction timeout the broker refuses, say) still ends the query.
+// batch was committed, and if not it is delivered again. Before that init_transactions the
+// progress topic is read once: a newer record of this checkpoint written by another writer means
+// that another instance took over and the broker's answer was fencing in another form (it may
+// say INVALID_TXN_STATE to a producer fenced while its transaction was open). Then the query
+// ends as fenced: a new producer would fence the instance that took over. A fatal error while
+// opening (a transaction timeout the broker refuses, say) still ends the query.
 //
 // Test hook: DRIFTD_KAFKA_SINK_FAULT=before_commit (or after_commit) makes the process kill
 // itself with SIGKILL inside Deliver, just before (after) commit_transaction; crash tests use it
@@ -32,6 +36,8 @@
 // error (rd_kafka_test_fatal_error) that says the producer was fenced just before
 // commit_transaction; fatal_txn_state raises a fatal INVALID_TXN_STATE there instead, once per
 // process (it models the broker aborting a transaction that outlived its timeout);
+// fence_as_txn_state takes a real fencing error for a non-fencing one (as when the broker answers
+// a fenced producer with INVALID_TXN_STATE), so that the takeover check above decides;
 // stall_in_commit holds the first scaled-out commit for DRIFTD_KAFKA_SINK_STALL_MS (default 25 s)
 // before it goes on. A suffix "@N" limits the fault to batches with id >= N ("fatal@3").
 #include "connectors/kafka/kafka_sink.h"
@@ -55,6 +61,7 @@
 #include "connectors/kafka/kafka_group.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
+#include "engine/random_id.h"
 #include "engine/row_shape.h"
 #include "engine/value_decoder.h"
 
@@ -213,9 +220,10 @@ class KafkaSink final : public Sink {
     // Only when the query opens: a producer replaced mid-run follows batches this process
     // committed itself.
     if (!stale_checked_ && *progress_listed && !checkpoint_id_.empty()) {
-      auto committed = ReadLatestProgress(/*settle=*/false);
-      if (!committed) return Fail(tl::unexpected(committed.error().Wrap("kafka sink")));
-      if (*committed > last_committed_batch_) {
+      auto latest = ReadLatestProgress(/*settle=*/false);
+      if (!latest) return Fail(tl::unexpected(latest.error().Wrap("kafka sink")));
+      const int64_t committed = latest->batch_id;
+      if (committed > last_committed_batch_) {
         const Error stale(
             ErrorCode::kIncompatible,
             fmt::format("kafka sink: transactional.id {} has committed batch {} of this "
@@ -223,8 +231,8 @@ class KafkaSink final : public Sink {
                         "or an older backup of one that kept running, and starting from it "
                         "would deliver batches {} to {} again. Run from the current checkpoint, "
                         "or start over with a new checkpointLocation",
-                        options_.transactional_id, *committed, last_committed_batch_,
-                        last_committed_batch_ + 1, *committed));
+                        options_.transactional_id, committed, last_committed_batch_,
+                        last_committed_batch_ + 1, committed));
         producer_.reset();
         return tl::unexpected(stale);
       }
@@ -263,7 +271,7 @@ class KafkaSink final : public Sink {
 
     auto latest = ReadLatestProgress();
     if (!latest) return Fail(tl::unexpected(latest.error().Wrap("kafka sink")));
-    delivered_ = *latest;
+    delivered_ = latest->batch_id;
     Log()->info("kafka sink: transactional.id={} checkpoint {}: last delivered batch {}",
                 options_.transactional_id, checkpoint_id_, delivered_);
     return Ok();
@@ -616,6 +624,7 @@ class KafkaSink final : public Sink {
 
   // Whether the producer's fatal error says that another instance took over.
   bool Fenced() const {
+    if (options_.fault == "fence_as_txn_state") return false;
     char reason[512];
     return IsFencing(rd_kafka_fatal_error(producer_.get(), reason, sizeof reason));
   }
@@ -635,6 +644,7 @@ class KafkaSink final : public Sink {
       rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       producer_.reset();
     }
+    DRIFTD_TRY(RefuseIfTakenOver(batch_id));
     Status opened = Open();
     if (!opened) {
       if (opened.error().code() == ErrorCode::kUnrecoverable) fatal_ = opened.error();
@@ -646,6 +656,30 @@ class KafkaSink final : public Sink {
                 options_.transactional_id, batch_id,
                 delivered_ >= batch_id ? "was committed before the error" : "is delivered again");
     return Ok();
+  }
+
+  // Before a replacement's init_transactions fences whoever holds our transactional.id: a
+  // committed progress record of this checkpoint past the last batch we committed, written by
+  // another writer, means that another instance runs this checkpoint (a failover onto a copy of
+  // it) and fenced us. Then this instance stops. The read does not wait for open transactions
+  // (`settle`): our own may still be open, and the records we must see are committed already.
+  Status RefuseIfTakenOver(int64_t batch_id) {
+    auto latest = ReadLatestProgress(/*settle=*/false);
+    if (!latest) {
+      return tl::unexpected(latest.error().Wrap(
+          fmt::format("kafka sink: replacing the producer for batch {}", batch_id)));
+    }
+    if (latest->batch_id <= delivered_ || latest->writer == writer_) return Ok();
+    fatal_ = Error(
+        ErrorCode::kUnrecoverable,
+        fmt::format("kafka sink: batch {}: another instance of pipeline '{}' has fenced this one "
+                    "(transactional.id {}): it committed batch {} of this checkpoint, and this "
+                    "one had committed up to batch {}. This one stops without a new producer, "
+                    "which would fence the instance that took over: two daemons must not run one "
+                    "pipeline",
+                    batch_id, options_.pipeline_name, options_.transactional_id,
+                    latest->batch_id, delivered_));
+    return tl::unexpected(*fatal_);
   }
 
   // A scaled-out producer lost to a stall: a successor with the same transactional.id (its
@@ -952,7 +986,8 @@ class KafkaSink final : public Sink {
     AppendJsonString(progress, options_.pipeline_name);
     progress += ",\"checkpoint\":";
     AppendJsonString(progress, checkpoint_id_);
-    fmt::format_to(std::back_inserter(progress), ",\"batchId\":{}}}", output.batch_id);
+    fmt::format_to(std::back_inserter(progress), ",\"batchId\":{},\"writer\":\"{}\"}}",
+                   output.batch_id, writer_);
     auto produced = Produce(options_.progress_topic, options_.pipeline_name, progress);
     if (produced.first != Outcome::kOk) return produced;
 
@@ -976,12 +1011,18 @@ class KafkaSink final : public Sink {
     return false;
   }
 
-  // The batch id of this pipeline's newest committed progress record, or -1 if there is none or
-  // it belongs to another checkpoint.
+  // This pipeline's newest committed progress record: batch id -1 if there is none or it
+  // belongs to another checkpoint.
   // `settle`: first wait for the transactions open on the progress topic to end, so that the
   // answer is final (after init_transactions fenced our own); without, the newest committed
   // record as of now.
-  Result<int64_t> ReadLatestProgress(bool settle = true) {
+  struct ProgressMark {
+    int64_t batch_id = -1;
+    /// The sink object that wrote it (empty: written before records named their writer).
+    std::string writer;
+  };
+
+  Result<ProgressMark> ReadLatestProgress(bool settle = true) {
     std::map<std::string, std::string> settings = {
         {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
         {"group.id", options_.transactional_id + "-progress-reader"},
@@ -1036,7 +1077,7 @@ class KafkaSink final : public Sink {
     auto uncommitted = kafka::MakeClient(RD_KAFKA_CONSUMER, std::move(*uncommitted_conf));
     if (!uncommitted) return tl::unexpected(uncommitted.error());
 
-    int64_t latest = -1;
+    ProgressMark latest;
     const rd_kafka_metadata_topic_t& topic = metadata->topics[0];
     for (int p = 0; p < topic.partition_cnt; ++p) {
       auto found =
@@ -1045,7 +1086,7 @@ class KafkaSink final : public Sink {
         rd_kafka_consumer_close(consumer.get());
         return tl::unexpected(found.error());
       }
-      latest = std::max(latest, *found);
+      if (found->batch_id > latest.batch_id) latest = std::move(*found);
     }
     rd_kafka_consumer_close(consumer.get());
     return latest;
@@ -1072,7 +1113,7 @@ class KafkaSink final : public Sink {
 
   // Scans one progress partition backwards in windows from its last stable offset: the
   // pipeline's newest record is normally near the end.
-  Result<int64_t> LatestInPartition(rd_kafka_t* consumer, rd_kafka_t* uncommitted,
+  Result<ProgressMark> LatestInPartition(rd_kafka_t* consumer, rd_kafka_t* uncommitted,
                                     int32_t partition, bool settle) {
     // Our own earlier transaction is settled (init_transactions waited for it), but another
     // pipeline's open transaction on this partition holds the last stable offset back, and our
@@ -1109,7 +1150,7 @@ class KafkaSink final : public Sink {
         return MakeError(ErrorCode::kExternal, "reading {}: {}", options_.progress_topic,
                          rd_kafka_err2str(err));
       }
-      std::optional<int64_t> latest;
+      std::optional<ProgressMark> latest;
       bool done = false;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (!done) {
@@ -1147,12 +1188,15 @@ class KafkaSink final : public Sink {
         // existed) says nothing about this checkpoint's batches.
         std::string_view checkpoint;
         if (record["checkpoint"].get(checkpoint)) checkpoint = {};
-        latest = checkpoint == checkpoint_id_ ? batch_id : -1;
+        std::string_view writer;
+        if (record["writer"].get(writer)) writer = {};
+        latest = checkpoint == checkpoint_id_ ? ProgressMark{batch_id, std::string(writer)}
+                                              : ProgressMark{};
       }
-      if (latest) return *latest;
+      if (latest) return std::move(*latest);
       window_end = window_start;
     }
-    return int64_t{-1};
+    return ProgressMark{};
   }
 
   KafkaSinkOptions options_;
@@ -1170,6 +1214,9 @@ class KafkaSink final : public Sink {
   Handle producer_;
   /// CheckpointMetadata::checkpoint_id of the batches delivered; empty when nobody said.
   std::string checkpoint_id_;
+  /// This sink's writer id in the progress records it commits: tells its records from those of
+  /// another instance running the same checkpoint.
+  const std::string writer_ = RandomHexId();
   /// Highest batch id of this checkpoint known committed. Only the executor's thread touches it.
   int64_t delivered_ = -1;
   /// The checkpoint's last committed batch (SetCheckpointId); -1: none.
@@ -1376,11 +1423,12 @@ tl::expected<std::unique_ptr<Sink>, SinkFailure> CreateKafkaSink(
     options.fault = std::string(text);
     if (options.fault != "before_commit" && options.fault != "after_commit" &&
         options.fault != "fatal" && options.fault != "fatal_txn_state" &&
-        options.fault != "stall_in_commit") {
+        options.fault != "fence_as_txn_state" && options.fault != "stall_in_commit") {
       return failure(Error(ErrorCode::kConfig,
                            fmt::format("DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, "
-                                       "after_commit, fatal, fatal_txn_state or "
-                                       "stall_in_commit, optionally with @<batch id>",
+                                       "after_commit, fatal, fatal_txn_state, "
+                                       "fence_as_txn_state or stall_in_commit, optionally "
+                                       "with @<batch id>",
                                        fault)));
     }
     if (const char* stall = std::getenv("DRIFTD_KAFKA_SINK_STALL_MS")) {

@@ -1,7 +1,6 @@
 #include "engine/executor/checkpoint_claim.h"
 
 #include <chrono>
-#include <random>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +8,7 @@
 
 #include "engine/executor/placement.h"
 #include "engine/log.h"
+#include "engine/random_id.h"
 #include "engine/wall_clock.h"
 
 namespace driftd {
@@ -69,12 +69,7 @@ Status MigrateFormat1(CheckpointStore& store, const PipelineSpec& spec,
 
 }  // namespace
 
-std::string NewCheckpointId() {
-  std::random_device random;
-  std::string id;
-  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(random()));
-  return id;
-}
+std::string NewCheckpointId() { return RandomHexId(); }
 
 Result<std::string> ClaimCheckpoint(CheckpointStore& store, const PipelineSpec& spec,
                                     const std::string& fingerprint_json,

@@ -523,6 +523,41 @@ TEST_CASE(
   RequireEachBatchOnce(crashed, input);
 }
 
+// The first instance hangs (SIGSTOP); its checkpoint is taken over as it is, as a failover of
+// a replicated volume would, and a second instance starts on it. The first then wakes up, tries
+// to deliver, learns that it was fenced and stops with `first_says` in its log; the second
+// drains the input.
+void FailOverPausedFirst(Deployment& deployment, const InferenceInput& input, const TempDir& logs,
+                         ChildProcess& first, std::string_view first_says) {
+  first.Signal(SIGSTOP);
+  TempDir failover("driftd-keo-failover");
+  std::filesystem::copy(deployment.checkpoint(), failover / deployment.name,
+                        std::filesystem::copy_options::recursive);
+  // Same name, topics and transactional.id; the checkpoint copy.
+  const std::string second_log = logs / "second.log";
+  ChildProcess second =
+      deployment.Start(second_log, {{"DRIFTD_CHECKPOINT_DIR", failover.path().string()}});
+  REQUIRE(testing::WaitFor([&] { return BatchesLogged(second_log) >= 1 || second.Exited(); },
+                           std::chrono::seconds(60)));
+  REQUIRE_FALSE(second.Exited());
+
+  first.Signal(SIGCONT);
+  auto status = first.Wait(std::chrono::seconds(60));
+  const std::string first_output = ReadFile(logs / "first.log");
+  INFO(first_output);
+  REQUIRE(status);
+  REQUIRE(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) != 0);
+  CHECK_THAT(first_output, Catch::Contains("fenced") && Catch::Contains(std::string(first_says)));
+  CheckNoSanitizerReport(first_output);
+
+  bool drained = AwaitWhileRunning(
+      second, [&] { return Drained(deployment, input); }, std::chrono::seconds(100));
+  INFO(ReadFile(second_log));
+  REQUIRE(drained);
+  CHECK(Terminate(second) == 0);
+}
+
 TEST_CASE(
     "a second daemon on the same pipeline is refused or fences the first, and no batch "
     "is delivered twice",
@@ -556,37 +591,30 @@ TEST_CASE(
   }
 
   SECTION("on a copy of its checkpoint (a failover), the second fences the paused first") {
-    // The first instance hangs (SIGSTOP); its checkpoint is taken over as it is, as a failover
-    // of a replicated volume would, and a second instance starts on it.
-    first.Signal(SIGSTOP);
-    TempDir failover("driftd-keo-failover");
-    std::filesystem::copy(deployment.checkpoint(), failover / deployment.name,
-                          std::filesystem::copy_options::recursive);
-    // Same name, topics and transactional.id; the checkpoint copy.
-    const std::string second_log = logs / "second.log";
-    ChildProcess second =
-        deployment.Start(second_log, {{"DRIFTD_CHECKPOINT_DIR", failover.path().string()}});
-    REQUIRE(testing::WaitFor([&] { return BatchesLogged(second_log) >= 1 || second.Exited(); },
-                             std::chrono::seconds(60)));
-    REQUIRE_FALSE(second.Exited());
-
-    // The first wakes up, tries to deliver, learns that it was fenced and stops.
-    first.Signal(SIGCONT);
-    auto status = first.Wait(std::chrono::seconds(60));
-    const std::string first_output = ReadFile(first_log);
-    INFO(first_output);
-    REQUIRE(status);
-    REQUIRE(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) != 0);
-    CHECK_THAT(first_output, Catch::Contains("fenced"));
-    CheckNoSanitizerReport(first_output);
-
-    bool drained = AwaitWhileRunning(
-        second, [&] { return Drained(deployment, input); }, std::chrono::seconds(100));
-    INFO(ReadFile(second_log));
-    REQUIRE(drained);
-    CHECK(Terminate(second) == 0);
+    FailOverPausedFirst(deployment, input, logs, first, "fenced");
   }
+  RequireEachBatchOnce(deployment, input);
+}
+
+TEST_CASE(
+    "a paused daemon taken over on a copy of its checkpoint stops even when the broker does not "
+    "say fenced, and fences nobody",
+    "[kafka][daemon][zombie]") {
+  // The broker may answer a producer fenced while its transaction was open with
+  // INVALID_TXN_STATE, which on its own asks for a new producer; a new producer's
+  // init_transactions would fence the instance that took over. fence_as_txn_state makes the
+  // first take its fencing error for such an answer.
+  Admin admin;
+  InferenceInput input(admin, {.models = 2, .rows = 12'000, .partitions = 2, .drift = ""});
+  Deployment deployment(admin, input, "zombie-txn-state", 100);
+  TempDir logs("driftd-keo-logs");
+  ChildProcess first =
+      deployment.Start(logs / "first.log", {{"DRIFTD_KAFKA_SINK_FAULT", "fence_as_txn_state"}});
+  REQUIRE(testing::WaitFor([&] { return BatchesLogged(logs / "first.log") >= 3 || first.Exited(); },
+                           std::chrono::seconds(60)));
+  REQUIRE_FALSE(first.Exited());
+  FailOverPausedFirst(deployment, input, logs, first, "this one had committed up to batch");
+  CHECK_THAT(ReadFile(logs / "first.log"), !Catch::Contains("producer replaced"));
   RequireEachBatchOnce(deployment, input);
 }
 
