@@ -197,6 +197,22 @@ double NowEpochSeconds() {
 // longer than its work). Sent to the control thread only; one from outside just wakes the loop.
 int WakeSignal() { return SIGRTMIN; }
 
+// A directory the process made for this run only (the demo's temporary checkpoint): removed
+// also when a second signal or the shutdown timeout ends the process at once. Set before the
+// service starts, then only read.
+std::string temporary_directory;
+
+// Ends the process at once with `code`, without the queries' teardown: every batch is
+// committed atomically, so the one in progress is redone on the next start.
+[[noreturn]] void ExitNow(int code) {
+  spdlog::shutdown();
+  if (!temporary_directory.empty()) {
+    std::error_code error;
+    std::filesystem::remove_all(temporary_directory, error);
+  }
+  _exit(code);
+}
+
 // Blocks SIGINT, SIGTERM, SIGHUP and the wake signal in the calling thread (and the threads it
 // starts later), so that the control loop receives them with sigtimedwait. Returns that set.
 sigset_t BlockControlSignals() {
@@ -396,16 +412,14 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
           log->error("shutdown did not finish within {} s; exiting now (exit code {}); the "
                      "batch in progress is redone on the next start",
                      timeout_s, kExitStopCut);
-          spdlog::shutdown();
-          _exit(kExitStopCut);
+          ExitNow(kExitStopCut);
         }).detach();
         supervisor.RequestStop();
       } else {
         log->warn("second signal: exiting now (exit code {}); the batch in progress is redone "
                   "on the next start",
                   kExitStopCut);
-        spdlog::shutdown();
-        _exit(kExitStopCut);
+        ExitNow(kExitStopCut);
       }
     }
 
@@ -499,6 +513,7 @@ int RunDemo(std::string checkpoint, SupervisorOptions options, const RunFlags& f
       return kExitIoError;
     }
     checkpoint = pattern;
+    temporary_directory = checkpoint;
   } else if (std::filesystem::exists(checkpoint, error) &&
              !std::filesystem::is_empty(checkpoint, error)) {
     log->error(
@@ -642,7 +657,10 @@ int main(int argc, char** argv) {
   std::string demo_dir;
   demo->add_option("--checkpoint", demo_dir,
                    "Checkpoint directory, new or empty (default: a new temporary directory, "
-                   "removed at the end)");
+                   "removed at the end, also when a second Ctrl-C ends the demo at once)");
+  demo->add_option("--shutdown-timeout", flags.shutdown_timeout_s,
+                   "Seconds a stop may take before the process exits anyway")
+      ->capture_default_str();
   add_logging(demo);
   add_service(demo);
 

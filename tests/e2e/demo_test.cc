@@ -157,6 +157,32 @@ TEST_CASE(
   CHECK_FALSE(std::filesystem::exists(checkpoint));
 }
 
+TEST_CASE(
+    "a demo stop cut short (a second Ctrl-C, or the shutdown timeout) still removes its "
+    "temporary checkpoint",
+    "[e2e][demo]") {
+  // A shutdown timeout of 0 s ends the stop at once, on the path a second signal takes.
+  TempDir dir("driftd-demo-test");
+  const std::string output_path = dir / "output.txt";
+  ChildProcess demo = ChildProcess::Start(
+      {DriftdBinary(), "demo", "--http", "off", "--shutdown-timeout", "0"}, output_path);
+  auto output = [&] { return ReadFile(output_path); };
+  REQUIRE(WaitFor([&] { return output().find("Batch: ") != std::string::npos; },
+                  std::chrono::seconds(30)));
+  std::smatch match;
+  const std::string started = output();
+  REQUIRE(std::regex_search(started, match, std::regex("demo: checkpoint in (\\S+);")));
+  const std::string checkpoint = match[1];
+  REQUIRE(std::filesystem::is_directory(checkpoint));
+
+  demo.Signal(SIGINT);
+  const int code = ExitCode(demo.Wait(std::chrono::seconds(30)));
+  INFO(output());
+  CHECK(code == 75);
+  CHECK(output().find("exiting now (exit code 75)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(checkpoint));
+}
+
 TEST_CASE("the demo refuses a checkpoint directory that is not empty, since its Kafka starts empty",
           "[e2e][demo]") {
   TempDir dir("driftd-demo-test");
