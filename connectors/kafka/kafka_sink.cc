@@ -236,6 +236,9 @@ class KafkaSink final : public Sink {
         producer_.reset();
         return tl::unexpected(stale);
       }
+    } else if (replacing_) {
+      // The same question for a producer replaced mid-run: has another instance run past us?
+      if (Status ours = RefuseIfTakenOver(replacing_batch_); !ours) return Fail(ours);
     }
     stale_checked_ = true;
 
@@ -644,7 +647,7 @@ class KafkaSink final : public Sink {
       rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       producer_.reset();
     }
-    DRIFTD_TRY(RefuseIfTakenOver(batch_id));
+    replacing_batch_ = batch_id;
     Status opened = Open();
     if (!opened) {
       if (opened.error().code() == ErrorCode::kUnrecoverable) fatal_ = opened.error();
@@ -658,17 +661,15 @@ class KafkaSink final : public Sink {
     return Ok();
   }
 
-  // Before a replacement's init_transactions fences whoever holds our transactional.id: a
+  // Before a replacement's init_transactions fences whoever holds our transactional.id (Connect
+  // asks, once the cluster is reachable, so that a stop still ends the wait for it): a
   // committed progress record of this checkpoint past the last batch we committed, written by
   // another writer, means that another instance runs this checkpoint (a failover onto a copy of
   // it) and fenced us. Then this instance stops. The read does not wait for open transactions
   // (`settle`): our own may still be open, and the records we must see are committed already.
   Status RefuseIfTakenOver(int64_t batch_id) {
     auto latest = ReadLatestProgress(/*settle=*/false);
-    if (!latest) {
-      return tl::unexpected(latest.error().Wrap(
-          fmt::format("kafka sink: replacing the producer for batch {}", batch_id)));
-    }
+    if (!latest) return tl::unexpected(latest.error().Wrap("kafka sink"));
     if (latest->batch_id <= delivered_ || latest->writer == writer_) return Ok();
     fatal_ = Error(
         ErrorCode::kUnrecoverable,
@@ -1233,6 +1234,8 @@ class KafkaSink final : public Sink {
   }
   /// The producer was dropped after a non-fencing fatal error and has no successor yet.
   bool replacing_ = false;
+  /// The batch being delivered when the producer was lost (while replacing_).
+  int64_t replacing_batch_ = -1;
   /// The one-shot fault (fatal_txn_state) has been raised.
   bool fault_fired_ = false;
   /// When scaled-out producers were lost to stalls (RejoinAfterStall), the last five minutes'.
