@@ -541,14 +541,21 @@ class PerformanceStage::Impl {
         if (rest.size() < 8) break;
         Window window;
         if (!Window::Decode(value, window)) break;
+        const int64_t start = GetBigEndian(rest.substr(0, 8));
+        if (FloorDiv(start, window_us_) * window_us_ != start) {
+          return Incompatible(fmt::format("a window starting at {} us, which is not a multiple "
+                                          "of performance.window",
+                                          start));
+        }
+        DRIFTD_TRY(Fits(window));
         Know(rest.substr(8));
-        windows_[{GetBigEndian(rest.substr(0, 8)), std::string(rest.substr(8))}] =
-            std::move(window);
+        windows_[{start, std::string(rest.substr(8))}] = std::move(window);
         return Ok();
       }
       case kModelKey: {
         Model model;
         if (!Model::Decode(value, model)) break;
+        DRIFTD_TRY(Fits(model.baseline));
         Know(rest);
         models_[std::string(rest)] = std::move(model);
         return Ok();
@@ -557,6 +564,40 @@ class PerformanceStage::Impl {
     }
     return MakeError(ErrorCode::kCorruption, "performance state: an entry of {} bytes is unreadable",
                      value.size());
+  }
+
+  // Whether a restored window is laid out as this pipeline's are: score bins from
+  // performance.bins and the threshold (classification), value buckets (regression). A
+  // checkpoint written with other settings cannot serve the pipeline.
+  Status Fits(const Window& window) const {
+    if (!classification_) {
+      if (!window.score_bins.empty() || !window.positive_bins.empty()) {
+        return Incompatible("classification state, and the pipeline's performance.task is "
+                            "regression");
+      }
+      return Ok();
+    }
+    if (!window.value_buckets.empty() || !window.bucket_errors.empty()) {
+      return Incompatible("regression state, and the pipeline's performance.task is "
+                          "classification");
+    }
+    for (const size_t size : {window.score_bins.size(), window.positive_bins.size(),
+                              window.negative_bins.size(), window.score_sums.size()}) {
+      if (size != 0 && size != bins()) {
+        return Incompatible(fmt::format("score bins of {} bins, and the pipeline's "
+                                        "performance.bins and threshold make {}",
+                                        size, bins()));
+      }
+    }
+    return Ok();
+  }
+
+  Status Incompatible(std::string_view what) const {
+    return MakeError(ErrorCode::kIncompatible, "{}",
+                 fmt::format("performance: the checkpoint holds {}: it was written with other "
+                             "performance settings. Revert them, or start over with a new "
+                             "checkpointLocation",
+                             what));
   }
 
   bool HasClosable(int64_t watermark) const {

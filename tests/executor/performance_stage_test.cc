@@ -243,5 +243,56 @@ TEST_CASE("the labels' join keeps state for query.maxModels models, counts the p
   CHECK((*restarted)->counts().predictions_over_model_cap == 20);
 }
 
+TEST_CASE("a checkpoint's performance state laid out by other performance settings is refused "
+          "with what changed, not read into bins it does not fit",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  REQUIRE(spec);
+  // Predictions in minute 0, and a batch ending with the watermark at minute 1: their window
+  // (10 minutes) is open and kept in the state with its score bins.
+  std::vector<std::string> predictions;
+  for (int s = 0; s < 10; ++s) {
+    const int64_t t = kT0Ms + s * 1000;
+    predictions.push_back(fmt::format(
+        R"({{"request_id":"r{}","model_id":"m0","event_time":{},"score":1.0}})", s, t));
+  }
+  auto stage = PerformanceStage::Create(*spec);
+  REQUIRE(stage);
+  RecordBatch batch;
+  RowTimes times;
+  BatchOutput output;
+  Decode(spec->schema, predictions, batch, times);
+  (*stage)->Process(batch, times, output);
+  BatchContext context;
+  context.watermark_us = (kT0Ms + 60'000) * 1000;
+  context.next_watermark_us = context.watermark_us;
+  StateChanges changes;
+  StageProgress progress;
+  (*stage)->Finish(context, output, changes, progress);
+  REQUIRE_FALSE(changes.puts.empty());
+
+  auto restore_into = [&](const std::string& performance_lines) -> Status {
+    std::string yaml = kPipeline;
+    const std::string anchor = "  baselineWindows: 2\n";
+    yaml.replace(yaml.find(anchor), anchor.size(), anchor + performance_lines);
+    auto changed = ParsePipeline(yaml, "stage.yaml", LoadOptions{});
+    REQUIRE(changed);
+    auto restarted = PerformanceStage::Create(*changed);
+    REQUIRE(restarted);
+    for (const auto& [key, value] : changes.puts) {
+      DRIFTD_TRY((*restarted)->Restore(key, value));
+    }
+    return Ok();
+  };
+  CHECK(restore_into(""));
+  for (const char* setting : {"  bins: 20\n", "  threshold: 0.55\n", "  task: regression\n"}) {
+    INFO(setting);
+    Status restored = restore_into(setting);
+    REQUIRE_FALSE(restored);
+    CHECK(restored.error().code() == ErrorCode::kIncompatible);
+    CHECK_THAT(restored.error().message(), Catch::Contains("other performance settings"));
+  }
+}
+
 }  // namespace
 }  // namespace driftd
