@@ -94,6 +94,13 @@ constexpr size_t kDefaultMessageMaxBytes = 1'000'000;
 // What a record batch of one record adds to its key and value: the batch header (61 bytes),
 // the record's varints and attributes, with room to spare.
 constexpr size_t kRecordOverhead = 128;
+// What a progress record says: the batch, and the sink object that wrote it (empty: written
+// before records named their writer). Batch id -1: no record of this checkpoint.
+struct ProgressMark {
+  int64_t batch_id = -1;
+  std::string writer;
+};
+
 // Records scanned per step when searching the progress topic backwards from its end.
 constexpr int64_t kProgressScanWindow = 1000;
 
@@ -274,6 +281,11 @@ class KafkaSink final : public Sink {
 
     auto latest = ReadLatestProgress();
     if (!latest) return Fail(tl::unexpected(latest.error().Wrap("kafka sink")));
+    if (replacing_) {
+      // Another instance may have committed between the check above and our
+      // init_transactions (which fenced it): its batches are not ours to count as delivered.
+      if (Status ours = TakenOverBy(*latest, replacing_batch_); !ours) return Fail(ours);
+    }
     delivered_ = latest->batch_id;
     Log()->info("kafka sink: transactional.id={} checkpoint {}: last delivered batch {}",
                 options_.transactional_id, checkpoint_id_, delivered_);
@@ -294,6 +306,8 @@ class KafkaSink final : public Sink {
 
   Status Deliver(const BatchOutput& output) override {
     if (fatal_) return tl::unexpected(*fatal_);
+    // Scaled out, a producer lost to a stall is replaced there.
+    if (options_.group) return DeliverScaledOut(output);
     if (!producer_) {
       if (!replacing_) return MakeError(ErrorCode::kInternal, "kafka sink used before Open");
       // A producer replaced after a fatal error whose successor could not start (the brokers
@@ -306,7 +320,6 @@ class KafkaSink final : public Sink {
     // The producer's event queue holds its error events; serving it here (and not only in
     // Close) logs them while they are news.
     rd_kafka_poll(producer_.get(), 0);
-    if (options_.group) return DeliverScaledOut(output);
     int replacements = 0;
     for (int attempt = 1;; ++attempt) {
       auto [outcome, status] = DeliverOnce(output);
@@ -328,6 +341,12 @@ class KafkaSink final : public Sink {
             continue;
           }
           fatal_ = status.error();
+        } else if (!status && status.error().code() != ErrorCode::kConfig) {
+          // A call that gave up (its retries spent in an outage) may leave the transaction
+          // open, and then begin_transaction refuses every later attempt; a commit that timed
+          // out may even have landed. A new producer settles both: its init_transactions ends
+          // what is open, and the progress topic then says whether the batch was committed.
+          DropForReplacement();
         }
         return status;
       }
@@ -424,6 +443,7 @@ class KafkaSink final : public Sink {
       // The producer was dropped after a stall (below) and its successor could not start yet.
       DRIFTD_TRY(RejoinAfterStall(output.batch_id, "the previous producer was dropped"));
     }
+    rd_kafka_poll(producer_.get(), 0);
     too_large_.reset();
     auto [outcome, status] = DeliverScaledOutOnce(output);
     rd_kafka_poll(producer_.get(), 0);
@@ -459,6 +479,12 @@ class KafkaSink final : public Sink {
     // batch were computed.
     if (!status && status.error().code() == ErrorCode::kConfig) return status;
     if (outcome == Outcome::kOk || status) return Ok();
+    // A call that gave up may leave the transaction open (begin_transaction would refuse the
+    // batch computed again): abort it, or when that fails too, start over with a new producer.
+    if (outcome == Outcome::kFailed && !Abort()) {
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      producer_.reset();
+    }
     return MakeError(ErrorCode::kAborted, "kafka sink: batch {} aborted: {}", output.batch_id,
                      status.error().message());
   }
@@ -661,6 +687,13 @@ class KafkaSink final : public Sink {
     return Ok();
   }
 
+  // Drops the producer; the next Deliver replaces it (Replace).
+  void DropForReplacement() {
+    rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    producer_.reset();
+    replacing_ = true;
+  }
+
   // Before a replacement's init_transactions fences whoever holds our transactional.id (Connect
   // asks, once the cluster is reachable, so that a stop still ends the wait for it): a
   // committed progress record of this checkpoint past the last batch we committed, written by
@@ -670,7 +703,13 @@ class KafkaSink final : public Sink {
   Status RefuseIfTakenOver(int64_t batch_id) {
     auto latest = ReadLatestProgress(/*settle=*/false);
     if (!latest) return tl::unexpected(latest.error().Wrap("kafka sink"));
-    if (latest->batch_id <= delivered_ || latest->writer == writer_) return Ok();
+    return TakenOverBy(*latest, batch_id);
+  }
+
+  // Stops the sink as fenced when `latest`, the newest committed progress record of this
+  // checkpoint, is past the last batch this sink committed and was written by another writer.
+  Status TakenOverBy(const ProgressMark& latest, int64_t batch_id) {
+    if (latest.batch_id <= delivered_ || latest.writer == writer_) return Ok();
     fatal_ = Error(
         ErrorCode::kUnrecoverable,
         fmt::format("kafka sink: batch {}: another instance of pipeline '{}' has fenced this one "
@@ -679,7 +718,7 @@ class KafkaSink final : public Sink {
                     "which would fence the instance that took over: two daemons must not run one "
                     "pipeline",
                     batch_id, options_.pipeline_name, options_.transactional_id,
-                    latest->batch_id, delivered_));
+                    latest.batch_id, delivered_));
     return tl::unexpected(*fatal_);
   }
 
@@ -709,6 +748,12 @@ class KafkaSink final : public Sink {
     fatal_.reset();
     Status opened = Open();
     if (!opened) {
+      // Refused settings end the query; anything else (the brokers away) is tried again with
+      // the next batch, which counts as one more stall.
+      if (opened.error().code() == ErrorCode::kUnrecoverable) {
+        fatal_ = opened.error();
+        return tl::unexpected(*fatal_);
+      }
       return MakeError(ErrorCode::kAborted, "kafka sink: a new producer after a stall: {}",
                        opened.error().message());
     }
@@ -1017,12 +1062,6 @@ class KafkaSink final : public Sink {
   // `settle`: first wait for the transactions open on the progress topic to end, so that the
   // answer is final (after init_transactions fenced our own); without, the newest committed
   // record as of now.
-  struct ProgressMark {
-    int64_t batch_id = -1;
-    /// The sink object that wrote it (empty: written before records named their writer).
-    std::string writer;
-  };
-
   Result<ProgressMark> ReadLatestProgress(bool settle = true) {
     std::map<std::string, std::string> settings = {
         {"client.id", "driftd-" + options_.pipeline_name + "-progress"},
