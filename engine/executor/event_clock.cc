@@ -97,7 +97,7 @@ int64_t EventClock::Watermark(bool batch_read) const {
   if (high == INT64_MIN) return watermark_us_;
   // Every partition idle: nothing holds the watermark back any more.
   const int64_t bound = any && !all_idle ? low : high;
-  const int64_t candidate = bound - options_.delay_us;
+  const int64_t candidate = LessDelay(bound);
   return std::max(candidate, watermark_us_);
 }
 

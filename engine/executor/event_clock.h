@@ -132,6 +132,11 @@ class EventClock {
     bool read_in_batch = false;  // the batch reads it (BeginBatch)
   };
   Partition& Slot(std::string_view name);
+  /// `max_us` less the watermark delay, saturating: an event time near the smallest one a
+  /// producer can write must not wrap around to the largest.
+  int64_t LessDelay(int64_t max_us) const {
+    return max_us < INT64_MIN + 1 + options_.delay_us ? INT64_MIN + 1 : max_us - options_.delay_us;
+  }
   int64_t Watermark(bool batch_read) const;
   int64_t SlotIndexFor(uint32_t partition_index, std::string_view name);
 
@@ -164,8 +169,7 @@ void EventClock::Stamp(const RecordBatch& batch, int column_index, NameOf&& part
       partition = &partitions_[static_cast<size_t>(slot)];
       last_index = index;
     }
-    const int64_t own =
-        partition->max_us == INT64_MIN ? INT64_MIN : partition->max_us - options_.delay_us;
+    const int64_t own = partition->max_us == INT64_MIN ? INT64_MIN : LessDelay(partition->max_us);
     times.late_before[row] = std::max(own, watermark_us_);
     if (column.IsNull(row)) continue;
     const int64_t t = column.i64[row];

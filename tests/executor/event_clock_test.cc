@@ -49,6 +49,28 @@ TEST_CASE("the watermark is the slowest partition's event time minus the delay",
   CHECK(clock.watermark_us() == 35 * kSecond);
 }
 
+TEST_CASE("an event time near the smallest a producer can write does not wrap the watermark "
+          "around to the largest",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(600);
+  clock.BeginBatch({{"p0", false, true}}, 0);
+  Rows rows({{0, 0}, {0, 0}});
+  rows.batch.columns[0].i64[0] = INT64_MIN + 1;
+  rows.batch.columns[0].i64[1] = 100 * kSecond;
+  RowTimes times;
+  clock.Stamp(rows.batch, Name, times);
+  // The second row's own partition watermark is the first's time less the delay, saturated.
+  CHECK(times.late_before[1] == INT64_MIN + 1);
+  CHECK(clock.NextWatermark() == (100 - 600) * kSecond);
+
+  EventClock alone = ClockWithDelay(600);
+  alone.BeginBatch({{"p0", false, true}}, 0);
+  Rows first({{0, 0}});
+  first.batch.columns[0].i64[0] = INT64_MIN + 1;
+  alone.Stamp(first.batch, Name, times);
+  CHECK(alone.NextWatermark() == INT64_MIN + 1);
+}
+
 TEST_CASE("a partition with records not read yet holds the watermark back", "[clock]") {
   EventClock clock = ClockWithDelay(0);
   // p1 has records waiting but none was read in this batch.
