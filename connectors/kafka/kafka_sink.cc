@@ -38,6 +38,8 @@
 // process (it models the broker aborting a transaction that outlived its timeout);
 // fence_as_txn_state takes a real fencing error for a non-fencing one (as when the broker answers
 // a fenced producer with INVALID_TXN_STATE), so that the takeover check above decides;
+// commit_gives_up fails one commit_transaction as a call whose retries ran out does, leaving the
+// transaction open (once per process);
 // stall_in_commit holds the first scaled-out commit for DRIFTD_KAFKA_SINK_STALL_MS (default 25 s)
 // before it goes on. A suffix "@N" limits the fault to batches with id >= N ("fatal@3").
 #include "connectors/kafka/kafka_sink.h"
@@ -555,6 +557,13 @@ class KafkaSink final : public Sink {
       // A process held up inside its commit (a long GC-like pause, a stopped VM).
       fault_fired_ = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.stall_ms));
+    }
+    if (fault && options_.fault == "commit_gives_up" && !fault_fired_) {
+      fault_fired_ = true;
+      return {Outcome::kFailed,
+              MakeError(ErrorCode::kExternal,
+                        "kafka sink: commit_transaction failed: retries spent (injected by "
+                        "DRIFTD_KAFKA_SINK_FAULT=commit_gives_up)")};
     }
     const bool inject_fatal = fault && options_.fault == "fatal";
     const bool inject_txn_state = fault && options_.fault == "fatal_txn_state" && !fault_fired_;
@@ -1465,12 +1474,13 @@ tl::expected<std::unique_ptr<Sink>, SinkFailure> CreateKafkaSink(
     options.fault = std::string(text);
     if (options.fault != "before_commit" && options.fault != "after_commit" &&
         options.fault != "fatal" && options.fault != "fatal_txn_state" &&
-        options.fault != "fence_as_txn_state" && options.fault != "stall_in_commit") {
+        options.fault != "fence_as_txn_state" && options.fault != "commit_gives_up" &&
+        options.fault != "stall_in_commit") {
       return failure(Error(ErrorCode::kConfig,
                            fmt::format("DRIFTD_KAFKA_SINK_FAULT={}: expected before_commit, "
                                        "after_commit, fatal, fatal_txn_state, "
-                                       "fence_as_txn_state or stall_in_commit, optionally "
-                                       "with @<batch id>",
+                                       "fence_as_txn_state, commit_gives_up or "
+                                       "stall_in_commit, optionally with @<batch id>",
                                        fault)));
     }
     if (const char* stall = std::getenv("DRIFTD_KAFKA_SINK_STALL_MS")) {

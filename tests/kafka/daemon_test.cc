@@ -793,6 +793,23 @@ TEST_CASE("a fatal producer error stops the daemon with a non-zero exit and a cl
     RequireEachBatchOnce(deployment, input);
   }
 
+  SECTION("a commit that gave up (its retries spent in an outage) costs only the producer") {
+    // The transaction stays open: a new producer's init_transactions ends it, and batch 3 is
+    // delivered again, once.
+    const std::string log = logs / "gives-up.log";
+    ChildProcess daemon = deployment.Start(log, {{"DRIFTD_KAFKA_SINK_FAULT", "commit_gives_up@3"}});
+    bool drained = AwaitWhileRunning(
+        daemon, [&] { return Drained(deployment, input); }, std::chrono::seconds(60));
+    const std::string output = ReadFile(log);
+    INFO(output);
+    CHECK(drained);
+    CHECK(Terminate(daemon) == 0);
+    CHECK_THAT(output, Catch::Contains("retries spent") && Catch::Contains("producer replaced") &&
+                           Catch::Contains("batch 3 is delivered again"));
+    CheckNoSanitizerReport(output);
+    RequireEachBatchOnce(deployment, input);
+  }
+
   SECTION("a transaction timeout the broker refuses stops the daemon at start") {
     // The broker caps transaction.timeout.ms (transaction.max.timeout.ms, 15 minutes).
     std::string yaml = ReadFile(SeedPipeline());
