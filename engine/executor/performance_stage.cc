@@ -401,9 +401,10 @@ class PerformanceStage::Impl {
         continue;
       }
       const int64_t t = event_times.i64[row];
-      const int64_t start = FloorDiv(t, window_us_) * window_us_;
-      // Late: its window closed (the estimates of it went out) before it came.
-      if (start + window_us_ <= times.late_before[row]) {
+      // Late: behind the watermark when it came. A label it could pair with may have been
+      // decided already, or not, as the batching fell: a row behind the watermark joins nothing,
+      // so that outcomes depend on the rows alone. (Its window may still be open.)
+      if (t < times.late_before[row]) {
         ++counts_.predictions_late;
         continue;
       }
@@ -477,14 +478,17 @@ class PerformanceStage::Impl {
         continue;
       }
       const int64_t t = event_times.i64[row];
+      // Late: behind the watermark when it came, as a prediction (above). Every prediction it
+      // could pair with has its deadline at or after t, and an entry is decided once the
+      // watermark is past its deadline, so a label that is not late finds each of them
+      // undecided, whatever the batching.
+      if (t < times.late_before[row]) {
+        ++counts_.labels_late;
+        continue;
+      }
       const std::string key(keys.String(row));
       auto it = pending_.find(key);
       if (it == pending_.end()) {
-        // No prediction waits: one may still come while the watermark is before t + bound.
-        if (t + bound_us_ <= times.late_before[row]) {
-          ++counts_.labels_late;
-          continue;
-        }
         Pending entry;
         entry.has_label = true;
         entry.label_us = t;
@@ -602,7 +606,7 @@ class PerformanceStage::Impl {
 
   bool HasClosable(int64_t watermark) const {
     if (watermark == INT64_MIN) return false;
-    if (!deadlines_.empty() && deadlines_.begin()->first <= watermark) return true;
+    if (!deadlines_.empty() && deadlines_.begin()->first < watermark) return true;
     for (const auto& [at, window] : windows_) {
       const int64_t end = at.first + window_us_;
       if ((!window.estimated && end <= watermark) || end + bound_us_ <= watermark) return true;
@@ -617,9 +621,9 @@ class PerformanceStage::Impl {
     const int64_t watermark = context.watermark_us;
     batch_id_ = context.batch_id;
     if (watermark != INT64_MIN) {
-      // Entries whose bound passed, in deadline then key order: the same order whatever the
-      // batching, so the windows' sums are too.
-      while (!deadlines_.empty() && deadlines_.begin()->first <= watermark) {
+      // Entries whose bound passed (the watermark is past the deadline), in deadline then key
+      // order: the same order whatever the batching, so the windows' sums are too.
+      while (!deadlines_.empty() && deadlines_.begin()->first < watermark) {
         const std::string key = deadlines_.begin()->second;
         deadlines_.erase(deadlines_.begin());
         auto it = pending_.find(key);

@@ -58,7 +58,7 @@ struct JoinCounts {
   int64_t labels_late = 0;                // behind the watermark when they came
   int64_t duplicate_labels = 0;
   int64_t duplicate_predictions = 0;
-  int64_t predictions_late = 0;  // their window had closed (behind the watermark)
+  int64_t predictions_late = 0;  // behind the watermark when they came
   int64_t without_key = 0;       // a null or over-long key or value, or no event time
   // Predictions of a model the join could not take: it joins for query.maxModels models (the
   // model gate's share on the other tasks is theirs to count).

@@ -243,6 +243,79 @@ TEST_CASE("the labels' join keeps state for query.maxModels models, counts the p
   CHECK((*restarted)->counts().predictions_over_model_cap == 20);
 }
 
+TEST_CASE("a row behind the watermark joins nothing, so the join's outcomes do not depend on "
+          "where batches end",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  REQUIRE(spec);
+  const int64_t minute_us = 60'000'000;
+  const int64_t t0_us = kT0Ms * 1000;
+  // A row: a prediction or a label of key k at `minute`, and the watermark of its own partition
+  // just before it (`late_before`, in minutes; INT64_MIN: none yet).
+  struct Row {
+    bool label;
+    int minute;
+    int64_t late_before_minute;
+  };
+  auto run = [&](const std::vector<std::pair<std::vector<Row>, int>>& batches) {
+    auto stage = PerformanceStage::Create(*spec);
+    REQUIRE(stage);
+    BatchOutput output;
+    for (const auto& [rows, watermark_minute] : batches) {
+      for (const Row& row : rows) {
+        const int64_t t_ms = kT0Ms + row.minute * 60'000;
+        RecordBatch batch;
+        RowTimes times;
+        if (row.label) {
+          Decode(spec->labels.schema,
+                 {fmt::format(R"({{"request_id":"k","label":1,"event_time":{}}})", t_ms)}, batch,
+                 times);
+        } else {
+          Decode(spec->schema,
+                 {fmt::format(R"({{"request_id":"k","model_id":"m0","event_time":{},)"
+                              R"("score":0.8}})",
+                              t_ms)},
+                 batch, times);
+        }
+        times.late_before[0] = row.late_before_minute == INT64_MIN
+                                   ? INT64_MIN
+                                   : t0_us + row.late_before_minute * minute_us;
+        if (row.label) {
+          (*stage)->ProcessLabels(batch, times);
+        } else {
+          (*stage)->Process(batch, times, output);
+        }
+      }
+      BatchContext context;
+      context.watermark_us = t0_us + watermark_minute * minute_us;
+      context.next_watermark_us = context.watermark_us;
+      StateChanges changes;
+      StageProgress progress;
+      (*stage)->Finish(context, output, changes, progress);
+    }
+    return (*stage)->counts();
+  };
+  // A prediction at minute 5 (within: 5 minutes, so its deadline is minute 10), and its label at
+  // minute 8 that comes when its own partition has passed minute 9: behind the watermark. With
+  // the batch ending at minute 12 between them, the prediction is decided before the label
+  // comes; without, the label would find it waiting.
+  const Row prediction{false, 5, INT64_MIN};
+  const Row label{true, 8, 9};
+  const JoinCounts apart = run({{{prediction}, 12}, {{label}, 30}});
+  const JoinCounts together = run({{{prediction, label}, 30}});
+  for (const JoinCounts& counts : {apart, together}) {
+    CHECK(counts.labelled == 0);
+    CHECK(counts.unlabelled == 1);
+    CHECK(counts.labels_late == 1);
+    CHECK(counts.labels_without_prediction == 0);
+  }
+  // A prediction behind the watermark, after a label that waited for it: late too.
+  const JoinCounts late_prediction = run({{{Row{true, 8, INT64_MIN}, Row{false, 5, 6}}, 30}});
+  CHECK(late_prediction.predictions_late == 1);
+  CHECK(late_prediction.labels_without_prediction == 1);
+  CHECK(late_prediction.labelled == 0);
+}
+
 TEST_CASE("a checkpoint's performance state laid out by other performance settings is refused "
           "with what changed, not read into bins it does not fit",
           "[executor][labels][performance]") {

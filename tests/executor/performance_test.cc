@@ -67,21 +67,21 @@ struct Truth {
     int labels = 0;
   };
   std::vector<Prediction> predictions;
-  // The join's outcomes for the predictions whose bound (40 minutes) the watermark passed.
+  // The join's outcomes for the predictions whose bound (40 minutes) the watermark is past.
   int64_t Labelled(int64_t watermark_ms) const {
     return std::count_if(predictions.begin(), predictions.end(), [&](const Prediction& p) {
-      return p.labels > 0 && p.time_ms + 40 * 60'000 <= watermark_ms;
+      return p.labels > 0 && p.time_ms + 40 * 60'000 < watermark_ms;
     });
   }
   int64_t Unlabelled(int64_t watermark_ms) const {
     return std::count_if(predictions.begin(), predictions.end(), [&](const Prediction& p) {
-      return p.labels == 0 && p.time_ms + 40 * 60'000 <= watermark_ms;
+      return p.labels == 0 && p.time_ms + 40 * 60'000 < watermark_ms;
     });
   }
   int64_t Duplicates(int64_t watermark_ms) const {
     int64_t n = 0;
     for (const Prediction& p : predictions) {
-      if (p.labels > 1 && p.time_ms + 40 * 60'000 <= watermark_ms) n += p.labels - 1;
+      if (p.labels > 1 && p.time_ms + 40 * 60'000 < watermark_ms) n += p.labels - 1;
     }
     return n;
   }

@@ -87,9 +87,17 @@ Data Generate() {
     auto& list = labels[partition];
     std::stable_sort(list.begin(), list.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t at = 0; at < list.size(); at += 16) {
+    // Runs of up to 16 labels within a minute of label time: where labels are sparse (the
+    // first and last minutes) a run of 16 would span more than the watermark's delay, and those
+    // labels would be late.
+    for (size_t at = 0; at < list.size();) {
+      size_t end = at + 1;
+      while (end < list.size() && end - at < 16 && list[end].first - list[at].first <= 60'000) {
+        ++end;
+      }
       std::shuffle(list.begin() + static_cast<ptrdiff_t>(at),
-                   list.begin() + static_cast<ptrdiff_t>(std::min(list.size(), at + 16)), random);
+                   list.begin() + static_cast<ptrdiff_t>(end), random);
+      at = end;
     }
     for (auto& [time, record] : list) data.label_records[partition].push_back(std::move(record));
   }
