@@ -1,10 +1,10 @@
 // The `kafka` sink: every Kafka sink of a pipeline shares one transactional producer, so a
 // batch's rows reach all their topics in one transaction or not at all. The transaction also
-// carries a progress record {"pipeline":name,"checkpoint":id,"batchId":N,"writer":W} (keyed by the
-// pipeline name, on a compacted progress topic; W is a random id of the sink object) and, when the source is Kafka, the source's end offsets
-// for its consumer group. A read_committed reader of the progress topic therefore knows exactly
-// which batches were delivered, which is how recovery decides whether to deliver an outbox entry
-// again.
+// carries a progress record {"pipeline":name,"checkpoint":id,"batchId":N,"writer":W} (keyed by
+// the pipeline name, on a compacted progress topic; W is a random id of the sink object) and,
+// when the source is Kafka, the source's end offsets for its consumer group. A read_committed
+// reader of the progress topic therefore knows exactly which batches were delivered, which is
+// how recovery decides whether to deliver an outbox entry again.
 //
 // Batch ids are only unique within one checkpoint: an operator who deletes the checkpoint
 // directory starts the pipeline over at batch 0 under the same transactional.id. The newest
@@ -1163,7 +1163,7 @@ class KafkaSink final : public Sink {
   // Scans one progress partition backwards in windows from its last stable offset: the
   // pipeline's newest record is normally near the end.
   Result<ProgressMark> LatestInPartition(rd_kafka_t* consumer, rd_kafka_t* uncommitted,
-                                    int32_t partition, bool settle) {
+                                         int32_t partition, bool settle) {
     // Our own earlier transaction is settled (init_transactions waited for it), but another
     // pipeline's open transaction on this partition holds the last stable offset back, and our
     // committed record may lie beyond it. Wait until every transaction open now has ended, so
