@@ -153,6 +153,12 @@ struct Feed {
   /// messages than its range still held, because of offsets without a record): the first
   /// messages of the next range, in offset order.
   std::deque<MessagePtr> held;
+  /// The offset of the last end-of-partition event taken from the queue, -1 for none since the
+  /// feed was (re)positioned: every record below it was taken already. A range that ends at or
+  /// before it is read whole once `held` is, even if the event came while an earlier range was
+  /// read (librdkafka sends it once; offsets without a record, transaction markers, would
+  /// otherwise be waited for).
+  int64_t eof_at = -1;
   /// Paused at the end of the log (see KafkaSource::PauseCaughtUp).
   bool paused = false;
 };

@@ -143,6 +143,7 @@ Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
       // forwarding, librdkafka's fetch start leaves it alone.
       rd_kafka_queue_forward(feed.queue.get(), nullptr);
       feed.position = range.next;
+      feed.eof_at = -1;
       rd_kafka_topic_partition_list_add(added.get(), range.topic.c_str(), range.partition)
           ->offset = range.next;
       // A pause outlives an assignment: a partition dropped while paused (it went to another
@@ -152,6 +153,7 @@ Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
     }
     if (feed.position != range.next) {
       feed.held.clear();
+      feed.eof_at = -1;
       feed.position = range.next;
       rd_kafka_topic_partition_list_add(moved.get(), range.topic.c_str(), range.partition)
           ->offset = range.next;
@@ -166,6 +168,7 @@ Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
       auto index = IndexOf(kafka::PartitionKey(list.elems[i].topic, list.elems[i].partition));
       if (auto it = feeds_.find(*index); it != feeds_.end()) {
         it->second.position = kUnknownPosition;
+        it->second.eof_at = -1;
       }
     }
   };
@@ -317,7 +320,11 @@ void KafkaReader::Finish(Range& range) {
 Status KafkaReader::Take(Range& range, MessagePtr message, InputChunk& chunk) {
   Feed& feed = *range.feed;
   if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    // Errors (end of partition included) concern the range being read, not the next one.
+    if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      feed.eof_at = std::max(feed.eof_at, message->offset);
+    }
+    // Errors concern the range being read, not the next one (which an end of partition
+    // reaches through feed.eof_at).
     return range.done ? Ok() : HandleError(range, *message);
   }
   if (message->offset < range.next) return Ok();  // before the range: read already
@@ -352,6 +359,7 @@ Status KafkaReader::SkipTo(Range& range, int64_t offset) {
   lost_ += std::min(offset, range.end) - range.next;
   range.next = offset;
   feed.held.clear();
+  feed.eof_at = -1;
   if (range.next >= range.end) {
     // Where the fetcher stands now is unknown: the next range of this partition seeks first.
     feed.position = kUnknownPosition;
@@ -471,6 +479,11 @@ Result<bool> KafkaReader::Next(InputChunk& chunk, size_t max_bytes) {
         status = Take(range, std::move(message), chunk);
         ++count;
       }
+    } else if (feed.eof_at >= range.end) {
+      // The partition's end came while an earlier range was read, and everything below it was
+      // taken: what the range has left are offsets without a record (transaction markers).
+      Finish(range);
+      continue;
     } else {
       // The call returns once it holds `wanted` messages or the wait is over: asking for no
       // more than the range lacks keeps the end of a range at the end of the log from waiting.
