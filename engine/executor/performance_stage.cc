@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -99,25 +100,6 @@ std::vector<double> GetDoubles(ByteReader& r) {
   for (uint64_t i = 0; i < n && !r.failed(); ++i) values.push_back(r.F64());
   return values;
 }
-
-// A prediction or a label waiting for the other half of its pair.
-struct Pending {
-  bool has_prediction = false;
-  std::string model;
-  int64_t prediction_us = 0;
-  double score = 0;
-  bool has_label = false;
-  int64_t label_us = 0;
-  double label = 0;
-  int32_t labels = 0;       // labels that matched (duplicates: labels - 1)
-  int32_t predictions = 0;  // predictions with this key (duplicates: predictions - 1)
-  /// The prediction's window has counted it as labelled by the window's end.
-  bool counted_by_end = false;
-
-  int64_t deadline(int64_t bound_us) const {
-    return (has_prediction ? prediction_us : label_us) + bound_us;
-  }
-};
 
 // One model's window: what arrived (for the estimates) and what the join decided (realized).
 struct Window {
@@ -296,34 +278,129 @@ struct Model {
   }
 };
 
+// The rows of one join key that wait for the watermark, and the last pairing decided for it.
+//
+// The pairing rule, a function of the key's rows alone (so of neither the batching nor the order
+// the two inputs are read in): predictions in event-time order, the earliest heads a pairing and
+// those within the bound after it are its duplicates; the next one later than that heads the
+// next pairing (a key used again). A label belongs to the earliest pairing whose head is within
+// the bound of it; of a pairing's labels the earliest counts and the others are duplicates. A
+// label of no pairing is outside the bound when the last pairing of its key went unlabelled and was
+// headed at most twice the bound before it (its label came later than the bound), and without a
+// prediction otherwise.
+//
+// A pairing is decided once the watermark is past its head plus the bound, and a label of no
+// pairing once it is past the label plus the bound: a row that is not late comes before either,
+// since its event time is at or past the watermark when it comes. Until then the windows count
+// what the rows that came say so far (arrivals, labels by the window's end), which is final for a
+// window once the watermark reaches its end.
+struct Pending {
+  struct Prediction {
+    int64_t t = 0;
+    double score = 0;
+    const std::string* model = nullptr;  // interned: one string per model for every entry
+    bool counted = false;  // its window counts it as an arrival (it heads a pairing)
+    bool by_end = false;   // ...and as labelled by the window's end
+    auto order() const { return std::tie(t, score); }
+  };
+  struct Label {
+    int64_t t = 0;
+    double value = 0;
+    auto order() const { return std::tie(t, value); }
+  };
+  std::vector<Prediction> predictions;  // by (t, score)
+  std::vector<Label> labels;            // by (t, value)
+  /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
+  /// no label can be outside its bound.
+  int64_t last_head = INT64_MIN;
+  /// Where the entry is in the deadline queue (not persisted).
+  int64_t deadline = 0;
+
+  bool waiting() const { return !predictions.empty() || !labels.empty(); }
+  /// Whether the earliest label is of no pairing: no prediction waits within the bound after it
+  /// (an earlier one would be decided first).
+  bool label_first(int64_t bound_us) const {
+    return !labels.empty() &&
+           (predictions.empty() || predictions.front().t > labels.front().t + bound_us);
+  }
+  int64_t NextDeadline(int64_t bound_us) const {
+    if (label_first(bound_us)) return labels.front().t + bound_us;
+    if (!predictions.empty()) return predictions.front().t + bound_us;
+    return last_head + 3 * bound_us;
+  }
+};
+
+// Layout 1 (before pairings: one prediction, one label and their counts) is still read.
+constexpr uint8_t kPendingVersion = 2;
+
 void EncodePending(const Pending& p, std::string& out) {
   ByteWriter w(out);
-  w.U8(kStateVersion);
-  w.U8(static_cast<uint8_t>((p.has_prediction ? 1 : 0) | (p.has_label ? 2 : 0) |
-                            (p.counted_by_end ? 4 : 0)));
-  w.Str(p.model);
-  w.Zigzag(p.prediction_us);
-  w.F64(p.score);
-  w.Zigzag(p.label_us);
-  w.F64(p.label);
-  w.Varint(static_cast<uint64_t>(p.labels));
-  w.Varint(static_cast<uint64_t>(p.predictions));
+  w.U8(kPendingVersion);
+  w.Varint(p.predictions.size());
+  for (const Pending::Prediction& x : p.predictions) {
+    w.Zigzag(x.t);
+    w.F64(x.score);
+    w.Str(*x.model);
+    w.U8(static_cast<uint8_t>((x.counted ? 1 : 0) | (x.by_end ? 2 : 0)));
+  }
+  w.Varint(p.labels.size());
+  for (const Pending::Label& x : p.labels) {
+    w.Zigzag(x.t);
+    w.F64(x.value);
+  }
+  w.Zigzag(p.last_head);
 }
-bool DecodePending(std::string_view in, Pending& p) {
-  ByteReader r(in);
-  if (r.U8() != kStateVersion) return false;
+
+// Layout 1: flags (prediction, label, counted by the end), model, the prediction's time and
+// score, the label's time and value, and how many labels and predictions had the key. Its
+// duplicate labels, counted when the entry was decided, come back as copies of the label.
+template <typename Intern>
+bool DecodePendingV1(ByteReader& r, Pending& p, Intern intern) {
   const uint8_t flags = r.U8();
-  p.has_prediction = flags & 1;
-  p.has_label = flags & 2;
-  p.counted_by_end = flags & 4;
-  p.model = std::string(r.Str());
-  p.prediction_us = r.Zigzag();
-  p.score = r.F64();
-  p.label_us = r.Zigzag();
-  p.label = r.F64();
-  p.labels = static_cast<int32_t>(r.Varint());
-  p.predictions = static_cast<int32_t>(r.Varint());
-  return !r.failed() && r.at_end();
+  Pending::Prediction prediction;
+  prediction.model = intern(r.Str());
+  prediction.t = r.Zigzag();
+  prediction.score = r.F64();
+  prediction.counted = true;
+  prediction.by_end = flags & 4;
+  Pending::Label label;
+  label.t = r.Zigzag();
+  label.value = r.F64();
+  const uint64_t labels = r.Varint();
+  r.Varint();  // predictions: their duplicates were counted when they came
+  if (r.failed() || !r.at_end() || labels > 1'000'000) return false;
+  if (flags & 1) p.predictions.push_back(std::move(prediction));
+  if (flags & 2) p.labels.assign(std::max<uint64_t>(labels, 1), label);
+  return true;
+}
+
+// `intern` gives the one string of a model name.
+template <typename Intern>
+bool DecodePending(std::string_view in, Pending& p, Intern intern) {
+  ByteReader r(in);
+  const uint8_t version = r.U8();
+  if (version == 1) return DecodePendingV1(r, p, intern);
+  if (version != kPendingVersion) return false;
+  const uint64_t predictions = r.Varint();
+  for (uint64_t i = 0; i < predictions && !r.failed(); ++i) {
+    Pending::Prediction x;
+    x.t = r.Zigzag();
+    x.score = r.F64();
+    x.model = intern(r.Str());
+    const uint8_t flags = r.U8();
+    x.counted = flags & 1;
+    x.by_end = flags & 2;
+    p.predictions.push_back(std::move(x));
+  }
+  const uint64_t labels = r.Varint();
+  for (uint64_t i = 0; i < labels && !r.failed(); ++i) {
+    Pending::Label x;
+    x.t = r.Zigzag();
+    x.value = r.F64();
+    p.labels.push_back(x);
+  }
+  p.last_head = r.Zigzag();
+  return !r.failed() && r.at_end() && (p.waiting() || p.last_head != INT64_MIN);
 }
 
 // A number for JSON: null when it is not finite.
@@ -412,35 +489,18 @@ class PerformanceStage::Impl {
         ++counts_.predictions_over_model_cap;
         continue;
       }
-      const std::string key(keys.String(row));
-      auto [it, created] = pending_.try_emplace(key);
-      Pending& entry = it->second;
-      if (entry.has_prediction) {
-        // Another prediction with the key: the earliest counts (then the lowest score), the
-        // others are counted as duplicates.
-        ++entry.predictions;
-        ++counts_.duplicate_predictions;
-        MarkDirty(key);
-        if (std::tie(t, score) >= std::tie(entry.prediction_us, entry.score)) continue;
-        Unschedule(key, entry);
-        UncountArrival(entry);
-      } else {
-        if (!created) Unschedule(key, entry);  // a label that waited for it
-        entry.predictions = 1;
-      }
-      entry.has_prediction = true;
-      entry.model = std::string(models.String(row));
-      entry.prediction_us = t;
-      entry.score = score;
-      if (entry.has_label && std::llabs(entry.label_us - t) > bound_us_) {
-        // The label that waited is too far from this prediction to be its own.
-        counts_.labels_outside_bound += entry.labels;
-        entry.has_label = false;
-        entry.labels = 0;
-      }
-      CountArrival(entry);
-      Schedule(key, entry);
-      MarkDirty(key);
+      Pending::Prediction prediction;
+      prediction.t = t;
+      prediction.score = score;
+      prediction.model = Intern(models.String(row));
+      Arrive(keys.String(row), [&](Pending& entry) {
+        auto& all = entry.predictions;
+        all.insert(std::upper_bound(all.begin(), all.end(), prediction,
+                                    [](const auto& a, const auto& b) {
+                                      return a.order() < b.order();
+                                    }),
+                   std::move(prediction));
+      });
     }
   }
 
@@ -455,6 +515,13 @@ class PerformanceStage::Impl {
     }
     last_admitted_ = model;
     return true;
+  }
+
+  // The one string of a model's name, which pending predictions point to.
+  const std::string* Intern(std::string_view model) {
+    auto it = names_.find(model);
+    if (it == names_.end()) it = names_.emplace(model).first;
+    return &*it;
   }
 
   // A model restored with state: admitted again ("(other)" needs no place).
@@ -472,58 +539,44 @@ class PerformanceStage::Impl {
         ++counts_.without_key;
         continue;
       }
-      const double label = NumberOf(values, row);
-      if (!std::isfinite(label)) {
+      const double value = NumberOf(values, row);
+      if (!std::isfinite(value)) {
         ++counts_.without_key;
         continue;
       }
       const int64_t t = event_times.i64[row];
-      // Late: behind the watermark when it came, as a prediction (above). Every prediction it
-      // could pair with has its deadline at or after t, and an entry is decided once the
-      // watermark is past its deadline, so a label that is not late finds each of them
-      // undecided, whatever the batching.
+      // Late: behind the watermark when it came, as a prediction (above). A pairing it could
+      // belong to is decided once the watermark is past its head plus the bound, which is at or
+      // past t, so a label that is not late finds every one of them waiting, whatever the
+      // batching.
       if (t < times.late_before[row]) {
         ++counts_.labels_late;
         continue;
       }
-      const std::string key(keys.String(row));
-      auto it = pending_.find(key);
-      if (it == pending_.end()) {
-        Pending entry;
-        entry.has_label = true;
-        entry.label_us = t;
-        entry.label = label;
-        entry.labels = 1;
-        auto [added, inserted] = pending_.emplace(key, std::move(entry));
-        (void)inserted;
-        Schedule(key, added->second);
-        MarkDirty(key);
-        continue;
-      }
-      Pending& entry = it->second;
-      if (entry.has_prediction && std::llabs(t - entry.prediction_us) > bound_us_) {
-        ++counts_.labels_outside_bound;
-        continue;
-      }
-      ++entry.labels;
-      if (!entry.has_label || std::tie(t, label) < std::tie(entry.label_us, entry.label)) {
-        // The earliest label counts: a waiting label-only entry's deadline moves with it.
-        if (entry.has_prediction) {
-          UncountByEnd(entry);
-        } else {
-          Unschedule(key, entry);
-        }
-        entry.has_label = true;
-        entry.label_us = t;
-        entry.label = label;
-        if (entry.has_prediction) {
-          CountByEnd(entry);
-        } else {
-          Schedule(key, entry);
-        }
-      }
-      MarkDirty(key);
+      const Pending::Label label{t, value};
+      Arrive(keys.String(row), [&](Pending& entry) {
+        auto& all = entry.labels;
+        all.insert(std::upper_bound(all.begin(), all.end(), label,
+                                    [](const auto& a, const auto& b) {
+                                      return a.order() < b.order();
+                                    }),
+                   label);
+      });
     }
+  }
+
+  // A row of `key` came: `add` puts it among the entry's rows, and the windows' counts follow.
+  template <typename Add>
+  void Arrive(std::string_view key_view, Add add) {
+    auto [it, created] = pending_.try_emplace(std::string(key_view));
+    const std::string& key = it->first;
+    Pending& entry = it->second;
+    if (!created) Unschedule(key, entry);
+    add(entry);
+    ++waiting_;
+    Recount(entry);
+    Schedule(key, entry);
+    MarkDirty(key);
   }
 
   // ---- state ----------------------------------------------------------------------------------
@@ -534,8 +587,9 @@ class PerformanceStage::Impl {
     switch (key[0]) {
       case kPendingKey: {
         Pending entry;
-        if (!DecodePending(value, entry)) break;
-        if (entry.has_prediction) Know(entry.model);
+        if (!DecodePending(value, entry, [this](std::string_view m) { return Intern(m); })) break;
+        for (const Pending::Prediction& prediction : entry.predictions) Know(*prediction.model);
+        waiting_ += static_cast<int64_t>(entry.predictions.size() + entry.labels.size());
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
         (void)inserted;
         Schedule(it->first, it->second);
@@ -621,14 +675,18 @@ class PerformanceStage::Impl {
     const int64_t watermark = context.watermark_us;
     batch_id_ = context.batch_id;
     if (watermark != INT64_MIN) {
-      // Entries whose bound passed (the watermark is past the deadline), in deadline then key
-      // order: the same order whatever the batching, so the windows' sums are too.
+      // What the watermark passed, one step at a time in deadline then key order: the same
+      // order whatever the batching, so the windows' sums are too.
       while (!deadlines_.empty() && deadlines_.begin()->first < watermark) {
-        const std::string key = deadlines_.begin()->second;
+        const std::string key(deadlines_.begin()->second);
         deadlines_.erase(deadlines_.begin());
         auto it = pending_.find(key);
         if (it == pending_.end()) continue;
-        Decide(it->second);
+        if (DecideNext(it->second)) {
+          Schedule(it->first, it->second);
+          MarkDirty(key);
+          continue;
+        }
         pending_.erase(it);
         dirty_.erase(key);
         changes.deletes.push_back(std::string(1, kPendingKey) + key);
@@ -693,7 +751,7 @@ class PerformanceStage::Impl {
     }
     dirty_models_.clear();
     for (const AlertEvent& event : events_) output.alerts.Add(event.model, event.ToJson());
-    counts_.pending = static_cast<int64_t>(pending_.size());
+    counts_.pending = waiting_;
     progress.join.Add(counts_);
     const int64_t pending = counts_.pending;
     counts_.pending = 0;
@@ -735,79 +793,126 @@ class PerformanceStage::Impl {
   bool PositiveBin(size_t bin) const { return edges_[bin] >= perf_.threshold; }
 
   void MarkDirty(const std::string& key) { dirty_.insert(key); }
-  void Schedule(const std::string& key, const Pending& entry) {
-    deadlines_.emplace(entry.deadline(bound_us_), key);
+  // `key` is the entry's own key in pending_, which the index points to.
+  void Schedule(const std::string& key, Pending& entry) {
+    entry.deadline = entry.NextDeadline(bound_us_);
+    deadlines_.emplace(entry.deadline, key);
   }
   void Unschedule(const std::string& key, const Pending& entry) {
-    deadlines_.erase({entry.deadline(bound_us_), key});
+    deadlines_.erase({entry.deadline, key});
   }
 
-  Window& WindowOf(const Pending& entry) {
-    const int64_t start = FloorDiv(entry.prediction_us, window_us_) * window_us_;
-    const std::pair<int64_t, std::string> at{start, entry.model};
+  Window& WindowOf(const Pending::Prediction& prediction) {
+    const int64_t start = FloorDiv(prediction.t, window_us_) * window_us_;
+    const std::pair<int64_t, std::string> at{start, *prediction.model};
     dirty_windows_.insert(at);
     Window& window = windows_[at];
     if (window.score_bins.empty() && classification_) window.score_bins.assign(bins(), 0);
     return window;
   }
 
-  // A prediction arrived: its window counts it for the estimates.
-  void CountArrival(Pending& entry) {
-    Window& window = WindowOf(entry);
-    ++window.predictions;
-    if (classification_) {
-      ++window.score_bins[BinOf(entry.score)];
-    } else {
-      ++window.value_buckets[ValueBucket(entry.score)];
+  // The windows count what the entry's rows say so far: each pairing's head as an arrival
+  // (for the estimates), and as labelled by its window's end when the label it has so far came
+  // before that end. Counts only: the order they change in does not matter.
+  void Recount(Pending& entry) {
+    size_t label = 0;
+    int64_t previous_end = INT64_MIN;  // the previous pairing's head plus the bound
+    int64_t head_end = INT64_MIN;
+    for (Pending::Prediction& prediction : entry.predictions) {
+      const bool head = head_end == INT64_MIN || prediction.t > head_end;
+      bool by_end = false;
+      if (head) {
+        previous_end = head_end;
+        head_end = prediction.t + bound_us_;
+        // Its first label: the earliest within the bound that no earlier pairing took.
+        while (label < entry.labels.size() &&
+               (entry.labels[label].t <= previous_end ||
+                entry.labels[label].t < prediction.t - bound_us_)) {
+          ++label;
+        }
+        const int64_t end = FloorDiv(prediction.t, window_us_) * window_us_ + window_us_;
+        by_end = label < entry.labels.size() && entry.labels[label].t <= head_end &&
+                 entry.labels[label].t < end;
+      }
+      if (head != prediction.counted) {
+        Window& window = WindowOf(prediction);
+        const int64_t step = head ? 1 : -1;
+        window.predictions += step;
+        if (classification_) {
+          window.score_bins[BinOf(prediction.score)] += step;
+        } else if ((window.value_buckets[ValueBucket(prediction.score)] += step) == 0) {
+          window.value_buckets.erase(ValueBucket(prediction.score));
+        }
+        prediction.counted = head;
+      }
+      if (by_end != prediction.by_end) {
+        WindowOf(prediction).labelled_by_end += by_end ? 1 : -1;
+        prediction.by_end = by_end;
+      }
     }
-    CountByEnd(entry);
-  }
-  void UncountArrival(Pending& entry) {
-    Window& window = WindowOf(entry);
-    --window.predictions;
-    if (classification_) {
-      --window.score_bins[BinOf(entry.score)];
-    } else if (--window.value_buckets[ValueBucket(entry.score)] == 0) {
-      window.value_buckets.erase(ValueBucket(entry.score));
-    }
-    UncountByEnd(entry);
-  }
-  // Labelled by the window's end: a label whose event time is at or before it.
-  void CountByEnd(Pending& entry) {
-    if (!entry.has_label || entry.counted_by_end) return;
-    const int64_t end = FloorDiv(entry.prediction_us, window_us_) * window_us_ + window_us_;
-    if (entry.label_us > end) return;
-    ++WindowOf(entry).labelled_by_end;
-    entry.counted_by_end = true;
-  }
-  void UncountByEnd(Pending& entry) {
-    if (!entry.counted_by_end) return;
-    --WindowOf(entry).labelled_by_end;
-    entry.counted_by_end = false;
   }
 
-  // The bound passed: the entry's outcome goes into its window.
-  void Decide(const Pending& entry) {
-    if (!entry.has_prediction) {
-      ++counts_.labels_without_prediction;
-      counts_.duplicate_labels += std::max(0, entry.labels - 1);
-      return;
+  // Decides what is due first in the entry (a pairing, or a label of none), or forgets the
+  // last pairing once no label can be outside its bound. Returns whether the entry stays.
+  bool DecideNext(Pending& entry) {
+    if (entry.label_first(bound_us_)) {
+      const Pending::Label label = entry.labels.front();
+      entry.labels.erase(entry.labels.begin());
+      --waiting_;
+      if (entry.last_head != INT64_MIN && label.t - entry.last_head <= 2 * bound_us_) {
+        ++counts_.labels_outside_bound;
+      } else {
+        ++counts_.labels_without_prediction;
+      }
+    } else if (!entry.predictions.empty()) {
+      DecidePairing(entry);
+    } else {
+      return false;  // nothing waits, and the last pairing is forgotten
     }
-    Window& window = WindowOf(entry);
-    if (!entry.has_label) {
+    if (entry.waiting()) return true;
+    // Only the last unlabelled pairing's head stays a while: no room for rows.
+    std::vector<Pending::Prediction>().swap(entry.predictions);
+    std::vector<Pending::Label>().swap(entry.labels);
+    return entry.last_head != INT64_MIN;
+  }
+
+  // The watermark passed the first pairing's head plus the bound: its outcome goes into the
+  // head's window.
+  void DecidePairing(Pending& entry) {
+    const Pending::Prediction head = entry.predictions.front();
+    const int64_t end = head.t + bound_us_;
+    auto past = [end](const auto& row) { return row.t > end; };
+    const auto predictions_end =
+        std::find_if(entry.predictions.begin(), entry.predictions.end(), past);
+    const auto labels_end = std::find_if(entry.labels.begin(), entry.labels.end(), past);
+    const int64_t duplicates = predictions_end - entry.predictions.begin() - 1;
+    const int64_t labels = labels_end - entry.labels.begin();
+    counts_.duplicate_predictions += duplicates;
+    Window& window = WindowOf(head);
+    if (labels == 0) {
       ++window.unlabelled;
       ++counts_.unlabelled;
-      return;
+    } else {
+      Labelled(head, entry.labels.front(), window);
+      window.duplicate_labels += labels - 1;
+      counts_.duplicate_labels += labels - 1;
     }
+    waiting_ -= duplicates + 1 + labels;
+    entry.predictions.erase(entry.predictions.begin(), predictions_end);
+    entry.labels.erase(entry.labels.begin(), labels_end);
+    entry.last_head = labels == 0 ? head.t : INT64_MIN;
+    Recount(entry);
+  }
+
+  // A labelled prediction's outcome.
+  void Labelled(const Pending::Prediction& prediction, const Pending::Label& label,
+                Window& window) {
     ++window.labelled;
     ++counts_.labelled;
-    const int32_t duplicates = std::max(0, entry.labels - 1);
-    window.duplicate_labels += duplicates;
-    counts_.duplicate_labels += duplicates;
-    ++window.delays[static_cast<size_t>(DelayBin(entry.label_us - entry.prediction_us))];
-    const double score = entry.score;
+    ++window.delays[static_cast<size_t>(DelayBin(label.t - prediction.t))];
+    const double score = prediction.score;
     if (classification_) {
-      const bool positive = entry.label >= 0.5;
+      const bool positive = label.value >= 0.5;
       const bool predicted = score >= perf_.threshold;
       if (positive && predicted) ++window.tp;
       if (!positive && predicted) ++window.fp;
@@ -824,13 +929,13 @@ class PerformanceStage::Impl {
       const double p = std::clamp(score, 1e-15, 1 - 1e-15);
       window.log_loss += positive ? -std::log(p) : -std::log(1 - p);
     } else {
-      const double error = score - entry.label;
+      const double error = score - label.value;
       window.abs_sum += std::fabs(error);
       window.sq_sum += error * error;
       window.abs_sq_sum += error * error;
       window.error_sum += error;
-      if (entry.label != 0) {
-        window.pct_sum += std::fabs(error / entry.label);
+      if (label.value != 0) {
+        window.pct_sum += std::fabs(error / label.value);
         ++window.pct_n;
       }
       auto& bucket = window.bucket_errors[ValueBucket(score)];
@@ -1307,9 +1412,12 @@ class PerformanceStage::Impl {
   // max_models_ besides "(other)", and the last one a prediction was admitted for.
   int64_t max_models_ = 0;
   StringSet known_models_;
+  StringSet names_;  // the model names pending predictions point to
   std::string last_admitted_;
   std::unordered_map<std::string, Pending> pending_;
-  std::set<std::pair<int64_t, std::string>> deadlines_;
+  int64_t waiting_ = 0;  // predictions and labels in pending_
+  // Each entry's next deadline, by the entry's key in pending_ (nodes do not move).
+  std::set<std::pair<int64_t, std::string_view>> deadlines_;
   std::map<std::pair<int64_t, std::string>, Window> windows_;
   std::map<std::string, Model> models_;
   std::set<std::string> dirty_;

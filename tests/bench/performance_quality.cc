@@ -428,10 +428,11 @@ int main(int argc, char** argv) {
                univariate, o.labels_without_prediction, o.labels_outside_bound, o.labels_late);
   }
 
-  // The join's memory: predictions wait up to the bound; what waits is about bound x rate.
+  // The join's memory: predictions wait up to the bound; what waits is about bound x rate
+  // (predictions and labels: peak pending counts both).
   if (!memory) return check && failed ? 1 : 0;
   fmt::print("## memory of the labels' join (heap in use by the performance stage)\n");
-  fmt::print("bound      predictions/s  labelled  peak pending  peak heap    bytes per pending\n");
+  fmt::print("bound      predictions/s  labelled  peak pending  peak heap    bytes per bound x rate\n");
   for (auto [bound, bound_ms] : std::initializer_list<std::pair<const char*, int64_t>>{
            {"30 minutes", 30 * 60'000}, {"2 hours", 2 * kHourMs}, {"8 hours", 8 * kHourMs}}) {
     for (int rate : {1, 10}) {
@@ -443,9 +444,8 @@ int main(int argc, char** argv) {
         fmt::print("{:<11}{:>5}        {:>5.0f}%   {:>10}  {:>8.1f} MB  {:>6.0f}\n", bound, rate,
                    share * 100,
                    o.peak_pending, static_cast<double>(o.peak_heap) / 1e6,
-                   o.peak_pending > 0
-                       ? static_cast<double>(o.peak_heap) / static_cast<double>(o.peak_pending)
-                       : 0.0);
+                   static_cast<double>(o.peak_heap) /
+                       (static_cast<double>(bound_ms) / 1000 * rate));
       }
     }
   }
