@@ -26,14 +26,26 @@ void EventClock::Restore(const std::map<std::string, int64_t>& max_event_us,
 }
 
 void EventClock::BeginBatch(const std::vector<PartitionActivity>& activity, int64_t now_ms) {
-  for (const PartitionActivity& seen : activity) {
-    Partition& partition = Slot(seen.name);
-    const bool active = seen.more_available || seen.read_in_batch;
+  auto note = [&](Partition& partition, bool more_available, bool read_in_batch) {
+    const bool active = more_available || read_in_batch;
     if (active || partition.last_active_ms == INT64_MIN) partition.last_active_ms = now_ms;
-    partition.more_available = seen.more_available;
-    partition.read_in_batch = seen.read_in_batch;
+    partition.more_available = more_available;
+    partition.read_in_batch = read_in_batch;
     partition.idle = !active && options_.idle_timeout_ms > 0 &&
                      now_ms - partition.last_active_ms >= options_.idle_timeout_ms;
+  };
+  listed_.assign(partitions_.size(), 0);
+  for (const PartitionActivity& seen : activity) {
+    Partition& partition = Slot(seen.name);
+    listed_.resize(partitions_.size(), 0);
+    listed_[by_name_.find(seen.name)->second] = 1;
+    note(partition, seen.more_available, seen.read_in_batch);
+  }
+  // A partition the plan no longer lists (its topic deleted, a pattern that stopped matching
+  // it, a partition restored from the checkpoint that is gone) has nothing to read: as an empty
+  // one, it stops holding the watermark once idle_timeout passed.
+  for (size_t slot = 0; slot < partitions_.size(); ++slot) {
+    if (!listed_[slot]) note(partitions_[slot], false, false);
   }
   // Slot indexes stay valid: slots are only ever added.
 }

@@ -69,7 +69,8 @@ class EventClock {
   void Restore(const std::map<std::string, int64_t>& max_event_us, int64_t watermark_us);
 
   /// Starts a batch: `activity` lists every partition of the source with what the plan says of
-  /// it; `now_ms` is the steady clock in milliseconds (idleness).
+  /// it; `now_ms` is the steady clock in milliseconds (idleness). A known partition it does not
+  /// list has nothing to read (and goes idle as an empty one does).
   void BeginBatch(const std::vector<PartitionActivity>& activity, int64_t now_ms);
 
   /// Scaled out, a task's clock hears of source partitions that other processes read: a
@@ -145,6 +146,8 @@ class EventClock {
   std::map<std::string, size_t, std::less<>> by_name_;
   /// Record position partition index -> slot (cache), -1 unknown.
   std::vector<int64_t> slot_of_index_;
+  /// BeginBatch's scratch: which slots the plan listed.
+  std::vector<uint8_t> listed_;
   int64_t watermark_us_ = INT64_MIN;
 };
 

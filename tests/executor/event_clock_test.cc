@@ -125,6 +125,34 @@ TEST_CASE("an idle partition stops holding the watermark back, and never moves i
   CHECK(clock.NextWatermark() == 200 * kSecond);
 }
 
+// A partition that leaves the plan (its topic deleted, a pattern that no longer matches it) held
+// the watermark at its last event time for good.
+TEST_CASE("a partition the plan no longer lists stops holding the watermark once idle",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
+  Rows first({{0, 100}, {1, 10}});
+  RowTimes times;
+  clock.Stamp(first.batch, Name, times);
+  clock.CommitBatch();
+  CHECK(clock.watermark_us() == 10 * kSecond);
+  // p1 is gone from the plan: it holds the watermark until the idle timeout, then not.
+  clock.BeginBatch({{"p0", false, true}}, 500);
+  Rows second({{0, 200}});
+  clock.Stamp(second.batch, Name, times);
+  CHECK(clock.NextWatermark() == 10 * kSecond);
+  clock.BeginBatch({{"p0", false, false}}, 1500);
+  CHECK(clock.NextWatermark() == 200 * kSecond);
+  CHECK(clock.StateOf("p1").idle);
+  // So does a partition restored from the checkpoint that the plan never lists.
+  EventClock restored = ClockWithDelay(0, /*idle_ms=*/1000);
+  restored.Restore({{"p0", 100 * kSecond}, {"gone", 50 * kSecond}}, 50 * kSecond);
+  restored.BeginBatch({{"p0", false, false}}, 0);
+  CHECK(restored.NextWatermark() == 50 * kSecond);
+  restored.BeginBatch({{"p0", false, false}}, 1000);
+  CHECK(restored.NextWatermark() == 100 * kSecond);
+}
+
 TEST_CASE("the clock restores each partition's maximum from the commit", "[clock]") {
   EventClock clock = ClockWithDelay(5);
   clock.Restore({{"p0", 100 * kSecond}, {"p1", 70 * kSecond}}, 65 * kSecond);
