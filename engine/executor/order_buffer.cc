@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -138,9 +139,6 @@ bool OrderBuffer::HasDue(int64_t watermark) const {
 }
 
 void OrderBuffer::Release(int64_t watermark, const Take& take) {
-  // Rows without a time first, as they came.
-  order_.assign(untimed_.begin(), untimed_.end());
-  untimed_.clear();
   // Ties of place go by partition name: each partition's rank.
   if (rank_.size() != partitions_.size()) {
     std::vector<uint32_t> by_name(partitions_.size());
@@ -150,6 +148,15 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
     rank_.resize(partitions_.size());
     for (uint32_t r = 0; r < by_name.size(); ++r) rank_[by_name[r]] = r;
   }
+  // Rows without a time first, by (partition name, offset): not in the order they came, which
+  // the read order across partitions decides.
+  order_.assign(untimed_.begin(), untimed_.end());
+  untimed_.clear();
+  std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+    const Place& x = places_[a];
+    const Place& y = places_[b];
+    return std::tie(rank_[x.partition], x.offset) < std::tie(rank_[y.partition], y.offset);
+  });
   // Each partition's due rows (the head of its sorted list) as a run of entries, the runs one
   // after another.
   merged_.clear();

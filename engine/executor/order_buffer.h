@@ -71,8 +71,8 @@ class OrderBuffer {
   /// Hands the rows whose place is before `watermark` to `take` and forgets them, in (place,
   /// partition, offset) order, where a row's place is its event time, or its partition's
   /// watermark before it when that is later (a row behind it: jitter within the partition,
-  /// which the partition's own order fixes). Rows without either come first, in the order
-  /// they came. Each partition's rows are in its own order already (or nearly, with a
+  /// which the partition's own order fixes). Rows without either come first, by (partition,
+  /// offset). Each partition's rows are in its own order already (or nearly, with a
   /// watermark delay), so they are merged, not sorted as one.
   void Release(int64_t watermark, const Take& take);
 

@@ -287,7 +287,8 @@ TEST_CASE("drift's waiting values are kept in pages of bounded size, restored in
 }
 
 TEST_CASE("the order buffer hands rows out in (place, partition name, offset) order, rows "
-          "without a time first, however they were added and released",
+          "without a time first in (partition name, offset) order, however they were added and "
+          "released",
           "[executor][drift][order]") {
   // Five partitions (or twelve: an odd number of runs at some merge's round) whose indexes do not follow
   // their names, times with ties across partitions and, through a watermark delay, places that
@@ -366,7 +367,7 @@ TEST_CASE("the order buffer hands rows out in (place, partition name, offset) or
         const bool a_timed = a->place != INT64_MIN;
         const bool b_timed = b->place != INT64_MIN;
         if (a_timed != b_timed) return !a_timed;
-        if (!a_timed) return a->arrival < b->arrival;
+        if (!a_timed) return std::tie(a->partition, a->offset) < std::tie(b->partition, b->offset);
         return std::tie(a->place, a->partition, a->offset) <
                std::tie(b->place, b->partition, b->offset);
       });
