@@ -388,7 +388,8 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
                {"duplicate_prediction", j.duplicate_predictions},
                {"prediction_late", j.predictions_late},
                {"without_key", j.without_key},
-               {"prediction_over_model_cap", j.predictions_over_model_cap}}) {
+               {"prediction_over_model_cap", j.predictions_over_model_cap},
+               {"row_over_key_cap", j.rows_over_key_cap}}) {
         w.Sample("driftd_labels_total", {{"pipeline", p.name}, {"outcome", outcome}},
                  static_cast<double>(value));
       }

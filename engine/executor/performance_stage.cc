@@ -32,6 +32,10 @@ constexpr char kWindowKey = 'w';
 constexpr char kModelKey = 'm';
 // The longest join key kept (a longer one is counted, not joined).
 constexpr size_t kMaxKeyBytes = 1024;
+// The most rows (predictions and labels) one key holds: a key that is not a request's (a
+// constant, a user id) would otherwise hold the bound's every row in one entry, rewritten and
+// gone over whole with each row. Rows past it are counted, not joined.
+constexpr size_t kMaxRowsPerKey = 256;
 // Label delays are counted in powers of two of seconds: [0, 1 s), [1, 2), [2, 4), ...
 constexpr int kDelayBins = 32;
 // Regression predictions are bucketed by value with this relative width (DDSketch's mapping).
@@ -301,14 +305,15 @@ struct Pending {
     const std::string* model = nullptr;  // interned: one string per model for every entry
     bool counted = false;  // its window counts it as an arrival (it heads a pairing)
     bool by_end = false;   // ...and as labelled by the window's end
-    auto order() const { return std::tie(t, score); }
+    // Ties of time and score go by model (two models scoring one request), not by arrival.
+    auto order() const { return std::tie(t, score, *model); }
   };
   struct Label {
     int64_t t = 0;
     double value = 0;
     auto order() const { return std::tie(t, value); }
   };
-  std::vector<Prediction> predictions;  // by (t, score)
+  std::vector<Prediction> predictions;  // by (t, score, model)
   std::vector<Label> labels;            // by (t, value)
   /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
   /// no label can be outside its bound.
@@ -353,7 +358,10 @@ void EncodePending(const Pending& p, std::string& out) {
 
 // Layout 1: flags (prediction, label, counted by the end), model, the prediction's time and
 // score, the label's time and value, and how many labels and predictions had the key. Its
-// duplicate labels, counted when the entry was decided, come back as copies of the label.
+// labels come back as copies of the one kept: with a prediction, the copies are the duplicates
+// layout 1 would have counted when it decided the entry; without, each is a label without a
+// prediction (a pairing's duplicates only are duplicates now). "Labelled by the end" keeps what
+// layout 1 said (a label at the window's very end counted), which the window's count matches.
 template <typename Intern>
 bool DecodePendingV1(ByteReader& r, Pending& p, Intern intern) {
   const uint8_t flags = r.U8();
@@ -400,7 +408,11 @@ bool DecodePending(std::string_view in, Pending& p, Intern intern) {
     p.labels.push_back(x);
   }
   p.last_head = r.Zigzag();
-  return !r.failed() && r.at_end() && (p.waiting() || p.last_head != INT64_MIN);
+  if (r.failed() || !r.at_end() || (!p.waiting() && p.last_head == INT64_MIN)) return false;
+  // Written in this order; sorted again so that a change of the order's ties reads it right.
+  std::stable_sort(p.predictions.begin(), p.predictions.end(),
+                   [](const auto& a, const auto& b) { return a.order() < b.order(); });
+  return true;
 }
 
 // A number for JSON: null when it is not finite.
@@ -571,6 +583,10 @@ class PerformanceStage::Impl {
     auto [it, created] = pending_.try_emplace(std::string(key_view));
     const std::string& key = it->first;
     Pending& entry = it->second;
+    if (entry.predictions.size() + entry.labels.size() >= kMaxRowsPerKey) {
+      ++counts_.rows_over_key_cap;
+      return;
+    }
     if (!created) Unschedule(key, entry);
     add(entry);
     ++waiting_;
@@ -589,9 +605,10 @@ class PerformanceStage::Impl {
         Pending entry;
         if (!DecodePending(value, entry, [this](std::string_view m) { return Intern(m); })) break;
         for (const Pending::Prediction& prediction : entry.predictions) Know(*prediction.model);
-        waiting_ += static_cast<int64_t>(entry.predictions.size() + entry.labels.size());
+        const auto rows = static_cast<int64_t>(entry.predictions.size() + entry.labels.size());
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
-        (void)inserted;
+        if (!inserted) break;  // one key twice: not state this stage wrote
+        waiting_ += rows;
         Schedule(it->first, it->second);
         return Ok();
       }
@@ -716,13 +733,16 @@ class PerformanceStage::Impl {
       for (const Due& d : due) {
         const std::pair<int64_t, std::string> at{d.start, d.model};
         Window& window = windows_[at];
+        // A window whose every prediction turned out a duplicate of another model's (it was
+        // counted while it headed its pairing) has nothing to say: no row, in any order.
+        const bool empty = window.predictions == 0;
         if (!d.final) {
           window.estimated = true;
-          Emit(d.model, d.start, window, /*final=*/false, output);
+          if (!empty) Emit(d.model, d.start, window, /*final=*/false, output);
           dirty_windows_.insert(at);
           continue;
         }
-        Emit(d.model, d.start, window, /*final=*/true, output);
+        if (!empty) Emit(d.model, d.start, window, /*final=*/true, output);
         changes.deletes.push_back(WindowKey(d.start, d.model));
         dirty_windows_.erase(at);
         windows_.erase(at);

@@ -225,6 +225,7 @@ std::string RenderProgress(const PipelineSpec& spec, const ProgressRecord& p) {
     join.Int("predictionsLate", p.join.predictions_late);
     join.Int("withoutKey", p.join.without_key);
     join.Int("predictionsOverModelCap", p.join.predictions_over_model_cap);
+    join.Int("rowsOverKeyCap", p.join.rows_over_key_cap);
     join.Close();
     root.Raw("labels", labels);
   }

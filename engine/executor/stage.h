@@ -63,6 +63,8 @@ struct JoinCounts {
   // Predictions of a model the join could not take: it joins for query.maxModels models (the
   // model gate's share on the other tasks is theirs to count).
   int64_t predictions_over_model_cap = 0;
+  // Rows of a key that holds the most rows one key may (a key that is not a request's).
+  int64_t rows_over_key_cap = 0;
 
   void Add(const JoinCounts& o) {
     pending += o.pending;
@@ -76,6 +78,7 @@ struct JoinCounts {
     predictions_late += o.predictions_late;
     without_key += o.without_key;
     predictions_over_model_cap += o.predictions_over_model_cap;
+    rows_over_key_cap += o.rows_over_key_cap;
   }
 };
 

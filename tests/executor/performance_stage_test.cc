@@ -322,9 +322,9 @@ TEST_CASE("a row behind the watermark joins nothing, so the join's outcomes do n
 // The review's case and its kin: a key's outcome came from the order its rows arrived in (an
 // entry kept one label and one prediction, and dropped what it rejected). Now each key's rows wait
 // together and pair by event time alone, so every order and batching of the same rows (none of
-// them late) gives the same counts and rows.
+// them late), with restarts from the state at batch ends, gives the same counts and rows.
 TEST_CASE("the labels' join pairs a key's rows by event time, so neither the order they come in "
-          "nor the batching changes an outcome",
+          "nor the batching nor a restart changes an outcome",
           "[executor][labels][performance]") {
   auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
   REQUIRE(spec);
@@ -335,6 +335,7 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
     std::string key;
     int minute;
     double value;  // the score of a prediction, the label of a label
+    std::string model = "m0";
   };
   // within: 5 minutes.
   const std::vector<Row> rows = {
@@ -348,19 +349,27 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
       {true, "b", 11, 1}, {true, "b", 12, 1}, {true, "b", 16, 1}, {true, "b", 40, 1},
       // A prediction labelled twice, and one never labelled.
       {false, "c", 20, 0.4}, {true, "c", 22, 1}, {true, "c", 21, 0}, {false, "d", 30, 0.3},
-      // A prediction whose label came later than the bound.
-      {false, "e", 50, 0.8}, {true, "e", 58, 1}};
+      // A prediction whose label came later than the bound (within twice the bound); then the
+      // key again, labelled.
+      {false, "e", 50, 0.8}, {true, "e", 58, 1}, {false, "e", 66, 0.1}, {true, "e", 67, 0},
+      // Two models score one request alike: the head is m1's (the tie goes by model), and m2's
+      // prediction its duplicate.
+      {false, "f", 70, 0.5, "m2"}, {false, "f", 70, 0.5, "m1"}, {true, "f", 71, 1}};
   struct Outcome {
     JoinCounts counts;
     std::vector<std::string> performance;
   };
   // The rows in `order`, in batches ending after each index in `cuts`; each batch's watermark
-  // is the earliest event time still to come, so that no row is late.
-  auto run = [&](const std::vector<size_t>& order, const std::set<size_t>& cuts) {
+  // is the earliest event time still to come, so that no row is late; after the batches ending
+  // at the indexes in `restarts` the stage is made anew from the state written so far.
+  auto run = [&](const std::vector<size_t>& order, const std::set<size_t>& cuts,
+                 const std::set<size_t>& restarts) {
     auto stage = PerformanceStage::Create(*spec);
     REQUIRE(stage);
     Outcome outcome;
     BatchOutput output;
+    std::map<std::string, std::string> state;
+    int64_t watermark_us = INT64_MIN;
     for (size_t i = 0; i < order.size(); ++i) {
       const Row& row = rows[order[i]];
       const int64_t t_ms = kT0Ms + row.minute * 60'000;
@@ -371,13 +380,15 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
                {fmt::format(R"({{"request_id":"{}","label":{},"event_time":{}}})", row.key,
                             int(row.value), t_ms)},
                batch, times);
+        times.late_before[0] = watermark_us;
         (*stage)->ProcessLabels(batch, times);
       } else {
         Decode(spec->schema,
-               {fmt::format(R"({{"request_id":"{}","model_id":"m0","event_time":{},)"
+               {fmt::format(R"({{"request_id":"{}","model_id":"{}","event_time":{},)"
                             R"("score":{}}})",
-                            row.key, t_ms, row.value)},
+                            row.key, row.model, t_ms, row.value)},
                batch, times);
+        times.late_before[0] = watermark_us;
         (*stage)->Process(batch, times, output);
       }
       if (cuts.count(i) == 0 && i + 1 < order.size()) continue;
@@ -387,13 +398,22 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
       }
       BatchContext context;
       context.batch_id = int64_t(i);
-      context.watermark_us = t0_us + next_minute * minute_us;
+      context.watermark_us = watermark_us = t0_us + next_minute * minute_us;
       context.next_watermark_us = context.watermark_us;
       StateChanges changes;
       StageProgress progress;
       (*stage)->Finish(context, output, changes, progress);
+      const int64_t pending = progress.join.pending;
+      outcome.counts.Add(progress.join);
+      outcome.counts.pending = pending;
+      for (const std::string& key : changes.deletes) state.erase(key);
+      for (const auto& [key, value] : changes.puts) state[key] = value;
+      if (restarts.count(i) != 0) {
+        stage = PerformanceStage::Create(*spec);
+        REQUIRE(stage);
+        for (const auto& [key, value] : state) REQUIRE((*stage)->Restore(key, value));
+      }
     }
-    outcome.counts = (*stage)->counts();
     const std::regex batch_id(R"("batch_id":[0-9]+)");
     for (const std::string& line : output.performance.rows) {
       outcome.performance.push_back(std::regex_replace(line, batch_id, ""));
@@ -402,36 +422,80 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
   };
   std::vector<size_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return rows[a].minute < rows[b].minute;
   });
-  const Outcome reference = run(order, {});
-  CHECK(reference.counts.labelled == 4);  // a, b twice, c
-  CHECK(reference.counts.unlabelled == 2);  // d, e
-  CHECK(reference.counts.duplicate_predictions == 1);  // b at 3
+  const Outcome reference = run(order, {}, {});
+  CHECK(reference.counts.labelled == 6);  // a, b twice, c, e at 66, f
+  CHECK(reference.counts.unlabelled == 2);  // d, e at 50
+  CHECK(reference.counts.duplicate_predictions == 2);  // b at 3, f of m2
   CHECK(reference.counts.duplicate_labels == 2);  // b at 12, c at 22
   CHECK(reference.counts.labels_outside_bound == 1);  // e at 58
   CHECK(reference.counts.labels_without_prediction == 3);  // a at 0, b at 16 and 40
-  CHECK(reference.counts.labels_late == 0);
+  CHECK(reference.counts.labels_late + reference.counts.predictions_late == 0);
+  CHECK(reference.counts.rows_over_key_cap == 0);
   CHECK(reference.counts.pending == 0);
   REQUIRE(!reference.performance.empty());
-  std::mt19937_64 random(11);
-  for (int trial = 0; trial < 300; ++trial) {
-    std::shuffle(order.begin(), order.end(), random);
-    std::set<size_t> cuts;
-    for (size_t i = 0; i < order.size(); ++i) {
-      if (random() % 3 == 0) cuts.insert(i);
-    }
-    const Outcome other = run(order, cuts);
-    INFO("trial " << trial);
+  // m1 holds f's pairing, m2 nothing.
+  const std::string all_rows = fmt::format("{}", fmt::join(reference.performance, "\n"));
+  CHECK_THAT(all_rows, Catch::Contains(R"("model":"m1")"));
+  CHECK_THAT(all_rows, !Catch::Contains(R"("model":"m2")"));
+
+  auto same = [&](const Outcome& other) {
     CHECK(other.counts.labelled == reference.counts.labelled);
     CHECK(other.counts.unlabelled == reference.counts.unlabelled);
     CHECK(other.counts.duplicate_predictions == reference.counts.duplicate_predictions);
     CHECK(other.counts.duplicate_labels == reference.counts.duplicate_labels);
     CHECK(other.counts.labels_outside_bound == reference.counts.labels_outside_bound);
     CHECK(other.counts.labels_without_prediction == reference.counts.labels_without_prediction);
+    CHECK(other.counts.labels_late + other.counts.predictions_late == 0);
+    CHECK(other.counts.pending == 0);
     CHECK(other.performance == reference.performance);
+  };
+  // In event-time order, a batch after every row, and a restart after each.
+  std::set<size_t> every;
+  for (size_t i = 0; i < order.size(); ++i) every.insert(i);
+  same(run(order, every, {}));
+  same(run(order, every, every));
+  std::mt19937_64 random(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::shuffle(order.begin(), order.end(), random);
+    std::set<size_t> cuts;
+    std::set<size_t> restarts;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (random() % 3 == 0) cuts.insert(i);
+      if (cuts.count(i) != 0 && random() % 3 == 0) restarts.insert(i);
+    }
+    INFO("trial " << trial);
+    same(run(order, cuts, restarts));
   }
+}
+
+// A key that holds the most rows one key may takes no more: they are counted, not joined.
+TEST_CASE("the labels' join holds at most 256 rows of one key and counts the rows past it",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  REQUIRE(spec);
+  auto stage = PerformanceStage::Create(*spec);
+  REQUIRE(stage);
+  std::vector<std::string> predictions;
+  for (int i = 0; i < 300; ++i) {
+    predictions.push_back(fmt::format(
+        R"({{"request_id":"same","model_id":"m0","event_time":{},"score":0.5}})", kT0Ms + i));
+  }
+  RecordBatch batch;
+  RowTimes times;
+  BatchOutput output;
+  Decode(spec->schema, predictions, batch, times);
+  (*stage)->Process(batch, times, output);
+  BatchContext context;
+  context.watermark_us = kT0Ms * 1000;
+  context.next_watermark_us = context.watermark_us;
+  StateChanges changes;
+  StageProgress progress;
+  (*stage)->Finish(context, output, changes, progress);
+  CHECK(progress.join.rows_over_key_cap == 44);
+  CHECK(progress.join.pending == 256);
 }
 
 TEST_CASE("a checkpoint's performance state laid out by other performance settings is refused "
