@@ -30,6 +30,8 @@ constexpr uint8_t kStateVersion = 1;
 constexpr char kPendingKey = 'p';
 constexpr char kWindowKey = 'w';
 constexpr char kModelKey = 'm';
+// The settings the state is laid out by (the window's length), written once.
+constexpr char kSettingsKey = 's';
 // The longest join key kept (a longer one is counted, not joined).
 constexpr size_t kMaxKeyBytes = 1024;
 // The most rows (predictions and labels) one key holds: a key that is not a request's (a
@@ -627,6 +629,18 @@ class PerformanceStage::Impl {
         windows_[{start, std::string(rest.substr(8))}] = std::move(window);
         return Ok();
       }
+      case kSettingsKey: {
+        ByteReader r(value);
+        if (r.U8() != kStateVersion) break;
+        const auto window_us = static_cast<int64_t>(r.Varint());
+        if (r.failed() || !r.at_end()) break;
+        if (window_us != window_us_) {
+          return Incompatible(fmt::format("windows of {} s, and performance.window is {} s",
+                                          window_us / 1'000'000, window_us_ / 1'000'000));
+        }
+        settings_written_ = true;
+        return Ok();
+      }
       case kModelKey: {
         Model model;
         if (!Model::Decode(value, model)) break;
@@ -770,6 +784,15 @@ class PerformanceStage::Impl {
       changes.puts.emplace_back(std::string(1, kModelKey) + name, std::move(value));
     }
     dirty_models_.clear();
+    if (!settings_written_) {
+      // A checkpoint written before this record existed gets it at its next batch.
+      std::string value;
+      ByteWriter w(value);
+      w.U8(kStateVersion);
+      w.Varint(static_cast<uint64_t>(window_us_));
+      changes.puts.emplace_back(std::string(1, kSettingsKey), std::move(value));
+      settings_written_ = true;
+    }
     for (const AlertEvent& event : events_) output.alerts.Add(event.model, event.ToJson());
     counts_.pending = waiting_;
     progress.join.Add(counts_);
@@ -1443,6 +1466,7 @@ class PerformanceStage::Impl {
   std::set<std::string> dirty_;
   std::set<std::pair<int64_t, std::string>> dirty_windows_;
   std::set<std::string> dirty_models_;
+  bool settings_written_ = false;  // kSettingsKey is in the checkpoint
   JoinCounts counts_;  // this batch
   JoinCounts totals_;
   int64_t batch_id_ = 0;

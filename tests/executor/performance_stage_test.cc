@@ -499,7 +499,7 @@ TEST_CASE("the labels' join holds at most 256 rows of one key and counts the row
 }
 
 TEST_CASE("a checkpoint's performance state laid out by other performance settings is refused "
-          "with what changed, not read into bins it does not fit",
+          "with what changed, not read into bins or windows it does not fit",
           "[executor][labels][performance]") {
   auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
   REQUIRE(spec);
@@ -526,10 +526,13 @@ TEST_CASE("a checkpoint's performance state laid out by other performance settin
   (*stage)->Finish(context, output, changes, progress);
   REQUIRE_FALSE(changes.puts.empty());
 
-  auto restore_into = [&](const std::string& performance_lines) -> Status {
+  auto restore_into = [&](const std::string& performance_lines,
+                          const std::string& window = "10 minutes") -> Status {
     std::string yaml = kPipeline;
     const std::string anchor = "  baselineWindows: 2\n";
     yaml.replace(yaml.find(anchor), anchor.size(), anchor + performance_lines);
+    const std::string window_line = "  window: 10 minutes\n";
+    yaml.replace(yaml.find(window_line), window_line.size(), "  window: " + window + "\n");
     auto changed = ParsePipeline(yaml, "stage.yaml", LoadOptions{});
     REQUIRE(changed);
     auto restarted = PerformanceStage::Create(*changed);
@@ -547,6 +550,12 @@ TEST_CASE("a checkpoint's performance state laid out by other performance settin
     CHECK(restored.error().code() == ErrorCode::kIncompatible);
     CHECK_THAT(restored.error().message(), Catch::Contains("other performance settings"));
   }
+  // Windows of 5 minutes would take the 10-minute windows' starts, and their counts.
+  Status shorter = restore_into("", "5 minutes");
+  REQUIRE_FALSE(shorter);
+  CHECK(shorter.error().code() == ErrorCode::kIncompatible);
+  CHECK_THAT(shorter.error().message(),
+             Catch::Contains("windows of 600 s, and performance.window is 300 s"));
 }
 
 // A pending entry in the first layout (one prediction, one label and how many labels had the key)
