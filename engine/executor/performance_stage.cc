@@ -13,6 +13,7 @@
 #include "engine/drift/alert_state.h"
 #include "engine/drift/calibration.h"
 #include "engine/drift/codec.h"
+#include "engine/executor/join_pending.h"
 #include "engine/executor/model_gate.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
@@ -284,139 +285,6 @@ struct Model {
   }
 };
 
-// The rows of one join key that wait for the watermark, and the last pairing decided for it.
-//
-// The pairing rule, a function of the key's rows alone (so of neither the batching nor the order
-// the two inputs are read in): predictions in event-time order, the earliest heads a pairing and
-// those within the bound after it are its duplicates; the next one later than that heads the
-// next pairing (a key used again). A label belongs to the earliest pairing whose head is within
-// the bound of it; of a pairing's labels the earliest counts and the others are duplicates. A
-// label of no pairing is outside the bound when the last pairing of its key went unlabelled and was
-// headed at most twice the bound before it (its label came later than the bound), and without a
-// prediction otherwise.
-//
-// A pairing is decided once the watermark is past its head plus the bound, and a label of no
-// pairing once it is past the label plus the bound: a row that is not late comes before either,
-// since its event time is at or past the watermark when it comes. Until then the windows count
-// what the rows that came say so far (arrivals, labels by the window's end), which is final for a
-// window once the watermark reaches its end.
-struct Pending {
-  struct Prediction {
-    int64_t t = 0;
-    double score = 0;
-    const std::string* model = nullptr;  // interned: one string per model for every entry
-    bool counted = false;  // its window counts it as an arrival (it heads a pairing)
-    bool by_end = false;   // ...and as labelled by the window's end
-    // Ties of time and score go by model (two models scoring one request), not by arrival.
-    auto order() const { return std::tie(t, score, *model); }
-  };
-  struct Label {
-    int64_t t = 0;
-    double value = 0;
-    auto order() const { return std::tie(t, value); }
-  };
-  std::vector<Prediction> predictions;  // by (t, score, model)
-  std::vector<Label> labels;            // by (t, value)
-  /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
-  /// no label can be outside its bound.
-  int64_t last_head = INT64_MIN;
-  /// Where the entry is in the deadline queue (not persisted).
-  int64_t deadline = 0;
-
-  bool waiting() const { return !predictions.empty() || !labels.empty(); }
-  /// Whether the earliest label is of no pairing: no prediction waits within the bound after it
-  /// (an earlier one would be decided first).
-  bool label_first(int64_t bound_us) const {
-    return !labels.empty() &&
-           (predictions.empty() || predictions.front().t > labels.front().t + bound_us);
-  }
-  int64_t NextDeadline(int64_t bound_us) const {
-    if (label_first(bound_us)) return labels.front().t + bound_us;
-    if (!predictions.empty()) return predictions.front().t + bound_us;
-    return last_head + 3 * bound_us;
-  }
-};
-
-// Layout 1 (before pairings: one prediction, one label and their counts) is still read.
-constexpr uint8_t kPendingVersion = 2;
-
-void EncodePending(const Pending& p, std::string& out) {
-  ByteWriter w(out);
-  w.U8(kPendingVersion);
-  w.Varint(p.predictions.size());
-  for (const Pending::Prediction& x : p.predictions) {
-    w.Zigzag(x.t);
-    w.F64(x.score);
-    w.Str(*x.model);
-    w.U8(static_cast<uint8_t>((x.counted ? 1 : 0) | (x.by_end ? 2 : 0)));
-  }
-  w.Varint(p.labels.size());
-  for (const Pending::Label& x : p.labels) {
-    w.Zigzag(x.t);
-    w.F64(x.value);
-  }
-  w.Zigzag(p.last_head);
-}
-
-// Layout 1: flags (prediction, label, counted by the end), model, the prediction's time and
-// score, the label's time and value, and how many labels and predictions had the key. Its
-// labels come back as copies of the one kept: with a prediction, the copies are the duplicates
-// layout 1 would have counted when it decided the entry; without, each is a label without a
-// prediction (a pairing's duplicates only are duplicates now). "Labelled by the end" keeps what
-// layout 1 said (a label at the window's very end counted), which the window's count matches.
-template <typename Intern>
-bool DecodePendingV1(ByteReader& r, Pending& p, Intern intern) {
-  const uint8_t flags = r.U8();
-  Pending::Prediction prediction;
-  prediction.model = intern(r.Str());
-  prediction.t = r.Zigzag();
-  prediction.score = r.F64();
-  prediction.counted = true;
-  prediction.by_end = flags & 4;
-  Pending::Label label;
-  label.t = r.Zigzag();
-  label.value = r.F64();
-  const uint64_t labels = r.Varint();
-  r.Varint();  // predictions: their duplicates were counted when they came
-  if (r.failed() || !r.at_end() || labels > 1'000'000) return false;
-  if (flags & 1) p.predictions.push_back(std::move(prediction));
-  if (flags & 2) p.labels.assign(std::max<uint64_t>(labels, 1), label);
-  return true;
-}
-
-// `intern` gives the one string of a model name.
-template <typename Intern>
-bool DecodePending(std::string_view in, Pending& p, Intern intern) {
-  ByteReader r(in);
-  const uint8_t version = r.U8();
-  if (version == 1) return DecodePendingV1(r, p, intern);
-  if (version != kPendingVersion) return false;
-  const uint64_t predictions = r.Varint();
-  for (uint64_t i = 0; i < predictions && !r.failed(); ++i) {
-    Pending::Prediction x;
-    x.t = r.Zigzag();
-    x.score = r.F64();
-    x.model = intern(r.Str());
-    const uint8_t flags = r.U8();
-    x.counted = flags & 1;
-    x.by_end = flags & 2;
-    p.predictions.push_back(std::move(x));
-  }
-  const uint64_t labels = r.Varint();
-  for (uint64_t i = 0; i < labels && !r.failed(); ++i) {
-    Pending::Label x;
-    x.t = r.Zigzag();
-    x.value = r.F64();
-    p.labels.push_back(x);
-  }
-  p.last_head = r.Zigzag();
-  if (r.failed() || !r.at_end() || (!p.waiting() && p.last_head == INT64_MIN)) return false;
-  // Written in this order; sorted again so that a change of the order's ties reads it right.
-  std::stable_sort(p.predictions.begin(), p.predictions.end(),
-                   [](const auto& a, const auto& b) { return a.order() < b.order(); });
-  return true;
-}
-
 // A number for JSON: null when it is not finite.
 void NumberOrNull(JsonObject& o, std::string_view key, double v) {
   if (std::isfinite(v)) {
@@ -503,11 +371,11 @@ class PerformanceStage::Impl {
         ++counts_.predictions_over_model_cap;
         continue;
       }
-      Pending::Prediction prediction;
+      JoinEntry::Prediction prediction;
       prediction.t = t;
       prediction.score = score;
       prediction.model = Intern(models.String(row));
-      Arrive(keys.String(row), [&](Pending& entry) {
+      Arrive(keys.String(row), [&](JoinEntry& entry) {
         auto& all = entry.predictions;
         all.insert(std::upper_bound(all.begin(), all.end(), prediction,
                                     [](const auto& a, const auto& b) {
@@ -567,8 +435,8 @@ class PerformanceStage::Impl {
         ++counts_.labels_late;
         continue;
       }
-      const Pending::Label label{t, value};
-      Arrive(keys.String(row), [&](Pending& entry) {
+      const JoinEntry::Label label{t, value};
+      Arrive(keys.String(row), [&](JoinEntry& entry) {
         auto& all = entry.labels;
         all.insert(std::upper_bound(all.begin(), all.end(), label,
                                     [](const auto& a, const auto& b) {
@@ -584,7 +452,7 @@ class PerformanceStage::Impl {
   void Arrive(std::string_view key_view, Add add) {
     auto [it, created] = pending_.try_emplace(std::string(key_view));
     const std::string& key = it->first;
-    Pending& entry = it->second;
+    JoinEntry& entry = it->second;
     if (entry.predictions.size() + entry.labels.size() >= kMaxRowsPerKey) {
       ++counts_.rows_over_key_cap;
       return;
@@ -604,9 +472,9 @@ class PerformanceStage::Impl {
     const std::string_view rest = key.substr(1);
     switch (key[0]) {
       case kPendingKey: {
-        Pending entry;
+        JoinEntry entry;
         if (!DecodePending(value, entry, [this](std::string_view m) { return Intern(m); })) break;
-        for (const Pending::Prediction& prediction : entry.predictions) Know(*prediction.model);
+        for (const JoinEntry::Prediction& prediction : entry.predictions) Know(*prediction.model);
         const auto rows = static_cast<int64_t>(entry.predictions.size() + entry.labels.size());
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));
         if (!inserted) break;  // one key twice: not state this stage wrote
@@ -837,15 +705,15 @@ class PerformanceStage::Impl {
 
   void MarkDirty(const std::string& key) { dirty_.insert(key); }
   // `key` is the entry's own key in pending_, which the index points to.
-  void Schedule(const std::string& key, Pending& entry) {
+  void Schedule(const std::string& key, JoinEntry& entry) {
     entry.deadline = entry.NextDeadline(bound_us_);
     deadlines_.emplace(entry.deadline, key);
   }
-  void Unschedule(const std::string& key, const Pending& entry) {
+  void Unschedule(const std::string& key, const JoinEntry& entry) {
     deadlines_.erase({entry.deadline, key});
   }
 
-  Window& WindowOf(const Pending::Prediction& prediction) {
+  Window& WindowOf(const JoinEntry::Prediction& prediction) {
     const int64_t start = FloorDiv(prediction.t, window_us_) * window_us_;
     const std::pair<int64_t, std::string> at{start, *prediction.model};
     dirty_windows_.insert(at);
@@ -857,11 +725,11 @@ class PerformanceStage::Impl {
   // The windows count what the entry's rows say so far: each pairing's head as an arrival
   // (for the estimates), and as labelled by its window's end when the label it has so far came
   // before that end. Counts only: the order they change in does not matter.
-  void Recount(Pending& entry) {
+  void Recount(JoinEntry& entry) {
     size_t label = 0;
     int64_t previous_end = INT64_MIN;  // the previous pairing's head plus the bound
     int64_t head_end = INT64_MIN;
-    for (Pending::Prediction& prediction : entry.predictions) {
+    for (JoinEntry::Prediction& prediction : entry.predictions) {
       const bool head = head_end == INT64_MIN || prediction.t > head_end;
       bool by_end = false;
       if (head) {
@@ -897,9 +765,9 @@ class PerformanceStage::Impl {
 
   // Decides what is due first in the entry (a pairing, or a label of none), or forgets the
   // last pairing once no label can be outside its bound. Returns whether the entry stays.
-  bool DecideNext(Pending& entry) {
+  bool DecideNext(JoinEntry& entry) {
     if (entry.label_first(bound_us_)) {
-      const Pending::Label label = entry.labels.front();
+      const JoinEntry::Label label = entry.labels.front();
       entry.labels.erase(entry.labels.begin());
       --waiting_;
       if (entry.last_head != INT64_MIN && label.t - entry.last_head <= 2 * bound_us_) {
@@ -914,15 +782,15 @@ class PerformanceStage::Impl {
     }
     if (entry.waiting()) return true;
     // Only the last unlabelled pairing's head stays a while: no room for rows.
-    std::vector<Pending::Prediction>().swap(entry.predictions);
-    std::vector<Pending::Label>().swap(entry.labels);
+    std::vector<JoinEntry::Prediction>().swap(entry.predictions);
+    std::vector<JoinEntry::Label>().swap(entry.labels);
     return entry.last_head != INT64_MIN;
   }
 
   // The watermark passed the first pairing's head plus the bound: its outcome goes into the
   // head's window.
-  void DecidePairing(Pending& entry) {
-    const Pending::Prediction head = entry.predictions.front();
+  void DecidePairing(JoinEntry& entry) {
+    const JoinEntry::Prediction head = entry.predictions.front();
     const int64_t end = head.t + bound_us_;
     auto past = [end](const auto& row) { return row.t > end; };
     const auto predictions_end =
@@ -948,7 +816,7 @@ class PerformanceStage::Impl {
   }
 
   // A labelled prediction's outcome.
-  void Labelled(const Pending::Prediction& prediction, const Pending::Label& label,
+  void Labelled(const JoinEntry::Prediction& prediction, const JoinEntry::Label& label,
                 Window& window) {
     ++window.labelled;
     ++counts_.labelled;
@@ -1457,7 +1325,7 @@ class PerformanceStage::Impl {
   StringSet known_models_;
   StringSet names_;  // the model names pending predictions point to
   std::string last_admitted_;
-  std::unordered_map<std::string, Pending> pending_;
+  std::unordered_map<std::string, JoinEntry> pending_;
   int64_t waiting_ = 0;  // predictions and labels in pending_
   // Each entry's next deadline, by the entry's key in pending_ (nodes do not move).
   std::set<std::pair<int64_t, std::string_view>> deadlines_;

@@ -1,0 +1,74 @@
+// The labels' join's waiting rows: what one join key holds until the watermark decides it, and
+// its persisted layout (engine/executor/performance_stage.cc joins; this is its state).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace driftd {
+
+// The rows of one join key that wait for the watermark, and the last pairing decided for it.
+//
+// The pairing rule, a function of the key's rows alone (so of neither the batching nor the order
+// the two inputs are read in): predictions in event-time order, the earliest heads a pairing and
+// those within the bound after it are its duplicates; the next one later than that heads the
+// next pairing (a key used again). A label belongs to the earliest pairing whose head is within
+// the bound of it; of a pairing's labels the earliest counts and the others are duplicates. A
+// label of no pairing is outside the bound when the last pairing of its key went unlabelled and was
+// headed at most twice the bound before it (its label came later than the bound), and without a
+// prediction otherwise.
+//
+// A pairing is decided once the watermark is past its head plus the bound, and a label of no
+// pairing once it is past the label plus the bound: a row that is not late comes before either,
+// since its event time is at or past the watermark when it comes. Until then the windows count
+// what the rows that came say so far (arrivals, labels by the window's end), which is final for a
+// window once the watermark reaches its end.
+struct JoinEntry {
+  struct Prediction {
+    int64_t t = 0;
+    double score = 0;
+    const std::string* model = nullptr;  // interned: one string per model for every entry
+    bool counted = false;  // its window counts it as an arrival (it heads a pairing)
+    bool by_end = false;   // ...and as labelled by the window's end
+    // Ties of time and score go by model (two models scoring one request), not by arrival.
+    auto order() const { return std::tie(t, score, *model); }
+  };
+  struct Label {
+    int64_t t = 0;
+    double value = 0;
+    auto order() const { return std::tie(t, value); }
+  };
+  std::vector<Prediction> predictions;  // by (t, score, model)
+  std::vector<Label> labels;            // by (t, value)
+  /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
+  /// no label can be outside its bound.
+  int64_t last_head = INT64_MIN;
+  /// Where the entry is in the deadline queue (not persisted).
+  int64_t deadline = 0;
+
+  bool waiting() const { return !predictions.empty() || !labels.empty(); }
+  /// Whether the earliest label is of no pairing: no prediction waits within the bound after it
+  /// (an earlier one would be decided first).
+  bool label_first(int64_t bound_us) const {
+    return !labels.empty() &&
+           (predictions.empty() || predictions.front().t > labels.front().t + bound_us);
+  }
+  int64_t NextDeadline(int64_t bound_us) const {
+    if (label_first(bound_us)) return labels.front().t + bound_us;
+    if (!predictions.empty()) return predictions.front().t + bound_us;
+    return last_head + 3 * bound_us;
+  }
+};
+
+/// Appends the entry's persisted form (layout 2) to `out`.
+void EncodePending(const JoinEntry& p, std::string& out);
+/// Reads layout 2, or layout 1 (one prediction, one label and their counts); `intern` gives the
+/// one string of a model name. False when the bytes are not an entry.
+bool DecodePending(std::string_view in, JoinEntry& p,
+                   const std::function<const std::string*(std::string_view)>& intern);
+
+}  // namespace driftd
