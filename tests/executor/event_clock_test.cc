@@ -36,6 +36,17 @@ EventClock ClockWithDelay(int64_t delay_seconds, int64_t idle_ms = 0) {
   return EventClock(options);
 }
 
+// A clock with a 1 s idle timeout after a first batch read p0 up to 100 s and p1 up to 10 s.
+EventClock ClockAfterFirstBatch() {
+  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
+  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
+  Rows first({{0, 100}, {1, 10}});
+  RowTimes times;
+  clock.Stamp(first.batch, Name, times);
+  clock.CommitBatch();
+  return clock;
+}
+
 TEST_CASE("the watermark is the slowest partition's event time minus the delay",
           "[clock]") {
   EventClock clock = ClockWithDelay(5);
@@ -102,12 +113,8 @@ TEST_CASE("a row is late by its own partition's watermark, whatever else was rea
 
 TEST_CASE("an idle partition stops holding the watermark back, and never moves it back",
           "[clock]") {
-  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
-  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
-  Rows first({{0, 100}, {1, 10}});
+  EventClock clock = ClockAfterFirstBatch();
   RowTimes times;
-  clock.Stamp(first.batch, Name, times);
-  clock.CommitBatch();
   CHECK(clock.watermark_us() == 10 * kSecond);
   // p1 has nothing to read; until the timeout it still holds the watermark.
   clock.BeginBatch({{"p0", false, true}, {"p1", false, false}}, 500);
@@ -129,12 +136,8 @@ TEST_CASE("an idle partition stops holding the watermark back, and never moves i
 // the watermark at its last event time for good.
 TEST_CASE("a partition the plan no longer lists stops holding the watermark once idle",
           "[clock]") {
-  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
-  clock.BeginBatch({{"p0", false, true}, {"p1", false, true}}, 0);
-  Rows first({{0, 100}, {1, 10}});
+  EventClock clock = ClockAfterFirstBatch();
   RowTimes times;
-  clock.Stamp(first.batch, Name, times);
-  clock.CommitBatch();
   CHECK(clock.watermark_us() == 10 * kSecond);
   // p1 is gone from the plan: it holds the watermark until the idle timeout, then not.
   clock.BeginBatch({{"p0", false, true}}, 500);

@@ -71,6 +71,39 @@ void Decode(const Schema& schema, const std::vector<std::string>& records, Recor
   }
 }
 
+// Feeds one row to the stage: a label (`value` its label) or a prediction (`value` its score) of
+// `key` at `t_ms`, judged by its own partition's watermark `late_before_us`.
+struct OneRow {
+  bool label = false;
+  std::string key;
+  int64_t t_ms = 0;
+  double value = 0;
+  std::string model = "m0";
+  int64_t late_before_us = INT64_MIN;
+};
+void Feed(PerformanceStage& stage, const PipelineSpec& spec, const OneRow& row,
+          BatchOutput& output) {
+  RecordBatch batch;
+  RowTimes times;
+  if (row.label) {
+    Decode(spec.labels.schema,
+           {fmt::format(R"({{"request_id":"{}","label":{},"event_time":{}}})", row.key,
+                        int(row.value), row.t_ms)},
+           batch, times);
+  } else {
+    Decode(spec.schema,
+           {fmt::format(R"({{"request_id":"{}","model_id":"{}","event_time":{},"score":{}}})",
+                        row.key, row.model, row.t_ms, row.value)},
+           batch, times);
+  }
+  times.late_before[0] = row.late_before_us;
+  if (row.label) {
+    stage.ProcessLabels(batch, times);
+  } else {
+    stage.Process(batch, times, output);
+  }
+}
+
 double Extra(const DetectorReading& reading, std::string_view name) {
   for (const auto& [key, value] : reading.extras) {
     if (key == name) return value;
@@ -266,28 +299,15 @@ TEST_CASE("a row behind the watermark joins nothing, so the join's outcomes do n
     BatchOutput output;
     for (const auto& [rows, watermark_minute] : batches) {
       for (const Row& row : rows) {
-        const int64_t t_ms = kT0Ms + row.minute * 60'000;
-        RecordBatch batch;
-        RowTimes times;
-        if (row.label) {
-          Decode(spec->labels.schema,
-                 {fmt::format(R"({{"request_id":"k","label":1,"event_time":{}}})", t_ms)}, batch,
-                 times);
-        } else {
-          Decode(spec->schema,
-                 {fmt::format(R"({{"request_id":"k","model_id":"m0","event_time":{},)"
-                              R"("score":0.8}})",
-                              t_ms)},
-                 batch, times);
-        }
-        times.late_before[0] = row.late_before_minute == INT64_MIN
-                                   ? INT64_MIN
-                                   : t0_us + row.late_before_minute * minute_us;
-        if (row.label) {
-          (*stage)->ProcessLabels(batch, times);
-        } else {
-          (*stage)->Process(batch, times, output);
-        }
+        Feed(**stage, *spec,
+             {.label = row.label,
+              .key = "k",
+              .t_ms = kT0Ms + row.minute * 60'000,
+              .value = row.label ? 1 : 0.8,
+              .late_before_us = row.late_before_minute == INT64_MIN
+                                    ? INT64_MIN
+                                    : t0_us + row.late_before_minute * minute_us},
+             output);
       }
       BatchContext context;
       context.watermark_us = t0_us + watermark_minute * minute_us;
@@ -372,25 +392,9 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
     int64_t watermark_us = INT64_MIN;
     for (size_t i = 0; i < order.size(); ++i) {
       const Row& row = rows[order[i]];
-      const int64_t t_ms = kT0Ms + row.minute * 60'000;
-      RecordBatch batch;
-      RowTimes times;
-      if (row.label) {
-        Decode(spec->labels.schema,
-               {fmt::format(R"({{"request_id":"{}","label":{},"event_time":{}}})", row.key,
-                            int(row.value), t_ms)},
-               batch, times);
-        times.late_before[0] = watermark_us;
-        (*stage)->ProcessLabels(batch, times);
-      } else {
-        Decode(spec->schema,
-               {fmt::format(R"({{"request_id":"{}","model_id":"{}","event_time":{},)"
-                            R"("score":{}}})",
-                            row.key, row.model, t_ms, row.value)},
-               batch, times);
-        times.late_before[0] = watermark_us;
-        (*stage)->Process(batch, times, output);
-      }
+      Feed(**stage, *spec,
+           {row.label, row.key, kT0Ms + row.minute * 60'000, row.value, row.model, watermark_us},
+           output);
       if (cuts.count(i) == 0 && i + 1 < order.size()) continue;
       int64_t next_minute = 120;
       for (size_t j = i + 1; j < order.size(); ++j) {
