@@ -729,14 +729,16 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
   // What the batch's records raised, in record order; what closing event-time windows raises
   // comes after.
   InRecordOrder();
-  record_ = UINT64_MAX;
+  record_ = kClosedWindow;
   if (et_size_us_ > 0) CloseEventWindows();
   for (AlertEvent& e : events_) {
     e.batch_id = batch_id;
     out.push_back(std::move(e));
   }
   events_.clear();
+  last_event_records_.swap(event_records_);
   event_records_.clear();
+  last_evaluation_records_ = evaluation_records_;
   // Evaluations kept for the other overload are in order: what comes next goes after them.
   std::fill(evaluation_records_.begin(), evaluation_records_.end(), 0);
   record_ = 0;

@@ -221,6 +221,8 @@ class DriftMonitor {
  public:
   /// Prefix of every key CollectDirty() produces; the executor routes such keys to Restore().
   static constexpr std::string_view kStateKeyPrefix = "drift/";
+  /// The series table's key, beside the models' (a name's '%' is escaped: no model has it).
+  static constexpr std::string_view kSeriesTableKey = "drift/%series";
   /// Name of the error-rate series in events and state keys.
   static constexpr std::string_view kErrorSeries = "error";
   /// Warmup values kept per series to fix the histogram edges and the winsorizing fences: the
@@ -358,6 +360,16 @@ class DriftMonitor {
   /// CollectEvaluations(true); otherwise none are kept).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
                 std::vector<Evaluation>* evaluations);
+  /// The record (AtRecord) each event and evaluation the last Evaluate handed out arose at, in
+  /// their order; kClosedWindow for those of event-time windows closed by the watermark, which
+  /// come last, models in name order. With several monitors each holding some of the models
+  /// (the drift stage's shards), their outputs merged by (record, model name) are the output
+  /// of one monitor holding them all.
+  static constexpr uint64_t kClosedWindow = UINT64_MAX;
+  const std::vector<uint64_t>& last_event_records() const { return last_event_records_; }
+  const std::vector<uint64_t>& last_evaluation_records() const {
+    return last_evaluation_records_;
+  }
   /// Keep an Evaluation per closed window for Evaluate(). Default: off
   /// (no cost).
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
@@ -586,6 +598,8 @@ class DriftMonitor {
   /// The record (AtRecord) each of events_ and evaluations_ arose at.
   std::vector<uint64_t> evaluation_records_;
   std::vector<uint64_t> event_records_;
+  std::vector<uint64_t> last_event_records_;
+  std::vector<uint64_t> last_evaluation_records_;
   uint64_t record_ = 0;
   /// events_ and evaluations_ into record order (stable).
   void InRecordOrder();

@@ -20,7 +20,7 @@ constexpr std::string_view kWarmupSuffix = "/w";
 constexpr std::string_view kSegmentTag = "%w";
 // The series table: every series name the model records and segments refer to by position.
 // Escaped model names never start with a bare '%', so no model's key is this one.
-constexpr std::string_view kTableKey = "drift/%series";
+constexpr std::string_view kTableKey = DriftMonitor::kSeriesTableKey;
 constexpr uint8_t kTableEncodingVersion = 1;
 constexpr uint8_t kModelEncodingVersion = 2;  // version 1 (kRollupEncodingVersion): roll-up only
 constexpr uint8_t kSegmentEncodingVersion = 1;

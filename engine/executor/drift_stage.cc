@@ -204,10 +204,12 @@ Status DriftStage::Impl::Restore(std::string_view key, std::string_view value) {
   return monitor_->Restore(key, value);
 }
 
-void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
+void DriftStage::Impl::EvaluateShard(const BatchContext& context) {
   records_fed_ = 0;
   events_.clear();
   evaluations_.clear();
+  event_keys_.clear();
+  evaluation_keys_.clear();
   if (!monitor_) return;
   std::vector<Evaluation> evaluations;
   // Windows close by the watermark this batch's rows move the clock to: every row of a
@@ -215,6 +217,20 @@ void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts,
   // watermark), so closing now rather than one batch later changes nothing but latency.
   monitor_->AdvanceWatermark(context.next_watermark_us);
   monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations);
+  if (keep_merge_keys_) {
+    auto keys = [](const std::vector<uint64_t>& records, auto&& model_of, size_t count,
+                   std::vector<MergeKey>& out) {
+      out.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t record = i < records.size() ? records[i] : DriftMonitor::kClosedWindow;
+        out.push_back({record, record == DriftMonitor::kClosedWindow ? model_of(i) : ""});
+      }
+    };
+    keys(monitor_->last_event_records(), [&](size_t i) { return events_[i].model; },
+         events_.size(), event_keys_);
+    keys(monitor_->last_evaluation_records(), [&](size_t i) { return evaluations[i].model; },
+         evaluations.size(), evaluation_keys_);
+  }
   // The monitor knows a segment's model as "<model>\x1f<value>...": events and evaluations
   // name the model and the segment apart.
   for (AlertEvent& event : events_) {
@@ -232,17 +248,22 @@ void DriftStage::Impl::Evaluate(const BatchContext& context, OutputRows& alerts,
     latest->second.evaluation = shared;
     dirty_evaluations_.push_back(latest);
   }
+}
+
+void DriftStage::Impl::Render(std::span<const AlertEvent> events,
+                              std::span<const SharedEvaluation> evaluations, OutputRows& alerts,
+                              OutputRows* rows) const {
   if (alerts.columns.empty()) {
     alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
                       "threshold"};
   }
-  for (const AlertEvent& event : events_) alerts.Add(event.model, event.ToJson());
+  for (const AlertEvent& event : events) alerts.Add(event.model, event.ToJson());
   if (rows != nullptr && want_evaluation_rows_) {
     if (rows->columns.empty()) {
       rows->columns = {"evaluation_id", "model", "series", "level", "evaluated", "window",
                        "detectors"};
     }
-    for (const SharedEvaluation& evaluation : evaluations_) {
+    for (const SharedEvaluation& evaluation : evaluations) {
       rows->Add(evaluation->model, EvaluationToJson(*evaluation));
     }
   }
@@ -658,60 +679,323 @@ Status DriftStage::Impl::CreateMonitor(const Layout& layout) {
 
 Result<std::unique_ptr<DriftStage>> DriftStage::Create(const PipelineSpec& spec,
                                                       std::shared_ptr<KeyInterner> keys,
-                                                      SetupPart* failed) {
-  auto impl = std::make_unique<Impl>();
+                                                      SetupPart* failed, uint32_t shards) {
+  std::vector<std::unique_ptr<Impl>> impls;
+  impls.push_back(std::make_unique<Impl>());
   if (failed != nullptr) *failed = SetupPart::kSection;
-  DRIFTD_TRY(impl->Init(spec, std::move(keys)));
+  DRIFTD_TRY(impls[0]->Init(spec, keys));
   if (failed != nullptr) *failed = SetupPart::kBaseline;
-  DRIFTD_TRY(impl->LoadBaseline());
-  return std::unique_ptr<DriftStage>(new DriftStage(std::move(impl)));
+  DRIFTD_TRY(impls[0]->LoadBaseline());
+  // Map keys are let in under caps that count over every model (drift.maxKeys), and a file
+  // baseline holds every model's reference: both stay with one shard.
+  if (impls[0]->has_map_series() || spec.drift.baseline.kind == BaselineKind::kFile) shards = 1;
+  for (uint32_t shard = 1; shard < shards; ++shard) {
+    impls.push_back(std::make_unique<Impl>());
+    DRIFTD_TRY(impls.back()->Init(spec, keys));
+  }
+  return std::unique_ptr<DriftStage>(new DriftStage(std::move(impls)));
 }
 
-DriftStage::DriftStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DriftStage::DriftStage(std::vector<std::unique_ptr<Impl>> shards) : shards_(std::move(shards)) {
+  if (shards_.size() > 1) {
+    pool_ = std::make_unique<ShardPool>(shards_.size());
+    for (auto& shard : shards_) shard->KeepMergeKeys();
+    shard_rows_.resize(shards_.size());
+    shard_ordinals_.resize(shards_.size());
+  }
+}
 DriftStage::~DriftStage() = default;
 
+uint32_t DriftStage::ShardOfName(std::string_view model) const {
+  return static_cast<uint32_t>(std::hash<std::string_view>{}(model) % shards_.size());
+}
+
+Result<size_t> DriftStage::ShardOfKey(std::string_view key) const {
+  // Keys that name a model (as the monitor knows it, escaped) up to the next '/': its
+  // evaluations, multivariate state, admitted segments and keys, and the monitor's records.
+  std::string_view rest;
+  for (std::string_view prefix : {kEvaluationPrefix, kMultivariatePrefix, kAdmitPrefix}) {
+    if (key.starts_with(prefix)) rest = key.substr(prefix.size());
+  }
+  if (rest.empty() && key.starts_with(DriftMonitor::kStateKeyPrefix) &&
+      key != DriftMonitor::kSeriesTableKey) {
+    rest = key.substr(DriftMonitor::kStateKeyPrefix.size());
+  }
+  if (rest.empty()) return shards_.size();  // the layout, the series table, an old clock
+  auto monitor_name = UnescapeKeyPart(rest.substr(0, rest.find('/')));
+  if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
+  return ShardOfName(shards_[0]->BaseName(*monitor_name));
+}
+
 Status DriftStage::Restore(std::string_view key, std::string_view value) {
-  return impl_->Restore(key, value);
+  if (shards_.size() == 1) return shards_[0]->Restore(key, value);
+  auto shard = ShardOfKey(key);
+  if (!shard) return tl::unexpected(shard.error());
+  if (*shard < shards_.size()) return shards_[*shard]->Restore(key, value);
+  for (auto& each : shards_) DRIFTD_TRY(each->Restore(key, value));
+  return Ok();
 }
+
+Status DriftStage::FinishRestore() {
+  for (auto& shard : shards_) DRIFTD_TRY(shard->FinishRestore());
+  return Ok();
+}
+
 void DriftStage::Process(const RecordBatch& batch, const RowTimes& times, BatchOutput&) {
-  impl_->Observe(batch, times);
+  if (shards_.size() == 1) {
+    shards_[0]->Observe(batch, times);
+    return;
+  }
+  FeedShards(batch, times, {}, {});
 }
+
 void DriftStage::ProcessInOrder(const RecordBatch& batch, const RowTimes& times,
                                 std::span<const uint32_t> order,
                                 std::span<const uint32_t> model_ids) {
-  if (!order.empty()) impl_->Observe(batch, times, order, model_ids);
+  if (order.empty()) return;
+  if (shards_.size() == 1) {
+    shards_[0]->Observe(batch, times, order, model_ids);
+    return;
+  }
+  FeedShards(batch, times, order, model_ids);
 }
-const std::shared_ptr<KeyInterner>& DriftStage::model_keys() const { return impl_->model_keys(); }
+
+void DriftStage::RunShards(size_t rows, const std::function<void(size_t)>& work) {
+  // Below this many rows a thread's wake-up costs more than the rows.
+  constexpr size_t kParallelAbove = 2048;
+  if (rows < kParallelAbove) {
+    for (size_t shard = 0; shard < shards_.size(); ++shard) work(shard);
+  } else {
+    pool_->Run(work);
+  }
+}
+
+void DriftStage::FeedShards(const RecordBatch& batch, const RowTimes& times,
+                            std::span<const uint32_t> order,
+                            std::span<const uint32_t> model_ids) {
+  const size_t count = order.empty() ? batch.num_rows : order.size();
+  if (count == 0) return;
+  // Every shard builds its monitor from the same rows, so their layouts agree.
+  for (auto& shard : shards_) shard->EnsureMonitor(batch);
+  if (!shards_[0]->has_monitor()) return;
+  const std::shared_ptr<KeyInterner>& keys = shards_[0]->model_keys();
+  if (keys && order.empty()) model_ids = keys->Ids(batch);
+  if (order.empty()) {
+    // Shards feed the rows a list names: here, all of them.
+    all_rows_.resize(count);
+    for (uint32_t row = 0; row < count; ++row) all_rows_[row] = row;
+    order = all_rows_;
+  }
+  for (size_t shard = 0; shard < shards_.size(); ++shard) {
+    shard_rows_[shard].clear();
+    shard_ordinals_[shard].clear();
+  }
+  const Column& models = batch.columns[static_cast<size_t>(shards_[0]->model_column())];
+  std::string name;
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t row = order[i];
+    uint32_t shard = 0;
+    if (keys) {
+      const uint32_t id = model_ids[row];
+      if (id != KeyInterner::kNull) {
+        if (id >= shard_of_id_.size()) shard_of_id_.resize(id + 1, UINT32_MAX);
+        if (shard_of_id_[id] == UINT32_MAX) shard_of_id_[id] = ShardOfName(keys->Name(id));
+        shard = shard_of_id_[id];
+      }
+    } else if (!models.IsNull(row)) {
+      // The model's name as state keys spell it (a segment's rows go with their model).
+      if (models.type == FieldType::kString) {
+        shard = ShardOfName(models.String(row));
+      } else {
+        name = std::to_string(models.i64[row]);
+        shard = ShardOfName(name);
+      }
+    }
+    shard_rows_[shard].push_back(row);
+    shard_ordinals_[shard].push_back(records_fed_ + i);
+  }
+  records_fed_ += count;
+  // The interner is read on this thread only.
+  for (auto& shard : shards_) shard->SyncModelNames();
+  RunShards(count, [&](size_t shard) {
+    shards_[shard]->ObserveShard(batch, times, shard_rows_[shard], model_ids,
+                                 shard_ordinals_[shard]);
+  });
+}
+
+const std::shared_ptr<KeyInterner>& DriftStage::model_keys() const {
+  return shards_[0]->model_keys();
+}
+
 bool DriftStage::HasClosableWindows(int64_t watermark_us) const {
-  return impl_->HasClosableWindows(watermark_us);
+  for (const auto& shard : shards_) {
+    if (shard->HasClosableWindows(watermark_us)) return true;
+  }
+  return false;
 }
-int64_t DriftStage::ModelsAcrossPartitions() const { return impl_->ModelsAcrossPartitions(); }
-const DriftStage::ShapeCounts& DriftStage::Counts() const { return impl_->Counts(); }
+
+int64_t DriftStage::ModelsAcrossPartitions() const {
+  int64_t models = 0;
+  for (const auto& shard : shards_) models += shard->ModelsAcrossPartitions();
+  return models;
+}
+
+const DriftStage::ShapeCounts& DriftStage::Counts() const {
+  if (shards_.size() == 1) return shards_[0]->Counts();
+  counts_ = {};
+  for (const auto& shard : shards_) {
+    counts_.values_over_key_cap += shard->Counts().values_over_key_cap;
+    counts_.rows_over_segment_cap += shard->Counts().rows_over_segment_cap;
+  }
+  return counts_;
+}
+
 std::vector<DriftStage::SeriesValues> DriftStage::SeriesValueCounts() const {
-  return impl_->SeriesValueCounts();
+  std::vector<SeriesValues> values = shards_[0]->SeriesValueCounts();
+  for (size_t shard = 1; shard < shards_.size(); ++shard) {
+    const std::vector<SeriesValues> more = shards_[shard]->SeriesValueCounts();
+    if (values.empty()) values = more;
+    for (size_t i = 0; i < more.size() && i < values.size(); ++i) {
+      if (&values != &more) {
+        values[i].categories += more[i].categories;
+        values[i].missing += more[i].missing;
+      }
+    }
+  }
+  return values;
 }
+
 std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
-  return impl_->ModelStats();
+  std::vector<DriftMonitor::ModelStats> stats = shards_[0]->ModelStats();
+  for (size_t shard = 1; shard < shards_.size(); ++shard) {
+    std::vector<DriftMonitor::ModelStats> more = shards_[shard]->ModelStats();
+    stats.insert(stats.end(), std::make_move_iterator(more.begin()),
+                 std::make_move_iterator(more.end()));
+  }
+  return stats;
 }
-DriftMonitorStats DriftStage::Stats() const { return impl_->Stats(); }
-const std::vector<AlertEvent>& DriftStage::LastEvents() const { return impl_->LastEvents(); }
-bool DriftStage::ResetBaselines(const std::string& model) { return impl_->ResetBaselines(model); }
+
+DriftMonitorStats DriftStage::Stats() const {
+  DriftMonitorStats total;
+  for (const auto& shard : shards_) {
+    const DriftMonitorStats stats = shard->Stats();
+    total.models += stats.models;
+    total.series_in_alert += stats.series_in_alert;
+    total.windows_evaluated += stats.windows_evaluated;
+    total.skipped_values += stats.skipped_values;
+    total.skipped_labels += stats.skipped_labels;
+    total.late_values += stats.late_values;
+    total.values_without_time += stats.values_without_time;
+  }
+  return total;
+}
+
+const std::vector<AlertEvent>& DriftStage::LastEvents() const {
+  return shards_.size() == 1 ? shards_[0]->LastEvents() : events_;
+}
+
+bool DriftStage::ResetBaselines(const std::string& model) {
+  bool any = false;
+  for (auto& shard : shards_) any = shard->ResetBaselines(model) || any;
+  return any;
+}
 
 const std::vector<SharedEvaluation>& DriftStage::LastEvaluations() const {
-  return impl_->LastEvaluations();
+  return shards_.size() == 1 ? shards_[0]->LastEvaluations() : evaluations_;
 }
+
 std::vector<SharedEvaluation> DriftStage::LatestEvaluations() const {
-  return impl_->LatestEvaluations();
+  std::vector<SharedEvaluation> latest = shards_[0]->LatestEvaluations();
+  for (size_t shard = 1; shard < shards_.size(); ++shard) {
+    std::vector<SharedEvaluation> more = shards_[shard]->LatestEvaluations();
+    latest.insert(latest.end(), more.begin(), more.end());
+  }
+  return latest;
 }
+
+namespace {
+
+// The items of every shard in one order: by merge key, ties (only ever within one shard: a
+// record and a model each belong to one) in the shard's own order.
+template <typename Key>
+std::vector<std::pair<uint32_t, uint32_t>> MergeOrder(const std::vector<const std::vector<Key>*>& keys) {
+  std::vector<std::pair<uint32_t, uint32_t>> order;
+  for (uint32_t shard = 0; shard < keys.size(); ++shard) {
+    for (uint32_t i = 0; i < keys[shard]->size(); ++i) order.emplace_back(shard, i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    const Key& ka = (*keys[a.first])[a.second];
+    const Key& kb = (*keys[b.first])[b.second];
+    if (ka < kb) return true;
+    if (kb < ka) return false;
+    return a < b;
+  });
+  return order;
+}
+
+void AddDriftProgress(const StageProgress& from, StageProgress& to) {
+  to.drift_dirty_series += from.drift_dirty_series;
+  to.drift_dirty_bytes += from.drift_dirty_bytes;
+  to.drift_put_bytes += from.drift_put_bytes;
+  to.state_dirty_bytes += from.state_dirty_bytes;
+  to.drift_values_over_key_cap += from.drift_values_over_key_cap;
+  to.drift_rows_over_segment_cap += from.drift_rows_over_segment_cap;
+}
+
+}  // namespace
+
 void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
                         StageProgress& progress) {
-  impl_->Evaluate(context, output.alerts, &output.evaluations);
-  impl_->CollectDirty(context.now_ms, changes.puts, changes.deletes, progress);
+  if (shards_.size() == 1) {
+    shards_[0]->Evaluate(context, output.alerts, &output.evaluations);
+    shards_[0]->CollectDirty(context.now_ms, changes.puts, changes.deletes, progress);
+    return;
+  }
+  records_fed_ = 0;
+  std::vector<StateChanges> shard_changes(shards_.size());
+  std::vector<StageProgress> shard_progress(shards_.size());
+  RunShards(SIZE_MAX, [&](size_t shard) {
+    shards_[shard]->EvaluateShard(context);
+    shards_[shard]->CollectDirty(context.now_ms, shard_changes[shard].puts,
+                                 shard_changes[shard].deletes, shard_progress[shard]);
+  });
+  // Events and evaluations in the order one shard holding every model gives them.
+  std::vector<const std::vector<Impl::MergeKey>*> event_keys;
+  std::vector<const std::vector<Impl::MergeKey>*> evaluation_keys;
+  for (const auto& shard : shards_) {
+    event_keys.push_back(&shard->event_keys());
+    evaluation_keys.push_back(&shard->evaluation_keys());
+  }
+  events_.clear();
+  for (const auto& [shard, i] : MergeOrder(event_keys)) {
+    events_.push_back(shards_[shard]->LastEvents()[i]);
+  }
+  evaluations_.clear();
+  for (const auto& [shard, i] : MergeOrder(evaluation_keys)) {
+    evaluations_.push_back(shards_[shard]->LastEvaluations()[i]);
+  }
+  if (shards_[0]->has_monitor()) {
+    shards_[0]->Render(events_, evaluations_, output.alerts, &output.evaluations);
+  }
+  // State: keys every shard writes alike (the layout, the series table) once.
+  bool layout = false;
+  bool table = false;
+  for (size_t shard = 0; shard < shards_.size(); ++shard) {
+    for (auto& [key, value] : shard_changes[shard].puts) {
+      bool* once = key == kLayoutKey                     ? &layout
+                   : key == DriftMonitor::kSeriesTableKey ? &table
+                                                          : nullptr;
+      if (once != nullptr && std::exchange(*once, true)) continue;
+      changes.puts.emplace_back(std::move(key), std::move(value));
+    }
+    for (std::string& key : shard_changes[shard].deletes) changes.deletes.push_back(std::move(key));
+    AddDriftProgress(shard_progress[shard], progress);
+  }
 }
+
 void DriftStage::FlushKept(int64_t now_ms, StateChanges& changes) {
-  impl_->CollectEvaluations(now_ms, /*all=*/true, changes.puts);
+  for (auto& shard : shards_) shard->CollectEvaluations(now_ms, /*all=*/true, changes.puts);
 }
-Status DriftStage::FinishRestore() { return impl_->FinishRestore(); }
 
 
 // ---- Multivariate drift (engine/executor/drift_multivariate.h) -------------------------------

@@ -11,6 +11,7 @@
 // their windows then depend on batching and read order.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "engine/batch.h"
 #include "engine/drift/monitor.h"
+#include "engine/executor/shard_pool.h"
 #include "engine/executor/stage.h"
 #include "engine/key_interner.h"
 #include "engine/pipeline_spec.h"
@@ -36,9 +38,16 @@ class DriftStage final : public Stage {
   /// `validate` to point at its key: the baseline's reference file (drift.baseline.path) or the
   /// rest of the section.
   enum class SetupPart { kSection, kBaseline };
+  /// `shards` > 1: the models are split over that many shards by a hash of their names, each
+  /// with a monitor of its own, fed and evaluated on threads of their own (ShardPool), with
+  /// results (rows, their order, state) those of one shard. One shard when drift watches map
+  /// keys (their caps count over all models) or has a file baseline.
   static Result<std::unique_ptr<DriftStage>> Create(const PipelineSpec& spec,
                                                     std::shared_ptr<KeyInterner> keys = nullptr,
-                                                    SetupPart* failed = nullptr);
+                                                    SetupPart* failed = nullptr,
+                                                    uint32_t shards = 1);
+  /// How many shards hold the models.
+  size_t shards() const { return shards_.size(); }
   ~DriftStage() override;
 
   std::string_view state_namespace() const override { return "drift"; }
@@ -106,8 +115,28 @@ class DriftStage final : public Stage {
 
  private:
   class Impl;
-  explicit DriftStage(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit DriftStage(std::vector<std::unique_ptr<Impl>> shards);
+  // Rows to the shards: each shard's rows in feeding order, at their places in the batch's
+  // whole feed, on the shards' threads when there are enough of them.
+  void FeedShards(const RecordBatch& batch, const RowTimes& times,
+                  std::span<const uint32_t> order, std::span<const uint32_t> model_ids);
+  uint32_t ShardOfName(std::string_view model) const;
+  // The shard a persisted key belongs to; shards_.size() for a key every shard reads.
+  Result<size_t> ShardOfKey(std::string_view key) const;
+  void RunShards(size_t rows, const std::function<void(size_t)>& work);
+
+  std::vector<std::unique_ptr<Impl>> shards_;
+  std::unique_ptr<ShardPool> pool_;
+  // With several shards: the batch's events and evaluations merged, records fed in the
+  // batch, the shard of each id of the model interner, and per-shard scratch.
+  std::vector<AlertEvent> events_;
+  std::vector<SharedEvaluation> evaluations_;
+  mutable ShapeCounts counts_;
+  uint64_t records_fed_ = 0;
+  std::vector<uint32_t> shard_of_id_;
+  std::vector<std::vector<uint32_t>> shard_rows_;
+  std::vector<std::vector<uint64_t>> shard_ordinals_;
+  std::vector<uint32_t> all_rows_;
 };
 
 }  // namespace driftd

@@ -125,6 +125,41 @@ class DriftStage::Impl {
     Feed</*kReference=*/false>(batch, &times, NowUs(), order, model_ids);
   }
 
+  // One shard's part of the rows the drift stage is fed (DriftStage with several shards): the
+  // rows `order` lists, in its order, each at its place `ordinals` in the whole feed of the
+  // batch (AtRecord), so that merged events come out in the order of one monitor.
+  void ObserveShard(const RecordBatch& batch, const RowTimes& times,
+                    std::span<const uint32_t> order, std::span<const uint32_t> model_ids,
+                    std::span<const uint64_t> ordinals) {
+    if (order.empty() || !monitor_) return;
+    ordinals_ = ordinals.data();
+    Feed</*kReference=*/false>(batch, &times, NowUs(), order, model_ids);
+    ordinals_ = nullptr;
+  }
+
+  // Builds the monitor for the series the rows show (array widths), as the first Observe
+  // does; the shards of a stage build theirs from the same rows, so their layouts agree.
+  void EnsureMonitor(const RecordBatch& batch) {
+    if (monitor_ || batch.num_rows == 0) return;
+    IgnoreError(CreateMonitor(LayoutOf(batch)));  // Init built a monitor from the same spec
+    layout_dirty_ = true;
+  }
+  bool has_monitor() const { return monitor_ != nullptr; }
+
+  // The names of models new in the query's interner (before shards read it on other threads).
+  void SyncModelNames() {
+    if (model_keys_) SyncNames();
+  }
+
+  // The model a name the monitor knows (with its segment) is of.
+  std::string BaseName(std::string_view monitor_name) const {
+    std::string base;
+    Name(monitor_name, &base, nullptr);
+    return base;
+  }
+  int model_column() const { return model_column_; }
+  bool has_map_series() const { return !key_slots_.empty(); }
+
   const std::shared_ptr<KeyInterner>& model_keys() const { return model_keys_; }
 
   bool HasClosableWindows(int64_t watermark_us) const {
@@ -164,7 +199,28 @@ class DriftStage::Impl {
     return out;
   }
 
-  void Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows);
+  void Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
+    EvaluateShard(context);
+    if (monitor_) Render(events_, evaluations_, alerts, rows);
+  }
+  // The monitor's part of Evaluate: the batch's events and evaluations (LastEvents,
+  // LastEvaluations), and with merge keys (a shard's) where each goes among other shards'.
+  void EvaluateShard(const BatchContext& context);
+  // Alert rows of `events`, and evaluation rows of `evaluations` when a sink takes them.
+  void Render(std::span<const AlertEvent> events, std::span<const SharedEvaluation> evaluations,
+              OutputRows& alerts, OutputRows* rows) const;
+  // Where an event or evaluation goes among other shards': its record, and for one of a window
+  // the watermark closed, the model as the monitor knows it (DriftMonitor::kClosedWindow).
+  struct MergeKey {
+    uint64_t record = 0;
+    std::string model;
+    bool operator<(const MergeKey& o) const {
+      return record != o.record ? record < o.record : model < o.model;
+    }
+  };
+  void KeepMergeKeys() { keep_merge_keys_ = true; }
+  const std::vector<MergeKey>& event_keys() const { return event_keys_; }
+  const std::vector<MergeKey>& evaluation_keys() const { return evaluation_keys_; }
 
   // Every segment of the model starts over.
   bool ResetBaselines(const std::string& model) {
@@ -602,7 +658,9 @@ class DriftStage::Impl {
                int64_t now_us) {
     const uint32_t model = row_models_[row];
     const std::string& name = names_[model];
-    if constexpr (!kReference) monitor_->AtRecord(records_fed_ + ordinal);
+    if constexpr (!kReference) {
+      monitor_->AtRecord(ordinals_ != nullptr ? ordinals_[ordinal] : records_fed_ + ordinal);
+    }
     if (track_partitions_ && !kReference) NotePartition(model, batch.positions[row].partition);
     const int64_t late_before = times ? times->late_before[row] : INT64_MIN;
     // Event-time windows need the record's own time; record-count windows date a record
@@ -842,6 +900,11 @@ class DriftStage::Impl {
   // Records fed in the batch so far (several calls: chunks, releases of the order buffer), so
   // that the monitor's record order (AtRecord) runs across them.
   uint64_t records_fed_ = 0;
+  // A shard's rows' places in the whole feed (ObserveShard), by ordinal; null: records_fed_ on.
+  const uint64_t* ordinals_ = nullptr;
+  bool keep_merge_keys_ = false;
+  std::vector<MergeKey> event_keys_;
+  std::vector<MergeKey> evaluation_keys_;
   std::vector<uint32_t> last_row_of_;
   std::string composite_;
   DriftStage::ShapeCounts counts_;        // since start

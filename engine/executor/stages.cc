@@ -286,7 +286,7 @@ Result<StageSet> CreateStageSet(const PipelineSpec& spec, uint32_t shards) {
     stages.push_back(std::make_unique<SelectStage>(spec, modes));
   }
   if (spec.drift.enabled) {
-    auto drift = DriftStage::Create(spec, keys);
+    auto drift = DriftStage::Create(spec, keys, nullptr, shards);
     if (!drift) return tl::unexpected(drift.error());
     set.drift = drift->get();
     stages.push_back(std::move(*drift));
