@@ -872,6 +872,10 @@ std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
     stats.insert(stats.end(), std::make_move_iterator(more.begin()),
                  std::make_move_iterator(more.end()));
   }
+  // By name, whatever shard holds a model.
+  std::sort(stats.begin(), stats.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.model, a.segment) < std::tie(b.model, b.segment);
+  });
   return stats;
 }
 

@@ -9,6 +9,16 @@
 // only within one input partition: the stage reports models whose records come through more
 // than one Kafka partition (a warning once per model, and ModelsAcrossPartitions()), since
 // their windows then depend on batching and read order.
+//
+// On several threads (the pipeline's `threads`) the models are split over as many shards by a
+// hash of their names, as the aggregation splits its groups: each shard is a monitor of its
+// own with its models' state, and the stage feeds and evaluates the shards on a thread each
+// (engine/executor/shard_pool.h), from the one lane the batch pipeline gives drift. A model's
+// values reach its shard in the order one monitor would see them, each at its place in the
+// batch's feed, so the shards' events and evaluations merge into one monitor's order (records
+// first, then event-time windows by model name), and the rows, their order and the state are
+// those of one thread, whatever the number. Shards live only in memory: a restart on another
+// number of threads routes each persisted model's state to its shard there.
 #pragma once
 
 #include <functional>
@@ -69,7 +79,7 @@ class DriftStage final : public Stage {
 
   /// Per-model drift state (series in WARN / ALERT, values seen, roll-up) for the metrics
   /// endpoint; call on the executor's thread, e.g. after Finish. Empty before the first
-  /// records.
+  /// records. In (model, segment) order.
   std::vector<DriftMonitor::ModelStats> ModelStats() const;
   /// Totals: models, series in ALERT, windows evaluated, skipped values.
   DriftMonitorStats Stats() const;

@@ -742,6 +742,10 @@ TEST_CASE("batches on two and three threads give one thread's rows, alerts and s
                        c.pipeline, Execution{threads, 16 << 10});
           CheckSameRun(run, reference);
         }
+        // Chunks of thousands of rows: drift's shards fold each on threads of their own.
+        const RunResult large = RunQuery(*c.data, max_per_batch, order, dir / (base + "-large"),
+                                         c.pipeline, Execution{2, 1 << 20});
+        CheckSameRun(large, reference);
       }
     }
   }

@@ -100,9 +100,12 @@ class AlertSink final : public Sink {
 
 std::set<std::string> Alerts(const Partitions& data, const std::string& checkpoint,
                              int64_t max_per_batch, bool interleave, int threads,
-                             std::vector<double> shares = {1.0}) {
+                             std::vector<double> shares = {1.0},
+                             std::vector<int> threads_by_run = {}) {
   std::vector<std::string> ids;
-  for (double share : shares) {
+  for (size_t run = 0; run < shares.size(); ++run) {
+    const double share = shares[run];
+    if (run < threads_by_run.size()) threads = threads_by_run[run];
     auto spec = ParsePipeline(kPipeline, "unkeyed.yaml",
                               LoadOptions{.catalog = &ConnectorDeclarations()});
     REQUIRE(spec);
@@ -153,6 +156,10 @@ TEST_CASE("default drift windows on an unkeyed multi-partition input give the sa
   CHECK(Alerts(data, dir / "b", 1'000 / 8, true, 1) == reference);
   CHECK(Alerts(data, dir / "c", 7'777 / 8, false, 2) == reference);
   CHECK(Alerts(data, dir / "d", 777, true, 2, {0.3, 0.7, 1.0}) == reference);
+  // Drift's models are split over one shard per thread, by name: a restart on another number
+  // of threads finds each model's state and waiting values wherever they now belong.
+  CHECK(Alerts(data, dir / "e", 5'000, true, 1, {0.2, 0.5, 0.8, 1.0}, {3, 1, 2, 3}) ==
+        reference);
 }
 
 namespace {
