@@ -295,8 +295,12 @@ class QueryExecutor::Impl {
                  spec_.checkpoint_location);
     }
     if (pipeline_) {
-      log_->info("pipeline {}: batches run on {} threads ({} lanes)", spec_.name, threads_,
-                 placement_->DirectTask(tasks_)->lane_count());
+      const QueryTask* task = placement_->DirectTask(tasks_);
+      log_->info("pipeline {}: batches run on {} threads ({} lanes{})", spec_.name, threads_,
+                 task->lane_count(),
+                 task->drift() != nullptr
+                     ? fmt::format(", drift's models in {} shards", task->drift()->shards())
+                     : std::string());
     }
 
     for (auto& sink : sinks_) {
