@@ -193,6 +193,16 @@ struct DriftMonitorStats {
   /// arrived, and values without an event time; neither is counted in any statistic.
   int64_t late_values = 0;
   int64_t values_without_time = 0;
+
+  void Add(const DriftMonitorStats& o) {
+    models += o.models;
+    series_in_alert += o.series_in_alert;
+    windows_evaluated += o.windows_evaluated;
+    skipped_values += o.skipped_values;
+    skipped_labels += o.skipped_labels;
+    late_values += o.late_values;
+    values_without_time += o.values_without_time;
+  }
 };
 
 /// A drift series: its name (in events and state keys) and what it holds.

@@ -881,16 +881,7 @@ std::vector<DriftMonitor::ModelStats> DriftStage::ModelStats() const {
 
 DriftMonitorStats DriftStage::Stats() const {
   DriftMonitorStats total;
-  for (const auto& shard : shards_) {
-    const DriftMonitorStats stats = shard->Stats();
-    total.models += stats.models;
-    total.series_in_alert += stats.series_in_alert;
-    total.windows_evaluated += stats.windows_evaluated;
-    total.skipped_values += stats.skipped_values;
-    total.skipped_labels += stats.skipped_labels;
-    total.late_values += stats.late_values;
-    total.values_without_time += stats.values_without_time;
-  }
+  for (const auto& shard : shards_) total.Add(shard->Stats());
   return total;
 }
 
@@ -922,7 +913,8 @@ namespace {
 // The items of every shard in one order: by merge key, ties (only ever within one shard: a
 // record and a model each belong to one) in the shard's own order.
 template <typename Key>
-std::vector<std::pair<uint32_t, uint32_t>> MergeOrder(const std::vector<const std::vector<Key>*>& keys) {
+std::vector<std::pair<uint32_t, uint32_t>> MergeOrder(
+    const std::vector<const std::vector<Key>*>& keys) {
   std::vector<std::pair<uint32_t, uint32_t>> order;
   for (uint32_t shard = 0; shard < keys.size(); ++shard) {
     for (uint32_t i = 0; i < keys[shard]->size(); ++i) order.emplace_back(shard, i);
