@@ -667,6 +667,35 @@ sinks:
 trigger: {availableNow: true}
 )yaml";
 
+// Drift per (model, segment): each model's rows split by a derived column, so drift's shards
+// route by the model column's value (no shared model ids) and name state by segment.
+constexpr const char* kSegmentPipeline = R"yaml(
+name: segmented
+schema:
+  - {name: model_id, type: string}
+  - {name: event_time, type: timestamp}
+  - {name: feature_vector, type: array<double>}
+  - {name: prediction, type: double}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:1", subscribe: logs}
+query:
+  select: ["prediction > 0.5 AS high"]
+  groupBy: [model_id]
+  window: {column: event_time, size: 10 seconds}
+  watermark: {column: event_time, delay: 4 seconds, idleTimeout: 0}
+  aggregates: [count, mean(feature_vector)]
+drift:
+  series: [feature_vector, prediction]
+  segmentBy: [high]
+  baseline: {type: warmup, records: 500}
+  detectors: [{type: mean_shift}, {type: psi}]
+sinks:
+  - {name: stats, format: console, stream: stats, outputMode: append}
+  - {name: alerts, format: console, stream: alerts}
+trigger: {availableNow: true}
+)yaml";
+
 // Input rows as they are: a query without aggregation.
 constexpr const char* kSelectPipeline = R"(
 name: rows
@@ -716,6 +745,7 @@ TEST_CASE("batches on two and three threads give one thread's rows, alerts and s
   for (const Case& c : {Case{"event-time windows", &logs, kPipeline},
                         Case{"record-count windows", &bad, kRecordWindowPipeline},
                         Case{"percentiles", &logs, kPercentilePipeline},
+                        Case{"by segment", &logs, kSegmentPipeline},
                         Case{"select", &logs, kSelectPipeline}}) {
     for (const auto& [max_per_batch, order] :
          {std::pair{int64_t{7777}, ReadOrder::kInterleaved},
@@ -729,6 +759,8 @@ TEST_CASE("batches on two and three threads give one thread's rows, alerts and s
                                              c.pipeline, Execution{1, 16 << 10});
         REQUIRE(reference.error.empty());
         REQUIRE(reference.delivered.batch_log.size() > 20);
+        // Model-2's shift alerts in each of its segments.
+        if (c.pipeline == kSegmentPipeline) CHECK(!reference.delivered.alerts.empty());
         if (c.data == &bad) {
           CHECK(reference.malformed > 0);
           CHECK(reference.filtered > 0);
