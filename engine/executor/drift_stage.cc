@@ -1,5 +1,7 @@
 #include "engine/executor/drift_stage.h"
 
+#include <optional>
+
 #include "engine/executor/drift_stage_impl.h"
 
 namespace driftd {
@@ -713,16 +715,17 @@ uint32_t DriftStage::ShardOfName(std::string_view model) const {
 Result<size_t> DriftStage::ShardOfKey(std::string_view key) const {
   // Keys that name a model (as the monitor knows it, escaped) up to the next '/': its
   // evaluations, multivariate state, admitted segments and keys, and the monitor's records.
-  std::string_view rest;
+  // (An empty name is a model's too: "drift/" is the record of the model "".)
+  std::optional<std::string_view> rest;
   for (std::string_view prefix : {kEvaluationPrefix, kMultivariatePrefix, kAdmitPrefix}) {
     if (key.starts_with(prefix)) rest = key.substr(prefix.size());
   }
-  if (rest.empty() && key.starts_with(DriftMonitor::kStateKeyPrefix) &&
+  if (!rest && key.starts_with(DriftMonitor::kStateKeyPrefix) &&
       key != DriftMonitor::kSeriesTableKey) {
     rest = key.substr(DriftMonitor::kStateKeyPrefix.size());
   }
-  if (rest.empty()) return shards_.size();  // the layout, the series table, an old clock
-  auto monitor_name = UnescapeKeyPart(rest.substr(0, rest.find('/')));
+  if (!rest) return shards_.size();  // the layout, the series table, an old clock
+  auto monitor_name = UnescapeKeyPart(rest->substr(0, rest->find('/')));
   if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
   return ShardOfName(shards_[0]->BaseName(*monitor_name));
 }
@@ -851,15 +854,13 @@ const DriftStage::ShapeCounts& DriftStage::Counts() const {
 }
 
 std::vector<DriftStage::SeriesValues> DriftStage::SeriesValueCounts() const {
+  // Every shard has the same series (their monitors are built from the same rows).
   std::vector<SeriesValues> values = shards_[0]->SeriesValueCounts();
   for (size_t shard = 1; shard < shards_.size(); ++shard) {
     const std::vector<SeriesValues> more = shards_[shard]->SeriesValueCounts();
-    if (values.empty()) values = more;
     for (size_t i = 0; i < more.size() && i < values.size(); ++i) {
-      if (&values != &more) {
-        values[i].categories += more[i].categories;
-        values[i].missing += more[i].missing;
-      }
+      values[i].categories += more[i].categories;
+      values[i].missing += more[i].missing;
     }
   }
   return values;
@@ -904,6 +905,12 @@ std::vector<SharedEvaluation> DriftStage::LatestEvaluations() const {
   for (size_t shard = 1; shard < shards_.size(); ++shard) {
     std::vector<SharedEvaluation> more = shards_[shard]->LatestEvaluations();
     latest.insert(latest.end(), more.begin(), more.end());
+  }
+  if (shards_.size() > 1) {
+    // By model, segment and series, as one shard's map holds them.
+    std::sort(latest.begin(), latest.end(), [](const auto& a, const auto& b) {
+      return std::tie(a->model, a->segment, a->series) < std::tie(b->model, b->segment, b->series);
+    });
   }
   return latest;
 }
@@ -973,19 +980,29 @@ void DriftStage::Finish(const BatchContext& context, BatchOutput& output, StateC
   if (shards_[0]->has_monitor()) {
     shards_[0]->Render(events_, evaluations_, output.alerts, &output.evaluations);
   }
-  // State: keys every shard writes alike (the layout, the series table) once.
-  bool layout = false;
-  bool table = false;
+  // State: what every shard writes alike (the layout, the series table), once, when it
+  // differs from what was written last (a shard may write the table in a later batch, when it
+  // first has a model), with the counters of one shard.
   for (size_t shard = 0; shard < shards_.size(); ++shard) {
+    StageProgress& counted = shard_progress[shard];
     for (auto& [key, value] : shard_changes[shard].puts) {
-      bool* once = key == kLayoutKey                     ? &layout
-                   : key == DriftMonitor::kSeriesTableKey ? &table
-                                                          : nullptr;
-      if (once != nullptr && std::exchange(*once, true)) continue;
+      std::string* written = key == kLayoutKey                     ? &written_layout_
+                             : key == DriftMonitor::kSeriesTableKey ? &written_table_
+                                                                    : nullptr;
+      if (written != nullptr && *written == value) {
+        const auto bytes = static_cast<int64_t>(value.size());
+        counted.state_dirty_bytes -= bytes;
+        if (written == &written_table_) {
+          counted.drift_dirty_bytes -= bytes;
+          counted.drift_put_bytes -= bytes + static_cast<int64_t>(key.size());
+        }
+        continue;
+      }
+      if (written != nullptr) *written = value;
       changes.puts.emplace_back(std::move(key), std::move(value));
     }
     for (std::string& key : shard_changes[shard].deletes) changes.deletes.push_back(std::move(key));
-    AddDriftProgress(shard_progress[shard], progress);
+    AddDriftProgress(counted, progress);
   }
 }
 

@@ -147,6 +147,9 @@ class DriftStage final : public Stage {
   std::vector<std::vector<uint32_t>> shard_rows_;
   std::vector<std::vector<uint64_t>> shard_ordinals_;
   std::vector<uint32_t> all_rows_;
+  // What the shards write alike, as last written (Finish writes it once).
+  std::string written_layout_;
+  std::string written_table_;
 };
 
 }  // namespace driftd

@@ -29,10 +29,18 @@ void ShardPool::Run(const std::function<void(size_t)>& work) {
     ++generation_;
   }
   start_.notify_all();
-  work(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return running_ == 0; });
-  work_ = nullptr;
+  auto wait = [this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return running_ == 0; });
+    work_ = nullptr;
+  };
+  try {
+    work(0);
+  } catch (...) {
+    wait();  // the other shards still use `work` and what it refers to
+    throw;
+  }
+  wait();
 }
 
 void ShardPool::WorkerLoop(size_t shard) {

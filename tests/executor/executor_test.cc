@@ -783,6 +783,48 @@ TEST_CASE("batches on two and three threads give one thread's rows, alerts and s
   }
 }
 
+TEST_CASE("a model whose name is empty keeps its drift state across a restart on another "
+          "number of threads",
+          "[executor][threads][determinism]") {
+  // The empty name is a model's like any other: its state keys ("drift/", "drift-admit/")
+  // belong to its own shard, not to every shard.
+  PartitionedData data = GeneratedLogs();
+  for (auto& partition : data.partitions) {
+    for (std::string& record : partition) {
+      const std::string named = R"("model_id":"model-2")";
+      if (const size_t at = record.find(named); at != std::string::npos) {
+        record.replace(at, named.size(), R"("model_id":"")");
+      }
+    }
+  }
+  TempDir dir;
+  const RunResult reference = RunQuery(data, 5000, ReadOrder::kInterleaved, dir / "one",
+                                       kPipeline, Execution{1, 16 << 10});
+  REQUIRE(reference.error.empty());
+  const std::set<std::string> alerts = AlertFacts(reference.delivered.alerts);
+  bool empty_model_alerts = false;
+  for (const std::string& alert : reference.delivered.alerts) {
+    empty_model_alerts = empty_model_alerts || alert.find(R"("model":"")") != std::string::npos;
+  }
+  CHECK(empty_model_alerts);  // model-2's shift, under its empty name
+  PartitionedData half;
+  for (const auto& partition : data.partitions) {
+    half.partitions.emplace_back(
+        partition.begin(), partition.begin() + static_cast<std::ptrdiff_t>(partition.size() / 2));
+  }
+  const std::string checkpoint = dir / "restarted";
+  const RunResult first = RunQuery(half, 5000, ReadOrder::kInterleaved, checkpoint, kPipeline,
+                                   Execution{1, 16 << 10});
+  REQUIRE(first.error.empty());
+  const RunResult second = RunQuery(data, 5000, ReadOrder::kInterleaved, checkpoint, kPipeline,
+                                    Execution{3, 16 << 10});
+  REQUIRE(second.error.empty());
+  std::vector<std::string> both = first.delivered.alerts;
+  both.insert(both.end(), second.delivered.alerts.begin(), second.delivered.alerts.end());
+  CHECK(AlertFacts(both) == alerts);
+  CHECK(both.size() == reference.delivered.alerts.size());
+}
+
 TEST_CASE("alerts and statistics on two threads do not depend on the batch size or read order",
           "[executor][threads][determinism]") {
   const PartitionedData data = GeneratedLogs();
