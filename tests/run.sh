@@ -2,9 +2,10 @@
 # The whole test suite, as a new user and CI run it: installs dependencies, builds driftd twice
 # (release with debug info, and ASan+UBSan), and runs the ctest tests: every one in the first,
 # and in the second all but those listed below (each heavy test runs once, in the build where it
-# means something). The Kafka tests start their own broker (tests/kafka/broker.sh) through a
-# ctest fixture. The fuzz harnesses replay their corpus as tests in both builds; fuzzing them
-# (tests/fuzz/run.sh, clang) is opt-in.
+# means something). The sanitizer build compiles in the background, at the lowest priority,
+# while the release tests run (they leave most of the cores idle). The Kafka tests start their
+# own broker (tests/kafka/broker.sh) through a ctest fixture. The fuzz harnesses replay their
+# corpus as tests in both builds; fuzzing them (tests/fuzz/run.sh, clang) is opt-in.
 #   bash tests/run.sh              everything
 #   DRIFTD_BUILDS=release bash tests/run.sh     only the normal build
 #   DRIFTD_FUZZ_SECONDS=30 bash tests/run.sh     and then each fuzz harness for 30 s
@@ -31,9 +32,10 @@ fi
 builds=${DRIFTD_BUILDS:-"release sanitize"}
 jobs=${DRIFTD_JOBS:-$(nproc)}
 status=0
-for build in $builds; do
-  dir="$root/build-test-$build"
-  case "$build" in
+# settings BUILD: the build's CMake flags (`flags`) and the ctest selection of its tests
+# (`selection`).
+settings() {
+  case "$1" in
     # Line tables only (-g1), as below: the code is the same as with -g (debug information
     # never changes it, so the benchmarks measure what a -g build runs), and a file of the
     # executor compiles in 11 s rather than 17 s.
@@ -101,11 +103,51 @@ for build in $builds; do
                 '^(e2e|engine):a 0\.5 sigma (shift|mean shift) on one feature'
               )
               selection=(-E "$(IFS='|'; echo "${skip[*]}")") ;;
-    *) echo "unknown build '$build'" >&2; exit 64 ;;
+    *) echo "unknown build '$1'" >&2; exit 64 ;;
   esac
-  echo "=== $build build ($dir) at ${SECONDS}s"
-  cmake -S "$root" -B "$dir" -G Ninja "${flags[@]}" >/dev/null
-  cmake --build "$dir" -j "$jobs"
+}
+# compile BUILD: configures and builds it in build-test-BUILD.
+compile() {
+  local build=$1
+  settings "$build"
+  cmake -S "$root" -B "$root/build-test-$build" -G Ninja "${flags[@]}" >/dev/null
+  cmake --build "$root/build-test-$build" -j "$jobs"
+}
+for build in $builds; do settings "$build"; done  # an unknown build fails before any work
+
+# A build after the first compiles in the background while the tests of the one before it
+# run, at the lowest priority: those tests leave more than half of the cores idle (most of
+# their time is the Kafka tests' waits on the broker, on group sessions and on restarts), and
+# at nice 19 the compiler takes only what they leave. Its output is shown once it is waited
+# for.
+background_build=
+background_pid=
+previous=
+for build in $builds; do
+  dir="$root/build-test-$build"
+  if [ "$background_build" = "$build" ]; then
+    if ! wait "$background_pid"; then
+      cat "$dir/build.log"
+      echo "=== $build build failed (compiled beside the $previous tests)" >&2
+      exit 1
+    fi
+    tail -n 3 "$dir/build.log"
+    echo "=== $build build done at ${SECONDS}s (compiled beside the $previous tests)"
+  else
+    echo "=== $build build ($dir) at ${SECONDS}s"
+    compile "$build"
+  fi
+  settings "$build"
+  next=$(echo $builds | tr ' ' '\n' | grep -A1 -x "$build" | sed -n 2p || true)
+  if [ -n "$next" ]; then
+    echo "=== $next build (${root}/build-test-$next) at ${SECONDS}s, in the background, nice 19"
+    mkdir -p "$root/build-test-$next"
+    nice -n 19 bash -c "set -euo pipefail; $(declare -f settings compile); root='$root' \
+      jobs='$jobs'; compile $next" >"$root/build-test-$next/build.log" 2>&1 &
+    background_build=$next
+    background_pid=$!
+  fi
+  previous=$build
   echo "=== $build tests at ${SECONDS}s"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
