@@ -61,6 +61,25 @@ void EventClock::Report(std::string_view name, int64_t max_us, bool more_availab
   partition.max_us = std::max(partition.max_us, max_us);
   partition.more_available = more_available;
   partition.idle = idle;
+  partition.last_active_ms = INT64_MIN;  // its reader says whether it is idle
+}
+
+void EventClock::Delist(const std::vector<std::string>& listed, int64_t now_ms) {
+  listed_.assign(partitions_.size(), 0);
+  for (const std::string& name : listed) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) listed_[it->second] = 1;
+  }
+  for (size_t slot = 0; slot < partitions_.size(); ++slot) {
+    if (listed_[slot]) continue;
+    Partition& partition = partitions_[slot];
+    if (partition.last_active_ms == INT64_MIN) partition.last_active_ms = now_ms;
+    partition.more_available = false;
+    partition.read_in_batch = false;
+    // Idle already (its reader's last mark said so) stays idle.
+    partition.idle = partition.idle || (options_.idle_timeout_ms > 0 &&
+                                        now_ms - partition.last_active_ms >= options_.idle_timeout_ms);
+  }
 }
 
 void EventClock::Reset(std::string_view name, int64_t max_us) {

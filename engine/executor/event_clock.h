@@ -78,6 +78,11 @@ class EventClock {
   void Expect(std::string_view name);
   /// ...and a partition's state as its reader reported it (a row block's clock mark).
   void Report(std::string_view name, int64_t max_us, bool more_available, bool idle);
+  /// ...and which partitions the source has now (`listed`, whoever reads them): a known one it
+  /// no longer lists (its topic deleted, a pattern that stopped matching it) has no reader to
+  /// report it any more, so it goes idle after idle_timeout, as BeginBatch has a partition the
+  /// plan no longer lists do. `now_ms` as for BeginBatch.
+  void Delist(const std::vector<std::string>& listed, int64_t now_ms);
 
   /// A partition taken over from another reader (scale-out): its largest event time as that
   /// reader left it, its activity not known yet.
@@ -128,7 +133,9 @@ class EventClock {
     std::string name;
     int64_t max_us = INT64_MIN;
     bool more_available = false;
-    int64_t last_active_ms = INT64_MIN;  // steady clock; INT64_MIN until first seen
+    // Steady clock; INT64_MIN until first seen (BeginBatch) or while a reader reports it
+    // (Report), and then since first found unlisted (Delist).
+    int64_t last_active_ms = INT64_MIN;
     bool idle = false;
     bool read_in_batch = false;  // the batch reads it (BeginBatch)
   };

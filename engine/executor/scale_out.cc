@@ -253,9 +253,12 @@ EventClock& ScaledOutPlacement::ReadClock(TaskMap& tasks) {
 
 bool ScaledOutPlacement::BeginBatch(const std::vector<PartitionActivity>& activity,
                                     int64_t now_ms, TaskMap& tasks) {
-  (void)tasks;
   all_sources_ = parts_.group->SourcePartitions();
   read_clock_.BeginBatch(activity, now_ms);
+  // A task's clock hears of its partitions from their readers' marks; one that left the
+  // source (its topic deleted, a pattern that no longer matches it) has no reader any more,
+  // and would hold the task's watermark at its last mark for good.
+  for (auto& [id, task] : tasks) task->clock().Delist(all_sources_, now_ms);
   // The source partitions' clock marks after this batch: a batch runs when one changed, for
   // the tasks elsewhere that wait for it.
   bool changed = false;

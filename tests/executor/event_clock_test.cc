@@ -156,6 +156,48 @@ TEST_CASE("a partition the plan no longer lists stops holding the watermark once
   CHECK(restored.NextWatermark() == 100 * kSecond);
 }
 
+// Scaled out, a task's clock hears of its partitions only from their readers' marks. A partition
+// whose topic was deleted has no reader any more, so no mark ever said it went idle: it held
+// the task's watermark at its last mark for good.
+TEST_CASE("a task's clock stops waiting for a partition that left the source once idle, and "
+          "goes on waiting for one that is listed but not reported",
+          "[clock]") {
+  EventClock clock = ClockWithDelay(0, /*idle_ms=*/1000);
+  for (const char* name : {"a-0", "a-1", "b-0"}) clock.Expect(name);
+  clock.Report("a-0", 100 * kSecond, false, false);
+  clock.Report("a-1", 80 * kSecond, false, false);
+  clock.Report("b-0", 10 * kSecond, false, false);
+  clock.CommitBatch();
+  CHECK(clock.watermark_us() == 10 * kSecond);
+  // Topic b is deleted: b-0 holds the watermark until the idle timeout, then not.
+  const std::vector<std::string> listed = {"a-0", "a-1"};
+  clock.Delist(listed, 5000);
+  CHECK(clock.NextWatermark() == 10 * kSecond);
+  clock.Delist(listed, 5999);
+  CHECK(clock.NextWatermark() == 10 * kSecond);
+  clock.Delist(listed, 6000);
+  CHECK(clock.StateOf("b-0").idle);
+  CHECK(clock.NextWatermark() == 80 * kSecond);
+  clock.CommitBatch();
+  // A partition still listed is its reader's to report: it keeps the watermark however long
+  // its reader is silent (it may be taking over the partition), and a partition listed again
+  // (its topic made again) counts once its reader reports it.
+  clock.Delist(listed, 60'000);
+  CHECK_FALSE(clock.StateOf("a-1").idle);
+  CHECK(clock.NextWatermark() == 80 * kSecond);
+  clock.Report("b-0", 20 * kSecond, false, false);
+  CHECK_FALSE(clock.StateOf("b-0").idle);
+  CHECK(clock.NextWatermark() == 80 * kSecond);  // never back
+  // A never-read partition the watermark waits for (Expect) stops waiting once it left too.
+  EventClock fresh = ClockWithDelay(0, /*idle_ms=*/1000);
+  fresh.Expect("a-0");
+  fresh.Expect("gone-0");
+  fresh.Report("a-0", 50 * kSecond, false, false);
+  CHECK(fresh.NextWatermark() == INT64_MIN);
+  fresh.Delist({"a-0"}, 0);
+  CHECK(fresh.NextWatermark() == 50 * kSecond);
+}
+
 TEST_CASE("the clock restores each partition's maximum from the commit", "[clock]") {
   EventClock clock = ClockWithDelay(5);
   clock.Restore({{"p0", 100 * kSecond}, {"p1", 70 * kSecond}}, 65 * kSecond);
