@@ -61,7 +61,7 @@ void EventClock::Report(std::string_view name, int64_t max_us, bool more_availab
   partition.max_us = std::max(partition.max_us, max_us);
   partition.more_available = more_available;
   partition.idle = idle;
-  partition.last_active_ms = INT64_MIN;  // its reader says whether it is idle
+  partition.reported_idle = idle;
 }
 
 void EventClock::Delist(const std::vector<std::string>& listed, int64_t now_ms) {
@@ -71,14 +71,23 @@ void EventClock::Delist(const std::vector<std::string>& listed, int64_t now_ms) 
     if (it != by_name_.end()) listed_[it->second] = 1;
   }
   for (size_t slot = 0; slot < partitions_.size(); ++slot) {
-    if (listed_[slot]) continue;
     Partition& partition = partitions_[slot];
-    if (partition.last_active_ms == INT64_MIN) partition.last_active_ms = now_ms;
-    partition.more_available = false;
-    partition.read_in_batch = false;
-    // Idle already (its reader's last mark said so) stays idle.
-    partition.idle = partition.idle || (options_.idle_timeout_ms > 0 &&
-                                        now_ms - partition.last_active_ms >= options_.idle_timeout_ms);
+    if (listed_[slot]) {
+      if (partition.delisted_since_ms != INT64_MIN) {
+        // Listed again (a gap in the source's metadata, its topic made again): what its
+        // reader's last mark said holds again.
+        partition.delisted_since_ms = INT64_MIN;
+        partition.idle = partition.reported_idle;
+      }
+      continue;
+    }
+    if (partition.delisted_since_ms == INT64_MIN) partition.delisted_since_ms = now_ms;
+    // Until idle_timeout passed it holds the watermark as before, records not read yet
+    // included: the gap may be a moment's (a broker restarting), its reader still there.
+    if (options_.idle_timeout_ms > 0 &&
+        now_ms - partition.delisted_since_ms >= options_.idle_timeout_ms) {
+      partition.idle = true;
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 // Not thread-safe; the executor's thread uses it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -80,9 +81,15 @@ class EventClock {
   void Report(std::string_view name, int64_t max_us, bool more_available, bool idle);
   /// ...and which partitions the source has now (`listed`, whoever reads them): a known one it
   /// no longer lists (its topic deleted, a pattern that stopped matching it) has no reader to
-  /// report it any more, so it goes idle after idle_timeout, as BeginBatch has a partition the
-  /// plan no longer lists do. `now_ms` as for BeginBatch.
+  /// report it any more, so once idle_timeout passed since the source stopped listing it, it
+  /// is idle (until then it holds the watermark as before). One listed again is its reader's
+  /// to report once more, the time it was away forgotten. `now_ms` as for BeginBatch.
   void Delist(const std::vector<std::string>& listed, int64_t now_ms);
+
+  /// A task's watermark as it was persisted (scale-out): the watermark never goes below it.
+  void RaiseWatermark(int64_t watermark_us) {
+    watermark_us_ = std::max(watermark_us_, watermark_us);
+  }
 
   /// A partition taken over from another reader (scale-out): its largest event time as that
   /// reader left it, its activity not known yet.
@@ -133,9 +140,10 @@ class EventClock {
     std::string name;
     int64_t max_us = INT64_MIN;
     bool more_available = false;
-    // Steady clock; INT64_MIN until first seen (BeginBatch) or while a reader reports it
-    // (Report), and then since first found unlisted (Delist).
-    int64_t last_active_ms = INT64_MIN;
+    int64_t last_active_ms = INT64_MIN;  // steady clock; INT64_MIN until first seen
+    /// Scaled out (Delist): since when the source has not listed it; INT64_MIN while it does.
+    int64_t delisted_since_ms = INT64_MIN;
+    bool reported_idle = false;  // what its reader's last mark said (Report)
     bool idle = false;
     bool read_in_batch = false;  // the batch reads it (BeginBatch)
   };

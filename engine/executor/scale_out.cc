@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <set>
 
@@ -348,7 +349,13 @@ Status ScaledOutPlacement::TakeTaskInput(const InputChunk& chunk, TaskMap& tasks
     // partitions stay told apart (drift's order, and its warning across partitions).
     DRIFTD_TRY(ReadRowBlock(chunk.record(i), rows_schema, 0, block_rows_, block_times_, mark,
                             &join_only));
-    const auto at = std::find(all_sources_.begin(), all_sources_.end(), mark.partition);
+    auto at = std::find(all_sources_.begin(), all_sources_.end(), mark.partition);
+    if (at == all_sources_.end()) {
+      // A partition the source's latest look did not list (a gap in its metadata, a topic
+      // deleted with rows still on their way): its rows keep their own partition's name.
+      all_sources_.push_back(mark.partition);
+      at = std::prev(all_sources_.end());
+    }
     const uint32_t source_index = static_cast<uint32_t>(at - all_sources_.begin());
     for (RecordPosition& position : block_rows_.positions) position.partition = source_index;
     // The task's own watermark closes windows too: a row behind it is late.

@@ -89,7 +89,11 @@ Status QueryTask::Restore(std::string_view ns, std::string_view key, std::string
     if (!DecodeClockEntry(value, max_us, more, idle)) {
       return MakeError(ErrorCode::kCorruption, "task {}: bad clock entry '{}'", id_, value);
     }
-    clock_.Report(key, max_us, more, idle);
+    if (key == kWatermarkKey) {
+      clock_.RaiseWatermark(max_us);
+    } else {
+      clock_.Report(key, max_us, more, idle);
+    }
     saved_clock_[std::string(key)] = std::string(value);
     return Ok();
   }
@@ -213,16 +217,30 @@ void QueryTask::FlushKept(int64_t now_ms, StateWrites& writes) {
 
 void QueryTask::PersistClock(StateWrites& writes) {
   clock_persisted_ = true;
+  auto put = [&](const std::string& name, std::string value) {
+    auto saved = saved_clock_.find(name);
+    if (saved != saved_clock_.end() && saved->second == value) return;
+    writes.puts.emplace_back(EncodeStateKey(id_, kClockNamespace, name), std::move(value));
+  };
   for (const EventClock::PartitionState& partition : clock_.Partitions()) {
     if (partition.max_us == INT64_MIN && partition.more_available && !partition.idle) {
       continue;  // still waiting for its first mark: nothing to keep
     }
-    std::string value = EncodeClockEntry(partition);
-    auto saved = saved_clock_.find(partition.name);
-    if (saved != saved_clock_.end() && saved->second == value) continue;
-    writes.puts.emplace_back(EncodeStateKey(id_, kClockNamespace, partition.name),
-                             std::move(value));
+    put(partition.name, EncodeClockEntry(partition));
   }
+  // The watermark the next batch runs with: the partitions' marks alone may give an earlier
+  // one (an idle partition that came back behind it), and it never moves back.
+  if (const std::optional<EventClock::PartitionState> mark = WatermarkEntry()) {
+    put(mark->name, EncodeClockEntry(*mark));
+  }
+}
+
+std::optional<EventClock::PartitionState> QueryTask::WatermarkEntry() const {
+  const int64_t watermark = clock_.NextWatermark();
+  if (watermark == INT64_MIN) return std::nullopt;
+  // As an idle partition's entry: a driftd before this one restores it as one, which never
+  // holds its watermark.
+  return EventClock::PartitionState{std::string(kWatermarkKey), watermark, false, true};
 }
 
 void QueryTask::Committed() {
@@ -230,6 +248,9 @@ void QueryTask::Committed() {
   if (!clock_persisted_) return;
   for (const EventClock::PartitionState& partition : clock_.Partitions()) {
     saved_clock_[partition.name] = EncodeClockEntry(partition);
+  }
+  if (const std::optional<EventClock::PartitionState> mark = WatermarkEntry()) {
+    saved_clock_[mark->name] = EncodeClockEntry(*mark);
   }
 }
 

@@ -80,6 +80,9 @@ class QueryTask {
   /// task may move to another process (PersistClock); a query run by one process keeps its
   /// clock in the commit record instead.
   static constexpr std::string_view kClockNamespace = "clock";
+  /// The clock namespace's entry of the task's watermark (no partition's name: '#' is in no
+  /// Kafka topic's or input's name).
+  static constexpr std::string_view kWatermarkKey = "#watermark";
 
   /// Loads one persisted entry of the task's scope, by its namespace: a stage's, the admitted
   /// models, drift's waiting values, the clock. Another namespace (a stage the pipeline no
@@ -170,6 +173,8 @@ class QueryTask {
   void Order(const RecordBatch& rows, const RowTimes& times,
              std::optional<int64_t> watermark);
   std::vector<Lane> lanes_;
+  /// The clock namespace's entry of the next batch's watermark (kWatermarkKey), if it has one.
+  std::optional<EventClock::PartitionState> WatermarkEntry() const;
   /// Clock entries as last persisted (PersistClock), to write only what changed.
   std::map<std::string, std::string> saved_clock_;
   bool clock_persisted_ = false;

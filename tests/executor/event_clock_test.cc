@@ -188,14 +188,31 @@ TEST_CASE("a task's clock stops waiting for a partition that left the source onc
   clock.Report("b-0", 20 * kSecond, false, false);
   CHECK_FALSE(clock.StateOf("b-0").idle);
   CHECK(clock.NextWatermark() == 80 * kSecond);  // never back
-  // A never-read partition the watermark waits for (Expect) stops waiting once it left too.
+  // A never-read partition the watermark waits for (Expect: its reader may not have reported
+  // yet) waits on through a gap in the listing shorter than the idle timeout, and two short
+  // gaps do not add up; it stops waiting once it has been gone for the idle timeout.
   EventClock fresh = ClockWithDelay(0, /*idle_ms=*/1000);
   fresh.Expect("a-0");
   fresh.Expect("gone-0");
   fresh.Report("a-0", 50 * kSecond, false, false);
   CHECK(fresh.NextWatermark() == INT64_MIN);
   fresh.Delist({"a-0"}, 0);
+  CHECK(fresh.NextWatermark() == INT64_MIN);
+  fresh.Delist({"a-0", "gone-0"}, 500);
+  fresh.Delist({"a-0"}, 1200);
+  CHECK_FALSE(fresh.StateOf("gone-0").idle);
+  CHECK(fresh.NextWatermark() == INT64_MIN);
+  fresh.Delist({"a-0"}, 2200);
+  CHECK(fresh.StateOf("gone-0").idle);
   CHECK(fresh.NextWatermark() == 50 * kSecond);
+  // Listed again, a partition its reader last reported idle is idle again, not waited for.
+  EventClock relisted = ClockWithDelay(0, /*idle_ms=*/1000);
+  relisted.Report("a-0", 50 * kSecond, false, false);
+  relisted.Report("b-0", 10 * kSecond, false, /*idle=*/true);
+  relisted.Delist({"a-0"}, 0);
+  relisted.Delist({"a-0", "b-0"}, 100);
+  CHECK(relisted.StateOf("b-0").idle);
+  CHECK(relisted.NextWatermark() == 50 * kSecond);
 }
 
 TEST_CASE("the clock restores each partition's maximum from the commit", "[clock]") {
