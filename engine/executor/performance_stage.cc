@@ -35,6 +35,12 @@ constexpr char kModelKey = 'm';
 constexpr char kSettingsKey = 's';
 // The longest join key kept (a longer one is counted, not joined).
 constexpr size_t kMaxKeyBytes = 1024;
+// The event times the join takes, about 73,000 years either side of 1970: with a bound and a
+// window of at most 10^15 ms (the longest duration config takes), every sum the join makes of
+// them (a row's time plus three bounds, a window's end) stays within int64. A time outside
+// (a sentinel such as the largest epoch millis a decoder accepts) is counted as no time.
+constexpr int64_t kMaxJoinTimeUs = int64_t{1} << 61;
+bool JoinableTime(int64_t t) { return t >= -kMaxJoinTimeUs && t <= kMaxJoinTimeUs; }
 // The most rows (predictions and labels) one key holds: a key that is not a request's (a
 // constant, a user id) would otherwise hold the bound's every row in one entry, rewritten and
 // gone over whole with each row. Rows past it are counted, not joined.
@@ -350,7 +356,7 @@ class PerformanceStage::Impl {
     const Column& event_times = batch.columns[static_cast<size_t>(time_column_)];
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (models.IsNull(row) || keys.IsNull(row) || event_times.IsNull(row) ||
-          keys.String(row).size() > kMaxKeyBytes) {
+          !JoinableTime(event_times.i64[row]) || keys.String(row).size() > kMaxKeyBytes) {
         ++counts_.without_key;
         continue;
       }
@@ -417,7 +423,7 @@ class PerformanceStage::Impl {
     const Column& event_times = batch.columns[static_cast<size_t>(label_time_column_)];
     for (size_t row = 0; row < batch.num_rows; ++row) {
       if (keys.IsNull(row) || event_times.IsNull(row) || values.IsNull(row) ||
-          keys.String(row).size() > kMaxKeyBytes) {
+          !JoinableTime(event_times.i64[row]) || keys.String(row).size() > kMaxKeyBytes) {
         ++counts_.without_key;
         continue;
       }

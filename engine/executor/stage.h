@@ -59,7 +59,7 @@ struct JoinCounts {
   int64_t duplicate_labels = 0;
   int64_t duplicate_predictions = 0;
   int64_t predictions_late = 0;  // behind the watermark when they came
-  int64_t without_key = 0;       // a null or over-long key or value, or no event time
+  int64_t without_key = 0;       // a null or over-long key or value, or no usable event time
   // Predictions of a model the join could not take: it joins for query.maxModels models (the
   // model gate's share on the other tasks is theirs to count).
   int64_t predictions_over_model_cap = 0;

@@ -502,6 +502,34 @@ TEST_CASE("the labels' join holds at most 256 rows of one key and counts the row
   CHECK(progress.join.pending == 256);
 }
 
+// The decoder takes epoch millis up to about 9.2e15, within a millisecond of int64's end in
+// microseconds: a prediction there plus the bound overflowed (undefined behaviour; the wrapped
+// deadline decided its pairing at once).
+TEST_CASE("a prediction or label at an event time no clock can reach is counted as without a "
+          "usable time, and the join's sums stay within int64",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  REQUIRE(spec);
+  auto stage = PerformanceStage::Create(*spec);
+  REQUIRE(stage);
+  BatchOutput output;
+  constexpr int64_t kLastMillis = 9'223'372'036'854'775;
+  Feed(**stage, *spec, {false, "far", kLastMillis, 0.9}, output);
+  Feed(**stage, *spec, {true, "far", kLastMillis, 1}, output);
+  Feed(**stage, *spec, {false, "past", -kLastMillis, 0.9}, output);
+  Feed(**stage, *spec, {false, "near", kT0Ms, 0.9}, output);
+  Feed(**stage, *spec, {true, "near", kT0Ms + 1000, 1}, output);
+  BatchContext context;
+  context.watermark_us = (kT0Ms + 3'600'000) * 1000;
+  context.next_watermark_us = context.watermark_us;
+  StateChanges changes;
+  StageProgress progress;
+  (*stage)->Finish(context, output, changes, progress);
+  CHECK(progress.join.without_key == 3);
+  CHECK(progress.join.labelled == 1);
+  CHECK(progress.join.pending == 0);
+}
+
 TEST_CASE("a checkpoint's performance state laid out by other performance settings is refused "
           "with what changed, not read into bins or windows it does not fit",
           "[executor][labels][performance]") {
