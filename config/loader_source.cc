@@ -373,6 +373,18 @@ void PipelineParser::ParseSinks(const MapReader& top) {
         problems_.Error(name->path, name->mark,
                         fmt::format("sink name {} is not allowed (it names a directory)",
                                     Show(*name)));
+      } else if (const ConnectorDecl* shared =
+                     options_.catalog ? FindConnector(*options_.catalog, name->value,
+                                                      ConnectorRole::kSink)
+                                      : nullptr;
+                 shared != nullptr && shared->create_shared_sink && sink.format != shared->format) {
+        // The sinks of such a format deliver together, under the format's name (the outbox
+        // records a batch as pending for it): another sink of that name would be taken for
+        // them, and a batch marked delivered when it alone had it.
+        problems_.Error(name->path, name->mark,
+                        fmt::format("sink name {} is the name the {} sinks deliver under "
+                                    "together; name this {} sink otherwise",
+                                    Show(*name), shared->format, sink.format));
       }
       sink.name = name->value;
     } else if (!map.Has("name")) {

@@ -1071,6 +1071,8 @@ class KafkaSink final : public Sink {
   }
 
   KafkaSinkOptions options_;
+  // The format's name: the Kafka sinks deliver together under it (the outbox's pending sink),
+  // which config keeps any other sink from taking (config/loader_source.cc).
   const std::string name_ = "kafka";
   /// The producer's message.max.bytes, and the question for the topics' limits while it has no
   /// answer (MeasureLimits).

@@ -779,7 +779,7 @@ void DriftStage::FeedShards(const RecordBatch& batch, const RowTimes& times,
   const size_t count = order.empty() ? batch.num_rows : order.size();
   if (count == 0) return;
   // Every shard builds its monitor from the same rows, so their layouts agree.
-  for (auto& shard : shards_) shard->EnsureMonitor(batch);
+  for (auto& shard : shards_) shard->EnsureMonitor(batch, order);
   if (!shards_[0]->has_monitor()) return;
   const std::shared_ptr<KeyInterner>& keys = shards_[0]->model_keys();
   if (keys && order.empty()) model_ids = keys->Ids(batch);

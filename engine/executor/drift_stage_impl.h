@@ -118,7 +118,7 @@ class DriftStage::Impl {
     if (batch.num_rows == 0) return;
     if (!monitor_) {
       // Cannot fail: Init built a monitor from the same spec.
-      IgnoreError(CreateMonitor(LayoutOf(batch)));
+      IgnoreError(CreateMonitor(LayoutOf(batch, order)));
       layout_dirty_ = true;
       if (!monitor_) return;
     }
@@ -139,9 +139,10 @@ class DriftStage::Impl {
 
   // Builds the monitor for the series the rows show (array widths), as the first Observe
   // does; the shards of a stage build theirs from the same rows, so their layouts agree.
-  void EnsureMonitor(const RecordBatch& batch) {
+  void EnsureMonitor(const RecordBatch& batch, std::span<const uint32_t> order = {}) {
     if (monitor_ || batch.num_rows == 0) return;
-    IgnoreError(CreateMonitor(LayoutOf(batch)));  // Init built a monitor from the same spec
+    // Cannot fail: Init built a monitor from the same spec.
+    IgnoreError(CreateMonitor(LayoutOf(batch, order)));
     layout_dirty_ = true;
   }
   bool has_monitor() const { return monitor_ != nullptr; }
@@ -316,17 +317,22 @@ class DriftStage::Impl {
     return out;
   }
 
-  // The array lengths come from the data: the first non-null value of each array column.
-  Layout LayoutOf(const RecordBatch& batch) const {
+  // The array lengths come from the data: the first non-null value of each array column, in
+  // the order drift takes the rows (`order`, the canonical one of the order buffer, whose
+  // batch holds rows not due yet as well; empty: the batch's order), so that the layout does
+  // not depend on the order the rows were read in.
+  Layout LayoutOf(const RecordBatch& batch, std::span<const uint32_t> order = {}) const {
     Layout layout;
     layout.keys.resize(columns_.size());
     layout.segments = active_segments_;
+    const size_t count = order.empty() ? batch.num_rows : order.size();
     for (const SeriesColumn& series : columns_) {
       size_t width = 1;
       if (series.is_array) {
         width = 0;
         const Column& column = batch.columns[series.column];
-        for (size_t row = 0; row < batch.num_rows && width == 0; ++row) {
+        for (size_t i = 0; i < count && width == 0; ++i) {
+          const size_t row = order.empty() ? i : order[i];
           if (!column.IsNull(row)) width = column.ArraySize(row);
         }
       }

@@ -316,10 +316,10 @@ void OrderBuffer::Persist(StateChanges& changes) {
   size_t pages = 0;
   size_t row = 0;
   while (row < rows_.num_rows) {
-    // One page: rows until their block reaches kPageBytes.
+    // One page: rows until their blocks reach kPageBytes (a row larger than that alone).
     RowBlockWriter writer("");
     const size_t first = row;
-    while (row < rows_.num_rows && writer.pending_bytes() < kPageBytes) {
+    while (row < rows_.num_rows && writer.bytes() < kPageBytes) {
       writer.AddRow(rows_, row, times_.late_before[row], times_.event_us[row], INT64_MIN);
       ++row;
     }

@@ -67,12 +67,14 @@ void RowBlockWriter::AddRow(const RecordBatch& batch, size_t row, int64_t late_b
     partial.max_event_us = max_event_us_;
     partial.more_available = true;  // the rest of the batch follows
     ready_.push_back(Seal(partial));
+    sealed_bytes_ += ready_.back().size();
   }
 }
 
 std::vector<std::string> RowBlockWriter::Finish(const ClockMark& mark) {
   std::vector<std::string> blocks = std::move(ready_);
   ready_.clear();
+  sealed_bytes_ = 0;
   blocks.push_back(Seal(mark));
   return blocks;
 }

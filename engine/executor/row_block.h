@@ -56,6 +56,8 @@ class RowBlockWriter {
   bool empty() const { return rows_ == 0 && ready_.empty(); }
   /// Bytes of the rows not yet in a block.
   size_t pending_bytes() const { return body_.size(); }
+  /// Bytes of every row added since the last Finish, blocks sealed on the way included.
+  size_t bytes() const { return sealed_bytes_ + body_.size(); }
   /// The blocks, the last with `mark` (of this writer's partition) as its clock; the writer is
   /// empty again afterwards.
   std::vector<std::string> Finish(const ClockMark& mark);
@@ -69,6 +71,7 @@ class RowBlockWriter {
   std::string partition_;
   bool join_only_ = false;
   std::vector<std::string> ready_;
+  size_t sealed_bytes_ = 0;  // of ready_
 };
 
 /// The source partition a block's rows come from (its clock mark's), read from its header

@@ -53,6 +53,21 @@ void CheckRefused(const Case& c) {
   CHECK(testing::ErrorCount(spec) == 1);
 }
 
+// The Kafka sinks deliver together under the name "kafka": a file sink of that name had the
+// outbox mark a batch delivered to both once the file had it, and a crash before the Kafka
+// transaction then lost the batch's Kafka output.
+TEST_CASE("a sink of another format may not take the name the Kafka sinks deliver under",
+          "[config][sinks]") {
+  CheckRefused({"a file sink named kafka",
+                "  - {name: kafka, format: file, stream: stats, options: {path: /tmp/out}}",
+                "test.yaml:8:12: sinks[0].name: sink name 'kafka' is the name the kafka sinks "
+                "deliver under together; name this file sink otherwise"});
+  // A Kafka sink of that name is one of them, and another name is fine.
+  CHECK(WithSinks("  - {name: kafka, format: kafka, stream: stats, options: "
+                  "{kafka.bootstrap.servers: \"127.0.0.1:9092\", topic: stats}}"));
+  CHECK(WithSinks("  - {name: kafka-copy, format: file, stream: stats, options: {path: /tmp/out}}"));
+}
+
 TEST_CASE("a sink option of the wrong type is refused at its key and line at load",
           "[config][options][sinks]") {
   const Case cases[] = {

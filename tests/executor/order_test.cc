@@ -15,6 +15,7 @@
 #include "config/loader.h"
 #include "connectors/registry.h"
 #include "engine/drift/codec.h"
+#include "engine/executor/drift_stage.h"
 #include "engine/executor/order_buffer.h"
 #include "engine/executor/row_block.h"
 #include "engine/executor/executor.h"
@@ -291,6 +292,115 @@ TEST_CASE("drift's waiting values are kept in pages of bounded size, restored in
   CHECK(rewritten.deletes == std::vector<std::string>{"rows"});
   // In event-time order: the row of time 400 first.
   CHECK(Released(old) == std::vector<std::pair<double, bool>>{{1.5, false}, {0.5, false}});
+}
+
+// A row block seals itself at 512 KiB and starts counting afresh: a page ended at 256 KiB of
+// the block's pending bytes, so rows of 600 KB (a long embedding) all went into one page that
+// grew with the buffer, past what a changelog record may hold.
+TEST_CASE("a page of drift's waiting values ends at its bound however large its rows are",
+          "[executor][drift][order]") {
+  OrderBuffer buffer = NewBuffer();
+  RecordBatch batch;
+  batch.Reset(OrderSchema());
+  RowTimes times;
+  constexpr size_t kRows = 10;
+  for (size_t i = 0; i < kRows; ++i) {
+    Column& model = batch.columns[0];
+    model.valid.push_back(1);
+    model.str_data += std::string(600'000, static_cast<char>('a' + i));
+    model.str_offsets.push_back(static_cast<uint32_t>(model.str_data.size()));
+    batch.columns[1].valid.push_back(1);
+    batch.columns[1].i64.push_back(static_cast<int64_t>(i));
+    batch.columns[2].valid.push_back(1);
+    batch.columns[2].f64.push_back(static_cast<double>(i));
+    batch.positions.push_back({0, static_cast<int64_t>(i), false});
+    ++batch.num_rows;
+    times.event_us.push_back(static_cast<int64_t>(i));
+    times.late_before.push_back(INT64_MIN);
+  }
+  buffer.Add(batch, times);
+  StateChanges changes;
+  buffer.Persist(changes);
+  // A row over the page's bound is a page of its own.
+  CHECK(changes.puts.size() == kRows);
+  for (const auto& [key, value] : changes.puts) CHECK(value.size() < 700'000);
+  OrderBuffer restored = NewBuffer();
+  for (const auto& [key, value] : changes.puts) REQUIRE(restored.Restore(key, value));
+  CHECK(Released(restored) == Released(buffer));
+}
+
+// Drift takes an array column's width from the first value it sees. It looked at the order
+// buffer's rows in arrival order (rows not due yet included), so a partition read first with
+// longer arrays gave another set of series than the same data read the other way round.
+TEST_CASE("drift's array series follow the first value in the canonical order, whichever "
+          "partition is read first",
+          "[executor][drift][order]") {
+  auto spec = ParsePipeline(R"(
+name: widths
+schema:
+  - {name: model_id, type: string, nullable: false}
+  - {name: event_time, type: timestamp}
+  - {name: emb, type: array<double>}
+source:
+  format: kafka
+  options: {kafka.bootstrap.servers: "127.0.0.1:1", subscribe: logs}
+query:
+  groupBy: [model_id]
+  aggregates: [count]
+drift:
+  series: [emb]
+sinks:
+  - {name: alerts, format: console, stream: alerts}
+)",
+                            "widths.yaml", LoadOptions{.catalog = &ConnectorDeclarations()});
+  INFO((spec ? std::string() : FormatProblems("widths.yaml", spec.error())));
+  REQUIRE(spec);
+  Schema schema;
+  schema.fields = {{"model_id", FieldType::kString, true},
+                   {"event_time", FieldType::kTimestamp, true},
+                   {"emb", FieldType::kDoubleArray, true}};
+  // Partition 0: arrays of 2 from time 100; partition 1: arrays of 3 from time 200.
+  auto rows_of = [&](uint32_t partition, RecordBatch& batch, RowTimes& times) {
+    for (int i = 0; i < 4; ++i) {
+      Column& model = batch.columns[0];
+      model.valid.push_back(1);
+      model.str_data += "m";
+      model.str_offsets.push_back(static_cast<uint32_t>(model.str_data.size()));
+      const int64_t t = (partition == 0 ? 100 : 200) + i;
+      batch.columns[1].valid.push_back(1);
+      batch.columns[1].i64.push_back(t);
+      Column& emb = batch.columns[2];
+      emb.valid.push_back(1);
+      for (uint32_t e = 0; e < 2 + partition; ++e) emb.f64.push_back(1.0);
+      emb.arr_offsets.push_back(static_cast<uint32_t>(emb.f64.size()));
+      batch.positions.push_back({partition, i, false});
+      ++batch.num_rows;
+      times.event_us.push_back(t);
+      times.late_before.push_back(INT64_MIN);
+    }
+  };
+  auto series_after = [&](std::vector<uint32_t> read_order) {
+    auto stage = DriftStage::Create(*spec);
+    REQUIRE(stage);
+    OrderBuffer buffer(schema, [](uint32_t index) { return fmt::format("logs-{}", index); });
+    for (uint32_t partition : read_order) {
+      RecordBatch batch;
+      batch.Reset(schema);
+      RowTimes times;
+      rows_of(partition, batch, times);
+      buffer.Add(batch, times);
+    }
+    // Only partition 0's rows are due: the monitor is made from what drift takes.
+    buffer.Release(150, [&](const RecordBatch& rows, const RowTimes& times,
+                            std::span<const uint32_t> order, std::span<const uint32_t> ids) {
+      (*stage)->ProcessInOrder(rows, times, order, ids);
+    });
+    const auto stats = (*stage)->ModelStats();
+    REQUIRE(stats.size() == 1);
+    return stats[0].series;
+  };
+  const int64_t read_first = series_after({0, 1});
+  CHECK(series_after({1, 0}) == read_first);
 }
 
 TEST_CASE("the order buffer hands rows out in (place, partition name, offset) order, rows "
