@@ -104,6 +104,18 @@ void Feed(PerformanceStage& stage, const PipelineSpec& spec, const OneRow& row,
   }
 }
 
+// Ends a batch at `watermark_us` (the next batch's too): the stage's counters, its state
+// changes in `changes`.
+StageProgress FinishAt(PerformanceStage& stage, int64_t watermark_us, BatchOutput& output,
+                       StateChanges& changes) {
+  BatchContext context;
+  context.watermark_us = watermark_us;
+  context.next_watermark_us = watermark_us;
+  StageProgress progress;
+  stage.Finish(context, output, changes, progress);
+  return progress;
+}
+
 double Extra(const DetectorReading& reading, std::string_view name) {
   for (const auto& [key, value] : reading.extras) {
     if (key == name) return value;
@@ -492,12 +504,8 @@ TEST_CASE("the labels' join holds at most 256 rows of one key and counts the row
   BatchOutput output;
   Decode(spec->schema, predictions, batch, times);
   (*stage)->Process(batch, times, output);
-  BatchContext context;
-  context.watermark_us = kT0Ms * 1000;
-  context.next_watermark_us = context.watermark_us;
   StateChanges changes;
-  StageProgress progress;
-  (*stage)->Finish(context, output, changes, progress);
+  const StageProgress progress = FinishAt(**stage, kT0Ms * 1000, output, changes);
   CHECK(progress.join.rows_over_key_cap == 44);
   CHECK(progress.join.pending == 256);
 }
@@ -519,12 +527,8 @@ TEST_CASE("a prediction or label at an event time no clock can reach is counted 
   Feed(**stage, *spec, {false, "past", -kLastMillis, 0.9}, output);
   Feed(**stage, *spec, {false, "near", kT0Ms, 0.9}, output);
   Feed(**stage, *spec, {true, "near", kT0Ms + 1000, 1}, output);
-  BatchContext context;
-  context.watermark_us = (kT0Ms + 3'600'000) * 1000;
-  context.next_watermark_us = context.watermark_us;
   StateChanges changes;
-  StageProgress progress;
-  (*stage)->Finish(context, output, changes, progress);
+  const StageProgress progress = FinishAt(**stage, (kT0Ms + 3'600'000) * 1000, output, changes);
   CHECK(progress.join.without_key == 3);
   CHECK(progress.join.labelled == 1);
   CHECK(progress.join.pending == 0);
@@ -550,12 +554,8 @@ TEST_CASE("a checkpoint's performance state laid out by other performance settin
   BatchOutput output;
   Decode(spec->schema, predictions, batch, times);
   (*stage)->Process(batch, times, output);
-  BatchContext context;
-  context.watermark_us = (kT0Ms + 60'000) * 1000;
-  context.next_watermark_us = context.watermark_us;
   StateChanges changes;
-  StageProgress progress;
-  (*stage)->Finish(context, output, changes, progress);
+  FinishAt(**stage, (kT0Ms + 60'000) * 1000, output, changes);
   REQUIRE_FALSE(changes.puts.empty());
 
   auto restore_into = [&](const std::string& performance_lines,
@@ -613,12 +613,8 @@ TEST_CASE("a pending entry of the join's first state layout is read, duplicates 
   REQUIRE((*stage)->Restore("pr1", value));
   REQUIRE_FALSE((*stage)->Restore("pr2", value.substr(0, value.size() - 3)));
   BatchOutput output;
-  BatchContext context;
-  context.watermark_us = t_us + 30 * 60'000'000LL;
-  context.next_watermark_us = context.watermark_us;
   StateChanges changes;
-  StageProgress progress;
-  (*stage)->Finish(context, output, changes, progress);
+  const StageProgress progress = FinishAt(**stage, t_us + 30 * 60'000'000LL, output, changes);
   CHECK(progress.join.labelled == 1);
   CHECK(progress.join.duplicate_labels == 2);
   CHECK(progress.join.pending == 0);
