@@ -113,24 +113,26 @@ compile() {
   cmake -S "$root" -B "$root/build-test-$build" -G Ninja "${flags[@]}" >/dev/null
   cmake --build "$root/build-test-$build" -j "$jobs"
 }
-for build in $builds; do settings "$build"; done  # an unknown build fails before any work
+read -r -a build_list <<< "$builds"
+for build in "${build_list[@]}"; do settings "$build"; done  # an unknown build fails first
 
 # A build after the first compiles in the background while the tests of the one before it
 # run, at the lowest priority: those tests leave more than half of the cores idle (most of
 # their time is the Kafka tests' waits on the broker, on group sessions and on restarts), and
 # at nice 19 the compiler takes only what they leave. Its output is shown once it is waited
 # for.
-background_build=
 background_pid=
-previous=
-for build in $builds; do
+for i in "${!build_list[@]}"; do
+  build=${build_list[$i]}
   dir="$root/build-test-$build"
-  if [ "$background_build" = "$build" ]; then
+  if [ -n "$background_pid" ]; then
+    previous=${build_list[$((i - 1))]}
     if ! wait "$background_pid"; then
       cat "$dir/build.log"
       echo "=== $build build failed (compiled beside the $previous tests)" >&2
       exit 1
     fi
+    background_pid=
     tail -n 3 "$dir/build.log"
     echo "=== $build build done at ${SECONDS}s (compiled beside the $previous tests)"
   else
@@ -138,16 +140,14 @@ for build in $builds; do
     compile "$build"
   fi
   settings "$build"
-  next=$(echo $builds | tr ' ' '\n' | grep -A1 -x "$build" | sed -n 2p || true)
+  next=${build_list[$((i + 1))]:-}
   if [ -n "$next" ]; then
-    echo "=== $next build (${root}/build-test-$next) at ${SECONDS}s, in the background, nice 19"
+    echo "=== $next build ($root/build-test-$next) at ${SECONDS}s, in the background, nice 19"
     mkdir -p "$root/build-test-$next"
     nice -n 19 bash -c "set -euo pipefail; $(declare -f settings compile); root='$root' \
       jobs='$jobs'; compile $next" >"$root/build-test-$next/build.log" 2>&1 &
-    background_build=$next
     background_pid=$!
   fi
-  previous=$build
   echo "=== $build tests at ${SECONDS}s"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

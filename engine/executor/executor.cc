@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <span>
 #include <thread>
 
@@ -149,6 +150,17 @@ class QueryExecutor::Impl {
     auto sinks = io_.create_sinks(spec_, inputs_->source(0));
     if (!sinks) return tl::unexpected(sinks.error());
     sinks_ = std::move(*sinks);
+    // The checkpoint's outbox and the deliveries know a sink by its name: two of one name
+    // would be taken for each other (a batch marked delivered when one of them had it).
+    std::set<std::string_view> names;
+    for (const auto& sink : sinks_) {
+      if (!names.insert(sink->name()).second) {
+        return MakeError(ErrorCode::kConfig,
+                         "two sinks deliver under the name '{}'; sink names must differ, also "
+                         "from the name the sinks of a shared kind deliver under together",
+                         sink->name());
+      }
+    }
     auto projection = Projection::Create(spec_);
     if (!projection) return tl::unexpected(projection.error());
     projection_ = std::move(*projection);

@@ -54,8 +54,6 @@ class RowBlockWriter {
   void AddRow(const RecordBatch& batch, size_t row, int64_t late_before_us, int64_t event_us,
               int64_t max_event_after_us);
   bool empty() const { return rows_ == 0 && ready_.empty(); }
-  /// Bytes of the rows not yet in a block.
-  size_t pending_bytes() const { return body_.size(); }
   /// Bytes of every row added since the last Finish, blocks sealed on the way included.
   size_t bytes() const { return sealed_bytes_ + body_.size(); }
   /// The blocks, the last with `mark` (of this writer's partition) as its clock; the writer is

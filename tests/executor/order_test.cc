@@ -329,6 +329,37 @@ TEST_CASE("a page of drift's waiting values ends at its bound however large its 
   CHECK(Released(restored) == Released(buffer));
 }
 
+// The outbox records a batch as pending for each sink by name: two sinks of one name were
+// taken for each other, and the first delivery marked the batch delivered for both.
+TEST_CASE("a query whose sinks share a name does not start", "[executor][sinks]") {
+  const Partitions data = UnkeyedLogs();
+  TempDir dir("driftd-sink-names");
+  auto spec = ParsePipeline(kPipeline, "unkeyed.yaml",
+                            LoadOptions{.catalog = &ConnectorDeclarations()});
+  REQUIRE(spec);
+  spec->checkpoint_location = dir / "c";
+  std::vector<std::string> ids;
+  QueryIo io;
+  io.create_source = [&](const PipelineSpec&) -> Result<std::unique_ptr<Source>> {
+    return std::unique_ptr<Source>(std::make_unique<PartitionedSource>(data, 1000, false, 1.0));
+  };
+  io.create_sinks = [&](const PipelineSpec&,
+                        Source&) -> Result<std::vector<std::unique_ptr<Sink>>> {
+    std::vector<std::unique_ptr<Sink>> sinks;
+    sinks.push_back(std::make_unique<AlertSink>(ids));
+    sinks.push_back(std::make_unique<AlertSink>(ids));
+    return sinks;
+  };
+  io.open_checkpoint = [](const std::string& directory, const CheckpointOptions& options) {
+    return OpenCheckpointStore(directory, options);
+  };
+  auto executor = QueryExecutor::Create(*spec, ExecutorOptions{}, std::move(io));
+  Status started = executor ? (*executor)->Start() : Status(tl::unexpected(executor.error()));
+  REQUIRE_FALSE(started);
+  CHECK_THAT(started.error().message(),
+             Catch::Contains("two sinks deliver under the name 'alerts'"));
+}
+
 // Drift takes an array column's width from the first value it sees. It looked at the order
 // buffer's rows in arrival order (rows not due yet included), so a partition read first with
 // longer arrays gave another set of series than the same data read the other way round.
