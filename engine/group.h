@@ -80,6 +80,12 @@ class GroupMember {
   /// After a batch's transaction committed: each task's changelog offset after its last
   /// record of that batch (tasks that wrote none are absent).
   virtual std::map<uint32_t, int64_t> LastChangelogEnds() = 0;
+
+  /// How long the changelog keeps a deletion once compaction has reached it (its topic's
+  /// delete.retention.ms). A deletion is never dropped sooner after it was written, so a local
+  /// copy of a task that was current less long ago is caught up by replaying what came after
+  /// it; an older one may miss deletions, and is restored whole instead.
+  virtual int64_t changelog_deletions_kept_ms() const = 0;
 };
 
 }  // namespace driftd

@@ -246,6 +246,9 @@ class KafkaSource final : public Source, public GroupMember {
       const std::function<void(std::string_view, std::optional<std::string_view>)>& visit)
       override;
   std::map<uint32_t, int64_t> LastChangelogEnds() override { return group_->ChangelogEnds(); }
+  int64_t changelog_deletions_kept_ms() const override {
+    return group_->changelog_deletions_kept_ms();
+  }
 
   // ---- Planning (kafka_source_plan.cc) ----------------------------------------------------
 

@@ -110,6 +110,9 @@ class QueryInputs::Group final : public GroupMember {
   }
 
   std::map<uint32_t, int64_t> LastChangelogEnds() override { return first().LastChangelogEnds(); }
+  int64_t changelog_deletions_kept_ms() const override {
+    return first().changelog_deletions_kept_ms();
+  }
 
  private:
   GroupMember& member(size_t input) const { return *inputs_.inputs_[input].source->group(); }

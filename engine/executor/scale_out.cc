@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/log.h"
+#include "engine/wall_clock.h"
 
 namespace driftd {
 
@@ -20,6 +21,8 @@ using Clock = std::chrono::steady_clock;
 // The namespace of a task's changelog position (the local checkpoint's, never in the changelog
 // itself).
 constexpr std::string_view kChangelogNamespace = "changelog";
+// Its key for when (wall-clock ms) the local copy was current at that position.
+constexpr std::string_view kPositionTimeKey = "at_ms";
 
 int64_t MillisSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -173,28 +176,57 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
   CheckpointStore& store = *parts_.store;
   // Where the local checkpoint's copy of the task stands in its changelog.
   int64_t position = 0;
+  int64_t position_ms = -1;  // when the copy was current there; -1: not known (older driftd)
   Status status = Ok();
   const std::string position_key = EncodeStateKey(id, kChangelogNamespace, "");
+  const std::string position_time_key = EncodeStateKey(id, kChangelogNamespace, kPositionTimeKey);
   DRIFTD_TRY(store.ScanStatePrefix(position_key, [&](std::string_view key, std::string_view value) {
     if (key == position_key && !ParseI64(value, position)) {
       status = MakeError(ErrorCode::kCorruption, "task {}: bad changelog position '{}'", id,
                          value);
     }
+    if (key == position_time_key && !ParseI64(value, position_ms)) position_ms = -1;
   }));
   DRIFTD_TRY(status);
   // Catch the local copy up with the changelog: what other processes (or this one, before a
   // crash) committed since. The last record of a key wins (a deletion is a record too).
   std::map<std::string, std::optional<std::string>> latest;
   int64_t from_changelog = 0;
-  auto end = parts_.group->ReadChangelog(
-      id, position, [&](std::string_view key, std::optional<std::string_view> value) {
-        StateKeyView decoded;
-        if (!DecodeStateKey(key, decoded) || decoded.scope != id) return;
-        ++from_changelog;
-        latest[std::string(key)] =
-            value ? std::optional<std::string>(std::string(*value)) : std::nullopt;
-      });
+  auto collect = [&](std::string_view key, std::optional<std::string_view> value) {
+    StateKeyView decoded;
+    if (!DecodeStateKey(key, decoded) || decoded.scope != id) return;
+    ++from_changelog;
+    latest[std::string(key)] = value ? std::optional<std::string>(std::string(*value)) : std::nullopt;
+  };
+  auto end = parts_.group->ReadChangelog(id, position, collect);
   if (!end) return tl::unexpected(end.error().Wrap(fmt::format("restoring task {}", id)));
+  // Compaction drops a deletion some time after it was written (the changelog's
+  // delete.retention.ms): replayed onto a copy older than that, what came after it could leave
+  // a deleted key in place (an emitted window emitted again). Such a copy goes, and the task
+  // comes back whole from the changelog, which holds the latest value of every key still there.
+  // Half the time, so that clocks that disagree a little do not matter.
+  const int64_t kept_ms = parts_.group->changelog_deletions_kept_ms();
+  if (from_changelog > 0 && position > 0 &&
+      (position_ms < 0 || NowMs() - position_ms > kept_ms / 2)) {
+    std::vector<std::string> stale;
+    DRIFTD_TRY(store.ScanStatePrefix(StateScopePrefix(id),
+                                     [&](std::string_view key, std::string_view) {
+                                       stale.emplace_back(key);
+                                     }));
+    DRIFTD_TRY(store.ApplyState({}, stale));
+    GetLogger("engine")->info(
+        "pipeline {}: task {}: the local copy was current {}, longer ago than half the {} ms "
+        "the changelog keeps deletions; restoring the task whole from the changelog",
+        parts_.spec->name, id,
+        position_ms < 0 ? std::string("at an unknown time")
+                        : fmt::format("{} s ago", (NowMs() - position_ms) / 1000),
+        kept_ms);
+    latest.clear();
+    from_changelog = 0;
+    position = 0;
+    end = parts_.group->ReadChangelog(id, 0, collect);
+    if (!end) return tl::unexpected(end.error().Wrap(fmt::format("restoring task {}", id)));
+  }
   std::vector<std::pair<std::string, std::string>> puts;
   std::vector<std::string> deletes;
   for (auto& [key, value] : latest) {
@@ -205,6 +237,7 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
     }
   }
   puts.emplace_back(position_key, std::to_string(*end));
+  puts.emplace_back(position_time_key, std::to_string(NowMs()));
   DRIFTD_TRY(store.ApplyState(puts, deletes));
 
   QueryTask::Options options;
@@ -431,9 +464,12 @@ Result<bool> ScaledOutPlacement::PrepareCommit(BatchWrite& write, BatchOutput& o
     drop_everything_ = true;
     return false;
   }
+  const std::string now_ms = std::to_string(NowMs());
   for (const auto& [task, offset] : parts_.group->LastChangelogEnds()) {
     write.state_puts.emplace_back(EncodeStateKey(task, kChangelogNamespace, ""),
                                   std::to_string(offset));
+    write.state_puts.emplace_back(EncodeStateKey(task, kChangelogNamespace, kPositionTimeKey),
+                                  now_ms);
   }
   return true;
 }

@@ -126,6 +126,7 @@ transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 log.segment.bytes=1048576
 log.retention.check.interval.ms=5000
+log.cleaner.backoff.ms=1000
 num.network.threads=2
 num.io.threads=4
 EOF

@@ -234,6 +234,8 @@ struct Consumed {
   std::string value;
   int32_t partition = 0;
   int64_t offset = 0;
+  /// A record without a value (a deletion, on a compacted topic).
+  bool null_value = false;
 };
 
 /// Every record of `topic` that a consumer with `isolation` ("read_committed" or
@@ -277,7 +279,7 @@ inline std::vector<Consumed> ReadAll(const std::string& topic,
                  message->offset < it->second) {
         records.push_back({std::string(static_cast<const char*>(message->key), message->key_len),
                            std::string(static_cast<const char*>(message->payload), message->len),
-                           message->partition, message->offset});
+                           message->partition, message->offset, message->payload == nullptr});
         if (message->offset + 1 >= it->second) ends.erase(it);
       }
       rd_kafka_message_destroy(message);

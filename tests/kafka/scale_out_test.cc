@@ -631,5 +631,72 @@ TEST_CASE("scale-out: a model whose state is over a megabyte is committed throug
   }
 }
 
+TEST_CASE("scale-out: a process that takes a task back with a local copy older than the "
+          "changelog keeps deletions restores the task whole and emits no window twice",
+          "[kafka][scale-out][changelog]") {
+  // An emitted event-time window's state is deleted, and the deletion goes to the changelog.
+  // Compaction drops a deletion some time after it was written (delete.retention.ms, 0 here).
+  // A process that held the task before kept its local copy with the window's state; caught up
+  // by replaying the changelog after its position, it missed the dropped deletions, and the
+  // windows came back and were emitted again.
+  Admin admin;
+  Input input = ProduceInput(admin, 1, 40'000, /*keyed=*/false, /*models=*/4,
+                             /*produce_now=*/0.3);
+  Deployment run(admin, input, true, true, 4'000);
+  const std::string changelog = kafka::ChangelogTopic(run.name);
+  admin.CreateTopic(changelog, 1,
+                    {{"cleanup.policy", "compact"},
+                     {"delete.retention.ms", "0"},
+                     {"min.compaction.lag.ms", "0"},
+                     {"min.cleanable.dirty.ratio", "0.01"},
+                     {"segment.ms", "100"}});
+  auto windows = [&] { return Read(run, true).windows.size(); };
+  // "a" emits the first window of each model (its copy then holds the second one, open).
+  ChildProcess a = run.Start("a");
+  REQUIRE(testing::WaitFor([&] { return windows() >= 4; }, std::chrono::seconds(120)));
+  INFO(LogTail(run.Log("a")));
+  REQUIRE(Terminate(a) == 0);
+  // "b" takes the task, emits the second window of each model and deletes its state.
+  input.ProduceUpTo(0.75);
+  ChildProcess b = run.Start("b");
+  REQUIRE(testing::WaitFor([&] { return windows() >= 8; }, std::chrono::seconds(120)));
+  INFO(LogTail(run.Log("b")));
+  REQUIRE(Terminate(b) == 0);
+  // Compaction drops the deletions once their segment is closed (a record after segment.ms
+  // closes it; one that is not a state entry, which a restore passes over).
+  auto deletions = [&] {
+    int64_t count = 0;
+    for (const Consumed& record : ReadAll(changelog)) count += record.null_value ? 1 : 0;
+    return count;
+  };
+  REQUIRE(deletions() > 0);
+  REQUIRE(testing::WaitFor(
+      [&] {
+        Produce(changelog, 0, {"not a state entry"}, "filler");
+        return deletions() == 0;
+      },
+      std::chrono::seconds(180)));
+  // "a" comes back to its old copy.
+  input.ProduceUpTo(1.0);
+  ChildProcess again = run.Start("a");
+  Outcome outcome;
+  testing::WaitFor(
+      [&] {
+        outcome = Read(run, true);
+        return again.Exited() || outcome.duplicate_windows > 0 || Complete(outcome, input);
+      },
+      std::chrono::seconds(240));
+  INFO(LogTail(run.Log("a")));
+  CHECK(Terminate(again) == 0);
+  // Before the fix: the second window of every model again, from the state "a" had.
+  REQUIRE(outcome.duplicate_windows == 0);
+  REQUIRE(Complete(outcome, input));
+  CHECK(ReadFile(run.Log("a")).find("restoring the task whole from the changelog") !=
+        std::string::npos);
+  outcome = Read(run, true);
+  Deployment reference(admin, input, true, false, 50'000);
+  RequireSame(outcome, RunUntilComplete(reference, input, true, 1));
+}
+
 }  // namespace
 }  // namespace driftd
