@@ -40,6 +40,7 @@ double BinEdges::Upper(size_t bin) const {
 }
 
 size_t BinEdges::BinOfSearch(double x) const {
+  if (std::isnan(x)) return 0;  // as the linear count gives it
   return static_cast<size_t>(std::upper_bound(inner_.begin(), inner_.end(), x) - inner_.begin());
 }
 

@@ -88,6 +88,32 @@ TEST_CASE("a feature with few distinct values gets one bin per value range", "[d
   CHECK(BinEdges::FromQuantiles(none, 10).bins() == 1);
 }
 
+TEST_CASE("a value's bin is the count of edges at or below it, for any number of edges",
+          "[drift][bins]") {
+  // Up to 16 edges are counted one by one, more by a binary search: both must give the bin
+  // the definition gives, on and between the edges, and bin 0 for NaN.
+  std::mt19937_64 random(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int count = 0; count <= 20; ++count) {
+    std::vector<double> inner;
+    for (int i = 0; i < count; ++i) inner.push_back(i * 0.5 - 3.0);
+    const BinEdges edges(inner);
+    REQUIRE(edges.inner().size() == inner.size());
+    REQUIRE(edges.bins() == inner.size() + 1);
+    std::vector<double> probes = {-INFINITY, INFINITY, 1e300, -1e300};
+    for (double e : inner) probes.insert(probes.end(), {e, std::nextafter(e, -INFINITY)});
+    for (int i = 0; i < 200; ++i) probes.push_back(normal(random) * 4);
+    for (double x : probes) {
+      size_t expected = 0;
+      for (double e : inner) expected += x >= e ? 1 : 0;
+      CHECK(edges.BinOf(x) == expected);
+    }
+    CHECK(edges.BinOf(NAN) == 0);
+    CHECK(edges == BinEdges(inner));
+    if (count > 0) CHECK_FALSE(edges == BinEdges(std::vector<double>(inner.begin() + 1, inner.end())));
+  }
+}
+
 TEST_CASE("mean shift statistics of the reference example", "[drift][mean_shift]") {
   const MeanShiftResult r = MeanShift(10000, 0.50, 0.10, 400, 0.515, 0.12);
   CHECK(r.z == Approx(3.000).margin(1e-9));
