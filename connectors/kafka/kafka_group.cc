@@ -207,21 +207,23 @@ Status KafkaGroup::Start(int source_partitions) {
 
   // How long the changelog keeps a deletion (engine/group.h): the topic's setting, which is the
   // broker's log.cleaner.delete.retention.ms unless the topic has its own.
+  // Unknown, it is taken as 0: a task's local copy that is behind is then always restored
+  // whole, which is slower but never wrong.
   QueuePtr asked = AskTopicConfigs(consumer_.get(), {changelog_topic_}, options_.request_timeout_ms);
-  const auto described =
-      TopicConfigsAnswer(asked.get(), "delete.retention.ms", options_.request_timeout_ms);
+  const auto described = TopicConfigsAnswer(asked.get(), "delete.retention.ms",
+                                            options_.request_timeout_ms + 5000);
   int64_t kept_ms = -1;
   if (described && described->count(changelog_topic_) != 0) {
     const std::string& text = described->at(changelog_topic_);
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), kept_ms);
     if (ec != std::errc() || end != text.data() + text.size() || kept_ms < 0) kept_ms = -1;
   }
-  if (kept_ms >= 0) {
-    changelog_deletions_kept_ms_ = kept_ms;
-  } else {
-    Log()->warn("kafka group {}: the broker did not say the delete.retention.ms of {}; taking "
-                "Kafka's default, {} ms",
-                options_.group_id, changelog_topic_, changelog_deletions_kept_ms_);
+  changelog_deletions_kept_ms_ = std::max<int64_t>(kept_ms, 0);
+  if (kept_ms < 0) {
+    Log()->warn("kafka group {}: the broker did not say the delete.retention.ms of {} (may this "
+                "client describe its configs?); a task whose local copy is behind its changelog "
+                "is restored whole from it",
+                options_.group_id, changelog_topic_);
   }
 
   PartitionList subscription{rd_kafka_topic_partition_list_new(

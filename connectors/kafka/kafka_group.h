@@ -57,8 +57,6 @@ std::string ChangelogTopic(std::string_view pipeline);
 
 class KafkaGroup {
  public:
-  /// Kafka's default delete.retention.ms.
-  static constexpr int64_t kDefaultDeletionsKeptMs = 86'400'000;
 
   explicit KafkaGroup(GroupOptions options);
   ~KafkaGroup();
@@ -90,8 +88,8 @@ class KafkaGroup {
   const std::map<std::string, std::string>& client() const { return options_.client; }
   const std::string& repartition_topic() const { return repartition_topic_; }
   const std::string& changelog_topic() const { return changelog_topic_; }
-  /// The changelog topic's delete.retention.ms as Start found it (Kafka's default, a day, when
-  /// the broker did not say).
+  /// The changelog topic's delete.retention.ms as Start found it (0 when the broker did not
+  /// say).
   int64_t changelog_deletions_kept_ms() const { return changelog_deletions_kept_ms_; }
 
   /// The sink's delivery reports of the current transaction's changelog records.
@@ -108,7 +106,7 @@ class KafkaGroup {
   std::string repartition_topic_;
   std::string changelog_topic_;
   uint32_t task_count_ = 0;
-  int64_t changelog_deletions_kept_ms_ = kDefaultDeletionsKeptMs;
+  int64_t changelog_deletions_kept_ms_ = 0;
   Handle consumer_;
   std::set<std::string> assigned_;
   int32_t generation_ = 0;

@@ -204,7 +204,10 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
   // delete.retention.ms): replayed onto a copy older than that, what came after it could leave
   // a deleted key in place (an emitted window emitted again). Such a copy goes, and the task
   // comes back whole from the changelog, which holds the latest value of every key still there.
-  // Half the time, so that clocks that disagree a little do not matter.
+  // Half the time, so that clocks that disagree a little do not matter. "Behind" is records
+  // read after the position: a tail compacted down to nothing would pass unseen, but deletions
+  // come of the watermark's moving (windows closing, buffered rows released), and the
+  // watermark's own entry, rewritten when it moves, keeps its latest record through compaction.
   const int64_t kept_ms = parts_.group->changelog_deletions_kept_ms();
   if (from_changelog > 0 && position > 0 &&
       (position_ms < 0 || NowMs() - position_ms > kept_ms / 2)) {
