@@ -209,7 +209,8 @@ Status KafkaGroup::Start(int source_partitions) {
   // broker's log.cleaner.delete.retention.ms unless the topic has its own.
   // Unknown, it is taken as 0: a task's local copy that is behind is then always restored
   // whole, which is slower but never wrong.
-  QueuePtr asked = AskTopicConfigs(consumer_.get(), {changelog_topic_}, options_.request_timeout_ms);
+  QueuePtr asked =
+      AskTopicConfigs(consumer_.get(), {changelog_topic_}, options_.request_timeout_ms);
   const auto described = TopicConfigsAnswer(asked.get(), "delete.retention.ms",
                                             options_.request_timeout_ms + 5000);
   int64_t kept_ms = -1;

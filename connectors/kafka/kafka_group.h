@@ -57,7 +57,6 @@ std::string ChangelogTopic(std::string_view pipeline);
 
 class KafkaGroup {
  public:
-
   explicit KafkaGroup(GroupOptions options);
   ~KafkaGroup();
   KafkaGroup(const KafkaGroup&) = delete;

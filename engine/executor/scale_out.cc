@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // The namespace of a task's changelog position (the local checkpoint's, never in the changelog
 // itself).
 constexpr std::string_view kChangelogNamespace = "changelog";
-// Its key for when (wall-clock ms) the local copy was current at that position.
+// Its key for when (wall-clock ms) the local copy was last written at that position.
 constexpr std::string_view kPositionTimeKey = "at_ms";
 
 int64_t MillisSince(Clock::time_point start) {
@@ -196,7 +196,8 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
     StateKeyView decoded;
     if (!DecodeStateKey(key, decoded) || decoded.scope != id) return;
     ++from_changelog;
-    latest[std::string(key)] = value ? std::optional<std::string>(std::string(*value)) : std::nullopt;
+    latest[std::string(key)] =
+        value ? std::optional<std::string>(std::string(*value)) : std::nullopt;
   };
   auto end = parts_.group->ReadChangelog(id, position, collect);
   if (!end) return tl::unexpected(end.error().Wrap(fmt::format("restoring task {}", id)));
@@ -218,7 +219,7 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
                                      }));
     DRIFTD_TRY(store.ApplyState({}, stale));
     GetLogger("engine")->info(
-        "pipeline {}: task {}: the local copy was current {}, longer ago than half the {} ms "
+        "pipeline {}: task {}: the local copy was last written {}, longer ago than half the {} ms "
         "the changelog keeps deletions; restoring the task whole from the changelog",
         parts_.spec->name, id,
         position_ms < 0 ? std::string("at an unknown time")
