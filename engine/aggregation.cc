@@ -156,6 +156,10 @@ Result<std::unique_ptr<Aggregator>> Aggregator::Create(const QuerySpec& query,
         (query.window->slide_ms > 0 ? query.window->slide_ms : query.window->size_ms) * 1000;
     if (agg->window_size_us_ <= 0) return MakeError(ErrorCode::kConfig, "window size must be > 0");
   }
+  if (agg->window_column_ < 0 && agg->key_columns_.size() == 1 &&
+      schema.fields[static_cast<size_t>(agg->key_columns_[0])].type == FieldType::kString) {
+    agg->own_keys_ = std::make_unique<KeyInterner>(agg->key_columns_[0]);
+  }
   if (query.watermark) {
     agg->watermark_column_ = schema.IndexOf(query.watermark->column);
     if (agg->watermark_column_ < 0) {
@@ -373,6 +377,7 @@ void Aggregator::ShareKeys(std::shared_ptr<KeyInterner> keys) {
   if (keys && window_column_ < 0 && key_columns_.size() == 1 &&
       key_columns_[0] == keys->column()) {
     keys_ = std::move(keys);
+    own_keys_.reset();
   }
 }
 
@@ -415,6 +420,9 @@ void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const 
   std::string& last_key = last_key_buffer_;
   last_key.clear();
   const std::vector<uint32_t>* key_ids = keys_ ? &keys_->Ids(batch) : nullptr;
+  KeyInterner* own_keys = key_ids == nullptr ? own_keys_.get() : nullptr;
+  const Column* own_column =
+      own_keys != nullptr ? &batch.columns[static_cast<size_t>(own_keys->column())] : nullptr;
   auto touch = [&](uint32_t slot, size_t row) {
     AddRow(groups_[slot], batch, row);
     if (!is_updated_[slot]) {
@@ -481,7 +489,12 @@ void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const 
       }
     }
     // The row's group by its key's id (ShareKeys), once the id's group was looked up.
-    const uint32_t id = key_ids ? (*key_ids)[row] : KeyInterner::kNull;
+    uint32_t id = KeyInterner::kNull;
+    if (key_ids != nullptr) {
+      id = (*key_ids)[row];
+    } else if (own_keys != nullptr && !own_column->IsNull(row)) {
+      id = own_keys->Intern(own_column->String(row));
+    }
     if (id < slot_of_key_.size() && slot_of_key_[id] != kNoSlot) {
       touch(slot_of_key_[id], row);
       continue;

@@ -184,6 +184,10 @@ class Aggregator {
   /// ShareKeys: the group of each key id (kNoSlot: not looked up yet).
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   std::shared_ptr<KeyInterner> keys_;
+  /// Without shared keys, when the groups are told apart by one string column alone: the ids
+  /// of its values, looked up row by row (a shard folds only its own rows), so that a row's
+  /// group is found without building its key.
+  std::unique_ptr<KeyInterner> own_keys_;
   std::vector<uint32_t> slot_of_key_;
   std::vector<Group> groups_;
   std::vector<uint32_t> free_slots_;

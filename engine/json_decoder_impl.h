@@ -38,7 +38,7 @@ static_assert(kInputPadding >= simdjson::SIMDJSON_PADDING,
 
 inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-inline std::string_view TrimRight(std::string_view text) {
+[[gnu::always_inline]] inline std::string_view TrimRight(std::string_view text) {
   while (!text.empty() && IsJsonSpace(text.back())) text.remove_suffix(1);
   return text;
 }

@@ -30,7 +30,7 @@ constexpr uint64_t kPowersOfTen[] = {1,       10,        100,        1'000,     
 // returns how many there are and adds their value to *value (shifted by their count). The
 // bytes are valid UTF-8 up to the record's end (checked by simdjson's first stage), so no byte
 // is 0xFA or above and adding 6 below never carries into a digit that matters.
-inline int ReadDigits8(const char* p, uint64_t* value) {
+[[gnu::always_inline]] inline int ReadDigits8(const char* p, uint64_t* value) {
   uint64_t chunk = 0;
   std::memcpy(&chunk, p, 8);
   // A byte is a digit when its high nibble is 3 and stays 3 after adding 6; the XOR leaves a
@@ -53,7 +53,7 @@ inline int ReadDigits8(const char* p, uint64_t* value) {
 // Reads a run of digits at p into *value; returns its length. The run must end before the
 // text's sentinel (']'). Past 19 digits *value wraps around, which callers detect from the
 // length.
-inline int64_t ReadDigits(const char* p, uint64_t* value) {
+[[gnu::always_inline]] inline int64_t ReadDigits(const char* p, uint64_t* value) {
   int64_t total = 0;
   int count = 0;
   do {
@@ -184,7 +184,7 @@ bool ScanNumberArray(const char* p, std::vector<double>* out) {
 
 // Whether the raw key bytes (after the opening quote) spell key `k`. Reading 16 bytes is safe:
 // the key lies inside the record and the record is followed by SIMDJSON_PADDING bytes.
-inline bool JsonDecoder::Impl::KeyIs(const char* raw, int k) const {
+[[gnu::always_inline]] inline bool JsonDecoder::Impl::KeyIs(const char* raw, int k) const {
   const KeyInfo& info = keys_[k];
   if (info.short_name) [[likely]] {
     uint64_t low = 0;

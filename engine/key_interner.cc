@@ -1,17 +1,41 @@
 #include "engine/key_interner.h"
 
+#include <functional>
+
 namespace driftd {
 
 uint32_t KeyInterner::Intern(std::string_view name) {
   // Consecutive rows of one model are common: no hash lookup for them.
-  if (last_ != kNull && name == *names_[last_]) return last_;
-  auto it = ids_.find(name);
-  if (it == ids_.end()) {
-    it = ids_.emplace(std::string(name), static_cast<uint32_t>(names_.size())).first;
-    names_.push_back(&it->first);
+  if (last_ != kNull && name == names_[last_]) return last_;
+  if (slots_.empty()) Grow();
+  const uint64_t hash = std::hash<std::string_view>{}(name);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    Slot& slot = slots_[i];
+    if (slot.id == kNull) {
+      slot = {hash, static_cast<uint32_t>(names_.size())};
+      names_.emplace_back(name);
+      last_ = slot.id;
+      if (names_.size() * 2 > slots_.size()) Grow();
+      return last_;
+    }
+    if (slot.hash == hash && names_[slot.id] == name) {
+      last_ = slot.id;
+      return last_;
+    }
   }
-  last_ = it->second;
-  return last_;
+}
+
+void KeyInterner::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 16 : old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& slot : old) {
+    if (slot.id == kNull) continue;
+    size_t i = slot.hash & mask;
+    while (slots_[i].id != kNull) i = (i + 1) & mask;
+    slots_[i] = slot;
+  }
 }
 
 const std::vector<uint32_t>& KeyInterner::Ids(const RecordBatch& batch) {

@@ -6,13 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/batch.h"
-#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -32,14 +31,23 @@ class KeyInterner {
 
   /// The id of `name`, given if new.
   uint32_t Intern(std::string_view name);
-  const std::string& Name(uint32_t id) const { return *names_[id]; }
+  const std::string& Name(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
 
  private:
+  // The names' ids in an open-addressing table: no node to follow and no division per lookup,
+  // and each slot holds its name's full hash, so a probe compares strings only when the hashes
+  // agree. At most half full; linear probing.
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t id = kNull;
+  };
+  void Grow();
+
   int column_;
-  StringMap<uint32_t> ids_;
-  std::vector<const std::string*> names_;  // by id: the map's keys (nodes do not move)
-  uint32_t last_ = kNull;                  // the id of the previous row's value
+  std::vector<Slot> slots_;
+  std::deque<std::string> names_;  // by id (a deque: names do not move as it grows)
+  uint32_t last_ = kNull;          // the id of the previous row's value
   // The ids of the batch seen last.
   uint64_t generation_ = 0;
   std::vector<uint32_t> row_ids_;

@@ -102,7 +102,6 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
   }
   const size_t first = places_.size();
   ReserveMore(places_, count);
-  places_.resize(first + count);
   uint32_t last_key = 0;
   uint32_t last_index = UINT32_MAX;
   Pending* pending = nullptr;  // last_key's
@@ -117,7 +116,7 @@ void OrderBuffer::Add(const RecordBatch& batch, const RowTimes& times) {
     // at that watermark: the partition's order decides it, not the batching.
     const int64_t place = std::max(times.event_us[row], times.late_before[row]);
     const auto index = static_cast<uint32_t>(first + row);
-    places_[index] = {place, last_key, position.offset, arrivals_++};
+    places_.push_back({place, last_key, position.offset, arrivals_++});
     least_place_ = std::min(least_place_, place);
     File(index, place, position.offset, *pending);
   }

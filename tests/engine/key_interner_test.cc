@@ -49,6 +49,22 @@ TEST_CASE("a batch's model ids are looked up once, whoever asks first", "[keys]"
   CHECK(keys.Intern("a") == 1);
 }
 
+TEST_CASE("ids stay those of first appearance as the table grows past many names", "[keys]") {
+  KeyInterner keys(0);
+  // Names that share prefixes and lengths, and the empty name, past several doublings.
+  auto name = [](int i) { return i == 0 ? std::string() : "model-" + std::to_string(i % 5000); };
+  for (int i = 0; i < 5000; ++i) REQUIRE(keys.Intern(name(i)) == static_cast<uint32_t>(i));
+  CHECK(keys.size() == 5000);
+  // Seen again in another order, and alternating so the previous row's name does not match.
+  for (int i = 4999; i >= 0; i -= 3) {
+    CHECK(keys.Intern(name(i)) == static_cast<uint32_t>(i));
+    CHECK(keys.Intern(name((i + 1) % 5000)) == static_cast<uint32_t>((i + 1) % 5000));
+  }
+  for (int i = 0; i < 5000; i += 7) CHECK(keys.Name(static_cast<uint32_t>(i)) == name(i));
+  CHECK(keys.Intern("model-5000") == 5000);
+  CHECK(keys.size() == 5001);
+}
+
 TEST_CASE("grouping by the shared model ids gives the rows and state of grouping by the key",
           "[aggregation][keys]") {
   const QuerySpec query = TestQuery(0, 0, -1);
