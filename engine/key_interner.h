@@ -21,7 +21,7 @@ class KeyInterner {
   static constexpr uint32_t kNull = UINT32_MAX;
 
   /// `column`: the index of a kString column of the rows the stages see.
-  explicit KeyInterner(int column) : column_(column) {}
+  explicit KeyInterner(int column);
 
   int column() const { return column_; }
 
@@ -45,9 +45,9 @@ class KeyInterner {
   void Grow();
 
   int column_;
+  uint64_t seed_;
   std::vector<Slot> slots_;
   std::deque<std::string> names_;  // by id (a deque: names do not move as it grows)
-  uint32_t last_ = kNull;          // the id of the previous row's value
   // The ids of the batch seen last.
   uint64_t generation_ = 0;
   std::vector<uint32_t> row_ids_;
