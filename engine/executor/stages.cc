@@ -12,6 +12,7 @@
 #include "engine/executor/stage.h"
 #include "engine/json_writer.h"
 #include "engine/row_shape.h"
+#include "engine/string_hash.h"
 
 namespace driftd {
 
@@ -54,7 +55,9 @@ struct StatsModes {
 // encodes it in the group's key (engine/aggregation.cc), so that a row and a restored key of
 // one group go to the same shard. The hash lives only in memory: shards are never persisted.
 uint32_t ShardOfValue(std::string_view encoded, uint32_t shards) {
-  return static_cast<uint32_t>(std::hash<std::string_view>{}(encoded) % shards);
+  // A fixed seed: which shard holds a group does not change a number, but the order shards
+  // emit their groups in should not change from run to run.
+  return static_cast<uint32_t>(HashString(encoded, /*seed=*/0) % shards);
 }
 
 // group by + aggregates (+ window): the result table, in every output mode a sink asks for.
