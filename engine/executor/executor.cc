@@ -368,7 +368,14 @@ class QueryExecutor::Impl {
       }
       if (trigger.kind == TriggerKind::kOnce) break;
       if (trigger.kind == TriggerKind::kAvailableNow) {
-        if (!*ran) break;
+        if (*ran) continue;
+        // No batch: everything available is read, unless the source could not tell (brokers
+        // unreachable for a moment plan "no new data" until they are back). It is waited out
+        // as a processingTime query waits it out; ending here would leave the rest unread.
+        if (source_->IsReady()) break;
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait_for(lock, std::chrono::milliseconds(200),
+                       [&] { return stop_requested_.load(); });
         continue;
       }
       if (*ran && !(interval.count() > 0)) continue;

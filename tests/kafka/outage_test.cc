@@ -90,6 +90,13 @@ class OwnBroker {
     return Run(keep ? "start --keep" : "start");
   }
   int Stop() { return Run("stop"); }
+  /// The broker's process (broker.sh's pid file), or -1.
+  pid_t Pid() const {
+    std::ifstream file(run_dir_ + "/broker.pid");
+    pid_t pid = -1;
+    file >> pid;
+    return file ? pid : -1;
+  }
   std::string log() const { return testing::ReadFile(run_dir_ + "/broker-sh.log"); }
 
  private:
@@ -247,7 +254,9 @@ class InputWriter {
 
 std::string PipelineYaml(const std::string& name, const std::string& bootstrap,
                          const std::string& input, const std::string& stats,
-                         const std::string& alerts, const std::string& checkpoint) {
+                         const std::string& alerts, const std::string& checkpoint,
+                         const std::string& trigger = "processingTime: 500 milliseconds",
+                         int64_t limit = kMaxOffsetsPerTrigger) {
   return fmt::format(R"(name: {name}
 schema:
   - {{name: model_id, type: string, nullable: false}}
@@ -286,10 +295,11 @@ sinks:
       kafka.bootstrap.servers: "{bootstrap}"
       topic: {alerts}
 trigger:
-  processingTime: 500 milliseconds
+  {trigger}
 checkpointLocation: {checkpoint}
 )",
-                     fmt::arg("name", name), fmt::arg("limit", kMaxOffsetsPerTrigger),
+                     fmt::arg("name", name), fmt::arg("limit", limit),
+                     fmt::arg("trigger", trigger),
                      fmt::arg("bootstrap", bootstrap), fmt::arg("input", input),
                      fmt::arg("stats", stats), fmt::arg("alerts", alerts),
                      fmt::arg("checkpoint", checkpoint));
@@ -538,6 +548,78 @@ TEST_CASE(
   for (const Consumed& row : alert_rows) alert_ids.insert(JsonString(row.value, "alert_id"));
   CHECK(alert_ids.size() == alert_rows.size());
   CHECK_FALSE(alert_rows.empty());  // m0 drifted
+}
+
+TEST_CASE(
+    "an availableNow query that meets a broker outage waits it out and reads everything before "
+    "it ends",
+    "[kafka][outage][e2e]") {
+  // Planning during an outage finds "no new data"; availableNow took that for "all read" and
+  // ended with most of the topic unread (exit 0). The broker is paused (SIGSTOP) rather than
+  // stopped: its requests time out at once as they would on an overloaded machine.
+  TempDir dir("driftd-outage-available-now");
+  std::filesystem::create_directories(dir.Sub("broker"));
+  OwnBroker broker(dir.Sub("broker"));
+  RequireStarted(broker, /*keep=*/false);
+  ScopedBootstrap scoped(broker.bootstrap());
+  const pid_t broker_pid = broker.Pid();
+  REQUIRE(broker_pid > 0);
+
+  const std::string name = UniqueName("outage-now");
+  const std::string input = name + "-in";
+  const std::string stats = name + "-stats";
+  const std::string alerts = name + "-alerts";
+  {
+    Admin admin;
+    admin.CreateTopic(input, 2);
+    admin.CreateTopic(stats, 1);
+    admin.CreateTopic(alerts, 1);
+  }
+  // Batches of 500 records, each its own transaction: the query takes several seconds, and the
+  // outage comes after its first batches.
+  constexpr int kPerPartition = 60'000;
+  std::map<std::string, int64_t> produced;
+  for (int partition = 0; partition < 2; ++partition) {
+    std::vector<std::string> values;
+    for (int i = 0; i < kPerPartition; ++i) {
+      const std::string model = fmt::format("m{}", i % kModels);
+      ++produced[model];
+      values.push_back(
+          fmt::format(R"({{"model_id":"{}","id":{},"prediction":0.5}})", model, i));
+    }
+    kafka_test::Produce(input, partition, values);
+  }
+  const std::string pipeline = dir / "pipeline.yaml";
+  testing::WriteFile(pipeline, PipelineYaml(name, broker.bootstrap(), input, stats, alerts,
+                                            dir / "checkpoint", "availableNow: true", 500));
+  const std::string log = dir / "driftd.txt";
+  ChildProcess daemon = ChildProcess::Start(
+      {testing::DriftdBinary(), "run", pipeline, "--http", "127.0.0.1:0", "--quiet-progress"}, log);
+  LogTails tails({log, dir.Sub("broker") + "/broker-sh.log"});
+  auto port = testing::WaitForHttpPort(log);
+  REQUIRE(port);
+  const std::map<std::string, std::string> labels = {{"pipeline", name}};
+  REQUIRE(WaitFor([&] { return Metric(*port, "driftd_batches_total", labels) >= 2; }, 60s));
+  REQUIRE(kill(broker_pid, SIGSTOP) == 0);
+  // Paused until the daemon has found its brokers unreachable (or has ended: the defect).
+  const bool not_ready =
+      WaitFor([&] { return daemon.Exited() || ReadyStatus(*port) == 503; }, 60s);
+  REQUIRE(kill(broker_pid, SIGCONT) == 0);
+  CHECK(not_ready);
+  CHECK_FALSE(daemon.Exited());
+
+  // The query ends by itself once the topic is read.
+  auto status = daemon.Wait(120s);
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  // Every record counted: each model's last count is all of its records.
+  std::map<std::string, int64_t> last_count;
+  for (const Consumed& row : ReadAll(stats)) {
+    last_count[JsonString(row.value, "model_id")] = JsonInt(row.value, "count");
+  }
+  CHECK(last_count == produced);
+  CHECK_THAT(testing::ReadFile(log), Catch::Contains("reachable again"));
 }
 
 TEST_CASE(
