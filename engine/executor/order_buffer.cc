@@ -129,7 +129,7 @@ void OrderBuffer::ReleaseMost(int64_t watermark, const Take& take) {
     if (!pending.sorted) Sort(pending);
     due += DueCount(pending, watermark);
   }
-  if (due >= (places_.size() + 1) / 2) Release(watermark, take);
+  if (due >= (size() + 1) / 2) ReleaseDue(watermark, take, /*compact=*/false);
 }
 
 bool OrderBuffer::HasDue(int64_t watermark) const {
@@ -138,6 +138,11 @@ bool OrderBuffer::HasDue(int64_t watermark) const {
 }
 
 void OrderBuffer::Release(int64_t watermark, const Take& take) {
+  ReleaseDue(watermark, take, /*compact=*/true);
+  if (dead_ > 0) Compact();  // nothing was due: the dead rows of earlier releases
+}
+
+void OrderBuffer::ReleaseDue(int64_t watermark, const Take& take, bool compact) {
   // Ties of place go by partition name: each partition's rank.
   if (rank_.size() != partitions_.size()) {
     std::vector<uint32_t> by_name(partitions_.size());
@@ -204,20 +209,30 @@ void OrderBuffer::Release(int64_t watermark, const Take& take) {
   for (const Entry& entry : merged_) order_.push_back(entry.row);
   changed_ = true;
   take(rows_, times_, order_, model_ids_);
-  Compact();
+  if (compact || (dead_ + order_.size()) * 4 >= places_.size() * 3) {
+    Compact();
+    return;
+  }
+  if (keep_.size() != places_.size()) keep_.resize(places_.size(), 1);
+  for (uint32_t row : order_) keep_[row] = 0;
+  dead_ += order_.size();
+  least_place_ = LeastPlace();
 }
 
 void OrderBuffer::Compact() {
-  if (order_.size() == places_.size()) {
+  if (dead_ + order_.size() == places_.size()) {
     rows_.Reset(schema_);
     times_.event_us.clear();
     times_.late_before.clear();
     places_.clear();
     model_ids_.clear();
+    keep_.clear();
+    dead_ = 0;
     least_place_ = INT64_MAX;
     return;
   }
-  keep_.assign(places_.size(), 1);
+  // keep_ holds the dead rows' zeros (rows added since are kept).
+  keep_.resize(places_.size(), 1);
   for (uint32_t row : order_) keep_[row] = 0;
   KeepRows(rows_, keep_);
   rows_.Renew();
@@ -239,6 +254,8 @@ void OrderBuffer::Compact() {
   for (Pending& pending : pending_) {
     for (uint32_t& row : pending.rows) row = remap_[row];
   }
+  keep_.clear();
+  dead_ = 0;
   least_place_ = LeastPlace();
 }
 
@@ -309,6 +326,10 @@ Status OrderBuffer::Restore(std::string_view key, std::string_view value) {
 
 void OrderBuffer::Persist(StateChanges& changes) {
   if (!changed_ && !legacy_) return;
+  if (dead_ > 0) {
+    order_.clear();
+    Compact();  // Release does at a batch's end; the state holds live rows only
+  }
   changed_ = false;
   if (legacy_) changes.deletes.emplace_back(kLegacyKey);
   legacy_ = false;

@@ -87,7 +87,7 @@ class OrderBuffer {
   /// The buffer's state after the batch, when it changed.
   void Persist(StateChanges& changes);
 
-  size_t size() const { return rows_.num_rows; }
+  size_t size() const { return rows_.num_rows - dead_; }
 
  private:
   struct Place {
@@ -134,7 +134,11 @@ class OrderBuffer {
   void Sort(Pending& pending);
   // How many of a sorted list's rows are before `watermark`.
   static size_t DueCount(const Pending& pending, int64_t watermark);
-  // Drops the handed-out rows (order_) from the buffer, keeping the others in their order.
+  // Hands the rows due before `watermark` to `take`; with `compact`, drops them from the buffer
+  // (else they stay, dead, until a later compaction: ReleaseMost's).
+  void ReleaseDue(int64_t watermark, const Take& take, bool compact);
+  // Drops the dead rows and the handed-out ones (order_) from the buffer, keeping the others in
+  // their order.
   void Compact();
   int64_t LeastPlace() const;
 
@@ -165,7 +169,11 @@ class OrderBuffer {
   std::vector<Entry> spare_;
   std::vector<size_t> run_ends_;
   std::vector<uint32_t> order_;
+  // 0 for a row handed out but not yet dropped (dead), by row; dead_ counts them. Mid-batch
+  // releases leave their rows dead until they are most of the buffer: each compaction moves
+  // every live row, and a release that hands out half the rows would move the other half.
   std::vector<uint8_t> keep_;
+  size_t dead_ = 0;
   std::vector<uint32_t> remap_;
   // Each partition's rank by name (partitions_ only grows).
   std::vector<uint32_t> rank_;
