@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -385,36 +386,64 @@ void RequireStopped(OwnBroker& broker) {
   REQUIRE(code == 0);
 }
 
-TEST_CASE(
-    "a broker outage under a running daemon is waited out: not ready meanwhile "
-    "then resumed by itself with nothing lost or repeated",
-    "[kafka][outage][e2e]") {
-  TempDir dir("driftd-outage");
-  std::filesystem::create_directories(dir.Sub("broker"));
-  OwnBroker broker(dir.Sub("broker"));
-  RequireStarted(broker, /*keep=*/false);
-  ScopedBootstrap scoped(broker.bootstrap());
-
-  const std::string name = UniqueName("outage");
-  const std::string input = name + "-in";
-  const std::string stats = name + "-stats";
-  const std::string alerts = name + "-alerts";
-  {
+// A test's own broker, started, with a daemon's topics on it: input (2 partitions), stats and
+// alerts, named after `prefix`. Clients of kafka_test point at the broker while it lives.
+struct OwnBrokerTopics {
+  explicit OwnBrokerTopics(const std::string& prefix)
+      : dir("driftd-" + prefix), broker(BrokerDir(dir)), name(UniqueName(prefix)) {
+    RequireStarted(broker, /*keep=*/false);
+    scoped.emplace(broker.bootstrap());
     Admin admin;
     admin.CreateTopic(input, 2);
     admin.CreateTopic(stats, 1);
     admin.CreateTopic(alerts, 1);
   }
-  const std::string pipeline = dir / "pipeline.yaml";
-  testing::WriteFile(
-      pipeline, PipelineYaml(name, broker.bootstrap(), input, stats, alerts, dir / "checkpoint"));
+  static std::string BrokerDir(TempDir& dir) {
+    std::filesystem::create_directories(dir.Sub("broker"));
+    return dir.Sub("broker");
+  }
 
+  TempDir dir;
+  OwnBroker broker;
+  std::optional<ScopedBootstrap> scoped;
+  std::string name;
+  std::string input = name + "-in";
+  std::string stats = name + "-stats";
+  std::string alerts = name + "-alerts";
+};
+
+// `driftd run` on `yaml`, written as the pipeline in the test's dir, with an HTTP port; its log
+// and the broker's are printed at the end of the test.
+struct DaemonRun {
+  DaemonRun(TempDir& dir, const std::string& yaml)
+      : log(dir / "driftd.txt"),
+        daemon(Start(dir, yaml, log)),
+        tails({log, dir.Sub("broker") + "/broker-sh.log"}),
+        port(testing::WaitForHttpPort(log)) {}
+  static ChildProcess Start(TempDir& dir, const std::string& yaml, const std::string& log) {
+    const std::string pipeline = dir / "pipeline.yaml";
+    testing::WriteFile(pipeline, yaml);
+    return ChildProcess::Start(
+        {testing::DriftdBinary(), "run", pipeline, "--http", "127.0.0.1:0", "--quiet-progress"},
+        log);
+  }
+
+  std::string log;
+  ChildProcess daemon;
+  LogTails tails;
+  decltype(testing::WaitForHttpPort(std::string())) port;
+};
+
+TEST_CASE(
+    "a broker outage under a running daemon is waited out: not ready meanwhile "
+    "then resumed by itself with nothing lost or repeated",
+    "[kafka][outage][e2e]") {
+  OwnBrokerTopics setup("outage");
+  auto& [dir, broker, scoped, name, input, stats, alerts] = setup;
   InputWriter writer(input);
-  const std::string log = dir / "driftd.txt";
-  ChildProcess daemon = ChildProcess::Start(
-      {testing::DriftdBinary(), "run", pipeline, "--http", "127.0.0.1:0", "--quiet-progress"}, log);
-  LogTails tails({log, dir.Sub("broker") + "/broker-sh.log"});
-  auto port = testing::WaitForHttpPort(log);
+  DaemonRun run(dir, PipelineYaml(name, broker.bootstrap(), input, stats, alerts,
+                                  dir / "checkpoint"));
+  auto& [log, daemon, tails, port] = run;
   REQUIRE(port);
   const std::map<std::string, std::string> labels = {{"pipeline", name}};
 
@@ -557,24 +586,10 @@ TEST_CASE(
   // Planning during an outage finds "no new data"; availableNow took that for "all read" and
   // ended with most of the topic unread (exit 0). The broker is paused (SIGSTOP) rather than
   // stopped: its requests time out at once as they would on an overloaded machine.
-  TempDir dir("driftd-outage-available-now");
-  std::filesystem::create_directories(dir.Sub("broker"));
-  OwnBroker broker(dir.Sub("broker"));
-  RequireStarted(broker, /*keep=*/false);
-  ScopedBootstrap scoped(broker.bootstrap());
+  OwnBrokerTopics setup("outage-now");
+  auto& [dir, broker, scoped, name, input, stats, alerts] = setup;
   const pid_t broker_pid = broker.Pid();
   REQUIRE(broker_pid > 0);
-
-  const std::string name = UniqueName("outage-now");
-  const std::string input = name + "-in";
-  const std::string stats = name + "-stats";
-  const std::string alerts = name + "-alerts";
-  {
-    Admin admin;
-    admin.CreateTopic(input, 2);
-    admin.CreateTopic(stats, 1);
-    admin.CreateTopic(alerts, 1);
-  }
   // Batches of 500 records, each its own transaction: the query takes several seconds, and the
   // outage comes after its first batches.
   constexpr int kPerPartition = 60'000;
@@ -589,14 +604,9 @@ TEST_CASE(
     }
     kafka_test::Produce(input, partition, values);
   }
-  const std::string pipeline = dir / "pipeline.yaml";
-  testing::WriteFile(pipeline, PipelineYaml(name, broker.bootstrap(), input, stats, alerts,
-                                            dir / "checkpoint", "availableNow: true", 500));
-  const std::string log = dir / "driftd.txt";
-  ChildProcess daemon = ChildProcess::Start(
-      {testing::DriftdBinary(), "run", pipeline, "--http", "127.0.0.1:0", "--quiet-progress"}, log);
-  LogTails tails({log, dir.Sub("broker") + "/broker-sh.log"});
-  auto port = testing::WaitForHttpPort(log);
+  DaemonRun run(dir, PipelineYaml(name, broker.bootstrap(), input, stats, alerts,
+                                  dir / "checkpoint", "availableNow: true", 500));
+  auto& [log, daemon, tails, port] = run;
   REQUIRE(port);
   const std::map<std::string, std::string> labels = {{"pipeline", name}};
   REQUIRE(WaitFor([&] { return Metric(*port, "driftd_batches_total", labels) >= 2; }, 60s));
