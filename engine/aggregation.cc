@@ -488,7 +488,8 @@ void Aggregator::AddEach(const RecordBatch& batch, const RowTimes& times, const 
         continue;
       }
     }
-    // The row's group by its key's id (ShareKeys), once the id's group was looked up.
+    // The row's group by its key's id (ShareKeys, or own_keys_), once the id's group was
+    // looked up.
     uint32_t id = KeyInterner::kNull;
     if (key_ids != nullptr) {
       id = (*key_ids)[row];

@@ -181,7 +181,7 @@ class Aggregator {
   void NameElements(size_t width);
 
   StringMap<uint32_t> index_;
-  /// ShareKeys: the group of each key id (kNoSlot: not looked up yet).
+  /// The group of each key id, of keys_ or own_keys_ (kNoSlot: not looked up yet).
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   std::shared_ptr<KeyInterner> keys_;
   /// Without shared keys, when the groups are told apart by one string column alone: the ids

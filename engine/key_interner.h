@@ -2,7 +2,8 @@
 // so that the stages keyed by it, aggregation by model and drift, look a row's model up once:
 // the first stage to ask for a batch's ids computes them, the next one reuses them. Ids are
 // given in order of first appearance and never change; they are not persisted (state keys use
-// the names). Not thread-safe: the executor's thread, one interner per task's stages.
+// the names). Not thread-safe: one thread at a time (the stages sharing a task's interner run on
+// one thread; an aggregation shard's own one is used by the lane folding that shard).
 #pragma once
 
 #include <cstdint>

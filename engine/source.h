@@ -154,6 +154,10 @@ class Source {
 
   /// True when the source is connected and able to serve data (for /readyz).
   virtual bool IsReady() const { return true; }
+
+  /// Whether the last PlanBatch could not see the data (brokers unreachable): its "no new data"
+  /// is then no fact, and a query that ends once nothing is left (availableNow) waits instead.
+  virtual bool PlannedBlind() const { return false; }
 };
 
 }  // namespace driftd

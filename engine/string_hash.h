@@ -31,8 +31,9 @@ constexpr uint64_t kOdd2 = 0xd6e8feb86659fd93ull;
 /// A hash of a string in a few multiplications (std::hash spends about a hundred instructions on
 /// a short model name, and the engine hashes one per row): strings of up to 16 bytes, most
 /// models' names, are read in at most two overlapping loads per half. For in-memory tables and
-/// routing only, never persisted: with the seed ProcessHashSeed draws, a stream cannot choose
-/// names that all collide in a table.
+/// routing only, never persisted: with the seed ProcessHashSeed draws, a stream does not know
+/// where its names land (though some pairs of names hash alike whatever the seed: the last mix
+/// is symmetric in its two words).
 inline uint64_t HashString(std::string_view text, uint64_t seed) {
   using string_hash_detail::kOdd1;
   using string_hash_detail::kOdd2;

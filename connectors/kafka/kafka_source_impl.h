@@ -276,6 +276,7 @@ class KafkaSource final : public Source, public GroupMember {
   std::string Describe() const override;
 
   bool IsReady() const override { return ready_.load(std::memory_order_relaxed); }
+  bool PlannedBlind() const override { return planned_blind_; }
 
  private:
   friend class KafkaReader;
@@ -374,6 +375,9 @@ class KafkaSource final : public Source, public GroupMember {
   std::map<std::string, int64_t> new_partition_start_;
   /// The brokers answered the last request or probe (IsReady).
   std::atomic<bool> ready_{false};
+  // The last PlanBatch met an outage and planned nothing without seeing the partitions (the
+  // executor's thread only).
+  bool planned_blind_ = false;
   /// The brokers have answered at least once: from then on an outage is waited out.
   std::atomic<bool> reached_{false};
   /// steady_clock ticks: when the current outage began (0: none), when it was last logged.

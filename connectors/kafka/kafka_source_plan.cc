@@ -69,6 +69,7 @@ Result<int64_t> KafkaSource::StartingOffsetOf(const std::string& key, bool task_
 }
 
 Result<SourceOffsets> KafkaSource::PlanBatch(const SourceOffsets& start) {
+  planned_blind_ = true;
   if (reached_.load() && !ready_.load()) {
     // An outage: requests would only time out. The health thread notices the brokers' return.
     RemindOutage();
@@ -76,6 +77,7 @@ Result<SourceOffsets> KafkaSource::PlanBatch(const SourceOffsets& start) {
   }
   auto planned = PlanFrom(start);
   if (planned || planned.error().code() != ErrorCode::kExternal || !reached_.load()) {
+    planned_blind_ = false;
     return planned;
   }
   // Brokers that answered before and fail now (unreachable, restarting, partitions without a

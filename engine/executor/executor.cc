@@ -369,10 +369,10 @@ class QueryExecutor::Impl {
       if (trigger.kind == TriggerKind::kOnce) break;
       if (trigger.kind == TriggerKind::kAvailableNow) {
         if (*ran) continue;
-        // No batch: everything available is read, unless the source could not tell (brokers
-        // unreachable for a moment plan "no new data" until they are back). It is waited out
-        // as a processingTime query waits it out; ending here would leave the rest unread.
-        if (source_->IsReady()) break;
+        // No batch: everything available is read, unless the plan could not see the source
+        // (brokers unreachable for a moment plan "no new data" until they are back). That is
+        // waited out as a processingTime query waits it out; ending would leave the rest unread.
+        if (!last_plan_blind_) break;
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait_for(lock, std::chrono::milliseconds(200),
                        [&] { return stop_requested_.load(); });
@@ -756,6 +756,7 @@ class QueryExecutor::Impl {
     Placement::Report placed;
     auto owns = placement_->Assign(tasks_, position_, placed);
     if (!owns) return tl::unexpected(owns.error());
+    last_plan_blind_ = false;
     if (!*owns) {
       // Nothing owned (yet, or any more: the group moved its partitions away).
       if (options_.metrics) options_.metrics->RecordLag({});
@@ -763,6 +764,7 @@ class QueryExecutor::Impl {
     }
     auto planned = source_->PlanBatch(position_);
     if (!planned) return tl::unexpected(planned.error());
+    last_plan_blind_ = source_->PlannedBlind();
     const SourceOffsets end = std::move(*planned);
     progress.latest_offset_ms = MillisSince(batch_start);
     std::vector<PartitionLag> lag = source_->Lag(end);
@@ -1331,6 +1333,8 @@ class QueryExecutor::Impl {
   std::unique_ptr<ChunkPipeline> pipeline_;  // threads_ > 1 and rows into one task
   std::mutex source_mutex_;
 
+  // The last batch's plan could not see the source (Source::PlannedBlind).
+  bool last_plan_blind_ = false;
   InputChunk chunk_;
   RecordBatch records_;
   RowTimes times_;

@@ -337,4 +337,11 @@ bool QueryInputs::IsReady() const {
   return true;
 }
 
+bool QueryInputs::PlannedBlind() const {
+  for (const Input& input : inputs_) {
+    if (input.source->PlannedBlind()) return true;
+  }
+  return false;
+}
+
 }  // namespace driftd

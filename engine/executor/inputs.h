@@ -68,6 +68,7 @@ class QueryInputs final : public Source {
   GroupMember* group() override;
   bool IsReplayable() const override;
   bool IsReady() const override;
+  bool PlannedBlind() const override;
 
  private:
   class Reader;

@@ -55,8 +55,9 @@ struct StatsModes {
 // encodes it in the group's key (engine/aggregation.cc), so that a row and a restored key of
 // one group go to the same shard. The hash lives only in memory: shards are never persisted.
 uint32_t ShardOfValue(std::string_view encoded, uint32_t shards) {
-  // A fixed seed: which shard holds a group does not change a number, but the order shards
-  // emit their groups in should not change from run to run.
+  // A fixed seed: which shard holds a group changes no number and no output order (groups are
+  // emitted in key order), but the order of each shard's state writes stays the same from run
+  // to run.
   return static_cast<uint32_t>(HashString(encoded, /*seed=*/0) % shards);
 }
 
