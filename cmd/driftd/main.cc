@@ -405,14 +405,19 @@ int RunService(SupervisorOptions options, const RunFlags& flags) {
         log->info("{} received: stopping after the current batch (again to stop at once)",
                   strsignal(signal));
         notifier.Stopping();
-        // The deadline is kept by a thread of its own: this loop also reads the queries'
-        // status, and a query stuck in its executor's teardown must not keep it from firing.
-        std::thread([timeout_s = flags.shutdown_timeout_s, log] {
-          std::this_thread::sleep_for(std::chrono::seconds(timeout_s));
+        auto cut = [log](int64_t timeout_s) {
           log->error("shutdown did not finish within {} s; exiting now (exit code {}); the "
                      "batch in progress is redone on the next start",
                      timeout_s, kExitStopCut);
           ExitNow(kExitStopCut);
+        };
+        // A timeout of 0 s stops at once, whatever the queries would manage meanwhile.
+        if (flags.shutdown_timeout_s == 0) cut(0);
+        // The deadline is kept by a thread of its own: this loop also reads the queries'
+        // status, and a query stuck in its executor's teardown must not keep it from firing.
+        std::thread([timeout_s = flags.shutdown_timeout_s, cut] {
+          std::this_thread::sleep_for(std::chrono::seconds(timeout_s));
+          cut(timeout_s);
         }).detach();
         supervisor.RequestStop();
       } else {
