@@ -1,6 +1,7 @@
-// Hash tables keyed by std::string that are looked up by std::string_view without making a
-// string per lookup (C++20 heterogeneous lookup): a record's model, key or series name is a view
-// into the batch.
+// Hashing strings: HashString, the fast seeded hash of the per-row lookups (model ids, shard
+// routing), and hash tables keyed by std::string that are looked up by std::string_view without
+// making a string per lookup (C++20 heterogeneous lookup): a record's model, key or series name
+// is a view into the batch.
 #pragma once
 
 #include <cstddef>
