@@ -1,7 +1,7 @@
 // Hashing strings: HashString, the fast seeded hash of the per-row lookups (model ids, shard
-// routing), and hash tables keyed by std::string that are looked up by std::string_view without
-// making a string per lookup (C++20 heterogeneous lookup): a record's model, key or series name
-// is a view into the batch.
+// routing); StableHash, the one processes agree on; and hash tables keyed by std::string that
+// are looked up by std::string_view without making a string per lookup (C++20 heterogeneous
+// lookup): a record's model, key or series name is a view into the batch.
 #pragma once
 
 #include <cstddef>
@@ -74,6 +74,17 @@ inline uint64_t HashString(std::string_view text, uint64_t seed) {
 
 /// The seed HashString is used with in this process, drawn once.
 uint64_t ProcessHashSeed();
+
+/// FNV-1a 64 of a string: the same in every process, build and version, for what processes must
+/// agree on (which task owns a model, a join key). Slow per byte: not for per-row tables.
+inline uint64_t StableHash(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
 
 struct StringHash {
   using is_transparent = void;

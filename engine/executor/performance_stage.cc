@@ -13,8 +13,10 @@
 #include "engine/drift/alert_state.h"
 #include "engine/drift/calibration.h"
 #include "engine/drift/codec.h"
+#include "engine/exact_sum.h"
 #include "engine/executor/join_pending.h"
 #include "engine/executor/model_gate.h"
+#include "engine/executor/row_block.h"
 #include "engine/json_writer.h"
 #include "engine/log.h"
 #include "engine/string_hash.h"
@@ -27,10 +29,16 @@ using drift::ByteReader;
 using drift::ByteWriter;
 
 constexpr uint8_t kStateVersion = 1;
+// A window's layout: 2 keeps its sums exactly (ExactSum), 1 (still read) as doubles.
+constexpr uint8_t kWindowVersion = 2;
 // Persisted key prefixes within the stage's namespace.
 constexpr char kPendingKey = 'p';
 constexpr char kWindowKey = 'w';
 constexpr char kModelKey = 'm';
+// The model's task: the parts of a window the joining tasks handed over, and up to where each
+// joining task has handed its windows over (scaled out).
+constexpr char kHandedKey = 'h';
+constexpr char kHandedUpToKey = 'c';
 // The settings the state is laid out by (the window's length), written once.
 constexpr char kSettingsKey = 's';
 // The longest join key kept (a longer one is counted, not joined).
@@ -103,18 +111,34 @@ std::vector<int64_t> GetCounts(ByteReader& r) {
   for (uint64_t i = 0; i < n && !r.failed(); ++i) counts.push_back(static_cast<int64_t>(r.Varint()));
   return counts;
 }
-void PutDoubles(ByteWriter& w, const std::vector<double>& values) {
-  w.Varint(values.size());
-  for (double v : values) w.F64(v);
+void PutSum(ByteWriter& w, const ExactSum& sum) {
+  w.Varint(sum.parts().size());
+  for (double part : sum.parts()) w.F64(part);
+  w.F64(sum.special());
 }
-std::vector<double> GetDoubles(ByteReader& r) {
+// Layout 1 kept a sum as one double.
+ExactSum GetSum(ByteReader& r, uint8_t version) {
+  if (version < 2) return ExactSum(r.F64());
+  std::vector<double> parts;
+  for (uint64_t i = 0, n = r.Varint(); i < n && !r.failed(); ++i) parts.push_back(r.F64());
+  const double special = r.F64();
+  return ExactSum::Restore(parts, special);
+}
+void PutSums(ByteWriter& w, const std::vector<ExactSum>& sums) {
+  w.Varint(sums.size());
+  for (const ExactSum& sum : sums) PutSum(w, sum);
+}
+std::vector<ExactSum> GetSums(ByteReader& r, uint8_t version) {
   const uint64_t n = r.Varint();
-  std::vector<double> values;
-  for (uint64_t i = 0; i < n && !r.failed(); ++i) values.push_back(r.F64());
-  return values;
+  std::vector<ExactSum> sums;
+  for (uint64_t i = 0; i < n && !r.failed(); ++i) sums.push_back(GetSum(r, version));
+  return sums;
 }
 
 // One model's window: what arrived (for the estimates) and what the join decided (realized).
+// Scaled out, each task that joins some of the window's keys keeps a part of it, and the
+// model's task merges the parts: every sum is exact (ExactSum), so the merged window is the one
+// a single task would have summed, whichever keys each task joined.
 struct Window {
   int64_t predictions = 0;
   int64_t labelled_by_end = 0;
@@ -130,13 +154,13 @@ struct Window {
   int64_t tp = 0, fp = 0, tn = 0, fn = 0;
   std::vector<int64_t> positive_bins;
   std::vector<int64_t> negative_bins;
-  std::vector<double> score_sums;
-  double log_loss = 0;
+  std::vector<ExactSum> score_sums;
+  ExactSum log_loss;
   // Regression, labelled predictions: error sums, and per value bucket the |error| sums (the
   // baseline's model of the expected error).
-  double abs_sum = 0, sq_sum = 0, abs_sq_sum = 0, pct_sum = 0, error_sum = 0;
+  ExactSum abs_sum, sq_sum, abs_sq_sum, pct_sum, error_sum;
   int64_t pct_n = 0;
-  std::map<int32_t, std::pair<int64_t, std::pair<double, double>>> bucket_errors;
+  std::map<int32_t, std::pair<int64_t, std::pair<ExactSum, ExactSum>>> bucket_errors;
   std::vector<int64_t> delays = std::vector<int64_t>(kDelayBins, 0);
 
   void Merge(const Window& o) {
@@ -153,24 +177,28 @@ struct Window {
     add(positive_bins, o.positive_bins);
     add(negative_bins, o.negative_bins);
     add(delays, o.delays);
-    if (score_sums.size() < o.score_sums.size()) score_sums.resize(o.score_sums.size(), 0);
-    for (size_t i = 0; i < o.score_sums.size(); ++i) score_sums[i] += o.score_sums[i];
+    if (score_sums.size() < o.score_sums.size()) score_sums.resize(o.score_sums.size());
+    for (size_t i = 0; i < o.score_sums.size(); ++i) score_sums[i].Merge(o.score_sums[i]);
     for (const auto& [k, v] : o.value_buckets) value_buckets[k] += v;
     tp += o.tp, fp += o.fp, tn += o.tn, fn += o.fn;
-    log_loss += o.log_loss;
-    abs_sum += o.abs_sum, sq_sum += o.sq_sum, abs_sq_sum += o.abs_sq_sum;
-    pct_sum += o.pct_sum, error_sum += o.error_sum, pct_n += o.pct_n;
+    for (auto [mine, theirs] :
+         {std::pair{&log_loss, &o.log_loss}, std::pair{&abs_sum, &o.abs_sum},
+          std::pair{&sq_sum, &o.sq_sum}, std::pair{&abs_sq_sum, &o.abs_sq_sum},
+          std::pair{&pct_sum, &o.pct_sum}, std::pair{&error_sum, &o.error_sum}}) {
+      mine->Merge(*theirs);
+    }
+    pct_n += o.pct_n;
     for (const auto& [k, v] : o.bucket_errors) {
       auto& mine = bucket_errors[k];
       mine.first += v.first;
-      mine.second.first += v.second.first;
-      mine.second.second += v.second.second;
+      mine.second.first.Merge(v.second.first);
+      mine.second.second.Merge(v.second.second);
     }
   }
 
   void Encode(std::string& out) const {
     ByteWriter w(out);
-    w.U8(kStateVersion);
+    w.U8(kWindowVersion);
     w.Varint(static_cast<uint64_t>(predictions));
     w.Varint(static_cast<uint64_t>(labelled_by_end));
     w.Varint(static_cast<uint64_t>(labelled));
@@ -186,22 +214,25 @@ struct Window {
     for (int64_t v : {tp, fp, tn, fn}) w.Varint(static_cast<uint64_t>(v));
     PutCounts(w, positive_bins);
     PutCounts(w, negative_bins);
-    PutDoubles(w, score_sums);
-    for (double v : {log_loss, abs_sum, sq_sum, abs_sq_sum, pct_sum, error_sum}) w.F64(v);
+    PutSums(w, score_sums);
+    for (const ExactSum* v : {&log_loss, &abs_sum, &sq_sum, &abs_sq_sum, &pct_sum, &error_sum}) {
+      PutSum(w, *v);
+    }
     w.Varint(static_cast<uint64_t>(pct_n));
     w.Varint(bucket_errors.size());
     for (const auto& [k, v] : bucket_errors) {
       w.Zigzag(k);
       w.Varint(static_cast<uint64_t>(v.first));
-      w.F64(v.second.first);
-      w.F64(v.second.second);
+      PutSum(w, v.second.first);
+      PutSum(w, v.second.second);
     }
     PutCounts(w, delays);
   }
 
   static bool Decode(std::string_view bytes, Window& out) {
     ByteReader r(bytes);
-    if (r.U8() != kStateVersion) return false;
+    const uint8_t version = r.U8();
+    if (version != 1 && version != kWindowVersion) return false;
     out.predictions = static_cast<int64_t>(r.Varint());
     out.labelled_by_end = static_cast<int64_t>(r.Varint());
     out.labelled = static_cast<int64_t>(r.Varint());
@@ -216,18 +247,18 @@ struct Window {
     for (int64_t* v : {&out.tp, &out.fp, &out.tn, &out.fn}) *v = static_cast<int64_t>(r.Varint());
     out.positive_bins = GetCounts(r);
     out.negative_bins = GetCounts(r);
-    out.score_sums = GetDoubles(r);
-    for (double* v : {&out.log_loss, &out.abs_sum, &out.sq_sum, &out.abs_sq_sum, &out.pct_sum,
-                      &out.error_sum}) {
-      *v = r.F64();
+    out.score_sums = GetSums(r, version);
+    for (ExactSum* v : {&out.log_loss, &out.abs_sum, &out.sq_sum, &out.abs_sq_sum, &out.pct_sum,
+                        &out.error_sum}) {
+      *v = GetSum(r, version);
     }
     out.pct_n = static_cast<int64_t>(r.Varint());
     for (uint64_t i = 0, n = r.Varint(); i < n && !r.failed(); ++i) {
       const int32_t k = static_cast<int32_t>(r.Zigzag());
       auto& v = out.bucket_errors[k];
       v.first = static_cast<int64_t>(r.Varint());
-      v.second.first = r.F64();
-      v.second.second = r.F64();
+      v.second.first = GetSum(r, version);
+      v.second.second = GetSum(r, version);
     }
     out.delays = GetCounts(r);
     out.delays.resize(kDelayBins, 0);
@@ -291,6 +322,40 @@ struct Model {
   }
 };
 
+// The parts of one model's window that the joining tasks handed to the model's task: what
+// arrived, for the row when the window closes, and the whole of each part once its labels are
+// in. Each is merged from the parts as they come (exactly, so in any order).
+struct Handed {
+  bool has_estimate = false;
+  bool has_final = false;
+  Window estimate;
+  Window final;
+
+  bool empty() const { return !has_estimate && !has_final; }
+
+  void Encode(std::string& out) const {
+    ByteWriter w(out);
+    w.U8(kStateVersion);
+    w.U8(static_cast<uint8_t>((has_estimate ? 1 : 0) | (has_final ? 2 : 0)));
+    for (const Window* window : {&estimate, &final}) {
+      std::string bytes;
+      window->Encode(bytes);
+      w.Bytes(bytes);
+    }
+  }
+  static bool Decode(std::string_view in, Handed& out) {
+    ByteReader r(in);
+    if (r.U8() != kStateVersion) return false;
+    const uint8_t flags = r.U8();
+    out.has_estimate = (flags & 1) != 0;
+    out.has_final = (flags & 2) != 0;
+    if (!Window::Decode(r.Bytes(), out.estimate) || !Window::Decode(r.Bytes(), out.final)) {
+      return false;
+    }
+    return !r.failed() && r.at_end();
+  }
+};
+
 // A number for JSON: null when it is not finite.
 void NumberOrNull(JsonObject& o, std::string_view key, double v) {
   if (std::isfinite(v)) {
@@ -309,8 +374,9 @@ class PerformanceStage::Impl {
     perf_ = spec.performance;
     pipeline_ = spec.name;
     // The model gate admits query.maxModels models and keeps the rows of the others as
-    // "(other)", or drops them; scaled out, task 0 joins copies of every task's predictions,
-    // which no gate has seen, so the join bounds its models itself, as the gate does.
+    // "(other)", or drops them; scaled out, the task of a key joins copies of other tasks'
+    // predictions, which no gate has seen, so the join bounds its models itself, as the gate
+    // does.
     max_models_ = spec.query.max_models;
     bound_us_ = labels_.within_ms * 1000;
     window_us_ = perf_.window_ms * 1000;
@@ -347,6 +413,15 @@ class PerformanceStage::Impl {
     return Ok();
   }
 
+  // Scaled out: this stage's task and how many share the query. Each task joins the keys that
+  // hash to it (StableHash(key) % tasks: the placement routes labels and copies of predictions
+  // so) and judges the models it owns (the placement's model hash).
+  void SetTask(uint32_t id, uint32_t tasks) {
+    task_ = id;
+    tasks_ = std::max<uint32_t>(1, tasks);
+    handed_up_to_.assign(tasks_, INT64_MIN);
+  }
+
   // ---- arrivals -------------------------------------------------------------------------------
 
   void Predictions(const RecordBatch& batch, const RowTimes& times) {
@@ -355,6 +430,8 @@ class PerformanceStage::Impl {
     const Column& scores = batch.columns[static_cast<size_t>(score_column_)];
     const Column& event_times = batch.columns[static_cast<size_t>(time_column_)];
     for (size_t row = 0; row < batch.num_rows; ++row) {
+      // Scaled out, another task joins this key (it has the prediction's copy).
+      if (tasks_ > 1 && !keys.IsNull(row) && TaskOfName(keys.String(row)) != task_) continue;
       if (models.IsNull(row) || keys.IsNull(row) || event_times.IsNull(row) ||
           !JoinableTime(event_times.i64[row]) || keys.String(row).size() > kMaxKeyBytes) {
         ++counts_.without_key;
@@ -515,6 +592,31 @@ class PerformanceStage::Impl {
         settings_written_ = true;
         return Ok();
       }
+      case kHandedKey: {
+        if (rest.size() < 8) break;
+        Handed handed;
+        if (!Handed::Decode(value, handed)) break;
+        DRIFTD_TRY(Fits(handed.estimate));
+        DRIFTD_TRY(Fits(handed.final));
+        const std::pair<int64_t, std::string> at{GetBigEndian(rest.substr(0, 8)),
+                                                 std::string(rest.substr(8))};
+        handed_stored_.insert(at);
+        handed_[at] = std::move(handed);
+        return Ok();
+      }
+      case kHandedUpToKey: {
+        if (rest.size() != 4) break;
+        ByteReader r(value);
+        const int64_t up_to = r.I64();
+        if (r.failed() || !r.at_end()) break;
+        const uint32_t from = (static_cast<uint32_t>(static_cast<uint8_t>(rest[0])) << 24) |
+                              (static_cast<uint32_t>(static_cast<uint8_t>(rest[1])) << 16) |
+                              (static_cast<uint32_t>(static_cast<uint8_t>(rest[2])) << 8) |
+                              static_cast<uint32_t>(static_cast<uint8_t>(rest[3]));
+        // A task the query no longer has (fewer tasks than when it was written): left alone.
+        if (from < tasks_) handed_up_to_[from] = std::max(handed_up_to_[from], up_to);
+        return Ok();
+      }
       case kModelKey: {
         Model model;
         if (!Model::Decode(value, model)) break;
@@ -564,13 +666,53 @@ class PerformanceStage::Impl {
   }
 
   bool HasClosable(int64_t watermark) const {
+    // The model's task: windows whose every part came.
+    const int64_t judged_to = JudgedTo();
+    if (judged_to != INT64_MIN) {
+      for (const auto& [at, handed] : handed_) {
+        const int64_t end = at.first + window_us_;
+        if ((handed.has_estimate && end <= judged_to) ||
+            (handed.has_final && end + bound_us_ <= judged_to)) {
+          return true;
+        }
+      }
+    }
+    // The joining task: pairings to decide, windows to hand over, how far it got to tell.
     if (watermark == INT64_MIN) return false;
     if (!deadlines_.empty() && deadlines_.begin()->first < watermark) return true;
     for (const auto& [at, window] : windows_) {
       const int64_t end = at.first + window_us_;
       if ((!window.estimated && end <= watermark) || end + bound_us_ <= watermark) return true;
     }
-    return false;
+    return tasks_ > 1 && HandedUpTo(watermark) > sent_up_to_;
+  }
+
+  // A message from another task's stage: parts of windows of models this task owns, and up to
+  // where that task has handed its windows over.
+  Status Receive(std::string_view body) {
+    ByteReader r(body);
+    const uint32_t from = r.U32();
+    const uint64_t parts = r.Varint();
+    for (uint64_t i = 0; i < parts && !r.failed(); ++i) {
+      const bool final = r.U8() != 0;
+      const int64_t start = r.I64();
+      std::string model(r.Str());
+      Window window;
+      if (r.failed() || !Window::Decode(r.Bytes(), window)) break;
+      DRIFTD_TRY(Fits(window));
+      Take({start, std::move(model)}, window, final);
+    }
+    const int64_t up_to = r.I64();
+    if (r.failed() || !r.at_end() || from >= tasks_) {
+      return MakeError(ErrorCode::kCorruption,
+                       "performance: a message of {} bytes from another task is unreadable",
+                       body.size());
+    }
+    if (up_to > handed_up_to_[from]) {
+      handed_up_to_[from] = up_to;
+      dirty_handed_up_to_.insert(from);
+    }
+    return Ok();
   }
 
   void Finish(const BatchContext& context, BatchOutput& output, StateChanges& changes,
@@ -580,62 +722,35 @@ class PerformanceStage::Impl {
     const int64_t watermark = context.watermark_us;
     batch_id_ = context.batch_id;
     if (watermark != INT64_MIN) {
-      // What the watermark passed, one step at a time in deadline then key order: the same
-      // order whatever the batching, so the windows' sums are too.
-      while (!deadlines_.empty() && deadlines_.begin()->first < watermark) {
-        const std::string key(deadlines_.begin()->second);
-        deadlines_.erase(deadlines_.begin());
-        auto it = pending_.find(key);
-        if (it == pending_.end()) continue;
-        if (DecideNext(it->second)) {
-          Schedule(it->first, it->second);
-          MarkDirty(key);
-          continue;
-        }
-        pending_.erase(it);
-        dirty_.erase(key);
-        changes.deletes.push_back(std::string(1, kPendingKey) + key);
-      }
-      // What is due, in the order of when it is due (estimates at the window's end, the final
-      // row at its end plus the bound; then by model): each batch emits the next stretch of
-      // one sequence, so the rows and the baselines and alert states they change do not depend
-      // on where batches end.
-      struct Due {
-        int64_t at;
-        std::string model;
-        int64_t start;
-        bool final;
-        bool operator<(const Due& o) const {
-          return std::tie(at, model, start, final) < std::tie(o.at, o.model, o.start, o.final);
-        }
-      };
-      std::vector<Due> due;
-      for (const auto& [at, window] : windows_) {
-        const int64_t end = at.first + window_us_;
-        if (!window.estimated && end <= watermark) due.push_back({end, at.second, at.first, false});
-        if (end + bound_us_ <= watermark) {
-          due.push_back({end + bound_us_, at.second, at.first, true});
-        }
-      }
-      std::sort(due.begin(), due.end());
-      for (const Due& d : due) {
-        const std::pair<int64_t, std::string> at{d.start, d.model};
-        Window& window = windows_[at];
-        // A window whose every prediction turned out a duplicate of another model's (it was
-        // counted while it headed its pairing) has nothing to say: no row, in any order.
-        const bool empty = window.predictions == 0;
-        if (!d.final) {
-          window.estimated = true;
-          if (!empty) Emit(d.model, d.start, window, /*final=*/false, output);
-          dirty_windows_.insert(at);
-          continue;
-        }
-        if (!empty) Emit(d.model, d.start, window, /*final=*/true, output);
-        changes.deletes.push_back(WindowKey(d.start, d.model));
-        dirty_windows_.erase(at);
-        windows_.erase(at);
+      Decide(watermark, changes);
+      HandOver(watermark, output, changes);
+    }
+    Judge(output);
+    for (const auto& at : dirty_handed_) {
+      auto it = handed_.find(at);
+      if (it != handed_.end()) {
+        std::string value;
+        it->second.Encode(value);
+        changes.puts.emplace_back(StartModelKey(kHandedKey, at.first, at.second),
+                                  std::move(value));
+        handed_stored_.insert(at);
+      } else if (handed_stored_.erase(at) > 0) {
+        changes.deletes.push_back(StartModelKey(kHandedKey, at.first, at.second));
       }
     }
+    dirty_handed_.clear();
+    if (tasks_ > 1) {
+      for (const uint32_t from : dirty_handed_up_to_) {
+        std::string key(1, kHandedUpToKey);
+        for (int shift = 24; shift >= 0; shift -= 8) {
+          key.push_back(static_cast<char>((from >> shift) & 0xff));
+        }
+        std::string value;
+        ByteWriter(value).I64(handed_up_to_[from]);
+        changes.puts.emplace_back(std::move(key), std::move(value));
+      }
+    }
+    dirty_handed_up_to_.clear();
     for (const std::string& key : dirty_) {
       auto it = pending_.find(key);
       if (it == pending_.end()) continue;
@@ -649,7 +764,8 @@ class PerformanceStage::Impl {
       if (it == windows_.end()) continue;
       std::string value;
       it->second.Encode(value);
-      changes.puts.emplace_back(WindowKey(at.first, at.second), std::move(value));
+      changes.puts.emplace_back(StartModelKey(kWindowKey, at.first, at.second),
+                                std::move(value));
     }
     dirty_windows_.clear();
     for (const std::string& name : dirty_models_) {
@@ -677,6 +793,159 @@ class PerformanceStage::Impl {
     counts_ = JoinCounts{};
   }
 
+  // What the watermark passed, one step at a time in deadline then key order: the same order
+  // whatever the batching, so the windows' sums are too.
+  void Decide(int64_t watermark, StateChanges& changes) {
+    while (!deadlines_.empty() && deadlines_.begin()->first < watermark) {
+      const std::string key(deadlines_.begin()->second);
+      deadlines_.erase(deadlines_.begin());
+      auto it = pending_.find(key);
+      if (it == pending_.end()) continue;
+      if (DecideNext(it->second)) {
+        Schedule(it->first, it->second);
+        MarkDirty(key);
+        continue;
+      }
+      pending_.erase(it);
+      dirty_.erase(key);
+      changes.deletes.push_back(std::string(1, kPendingKey) + key);
+    }
+  }
+
+  // The joining task's side: each window the watermark passed goes to its model's task, once
+  // when it closes (what arrived, for the estimate) and once when its labels are in (the whole
+  // of it, which then leaves this task); then how far its windows went (HandedUpTo), to every
+  // task. One process (one task) hands them to itself.
+  void HandOver(int64_t watermark, BatchOutput& output, StateChanges& changes) {
+    std::vector<std::string> bodies(tasks_);
+    std::vector<uint64_t> parts(tasks_, 0);
+    auto hand = [&](const std::pair<int64_t, std::string>& at, const Window& window,
+                    bool final) {
+      const uint32_t owner = TaskOfName(at.second);
+      if (owner == task_) {
+        Take(at, window, final);
+        return;
+      }
+      ByteWriter w(bodies[owner]);
+      w.U8(final ? 1 : 0);
+      w.I64(at.first);
+      w.Str(at.second);
+      std::string bytes;
+      window.Encode(bytes);
+      w.Bytes(bytes);
+      ++parts[owner];
+    };
+    for (auto it = windows_.begin(); it != windows_.end();) {
+      const int64_t end = it->first.first + window_us_;
+      Window& window = it->second;
+      if (!window.estimated && end <= watermark) {
+        window.estimated = true;
+        hand(it->first, window, /*final=*/false);
+        dirty_windows_.insert(it->first);
+      }
+      if (end + bound_us_ > watermark) {
+        ++it;
+        continue;
+      }
+      hand(it->first, window, /*final=*/true);
+      changes.deletes.push_back(StartModelKey(kWindowKey, it->first.first, it->first.second));
+      dirty_windows_.erase(it->first);
+      it = windows_.erase(it);
+    }
+    const int64_t up_to = HandedUpTo(watermark);
+    if (up_to > handed_up_to_[task_]) {
+      handed_up_to_[task_] = up_to;
+      dirty_handed_up_to_.insert(task_);
+    }
+    const bool tell = tasks_ > 1 && up_to > sent_up_to_;
+    if (tell) sent_up_to_ = up_to;
+    for (uint32_t to = 0; to < tasks_; ++to) {
+      if (to == task_ || (parts[to] == 0 && !tell)) continue;
+      std::string body;
+      ByteWriter w(body);
+      w.U32(task_);
+      w.Varint(parts[to]);
+      body += bodies[to];
+      ByteWriter(body).I64(tell ? up_to : INT64_MIN);
+      output.repartition.push_back({to, "performance", TaskMessageBlock(body), false});
+    }
+  }
+
+  // A part of a model's window, from the task that joined its keys (this one or another).
+  void Take(const std::pair<int64_t, std::string>& at, const Window& window, bool final) {
+    Handed& handed = handed_[at];
+    if (final) {
+      handed.final.Merge(window);
+      handed.has_final = true;
+    } else {
+      handed.estimate.Merge(window);
+      handed.has_estimate = true;
+    }
+    dirty_handed_.insert(at);
+  }
+
+  // The latest point a window is due at (its end, or its end plus the bound) that `watermark`
+  // is at or past: every window due by then has been handed over once the watermark got there.
+  int64_t HandedUpTo(int64_t watermark) const {
+    // Window ends and bounds are within 2^61 and 2^60 (kMaxJoinTimeUs): a watermark beyond
+    // 2^62 either way says no more, and no sum below overflows.
+    constexpr int64_t kFar = int64_t{1} << 62;
+    const int64_t w = std::clamp(watermark, -kFar, kFar);
+    const int64_t closed = FloorDiv(w, window_us_) * window_us_;
+    const int64_t labelled = FloorDiv(w - bound_us_, window_us_) * window_us_ + bound_us_;
+    return std::max(closed, labelled);
+  }
+
+  // How far every joining task has handed its windows over: what the model's task may judge.
+  int64_t JudgedTo() const {
+    int64_t to = INT64_MAX;
+    for (const int64_t up_to : handed_up_to_) to = std::min(to, up_to);
+    return to;
+  }
+
+  // The model's task's side: what is due, in the order of when it is due (estimates at the
+  // window's end, the final row at its end plus the bound; then by model), once every joining
+  // task handed its part over: each batch emits the next stretch of one sequence, so the rows
+  // and the baselines and alert states they change depend neither on where batches end nor on
+  // how many tasks joined the keys.
+  void Judge(BatchOutput& output) {
+    const int64_t judged_to = JudgedTo();
+    if (judged_to == INT64_MIN || handed_.empty()) return;
+    struct Due {
+      int64_t at;
+      std::string model;
+      int64_t start;
+      bool final;
+      bool operator<(const Due& o) const {
+        return std::tie(at, model, start, final) < std::tie(o.at, o.model, o.start, o.final);
+      }
+    };
+    std::vector<Due> due;
+    for (const auto& [at, handed] : handed_) {
+      const int64_t end = at.first + window_us_;
+      if (handed.has_estimate && end <= judged_to) {
+        due.push_back({end, at.second, at.first, false});
+      }
+      if (handed.has_final && end + bound_us_ <= judged_to) {
+        due.push_back({end + bound_us_, at.second, at.first, true});
+      }
+    }
+    std::sort(due.begin(), due.end());
+    for (const Due& d : due) {
+      const std::pair<int64_t, std::string> at{d.start, d.model};
+      auto it = handed_.find(at);
+      Handed& handed = it->second;
+      Window& window = d.final ? handed.final : handed.estimate;
+      // A window whose every prediction turned out a duplicate of another model's (it was
+      // counted while it headed its pairing) has nothing to say: no row, in any order.
+      if (window.predictions != 0) Emit(d.model, d.start, window, d.final, output);
+      window = Window{};
+      (d.final ? handed.has_final : handed.has_estimate) = false;
+      dirty_handed_.insert(at);
+      if (handed.empty()) handed_.erase(it);
+    }
+  }
+
   const std::vector<AlertEvent>& events() const { return events_; }
   const std::vector<SharedEvaluation>& evaluations() const { return evaluations_; }
   JoinCounts totals() const { return totals_; }
@@ -692,11 +961,15 @@ class PerformanceStage::Impl {
     }
   }
 
-  static std::string WindowKey(int64_t start, const std::string& model) {
-    std::string key(1, kWindowKey);
+  static std::string StartModelKey(char prefix, int64_t start, const std::string& model) {
+    std::string key(1, prefix);
     PutBigEndian(key, start);
     key += model;
     return key;
+  }
+
+  uint32_t TaskOfName(std::string_view name) const {
+    return tasks_ == 1 ? 0 : static_cast<uint32_t>(StableHash(name) % tasks_);
   }
 
   size_t BinOf(double score) const {
@@ -838,27 +1111,27 @@ class PerformanceStage::Impl {
       if (window.positive_bins.empty()) {
         window.positive_bins.assign(bins(), 0);
         window.negative_bins.assign(bins(), 0);
-        window.score_sums.assign(bins(), 0);
+        window.score_sums.assign(bins(), ExactSum());
       }
       const size_t bin = BinOf(score);
       ++(positive ? window.positive_bins : window.negative_bins)[bin];
-      window.score_sums[bin] += std::clamp(score, 0.0, 1.0);
+      window.score_sums[bin].Add(std::clamp(score, 0.0, 1.0));
       const double p = std::clamp(score, 1e-15, 1 - 1e-15);
-      window.log_loss += positive ? -std::log(p) : -std::log(1 - p);
+      window.log_loss.Add(positive ? -std::log(p) : -std::log(1 - p));
     } else {
       const double error = score - label.value;
-      window.abs_sum += std::fabs(error);
-      window.sq_sum += error * error;
-      window.abs_sq_sum += error * error;
-      window.error_sum += error;
+      window.abs_sum.Add(std::fabs(error));
+      window.sq_sum.Add(error * error);
+      window.abs_sq_sum.Add(error * error);
+      window.error_sum.Add(error);
       if (label.value != 0) {
-        window.pct_sum += std::fabs(error / label.value);
+        window.pct_sum.Add(std::fabs(error / label.value));
         ++window.pct_n;
       }
       auto& bucket = window.bucket_errors[ValueBucket(score)];
       ++bucket.first;
-      bucket.second.first += std::fabs(error);
-      bucket.second.second += error * error;
+      bucket.second.first.Add(std::fabs(error));
+      bucket.second.second.Add(error * error);
     }
   }
 
@@ -885,18 +1158,18 @@ class PerformanceStage::Impl {
       std::vector<double> pos(w.positive_bins.begin(), w.positive_bins.end());
       std::vector<double> neg(w.negative_bins.begin(), w.negative_bins.end());
       Auc(pos, neg, r.roc_auc, r.roc_auc_error);
-      r.log_loss = w.log_loss / m;
+      r.log_loss = w.log_loss.Value() / m;
       double ece = 0;
       for (size_t b = 0; b < w.score_sums.size(); ++b) {
-        ece += std::fabs(static_cast<double>(w.positive_bins[b]) - w.score_sums[b]);
+        ece += std::fabs(static_cast<double>(w.positive_bins[b]) - w.score_sums[b].Value());
       }
       r.ece = ece / m;
     } else {
-      r.mae = w.abs_sum / m;
-      r.rmse = std::sqrt(w.sq_sum / m);
-      r.mape = w.pct_n > 0 ? w.pct_sum / static_cast<double>(w.pct_n) : NAN;
-      r.bias = w.error_sum / m;
-      r.mae_sd = std::sqrt(std::max(0.0, w.abs_sq_sum / m - r.mae * r.mae));
+      r.mae = w.abs_sum.Value() / m;
+      r.rmse = std::sqrt(w.sq_sum.Value() / m);
+      r.mape = w.pct_n > 0 ? w.pct_sum.Value() / static_cast<double>(w.pct_n) : NAN;
+      r.bias = w.error_sum.Value() / m;
+      r.mae_sd = std::sqrt(std::max(0.0, w.abs_sq_sum.Value() / m - r.mae * r.mae));
     }
     return r;
   }
@@ -948,7 +1221,7 @@ class PerformanceStage::Impl {
         const double count = static_cast<double>(w.score_bins[b]);
         const double labelled =
             static_cast<double>(base.positive_bins[b] + base.negative_bins[b]);
-        const double mid = labelled > 0 ? base.score_sums[b] / labelled
+        const double mid = labelled > 0 ? base.score_sums[b].Value() / labelled
                                         : (edges_[b] + edges_[b + 1]) / 2;
         const double c =
             (static_cast<double>(base.positive_bins[b]) + kPrior * mid) / (labelled + kPrior);
@@ -979,8 +1252,8 @@ class PerformanceStage::Impl {
           if (std::abs(before->first - bucket) < std::abs(it->first - bucket)) it = before;
         }
         const double m = static_cast<double>(it->second.first);
-        const double mean = it->second.second.first / m;
-        const double mean_sq = it->second.second.second / m;
+        const double mean = it->second.second.first.Value() / m;
+        const double mean_sq = it->second.second.second.Value() / m;
         sum += static_cast<double>(count) * mean;
         var += static_cast<double>(count) * std::max(0.0, mean_sq - mean * mean);
       }
@@ -1337,6 +1610,17 @@ class PerformanceStage::Impl {
   std::set<std::pair<int64_t, std::string_view>> deadlines_;
   std::map<std::pair<int64_t, std::string>, Window> windows_;
   std::map<std::string, Model> models_;
+  // Scaled out: this task, the number of tasks; the model's task's parts of windows handed over
+  // (and which are in the checkpoint), and how far each joining task handed its windows over;
+  // how far this one last told the others.
+  uint32_t task_ = 0;
+  uint32_t tasks_ = 1;
+  std::map<std::pair<int64_t, std::string>, Handed> handed_;
+  std::set<std::pair<int64_t, std::string>> handed_stored_;
+  std::set<std::pair<int64_t, std::string>> dirty_handed_;
+  std::vector<int64_t> handed_up_to_ = std::vector<int64_t>(1, INT64_MIN);
+  std::set<uint32_t> dirty_handed_up_to_;
+  int64_t sent_up_to_ = INT64_MIN;
   std::set<std::string> dirty_;
   std::set<std::pair<int64_t, std::string>> dirty_windows_;
   std::set<std::string> dirty_models_;
@@ -1366,6 +1650,8 @@ void PerformanceStage::Process(const RecordBatch& batch, const RowTimes& times, 
 void PerformanceStage::ProcessLabels(const RecordBatch& labels, const RowTimes& times) {
   impl_->Labels(labels, times);
 }
+void PerformanceStage::SetTask(uint32_t id, uint32_t tasks) { impl_->SetTask(id, tasks); }
+Status PerformanceStage::Receive(std::string_view message) { return impl_->Receive(message); }
 bool PerformanceStage::HasClosableWindows(int64_t watermark_us) const {
   return impl_->HasClosable(watermark_us);
 }

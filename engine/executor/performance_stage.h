@@ -36,8 +36,18 @@
 // Output: one row per model and window on the performance stream ("estimated" when the window
 // closes, "final" once its labels are in), and alerts on the alerts stream.
 //
-// Scaled out, one task has this stage (task 0: engine/executor/scale_out.cc routes every label
-// and a copy of every prediction to it), so its outcomes are one process's.
+// Two sides, one task each when scaled out (one process plays both for every key and model):
+//   - The joining task of a key (StableHash(key) % tasks): engine/executor/scale_out.cc routes
+//     each label there, and a copy of each prediction whose model another task owns. It joins,
+//     keeps its part of each model's windows, and hands each part to the model's task when the
+//     window closes (what arrived) and when its labels are in (the whole part), in a message on
+//     the repartition topic (row_block.h's TaskMessageBlock) in the batch's transaction. The
+//     message also says up to which due point (a window's end, or its end plus the bound) its
+//     watermark has handed everything over.
+//   - The model's task merges the parts (every sum exact: ExactSum, so the merged window is the
+//     one a single task would have summed) and judges a window only once every task has handed
+//     over up to its due point. The judged sequence is then the one of one process, whatever
+//     the number of tasks or processes and the batching.
 //
 // Lifecycle and threading: a Stage (engine/executor/stage.h); one lane, the executor's thread or
 // one worker at a time.
@@ -64,6 +74,11 @@ class PerformanceStage final : public Stage {
   Status Restore(std::string_view key, std::string_view value) override;
   /// Predictions (the query's rows).
   void Process(const RecordBatch& batch, const RowTimes& times, BatchOutput& output) override;
+  /// Scaled out: the stage's task and how many tasks share the query (before Restore).
+  /// Default: task 0 of 1.
+  void SetTask(uint32_t id, uint32_t tasks);
+  /// A message another task's stage sent this task (TaskMessageBody of a repartition block).
+  Status Receive(std::string_view message);
   bool TakesLabels() const override { return true; }
   /// Rows of the labels input (its schema).
   void ProcessLabels(const RecordBatch& labels, const RowTimes& times) override;

@@ -12,6 +12,7 @@ namespace {
 constexpr uint8_t kBlockVersion = 2;
 constexpr uint8_t kFirstVersion = 1;
 constexpr uint8_t kJoinOnlyVersion = 3;
+constexpr uint8_t kTaskMessageVersion = 4;
 
 }  // namespace
 
@@ -190,6 +191,19 @@ Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t parti
   }
   if (!r.at_end()) return corrupt("trailing bytes");
   return Ok();
+}
+
+std::string TaskMessageBlock(std::string_view body) {
+  std::string block;
+  block.reserve(body.size() + 1);
+  block.push_back(static_cast<char>(kTaskMessageVersion));
+  block += body;
+  return block;
+}
+
+std::optional<std::string_view> TaskMessageBody(std::string_view block) {
+  if (block.empty() || static_cast<uint8_t>(block[0]) != kTaskMessageVersion) return std::nullopt;
+  return block.substr(1);
 }
 
 }  // namespace driftd

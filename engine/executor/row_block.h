@@ -11,13 +11,15 @@
 // count + f64 each; array<string> and maps: u32 count + per entry (a map's key: u32 length +
 // bytes) u8 valid, the value). Version 1 (written before) has no offset and malformed flag and
 // is still read (offset 0, not malformed). Version 3 is version 2's layout for rows only the
-// labels' join takes (a prediction's copy for the task that joins labels). Readers refuse other
+// labels' join takes (a prediction's copy for the task that joins its key). Version 4 is not
+// rows but a message between two tasks' stages (TaskMessageBlock). Readers refuse other
 // versions and truncated blocks (kCorruption).
 //
 // A value type; thread-compatible.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,5 +84,12 @@ Result<std::string> RowBlockPartition(std::string_view block);
 Status ReadRowBlock(std::string_view block, const Schema& schema, uint32_t partition_index,
                     RecordBatch& batch, RowTimes& times, ClockMark& mark,
                     bool* join_only = nullptr);
+
+/// A message from a task's stage to another task's (the labels' join hands each model's windows
+/// to the model's task: engine/executor/performance_stage.h), on the repartition topic beside
+/// row blocks: a block of version 4, the stage's bytes after it.
+std::string TaskMessageBlock(std::string_view body);
+/// The stage's bytes of a task message; nullopt when the block is a row block.
+std::optional<std::string_view> TaskMessageBody(std::string_view block);
 
 }  // namespace driftd

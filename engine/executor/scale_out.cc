@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/log.h"
+#include "engine/string_hash.h"
 #include "engine/wall_clock.h"
 
 namespace driftd {
@@ -28,16 +29,6 @@ int64_t MillisSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-// FNV-1a 64: a stable hash of a model's name, the same in every process and build.
-uint64_t StableHash(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : text) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 bool ParseI64(std::string_view text, int64_t& out) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return ec == std::errc() && end == text.data() + text.size();
@@ -45,19 +36,15 @@ bool ParseI64(std::string_view text, int64_t& out) {
 
 }  // namespace
 
-// The task that joins labels to predictions: it receives every label, and a copy of every
-// prediction another task owns the model of, so that the join sees both halves of every pair
-// whichever processes read them, as in one process.
-constexpr uint32_t kJoinTask = 0;
-
 // A source partition this process reads.
 struct ScaledOutPlacement::SourcePartition {
   /// The clock mark last sent to the tasks, to send a new one only when it changed.
   ClockMark sent;
   bool sent_any = false;
   std::vector<RowBlockWriter> writers;  // one per task
-  /// Copies of predictions for the labels' join (kJoinTask), of models other tasks own.
-  std::optional<RowBlockWriter> join_copies;
+  /// Copies of predictions for the labels' join, one writer per task: a prediction whose key
+  /// another task joins than the one that owns its model goes to both. Empty without labels.
+  std::vector<RowBlockWriter> join_copies;
 };
 
 ScaledOutPlacement::ScaledOutPlacement(Parts parts)
@@ -66,6 +53,10 @@ ScaledOutPlacement::ScaledOutPlacement(Parts parts)
   std::string model = spec.drift.model_column;
   if (model.empty() && !spec.query.group_by.empty()) model = spec.query.group_by[0];
   model_column_ = model.empty() ? -1 : QuerySchema(spec).IndexOf(model);
+  if (spec.labels.enabled) {
+    prediction_key_column_ = QuerySchema(spec).IndexOf(spec.labels.prediction_key);
+    label_key_column_ = spec.labels.schema.IndexOf(spec.labels.key);
+  }
   for (Sink* sink : parts_.sinks) {
     if (sink->CommitsScaledOutBatches()) committer_ = sink;
   }
@@ -95,6 +86,16 @@ uint32_t ScaledOutPlacement::TaskOf(const RecordBatch& batch, size_t row,
     return static_cast<uint32_t>(StableHash(column.String(row)) % tasks);
   }
   return static_cast<uint32_t>(StableHash(std::to_string(column.i64[row])) % tasks);
+}
+
+uint32_t ScaledOutPlacement::JoinTaskOf(const RecordBatch& batch, size_t row, int column,
+                                        uint32_t otherwise) const {
+  if (column < 0) return otherwise;
+  const Column& keys = batch.columns[static_cast<size_t>(column)];
+  if (keys.IsNull(row) || keys.type != FieldType::kString) return otherwise;
+  // As the labels' join splits its keys (engine/executor/performance_stage.h).
+  const uint32_t tasks = std::max<uint32_t>(1, parts_.group->task_count());
+  return static_cast<uint32_t>(StableHash(keys.String(row)) % tasks);
 }
 
 Result<bool> ScaledOutPlacement::Assign(TaskMap& tasks, SourceOffsets& position,
@@ -159,7 +160,8 @@ Result<bool> ScaledOutPlacement::Assign(TaskMap& tasks, SourceOffsets& position,
         auto partition = std::make_unique<SourcePartition>();
         partition->writers.assign(group.task_count(), RowBlockWriter(key));
         if (parts_.spec->labels.enabled && !IsLabelsPartition(key)) {
-          partition->join_copies.emplace(key, /*join_only=*/true);
+          partition->join_copies.assign(group.task_count(),
+                                        RowBlockWriter(key, /*join_only=*/true));
         }
         sources_[key] = std::move(partition);
       }
@@ -248,7 +250,6 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
   options.id = id;
   options.tasks = std::max<uint32_t>(1, parts_.group->task_count());
   options.clock = parts_.clock;
-  options.joins_labels = id == kJoinTask;
   // A task's rows name their source partition by its index among all of them.
   options.partition_key = [this](uint32_t index) {
     return index < all_sources_.size() ? all_sources_[index] : std::string();
@@ -347,12 +348,19 @@ Status ScaledOutPlacement::Route(RecordBatch& rows, RowTimes& times, bool labels
     const int64_t event_us = times.event_us[row];
     const int64_t max_before = late_before == INT64_MIN ? INT64_MIN : late_before + delay;
     const int64_t max_after = std::max(max_before, event_us);
-    // A label goes to the task that joins them; a prediction to its model's task, and a copy
-    // to the joining task when that is another.
-    const uint32_t task = labels ? kJoinTask : TaskOf(rows, row, key);
+    // A label goes to the task that joins its key; a prediction to its model's task, and a
+    // copy to the task that joins its key when that is another.
+    if (labels) {
+      const uint32_t task = JoinTaskOf(rows, row, label_key_column_, 0);
+      partition->writers[task].AddRow(rows, row, late_before, event_us, max_after);
+      continue;
+    }
+    const uint32_t task = TaskOf(rows, row, key);
     partition->writers[task].AddRow(rows, row, late_before, event_us, max_after);
-    if (task != kJoinTask && partition->join_copies) {
-      partition->join_copies->AddRow(rows, row, late_before, event_us, max_after);
+    if (partition->join_copies.empty()) continue;
+    const uint32_t joins = JoinTaskOf(rows, row, prediction_key_column_, task);
+    if (joins != task) {
+      partition->join_copies[joins].AddRow(rows, row, late_before, event_us, max_after);
     }
   }
   return Ok();
@@ -373,6 +381,10 @@ Status ScaledOutPlacement::TakeTaskInput(const InputChunk& chunk, TaskMap& tasks
     auto found = tasks.find(*task_id);
     if (found == tasks.end()) continue;
     QueryTask& task = *found->second;
+    if (auto message = TaskMessageBody(chunk.record(i))) {
+      DRIFTD_TRY(task.Receive(*message));
+      continue;
+    }
     auto from = RowBlockPartition(chunk.record(i));
     if (!from) return tl::unexpected(from.error());
     const bool labels = IsLabelsPartition(*from);
@@ -433,13 +445,13 @@ void ScaledOutPlacement::EndBatch(BatchOutput& output) {
     const bool moved = !partition->sent_any || partition->sent.max_event_us != mark.max_event_us ||
                        partition->sent.more_available != mark.more_available ||
                        partition->sent.idle != mark.idle;
-    // The joining task's copies first: the partition's last mark to it comes after them.
-    if (partition->join_copies && !partition->join_copies->empty()) {
-      for (std::string& block : partition->join_copies->Finish(mark)) {
-        output.repartition.push_back({kJoinTask, key, std::move(block), false});
-      }
-    }
     for (uint32_t t = 0; t < partition->writers.size(); ++t) {
+      // The joining task's copies first: the partition's last mark to it comes after them.
+      if (t < partition->join_copies.size() && !partition->join_copies[t].empty()) {
+        for (std::string& block : partition->join_copies[t].Finish(mark)) {
+          output.repartition.push_back({t, key, std::move(block), false});
+        }
+      }
       RowBlockWriter& writer = partition->writers[t];
       if (writer.empty() && !moved) continue;
       for (std::string& block : writer.Finish(mark)) {

@@ -84,9 +84,15 @@ class ScaledOutPlacement final : public Placement {
 
   Status AddTask(uint32_t task, TaskMap& tasks, Report& report);
   uint32_t TaskOf(const RecordBatch& batch, size_t row, const std::string& partition) const;
+  /// The task that joins the row's key to labels (`column`: its join key); `otherwise` when the
+  /// key is null.
+  uint32_t JoinTaskOf(const RecordBatch& batch, size_t row, int column, uint32_t otherwise) const;
 
   Parts parts_;
   int model_column_ = -1;
+  /// The labels' join key: in the query's rows (predictions) and in the labels'.
+  int prediction_key_column_ = -1;
+  int label_key_column_ = -1;
   /// The source partitions this process reads, and their clock.
   std::map<std::string, std::unique_ptr<SourcePartition>> sources_;
   EventClock read_clock_;

@@ -49,12 +49,8 @@ Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, O
   auto stages = CreateStageSet(spec, std::max<uint32_t>(1, options.shards));
   if (!stages) return tl::unexpected(stages.error());
   task->stages_ = std::move(*stages);
-  if (!options.joins_labels && task->stages_.performance != nullptr) {
-    // Another task joins the labels (scaled out): this one keeps no join state.
-    std::erase_if(task->stages_.all, [&](const std::unique_ptr<Stage>& stage) {
-      return stage.get() == task->stages_.performance;
-    });
-    task->stages_.performance = nullptr;
+  if (task->stages_.performance != nullptr) {
+    task->stages_.performance->SetTask(options.id, std::max<uint32_t>(1, options.tasks));
   }
   task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
   if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
@@ -147,6 +143,12 @@ void QueryTask::FoldLabels(const RecordBatch& labels, const RowTimes& times) {
 void QueryTask::FoldForJoin(const RecordBatch& predictions, const RowTimes& times,
                             BatchOutput& output) {
   if (stages_.performance != nullptr) stages_.performance->Process(predictions, times, output);
+}
+
+Status QueryTask::Receive(std::string_view message) {
+  // A pipeline whose labels were removed: what the join sent before is left, as its state is.
+  if (stages_.performance == nullptr) return Ok();
+  return stages_.performance->Receive(message);
 }
 
 void QueryTask::RouteToLanes(const RecordBatch& rows,

@@ -61,10 +61,6 @@ class QueryTask {
     /// The offsets key of the partition a row's RecordPosition::partition names: drift's
     /// event-time order breaks ties by it. May be called from any thread of the batch.
     std::function<std::string(uint32_t)> partition_key;
-    /// Whether the task joins labels to predictions (a query with labels). Scaled out, one
-    /// task does (task 0: every label and a copy of every prediction reach it); the others
-    /// have no labels' join. Default: true.
-    bool joins_labels = true;
   };
 
   static Result<std::unique_ptr<QueryTask>> Create(const PipelineSpec& spec, Options options);
@@ -110,8 +106,11 @@ class QueryTask {
             std::optional<int64_t> stamped_watermark = std::nullopt);
   /// Rows of the labels input (its schema), for the stage that joins them.
   void FoldLabels(const RecordBatch& labels, const RowTimes& times);
-  /// Predictions of models other tasks own, for the labels' join only (scaled out, task 0).
+  /// Predictions of models other tasks own, for the labels' join only (scaled out: copies of
+  /// the predictions whose join key this task joins).
   void FoldForJoin(const RecordBatch& predictions, const RowTimes& times, BatchOutput& output);
+  /// A message from another task's stage (TaskMessageBody of a repartition block).
+  Status Receive(std::string_view message);
 
   /// Lanes, for a batch on several threads: a lane folds one stage, or one shard of a stage
   /// with several; each sees the rows a sequential Fold would hand it, in their order.

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <map>
 #include <random>
@@ -18,6 +19,8 @@
 #include "config/loader.h"
 #include "engine/drift/codec.h"
 #include "engine/executor/performance_stage.h"
+#include "engine/executor/row_block.h"
+#include "engine/string_hash.h"
 #include "engine/json_decoder.h"
 
 namespace driftd {
@@ -207,9 +210,10 @@ TEST_CASE("the performance stage's evaluations carry the realized values and the
 }
 
 
-// Scaled out, task 0 joins copies of every task's predictions, which no model gate has seen: the
-// join keeps state for query.maxModels models (and "(other)", the gate's overflow) itself, counts
-// the predictions of the others, and after a restart from its state still takes the same models.
+// Scaled out, a key's task joins copies of other tasks' predictions, which no model gate has
+// seen: the join keeps state for query.maxModels models (and "(other)", the gate's overflow)
+// itself, counts the predictions of the others, and after a restart from its state still takes
+// the same models.
 TEST_CASE("the labels' join keeps state for query.maxModels models, counts the predictions of "
           "others, and takes the same models after a restart",
           "[executor][labels][performance]") {
@@ -619,6 +623,160 @@ TEST_CASE("a pending entry of the join's first state layout is read, duplicates 
   CHECK(progress.join.duplicate_labels == 2);
   CHECK(progress.join.pending == 0);
   CHECK(std::count(changes.deletes.begin(), changes.deletes.end(), "pr1") == 1);
+}
+
+TEST_CASE("scaled out, tasks that join their own keys and hand each model's windows to its task "
+          "give one task's performance rows and alerts, value for value",
+          "[executor][labels][performance][scale-out]") {
+  // Classification and regression: the window's sums (log loss, calibration, errors) are
+  // summed in parts on the joining tasks and merged on the model's.
+  const bool regression = GENERATE(false, true);
+  std::string yaml = kPipeline;
+  if (regression) {
+    yaml.replace(yaml.find("  prediction: score\n"), 19,
+                 "  task: regression\n  prediction: score\n");
+  }
+  auto spec = ParsePipeline(yaml, "stage.yaml", LoadOptions{});
+  INFO((spec ? std::string() : FormatProblems("stage.yaml", spec.error())));
+  REQUIRE(spec);
+  constexpr uint32_t kTasks = 3;
+  const int64_t minute_us = 60'000'000;
+  // 4 models, a prediction every 2 s for 2 hours; labels 0-4 minutes later (within: 5), 5%
+  // never, some twice; after an hour m1's labels mostly go against its scores.
+  struct Row {
+    bool label;
+    std::string key;
+    int64_t t_ms;
+    double value;
+    std::string model;
+  };
+  std::vector<Row> rows;
+  std::mt19937_64 random(regression ? 31 : 29);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (int i = 0; i < 3600; ++i) {
+    const std::string key = fmt::format("req-{}", i % 3000);  // some keys used again
+    const std::string model = fmt::format("m{}", i % 4);
+    const int64_t t = kT0Ms + i * 2000;
+    const double score = std::round(uniform(random) * 1e6) / 1e6;
+    rows.push_back({false, key, t, score, model});
+    bool positive = uniform(random) < score;
+    if (model == "m1" && i > 1800 && uniform(random) < 0.9) positive = !positive;
+    const double label = regression ? std::round(score * 10 + (positive ? 1 : -1)) : positive;
+    const int copies = uniform(random) < 0.05 ? 0 : uniform(random) < 0.03 ? 2 : 1;
+    for (int c = 0; c < copies; ++c) {
+      rows.push_back({true, key, t + static_cast<int64_t>(uniform(random) * 240'000), label, ""});
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.t_ms < b.t_ms; });
+  auto task_of = [](std::string_view name) {
+    return static_cast<uint32_t>(StableHash(name) % kTasks);
+  };
+  const std::regex batch_id(R"(,?"batch_id":[0-9]+)");
+  auto strip = [&](const OutputRows& out, std::vector<std::string>& into) {
+    for (const std::string& line : out.rows) into.push_back(std::regex_replace(line, batch_id, ""));
+  };
+  struct Outcome {
+    std::vector<std::string> performance;
+    std::vector<std::string> alerts;
+    int64_t labelled = 0;
+  };
+  // `tasks` stages, fed as scale_out.cc routes rows; batches of random length, each with the
+  // earliest event time still to come as its watermark (no row is late); messages reach their
+  // task in the next batch, each sender's in order, and a task is restarted from its state now
+  // and then.
+  auto run = [&](uint32_t tasks, uint64_t seed) {
+    std::mt19937_64 shuffle(seed);
+    std::vector<std::unique_ptr<PerformanceStage>> stages;
+    std::vector<std::map<std::string, std::string>> state(tasks);
+    auto make = [&](uint32_t id) {
+      auto stage = PerformanceStage::Create(*spec);
+      REQUIRE(stage);
+      (*stage)->SetTask(id, tasks);
+      for (const auto& [key, value] : state[id]) REQUIRE((*stage)->Restore(key, value));
+      return std::move(*stage);
+    };
+    for (uint32_t id = 0; id < tasks; ++id) stages.push_back(make(id));
+    // In flight: per (from, to), messages in order.
+    std::map<std::pair<uint32_t, uint32_t>, std::deque<std::string>> inflight;
+    Outcome outcome;
+    int64_t batch = 0;
+    auto finish_all = [&](int64_t watermark_us, bool restarts) {
+      // Deliver what is in flight, senders interleaved at random.
+      std::vector<std::pair<uint32_t, uint32_t>> links;
+      for (auto& [link, queue] : inflight) {
+        for (size_t i = 0; i < queue.size(); ++i) links.push_back(link);
+      }
+      std::shuffle(links.begin(), links.end(), shuffle);
+      for (const auto& link : links) {
+        const auto body = TaskMessageBody(inflight[link].front());
+        REQUIRE(body);
+        REQUIRE(stages[link.second]->Receive(*body));
+        inflight[link].pop_front();
+      }
+      for (uint32_t id = 0; id < tasks; ++id) {
+        BatchContext context;
+        context.batch_id = batch;
+        context.watermark_us = watermark_us;
+        context.next_watermark_us = watermark_us;
+        BatchOutput output;
+        StateChanges changes;
+        StageProgress progress;
+        stages[id]->Finish(context, output, changes, progress);
+        outcome.labelled += progress.join.labelled;
+        strip(output.performance, outcome.performance);
+        strip(output.alerts, outcome.alerts);
+        for (const InternalRecord& record : output.repartition) {
+          REQUIRE(record.partition != id);
+          REQUIRE(record.partition < tasks);
+          inflight[{id, record.partition}].push_back(record.value);
+        }
+        for (const std::string& key : changes.deletes) state[id].erase(key);
+        for (const auto& [key, value] : changes.puts) state[id][key] = value;
+        if (restarts && tasks > 1 && shuffle() % 10 == 0) stages[id] = make(id);
+      }
+      ++batch;
+    };
+    BatchOutput unused;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      const uint32_t joins = tasks == 1 ? 0 : task_of(row.key);
+      if (row.label) {
+        Feed(*stages[joins], *spec, {true, row.key, row.t_ms, row.value, "", INT64_MIN}, unused);
+      } else {
+        const uint32_t owner = tasks == 1 ? 0 : task_of(row.model);
+        OneRow prediction{false, row.key, row.t_ms, row.value, row.model, INT64_MIN};
+        Feed(*stages[owner], *spec, prediction, unused);
+        if (joins != owner) Feed(*stages[joins], *spec, prediction, unused);
+      }
+      if (i + 1 < rows.size() && shuffle() % 40 != 0) continue;
+      const int64_t next = i + 1 < rows.size() ? rows[i + 1].t_ms * 1000 : INT64_MAX / 2;
+      finish_all(next, /*restarts=*/true);
+    }
+    // Until every message is in and nothing more is sent.
+    for (int round = 0; round < 3; ++round) finish_all(INT64_MAX / 2, /*restarts=*/false);
+    for (const auto& [link, queue] : inflight) CHECK(queue.empty());
+    for (uint32_t id = 0; id < tasks; ++id) {
+      for (const auto& [key, value] : state[id]) {
+        INFO("task " << id << " kept " << key.substr(0, 1));
+        CHECK((key[0] == 's' || key[0] == 'm' || key[0] == 'c'));
+      }
+    }
+    std::sort(outcome.performance.begin(), outcome.performance.end());
+    std::sort(outcome.alerts.begin(), outcome.alerts.end());
+    return outcome;
+  };
+  const Outcome one = run(1, 1);
+  REQUIRE(one.performance.size() >= 4 * 12 * 2 - 8);  // 4 models x 12 windows, twice
+  REQUIRE(one.labelled > 3000);
+  if (!regression) REQUIRE(!one.alerts.empty());  // m1's accuracy drop
+  for (uint64_t seed : {2, 3, 4}) {
+    INFO("3 tasks, seed " << seed);
+    const Outcome three = run(kTasks, seed);
+    CHECK(three.labelled == one.labelled);
+    CHECK(three.performance == one.performance);
+    CHECK(three.alerts == one.alerts);
+  }
 }
 
 }  // namespace
