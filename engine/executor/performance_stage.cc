@@ -39,6 +39,11 @@ constexpr char kModelKey = 'm';
 // joining task has handed its windows over (scaled out).
 constexpr char kHandedKey = 'h';
 constexpr char kHandedUpToKey = 'c';
+// The models the join admitted (Admit), one entry each.
+constexpr char kAdmittedKey = 'a';
+// A message to another task is sealed once its window parts reach this size (a Kafka record's
+// size is limited), and the next one starts.
+constexpr size_t kMaxMessageBytes = 512 << 10;
 // The settings the state is laid out by (the window's length), written once.
 constexpr char kSettingsKey = 's';
 // The longest join key kept (a longer one is counted, not joined).
@@ -477,6 +482,9 @@ class PerformanceStage::Impl {
     if (model != ModelGate::kOtherModel && known_models_.find(model) == known_models_.end()) {
       if (static_cast<int64_t>(known_models_.size()) >= max_models_) return false;
       known_models_.emplace(model);
+      // Kept, so that a restart admits the same models: scaled out, nothing else in this
+      // task's state may name the model once its windows were handed to its task.
+      newly_admitted_.emplace_back(model);
     }
     last_admitted_ = model;
     return true;
@@ -590,6 +598,10 @@ class PerformanceStage::Impl {
                                           window_us / 1'000'000, window_us_ / 1'000'000));
         }
         settings_written_ = true;
+        return Ok();
+      }
+      case kAdmittedKey: {
+        Know(rest);
         return Ok();
       }
       case kHandedKey: {
@@ -774,6 +786,10 @@ class PerformanceStage::Impl {
       changes.puts.emplace_back(std::string(1, kModelKey) + name, std::move(value));
     }
     dirty_models_.clear();
+    for (const std::string& model : newly_admitted_) {
+      changes.puts.emplace_back(std::string(1, kAdmittedKey) + model, std::string());
+    }
+    newly_admitted_.clear();
     if (!settings_written_) {
       // A checkpoint written before this record existed gets it at its next batch.
       std::string value;
@@ -819,6 +835,18 @@ class PerformanceStage::Impl {
   void HandOver(int64_t watermark, BatchOutput& output, StateChanges& changes) {
     std::vector<std::string> bodies(tasks_);
     std::vector<uint64_t> parts(tasks_, 0);
+    // A message to `to` of the parts so far, and how far this task got (INT64_MIN: not said).
+    auto send = [&](uint32_t to, int64_t up_to) {
+      std::string body;
+      ByteWriter w(body);
+      w.U32(task_);
+      w.Varint(parts[to]);
+      body += bodies[to];
+      ByteWriter(body).I64(up_to);
+      output.repartition.push_back({to, "performance", TaskMessageBlock(body), false});
+      bodies[to].clear();
+      parts[to] = 0;
+    };
     auto hand = [&](const std::pair<int64_t, std::string>& at, const Window& window,
                     bool final) {
       const uint32_t owner = TaskOfName(at.second);
@@ -834,6 +862,7 @@ class PerformanceStage::Impl {
       window.Encode(bytes);
       w.Bytes(bytes);
       ++parts[owner];
+      if (bodies[owner].size() >= kMaxMessageBytes) send(owner, INT64_MIN);
     };
     for (auto it = windows_.begin(); it != windows_.end();) {
       const int64_t end = it->first.first + window_us_;
@@ -859,15 +888,10 @@ class PerformanceStage::Impl {
     }
     const bool tell = tasks_ > 1 && up_to > sent_up_to_;
     if (tell) sent_up_to_ = up_to;
+    // How far it got goes after the parts it covers (one partition keeps their order).
     for (uint32_t to = 0; to < tasks_; ++to) {
       if (to == task_ || (parts[to] == 0 && !tell)) continue;
-      std::string body;
-      ByteWriter w(body);
-      w.U32(task_);
-      w.Varint(parts[to]);
-      body += bodies[to];
-      ByteWriter(body).I64(tell ? up_to : INT64_MIN);
-      output.repartition.push_back({to, "performance", TaskMessageBlock(body), false});
+      send(to, tell ? up_to : INT64_MIN);
     }
   }
 
@@ -1602,6 +1626,7 @@ class PerformanceStage::Impl {
   // max_models_ besides "(other)", and the last one a prediction was admitted for.
   int64_t max_models_ = 0;
   StringSet known_models_;
+  std::vector<std::string> newly_admitted_;  // since the last Finish
   StringSet names_;  // the model names pending predictions point to
   std::string last_admitted_;
   std::unordered_map<std::string, JoinEntry> pending_;

@@ -415,6 +415,9 @@ Status ScaledOutPlacement::TakeTaskInput(const InputChunk& chunk, TaskMap& tasks
     } else if (join_only) {
       task.FoldForJoin(block_rows_, block_times_, output);
     } else {
+      // The labels' join takes the rows as they came, as it takes other tasks' copies: every
+      // model under its own name, whichever task's gate would turn it away.
+      if (task.joins_before_gate()) task.FoldForJoin(block_rows_, block_times_, output);
       task.Admit(block_rows_, block_times_);
       task.Fold(block_rows_, block_times_, output);
     }

@@ -51,6 +51,7 @@ Result<std::unique_ptr<QueryTask>> QueryTask::Create(const PipelineSpec& spec, O
   task->stages_ = std::move(*stages);
   if (task->stages_.performance != nullptr) {
     task->stages_.performance->SetTask(options.id, std::max<uint32_t>(1, options.tasks));
+    task->joins_before_gate_ = options.tasks > 1;
   }
   task->gate_ = ModelGate::Create(spec, std::max<uint32_t>(1, options.tasks));
   if (task->stages_.drift != nullptr && OrderBuffer::Applies(spec)) {
@@ -126,6 +127,7 @@ bool QueryTask::Admit(RecordBatch& rows, RowTimes& times) {
 void QueryTask::Fold(const RecordBatch& rows, const RowTimes& times, BatchOutput& output,
                      std::optional<int64_t> stamped_watermark) {
   for (auto& stage : stages_.all) {
+    if (joins_before_gate_ && stage.get() == stages_.performance) continue;
     if (order_ && stage.get() == stages_.drift) {
       Order(rows, times, stamped_watermark);  // drift takes them in event-time order
     } else {
@@ -172,6 +174,7 @@ void QueryTask::FoldLane(size_t lane, const RecordBatch& rows, const RowTimes& t
     if (at.stage->TakesLabels() && at.shard == 0) at.stage->ProcessLabels(rows, times);
     return;
   }
+  if (joins_before_gate_ && at.stage == stages_.performance) return;
   if (at.sharded) {
     at.stage->ProcessShard(at.shard, rows, times, lane_rows);
   } else if (order_ && at.stage == stages_.drift) {

@@ -106,9 +106,13 @@ class QueryTask {
             std::optional<int64_t> stamped_watermark = std::nullopt);
   /// Rows of the labels input (its schema), for the stage that joins them.
   void FoldLabels(const RecordBatch& labels, const RowTimes& times);
-  /// Predictions of models other tasks own, for the labels' join only (scaled out: copies of
-  /// the predictions whose join key this task joins).
+  /// Predictions for the labels' join only, as they reached the task, before its model gate:
+  /// scaled out, copies of other tasks' predictions whose join key this task joins, and its
+  /// own rows before Admit (the join then sees every model's name as the copies do).
   void FoldForJoin(const RecordBatch& predictions, const RowTimes& times, BatchOutput& output);
+  /// Whether the labels' join takes the task's own rows through FoldForJoin, before Admit, and
+  /// Fold leaves it out (scaled out over several tasks).
+  bool joins_before_gate() const { return joins_before_gate_; }
   /// A message from another task's stage (TaskMessageBody of a repartition block).
   Status Receive(std::string_view message);
 
@@ -163,6 +167,9 @@ class QueryTask {
   EventClock clock_;
   StageSet stages_;
   std::unique_ptr<ModelGate> gate_;
+  // Scaled out with labels: the join takes the task's rows before the gate (FoldForJoin), and
+  // Fold leaves the performance stage out.
+  bool joins_before_gate_ = false;
   std::unique_ptr<OrderBuffer> order_;
   // Drift's released values to drift (an OrderBuffer::Take).
   std::function<void(const RecordBatch&, const RowTimes&, std::span<const uint32_t>,
