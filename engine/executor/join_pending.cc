@@ -11,8 +11,9 @@ namespace {
 using drift::ByteReader;
 using drift::ByteWriter;
 
-// Layout 1 (before pairings: one prediction, one label and their counts) is still read.
-constexpr uint8_t kPendingVersion = 2;
+// Layout 1 (before pairings: one prediction, one label and their counts) and 2 (before the
+// spans' counts) are still read.
+constexpr uint8_t kPendingVersion = 3;
 
 }  // namespace
 
@@ -32,6 +33,11 @@ void EncodePending(const JoinEntry& p, std::string& out) {
     w.F64(x.value);
   }
   w.Zigzag(p.last_head);
+  w.Varint(p.taken.size());
+  for (const auto& [span, rows] : p.taken) {
+    w.Zigzag(span);
+    w.Varint(rows);
+  }
 }
 
 namespace {
@@ -69,7 +75,7 @@ bool DecodePending(std::string_view in, JoinEntry& p,
   ByteReader r(in);
   const uint8_t version = r.U8();
   if (version == 1) return DecodePendingV1(r, p, intern);
-  if (version != kPendingVersion) return false;
+  if (version != 2 && version != kPendingVersion) return false;
   const uint64_t predictions = r.Varint();
   for (uint64_t i = 0; i < predictions && !r.failed(); ++i) {
     JoinEntry::Prediction x;
@@ -89,7 +95,16 @@ bool DecodePending(std::string_view in, JoinEntry& p,
     p.labels.push_back(x);
   }
   p.last_head = r.Zigzag();
-  if (r.failed() || !r.at_end() || (!p.waiting() && p.last_head == INT64_MIN)) return false;
+  if (version >= 3) {
+    const uint64_t spans = r.Varint();
+    for (uint64_t i = 0; i < spans && !r.failed(); ++i) {
+      const int64_t span = r.Zigzag();
+      const auto rows = static_cast<uint32_t>(r.Varint());
+      if (!p.taken.empty() && span <= p.taken.back().first) return false;
+      p.taken.emplace_back(span, rows);
+    }
+  }
+  if (r.failed() || !r.at_end() || !p.holds_anything()) return false;
   // Written in this order; sorted again so that a change of the order's ties reads it right.
   std::stable_sort(p.predictions.begin(), p.predictions.end(),
                    [](const auto& a, const auto& b) { return a.order() < b.order(); });

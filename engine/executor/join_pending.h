@@ -2,11 +2,13 @@
 // its persisted layout (engine/executor/performance_stage.cc joins; this is its state).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace driftd {
@@ -47,6 +49,9 @@ struct JoinEntry {
   /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
   /// no label can be outside its bound.
   int64_t last_head = INT64_MIN;
+  /// The rows the key took per span of the bound (floor(t / bound)), oldest span first, for the
+  /// cap on a key's rows; kept until the watermark is past the span's end.
+  std::vector<std::pair<int64_t, uint32_t>> taken;
   /// Where the entry is in the deadline queue (not persisted).
   int64_t deadline = 0;
 
@@ -57,17 +62,35 @@ struct JoinEntry {
     return !labels.empty() &&
            (predictions.empty() || predictions.front().t > labels.front().t + bound_us);
   }
-  int64_t NextDeadline(int64_t bound_us) const {
+  /// When its first row (or the last pairing) is due; INT64_MAX: nothing is.
+  int64_t RowDeadline(int64_t bound_us) const {
     if (label_first(bound_us)) return labels.front().t + bound_us;
     if (!predictions.empty()) return predictions.front().t + bound_us;
-    return last_head + 3 * bound_us;
+    if (last_head != INT64_MIN) return last_head + 3 * bound_us;
+    return INT64_MAX;
+  }
+  /// When its oldest span of taken rows ends; INT64_MAX: none.
+  int64_t SpanDeadline(int64_t bound_us) const {
+    return taken.empty() ? INT64_MAX : (taken.front().first + 1) * bound_us;
+  }
+  int64_t NextDeadline(int64_t bound_us) const {
+    return std::min(RowDeadline(bound_us), SpanDeadline(bound_us));
+  }
+  /// Whether anything keeps the entry: rows, the last pairing, a span's count.
+  bool holds_anything() const { return waiting() || last_head != INT64_MIN || !taken.empty(); }
+  /// The count of rows taken in `span`, made when there is none.
+  uint32_t& TakenIn(int64_t span) {
+    auto it = std::lower_bound(taken.begin(), taken.end(), span,
+                               [](const auto& entry, int64_t s) { return entry.first < s; });
+    if (it == taken.end() || it->first != span) it = taken.insert(it, {span, 0});
+    return it->second;
   }
 };
 
-/// Appends the entry's persisted form (layout 2) to `out`.
+/// Appends the entry's persisted form (layout 3) to `out`.
 void EncodePending(const JoinEntry& p, std::string& out);
-/// Reads layout 2, or layout 1 (one prediction, one label and their counts); `intern` gives the
-/// one string of a model name. False when the bytes are not an entry.
+/// Reads layout 3, 2 (no span counts) or 1 (one prediction, one label and their counts);
+/// `intern` gives the one string of a model name. False when the bytes are not an entry.
 bool DecodePending(std::string_view in, JoinEntry& p,
                    const std::function<const std::string*(std::string_view)>& intern);
 

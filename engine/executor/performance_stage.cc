@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -54,10 +55,14 @@ constexpr size_t kMaxKeyBytes = 1024;
 // (a sentinel such as the largest epoch millis a decoder accepts) is counted as no time.
 constexpr int64_t kMaxJoinTimeUs = int64_t{1} << 61;
 bool JoinableTime(int64_t t) { return t >= -kMaxJoinTimeUs && t <= kMaxJoinTimeUs; }
-// The most rows (predictions and labels) one key holds: a key that is not a request's (a
-// constant, a user id) would otherwise hold the bound's every row in one entry, rewritten and
-// gone over whole with each row. Rows past it are counted, not joined.
-constexpr size_t kMaxRowsPerKey = 256;
+// The most rows (predictions and labels) of one key in one span of the bound (event times in
+// [k x bound, (k + 1) x bound)) the join takes: a key that is not a request's (a constant, a
+// user id) would otherwise hold the bound's every row in one entry, rewritten and gone over
+// whole with each row. The span's first rows in (time, kind, value) order are taken, the others
+// counted (rows_over_key_cap), so which rows are joined depends on the rows alone: a row that
+// left the entry before another came was decided at a watermark at or before the other's time,
+// so it is before it in that order.
+constexpr uint32_t kMaxRowsPerSpan = 128;
 // Label delays are counted in powers of two of seconds: [0, 1 s), [1, 2), [2, 4), ...
 constexpr int kDelayBins = 32;
 // Regression predictions are bucketed by value with this relative width (DDSketch's mapping).
@@ -463,7 +468,8 @@ class PerformanceStage::Impl {
       prediction.t = t;
       prediction.score = score;
       prediction.model = Intern(models.String(row));
-      Arrive(keys.String(row), [&](JoinEntry& entry) {
+      const CapOrder order{t, false, score, *prediction.model};
+      Arrive(keys.String(row), order, [&](JoinEntry& entry) {
         auto& all = entry.predictions;
         all.insert(std::upper_bound(all.begin(), all.end(), prediction,
                                     [](const auto& a, const auto& b) {
@@ -527,7 +533,7 @@ class PerformanceStage::Impl {
         continue;
       }
       const JoinEntry::Label label{t, value};
-      Arrive(keys.String(row), [&](JoinEntry& entry) {
+      Arrive(keys.String(row), CapOrder{t, true, value, {}}, [&](JoinEntry& entry) {
         auto& all = entry.labels;
         all.insert(std::upper_bound(all.begin(), all.end(), label,
                                     [](const auto& a, const auto& b) {
@@ -538,22 +544,78 @@ class PerformanceStage::Impl {
     }
   }
 
+  // A row's place in the order the cap on a key's rows keeps them by (kMaxRowsPerSpan).
+  struct CapOrder {
+    int64_t t;
+    bool label;
+    double value;  // a prediction's score, a label's value
+    std::string_view model;
+    auto tie() const { return std::tie(t, label, value, model); }
+  };
+
   // A row of `key` came: `add` puts it among the entry's rows, and the windows' counts follow.
+  // Past the cap of its span, the span's last row in the cap's order is counted and not joined:
+  // the new one, or one that waits (taken out again).
   template <typename Add>
-  void Arrive(std::string_view key_view, Add add) {
+  void Arrive(std::string_view key_view, const CapOrder& row, Add add) {
     auto [it, created] = pending_.try_emplace(std::string(key_view));
     const std::string& key = it->first;
     JoinEntry& entry = it->second;
-    if (entry.predictions.size() + entry.labels.size() >= kMaxRowsPerKey) {
-      ++counts_.rows_over_key_cap;
-      return;
-    }
     if (!created) Unschedule(key, entry);
+    const int64_t span = FloorDiv(row.t, bound_us_);
+    uint32_t& taken = entry.TakenIn(span);
+    if (taken < kMaxRowsPerSpan) {
+      ++taken;
+    } else {
+      ++counts_.rows_over_key_cap;
+      if (!TakeOutLastAfter(entry, span, row)) {
+        Schedule(key, entry);
+        return;
+      }
+    }
     add(entry);
     ++waiting_;
     Recount(entry);
     Schedule(key, entry);
     MarkDirty(key);
+  }
+
+  // Takes the waiting row of `span` last in the cap's order out of the entry if `row` comes
+  // before it (its window no longer counts it); false when `row` is the last.
+  bool TakeOutLastAfter(JoinEntry& entry, int64_t span, const CapOrder& row) {
+    auto in_span = [&](int64_t t) { return FloorDiv(t, bound_us_) == span; };
+    std::optional<CapOrder> last;
+    int prediction = -1;
+    int label = -1;
+    for (size_t i = 0; i < entry.predictions.size(); ++i) {
+      const JoinEntry::Prediction& p = entry.predictions[i];
+      const CapOrder order{p.t, false, p.score, *p.model};
+      if (in_span(p.t) && (!last || last->tie() < order.tie())) {
+        last = order;
+        prediction = static_cast<int>(i);
+        label = -1;
+      }
+    }
+    for (size_t i = 0; i < entry.labels.size(); ++i) {
+      const JoinEntry::Label& l = entry.labels[i];
+      const CapOrder order{l.t, true, l.value, {}};
+      if (in_span(l.t) && (!last || last->tie() < order.tie())) {
+        last = order;
+        label = static_cast<int>(i);
+        prediction = -1;
+      }
+    }
+    if (!last || !(row.tie() < last->tie())) return false;
+    if (prediction >= 0) {
+      JoinEntry::Prediction& p = entry.predictions[static_cast<size_t>(prediction)];
+      if (p.counted) CountArrival(p, -1);
+      if (p.by_end) WindowOf(p).labelled_by_end -= 1;
+      entry.predictions.erase(entry.predictions.begin() + prediction);
+    } else {
+      entry.labels.erase(entry.labels.begin() + label);
+    }
+    --waiting_;
+    return true;
   }
 
   // ---- state ----------------------------------------------------------------------------------
@@ -1049,14 +1111,7 @@ class PerformanceStage::Impl {
                  entry.labels[label].t < end;
       }
       if (head != prediction.counted) {
-        Window& window = WindowOf(prediction);
-        const int64_t step = head ? 1 : -1;
-        window.predictions += step;
-        if (classification_) {
-          window.score_bins[BinOf(prediction.score)] += step;
-        } else if ((window.value_buckets[ValueBucket(prediction.score)] += step) == 0) {
-          window.value_buckets.erase(ValueBucket(prediction.score));
-        }
+        CountArrival(prediction, head ? 1 : -1);
         prediction.counted = head;
       }
       if (by_end != prediction.by_end) {
@@ -1066,9 +1121,25 @@ class PerformanceStage::Impl {
     }
   }
 
-  // Decides what is due first in the entry (a pairing, or a label of none), or forgets the
-  // last pairing once no label can be outside its bound. Returns whether the entry stays.
+  // A prediction as its window's arrival (`step` 1), or no longer (-1).
+  void CountArrival(const JoinEntry::Prediction& prediction, int64_t step) {
+    Window& window = WindowOf(prediction);
+    window.predictions += step;
+    if (classification_) {
+      window.score_bins[BinOf(prediction.score)] += step;
+    } else if ((window.value_buckets[ValueBucket(prediction.score)] += step) == 0) {
+      window.value_buckets.erase(ValueBucket(prediction.score));
+    }
+  }
+
+  // Decides what is due first in the entry (a pairing, or a label of none), forgets the last
+  // pairing once no label can be outside its bound, or the count of a span no row can come to
+  // any more. Returns whether the entry stays.
   bool DecideNext(JoinEntry& entry) {
+    if (entry.SpanDeadline(bound_us_) < entry.RowDeadline(bound_us_)) {
+      entry.taken.erase(entry.taken.begin());
+      return entry.holds_anything();
+    }
     if (entry.label_first(bound_us_)) {
       const JoinEntry::Label label = entry.labels.front();
       entry.labels.erase(entry.labels.begin());
@@ -1081,13 +1152,15 @@ class PerformanceStage::Impl {
     } else if (!entry.predictions.empty()) {
       DecidePairing(entry);
     } else {
-      return false;  // nothing waits, and the last pairing is forgotten
+      entry.last_head = INT64_MIN;  // nothing waits, and the last pairing is forgotten
+      return entry.holds_anything();
     }
     if (entry.waiting()) return true;
-    // Only the last unlabelled pairing's head stays a while: no room for rows.
+    // Only the last unlabelled pairing's head and the spans' counts stay a while: no room for
+    // rows.
     std::vector<JoinEntry::Prediction>().swap(entry.predictions);
     std::vector<JoinEntry::Label>().swap(entry.labels);
-    return entry.last_head != INT64_MIN;
+    return entry.holds_anything();
   }
 
   // The watermark passed the first pairing's head plus the bound: its outcome goes into the

@@ -627,7 +627,8 @@ TEST_CASE("the labels' join pairs a key's rows by event time, so neither the ord
 }
 
 // A key that holds the most rows one key may takes no more: they are counted, not joined.
-TEST_CASE("the labels' join holds at most 256 rows of one key and counts the rows past it",
+TEST_CASE("the labels' join holds at most 128 rows of one key per span of the bound and counts "
+          "the rows past it",
           "[executor][labels][performance]") {
   auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
   REQUIRE(spec);
@@ -645,8 +646,82 @@ TEST_CASE("the labels' join holds at most 256 rows of one key and counts the row
   (*stage)->Process(batch, times, output);
   StateChanges changes;
   const StageProgress progress = FinishAt(**stage, kT0Ms * 1000, output, changes);
-  CHECK(progress.join.rows_over_key_cap == 44);
-  CHECK(progress.join.pending == 256);
+  CHECK(progress.join.rows_over_key_cap == 300 - 128);
+  CHECK(progress.join.pending == 128);
+}
+
+// A key past the cap (a constant where a request id belongs): which of its rows are joined
+// and which counted depends on the rows alone, not on the order they come in or the batching.
+TEST_CASE("the rows a key past the cap joins do not depend on their order or the batching",
+          "[executor][labels][performance]") {
+  auto spec = ParsePipeline(kPipeline, "stage.yaml", LoadOptions{});
+  REQUIRE(spec);
+  std::mt19937_64 random(41);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  std::vector<OneRow> rows;
+  // 20 minutes of one key: about 150 rows per 5-minute span (the bound), past the 128 taken;
+  // and some keys of their own beside it.
+  for (int i = 0; i < 600; ++i) {
+    const int64_t t = kT0Ms + static_cast<int64_t>(uniform(random) * 20 * 60'000);
+    const bool label = i % 3 == 2;
+    const double value =
+        label ? (uniform(random) < 0.5 ? 1 : 0) : std::round(uniform(random) * 1e3) / 1e3;
+    rows.push_back({label, "hot", t, value, i % 2 ? "m0" : "m1", INT64_MIN});
+    if (i % 10 == 0) {
+      rows.push_back({false, fmt::format("own-{}", i), t, value, "m0", INT64_MIN});
+      rows.push_back({true, fmt::format("own-{}", i), t + 30'000, 1, "", INT64_MIN});
+    }
+  }
+  auto run = [&](std::vector<size_t> order, uint64_t seed) {
+    std::mt19937_64 cut(seed);
+    auto stage = PerformanceStage::Create(*spec);
+    REQUIRE(stage);
+    JoinCounts counts;
+    std::vector<std::string> performance;
+    BatchOutput output;
+    for (size_t i = 0; i < order.size(); ++i) {
+      OneRow row = rows[order[i]];
+      Feed(**stage, *spec, row, output);
+      if (i + 1 < order.size() && cut() % 25 != 0) continue;
+      // The earliest time still to come: no row is late.
+      int64_t next_ms = kT0Ms + 3 * 3'600'000;
+      for (size_t j = i + 1; j < order.size(); ++j) {
+        next_ms = std::min(next_ms, rows[order[j]].t_ms);
+      }
+      StateChanges changes;
+      counts.Add(FinishAt(**stage, next_ms * 1000, output, changes).join);
+    }
+    StateChanges changes;
+    const JoinCounts last = FinishAt(**stage, (kT0Ms + 3 * 3'600'000) * 1000, output, changes).join;
+    counts.Add(last);
+    counts.pending = last.pending;
+    const std::regex batch_id(R"(,?"batch_id":[0-9]+)");
+    for (const std::string& line : output.performance.rows) {
+      performance.push_back(std::regex_replace(line, batch_id, ""));
+    }
+    return std::make_pair(counts, performance);
+  };
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return rows[a].t_ms < rows[b].t_ms; });
+  const auto reference = run(order, 1);
+  CHECK(reference.first.rows_over_key_cap > 50);
+  CHECK(reference.first.labels_late + reference.first.predictions_late == 0);
+  CHECK(reference.first.pending == 0);
+  REQUIRE(!reference.second.empty());
+  for (uint64_t trial = 0; trial < 30; ++trial) {
+    INFO("trial " << trial);
+    std::shuffle(order.begin(), order.end(), random);
+    const auto other = run(order, trial + 2);
+    CHECK(other.first.rows_over_key_cap == reference.first.rows_over_key_cap);
+    CHECK(other.first.labelled == reference.first.labelled);
+    CHECK(other.first.unlabelled == reference.first.unlabelled);
+    CHECK(other.first.duplicate_labels == reference.first.duplicate_labels);
+    CHECK(other.first.duplicate_predictions == reference.first.duplicate_predictions);
+    CHECK(other.first.labels_without_prediction == reference.first.labels_without_prediction);
+    CHECK(other.second == reference.second);
+  }
 }
 
 // The decoder takes epoch millis up to about 9.2e15, within a millisecond of int64's end in
