@@ -65,7 +65,7 @@ bool DecodePendingV1(ByteReader& r, JoinEntry& p,
   if (r.failed() || !r.at_end() || labels > 1'000'000) return false;
   if (flags & 1) p.predictions.push_back(std::move(prediction));
   if (flags & 2) p.labels.assign(std::max<uint64_t>(labels, 1), label);
-  return true;
+  return p.holds_anything();
 }
 
 }  // namespace
@@ -99,9 +99,15 @@ bool DecodePending(std::string_view in, JoinEntry& p,
     const uint64_t spans = r.Varint();
     for (uint64_t i = 0; i < spans && !r.failed(); ++i) {
       const int64_t span = r.Zigzag();
-      const auto rows = static_cast<uint32_t>(r.Varint());
-      if (!p.taken.empty() && span <= p.taken.back().first) return false;
-      p.taken.emplace_back(span, rows);
+      const uint64_t rows = r.Varint();
+      // Spans start at event times the join takes (within 2^61 us of 1970), in order, and
+      // count at least one row.
+      constexpr int64_t kFar = int64_t{1} << 62;
+      if (span < -kFar || span > kFar || rows == 0 || rows > UINT32_MAX ||
+          (!p.taken.empty() && span <= p.taken.back().first)) {
+        return false;
+      }
+      p.taken.emplace_back(span, static_cast<uint32_t>(rows));
     }
   }
   if (r.failed() || !r.at_end() || !p.holds_anything()) return false;

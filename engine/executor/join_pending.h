@@ -49,8 +49,9 @@ struct JoinEntry {
   /// The head of the last pairing decided if it went unlabelled (INT64_MIN: none), kept until
   /// no label can be outside its bound.
   int64_t last_head = INT64_MIN;
-  /// The rows the key took per span of the bound (floor(t / bound)), oldest span first, for the
-  /// cap on a key's rows; kept until the watermark is past the span's end.
+  /// The rows the key took per span of the bound (by the span's start: floor(t / bound) x
+  /// bound), oldest span first, for the cap on a key's rows; kept until the watermark is past
+  /// the span's end (its start plus the bound, the bound of the day if it changed).
   std::vector<std::pair<int64_t, uint32_t>> taken;
   /// Where the entry is in the deadline queue (not persisted).
   int64_t deadline = 0;
@@ -71,7 +72,7 @@ struct JoinEntry {
   }
   /// When its oldest span of taken rows ends; INT64_MAX: none.
   int64_t SpanDeadline(int64_t bound_us) const {
-    return taken.empty() ? INT64_MAX : (taken.front().first + 1) * bound_us;
+    return taken.empty() ? INT64_MAX : taken.front().first + bound_us;
   }
   int64_t NextDeadline(int64_t bound_us) const {
     return std::min(RowDeadline(bound_us), SpanDeadline(bound_us));

@@ -61,7 +61,9 @@ bool JoinableTime(int64_t t) { return t >= -kMaxJoinTimeUs && t <= kMaxJoinTimeU
 // whole with each row. The span's first rows in (time, kind, value) order are taken, the others
 // counted (rows_over_key_cap), so which rows are joined depends on the rows alone: a row that
 // left the entry before another came was decided at a watermark at or before the other's time,
-// so it is before it in that order.
+// so it is before it in that order (each span's count is kept until no row can come to it, for
+// a pairing decided in an earlier span takes its duplicates in this one with it). A key holds
+// at most this many rows per span between the watermark and its latest row.
 constexpr uint32_t kMaxRowsPerSpan = 128;
 // Label delays are counted in powers of two of seconds: [0, 1 s), [1, 2), [2, 4), ...
 constexpr int kDelayBins = 32;
@@ -562,7 +564,7 @@ class PerformanceStage::Impl {
     const std::string& key = it->first;
     JoinEntry& entry = it->second;
     if (!created) Unschedule(key, entry);
-    const int64_t span = FloorDiv(row.t, bound_us_);
+    const int64_t span = SpanOf(row.t);
     uint32_t& taken = entry.TakenIn(span);
     if (taken < kMaxRowsPerSpan) {
       ++taken;
@@ -580,10 +582,13 @@ class PerformanceStage::Impl {
     MarkDirty(key);
   }
 
+  // The span of the bound an event time is in, by its start.
+  int64_t SpanOf(int64_t t) const { return FloorDiv(t, bound_us_) * bound_us_; }
+
   // Takes the waiting row of `span` last in the cap's order out of the entry if `row` comes
   // before it (its window no longer counts it); false when `row` is the last.
   bool TakeOutLastAfter(JoinEntry& entry, int64_t span, const CapOrder& row) {
-    auto in_span = [&](int64_t t) { return FloorDiv(t, bound_us_) == span; };
+    auto in_span = [&](int64_t t) { return SpanOf(t) == span; };
     std::optional<CapOrder> last;
     int prediction = -1;
     int label = -1;
@@ -627,6 +632,12 @@ class PerformanceStage::Impl {
       case kPendingKey: {
         JoinEntry entry;
         if (!DecodePending(value, entry, [this](std::string_view m) { return Intern(m); })) break;
+        if (entry.taken.empty()) {
+          // An entry of layout 1 or 2 (no spans' counts): its waiting rows are what its spans
+          // took, as far as it knows.
+          for (const JoinEntry::Prediction& p : entry.predictions) ++entry.TakenIn(SpanOf(p.t));
+          for (const JoinEntry::Label& l : entry.labels) ++entry.TakenIn(SpanOf(l.t));
+        }
         for (const JoinEntry::Prediction& prediction : entry.predictions) Know(*prediction.model);
         const auto rows = static_cast<int64_t>(entry.predictions.size() + entry.labels.size());
         auto [it, inserted] = pending_.emplace(std::string(rest), std::move(entry));

@@ -18,6 +18,7 @@
 
 #include "config/loader.h"
 #include "engine/drift/codec.h"
+#include "engine/executor/join_pending.h"
 #include "engine/executor/performance_stage.h"
 #include "engine/executor/row_block.h"
 #include "engine/string_hash.h"
@@ -634,10 +635,16 @@ TEST_CASE("the labels' join holds at most 128 rows of one key per span of the bo
   REQUIRE(spec);
   auto stage = PerformanceStage::Create(*spec);
   REQUIRE(stage);
+  // 300 predictions 1 ms apart in one span, the latest first; then 50 in the next span.
   std::vector<std::string> predictions;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 299; i >= 0; --i) {
     predictions.push_back(fmt::format(
         R"({{"request_id":"same","model_id":"m0","event_time":{},"score":0.5}})", kT0Ms + i));
+  }
+  for (int i = 0; i < 50; ++i) {
+    predictions.push_back(
+        fmt::format(R"({{"request_id":"same","model_id":"m0","event_time":{},"score":0.5}})",
+                    kT0Ms + 5 * 60'000 + i));
   }
   RecordBatch batch;
   RowTimes times;
@@ -647,7 +654,21 @@ TEST_CASE("the labels' join holds at most 128 rows of one key per span of the bo
   StateChanges changes;
   const StageProgress progress = FinishAt(**stage, kT0Ms * 1000, output, changes);
   CHECK(progress.join.rows_over_key_cap == 300 - 128);
-  CHECK(progress.join.pending == 128);
+  CHECK(progress.join.pending == 128 + 50);
+  // The span's first 128 in time order are the ones it holds, though they came last.
+  const auto put = std::find_if(changes.puts.begin(), changes.puts.end(),
+                                [](const auto& p) { return p.first == "psame"; });
+  REQUIRE(put != changes.puts.end());
+  JoinEntry entry;
+  StringSet names;
+  REQUIRE(DecodePending(put->second, entry, [&](std::string_view m) {
+    return &*names.emplace(m).first;
+  }));
+  REQUIRE(entry.predictions.size() == 178);
+  CHECK(entry.predictions[0].t == kT0Ms * 1000);
+  CHECK(entry.predictions[127].t == (kT0Ms + 127) * 1000);
+  CHECK(entry.predictions[128].t == (kT0Ms + 5 * 60'000) * 1000);
+  CHECK(entry.taken.size() == 2);
 }
 
 // A key past the cap (a constant where a request id belongs): which of its rows are joined
@@ -710,9 +731,21 @@ TEST_CASE("the rows a key past the cap joins do not depend on their order or the
   CHECK(reference.first.labels_late + reference.first.predictions_late == 0);
   CHECK(reference.first.pending == 0);
   REQUIRE(!reference.second.empty());
-  for (uint64_t trial = 0; trial < 30; ++trial) {
+  for (uint64_t trial = 0; trial < 40; ++trial) {
     INFO("trial " << trial);
-    std::shuffle(order.begin(), order.end(), random);
+    if (trial % 2 == 0) {
+      std::shuffle(order.begin(), order.end(), random);
+    } else {
+      // In time order but shuffled within runs of 40 rows: pairings of a span are decided while
+      // later rows of it still come, some of which take earlier ones' places.
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return rows[a].t_ms < rows[b].t_ms; });
+      for (size_t at = 0; at < order.size(); at += 40) {
+        std::shuffle(order.begin() + static_cast<ptrdiff_t>(at),
+                     order.begin() + static_cast<ptrdiff_t>(std::min(at + 40, order.size())),
+                     random);
+      }
+    }
     const auto other = run(order, trial + 2);
     CHECK(other.first.rows_over_key_cap == reference.first.rows_over_key_cap);
     CHECK(other.first.labelled == reference.first.labelled);
