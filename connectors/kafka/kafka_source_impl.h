@@ -277,6 +277,13 @@ class KafkaSource final : public Source, public GroupMember {
 
   bool IsReady() const override { return ready_.load(std::memory_order_relaxed); }
   bool PlannedBlind() const override { return planned_blind_; }
+  /// availableNow: each partition of the inputs is read up to its end as the first plan that
+  /// reaches it sees it (at start, or when the partition first appears), not to records
+  /// produced since.
+  Status FreezeAvailable() override {
+    freeze_ = true;
+    return Ok();
+  }
 
  private:
   friend class KafkaReader;
@@ -378,6 +385,9 @@ class KafkaSource final : public Source, public GroupMember {
   // The last PlanBatch met an outage and planned nothing without seeing the partitions (the
   // executor's thread only).
   bool planned_blind_ = false;
+  /// FreezeAvailable: the end offset each input partition is read to (the executor's thread).
+  bool freeze_ = false;
+  std::map<std::string, int64_t> frozen_end_;
   /// The brokers have answered at least once: from then on an outage is waited out.
   std::atomic<bool> reached_{false};
   /// steady_clock ticks: when the current outage began (0: none), when it was last logged.

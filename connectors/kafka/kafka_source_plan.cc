@@ -143,7 +143,12 @@ Result<SourceOffsets> KafkaSource::PlanFrom(const SourceOffsets& start) {
       if (options_.fail_on_data_loss) return DataLossError(state, from, *marks);
       from = marks->low;  // Read counts what was skipped
     }
-    int64_t available = std::max<int64_t>(0, marks->high - from);
+    int64_t high = marks->high;
+    if (freeze_ && !(group_ && TaskOfInputKey(state.key))) {
+      // Rows routed between tasks are not the inputs': they are read to their end.
+      high = std::min(high, frozen_end_.try_emplace(state.key, high).first->second);
+    }
+    int64_t available = std::max<int64_t>(0, high - from);
     plans.push_back({i, from, available});
     total += available;
   }

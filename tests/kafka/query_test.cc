@@ -372,5 +372,71 @@ TEST_CASE("key, partition and timestamp of Kafka records drive groupBy, where an
   CHECK(runs[0] == runs[1]);
 }
 
+// availableNow reads what the topic held when the query started: records produced while it
+// runs are left for the next run, so a busy topic does not keep it from ending.
+TEST_CASE("availableNow reads a topic to where it ended at start, not records produced while "
+          "it runs",
+          "[kafka][query][available-now]") {
+  Admin admin;
+  const std::string input = UniqueName("available-now-in");
+  const std::string stats = UniqueName("available-now-stats");
+  admin.CreateTopic(input, 1);
+  admin.CreateTopic(stats, 1);
+  constexpr int kAtStart = 200'000;
+  // In parts: the producer's queue holds 100,000 records.
+  const std::vector<std::string> part(kAtStart / 4, R"({"model":"m","prediction":1})");
+  for (int i = 0; i < 4; ++i) Produce(input, 0, part);
+  TempDir dir("driftd-available-now");
+  const std::string yaml = fmt::format(R"(name: {name}
+schema:
+  - {{name: model, type: string}}
+  - {{name: prediction, type: double}}
+source:
+  format: kafka
+  options:
+    kafka.bootstrap.servers: "{bootstrap}"
+    subscribe: {input}
+    startingOffsets: earliest
+    maxOffsetsPerTrigger: 200
+query:
+  groupBy: [model]
+  aggregates: [count]
+sinks:
+  - name: stats
+    format: kafka
+    stream: stats
+    outputMode: update
+    options: {{kafka.bootstrap.servers: "{bootstrap}", topic: {stats}, keyColumn: model}}
+trigger: {{availableNow: true}}
+checkpointLocation: {checkpoint}
+)",
+                                       fmt::arg("name", UniqueName("available-now")),
+                                       fmt::arg("bootstrap", Bootstrap()),
+                                       fmt::arg("input", input), fmt::arg("stats", stats),
+                                       fmt::arg("checkpoint", dir / "checkpoint"));
+  WriteFile(dir / "p.yaml", yaml);
+  ChildProcess daemon =
+      ChildProcess::Start({DriftdBinary(), "run", dir / "p.yaml", "--http", "off"}, dir / "log");
+  // Once its first batches are done (its progress log says so), more records come: about 1,000
+  // batches of 200 are still to go (15-25 s here).
+  REQUIRE(testing::WaitFor(
+      [&] { return ReadFile(dir / "log").find(R"("batchId":5,)") != std::string::npos; },
+      std::chrono::seconds(60)));
+  Produce(input, 0, std::vector<std::string>(50'000, R"({"model":"m","prediction":1})"));
+  const bool produced_while_running = !daemon.Exited();
+  auto status = daemon.Wait(std::chrono::seconds(240));
+  INFO(ReadFile(dir / "log"));
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  // The test means something only if the records came before the daemon had read to the end.
+  REQUIRE(produced_while_running);
+  const std::vector<Consumed> rows = ReadAll(stats);
+  REQUIRE(!rows.empty());
+  simdjson::dom::parser parser;
+  simdjson::dom::element last = parser.parse(rows.back().value);
+  CHECK(int64_t(last["count"]) == kAtStart);
+}
+
 }  // namespace
 }  // namespace driftd
