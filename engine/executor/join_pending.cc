@@ -34,10 +34,10 @@ void EncodePending(const JoinEntry& p, std::string& out) {
   }
   w.Zigzag(p.last_head);
   w.Varint(p.taken.size());
-  for (const auto& [span, rows] : p.taken) {
+  p.taken.ForEach([&](int64_t span, uint32_t rows) {
     w.Zigzag(span);
     w.Varint(rows);
-  }
+  });
 }
 
 namespace {
@@ -104,10 +104,10 @@ bool DecodePending(std::string_view in, JoinEntry& p,
       // count at least one row.
       constexpr int64_t kFar = int64_t{1} << 62;
       if (span < -kFar || span > kFar || rows == 0 || rows > UINT32_MAX ||
-          (!p.taken.empty() && span <= p.taken.back().first)) {
+          (!p.taken.empty() && span <= p.taken.back_start())) {
         return false;
       }
-      p.taken.emplace_back(span, static_cast<uint32_t>(rows));
+      p.taken.In(span) = static_cast<uint32_t>(rows);
     }
   }
   if (r.failed() || !r.at_end() || !p.holds_anything()) return false;

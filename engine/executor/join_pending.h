@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -12,6 +13,76 @@
 #include <vector>
 
 namespace driftd {
+
+// How many rows one join key took per span of the bound (by the span's start), oldest span
+// first: the first span inline, later ones (a key busy for longer than the bound) apart, since
+// most keys are a request's, with rows in one or two spans.
+class SpanCounts {
+ public:
+  SpanCounts() = default;
+  SpanCounts(const SpanCounts& other)
+      : first_(other.first_),
+        first_rows_(other.first_rows_),
+        rest_(other.rest_ ? std::make_unique<Rest>(*other.rest_) : nullptr) {}
+  SpanCounts& operator=(const SpanCounts& other) {
+    SpanCounts copy(other);
+    *this = std::move(copy);
+    return *this;
+  }
+  SpanCounts(SpanCounts&&) noexcept = default;
+  SpanCounts& operator=(SpanCounts&&) noexcept = default;
+
+  bool empty() const { return first_rows_ == 0; }
+  size_t size() const { return empty() ? 0 : 1 + (rest_ ? rest_->size() : 0); }
+  /// The oldest span's start, and the latest's; only when not empty.
+  int64_t front_start() const { return first_; }
+  int64_t back_start() const { return rest_ && !rest_->empty() ? rest_->back().first : first_; }
+  void PopFront() {
+    if (!rest_ || rest_->empty()) {
+      first_rows_ = 0;
+      rest_.reset();
+      return;
+    }
+    first_ = rest_->front().first;
+    first_rows_ = rest_->front().second;
+    rest_->erase(rest_->begin());
+    if (rest_->empty()) rest_.reset();
+  }
+  /// The count of `span`, made (0) when there is none: the caller counts a row in it.
+  uint32_t& In(int64_t span) {
+    if (empty()) {
+      first_ = span;
+      return first_rows_;
+    }
+    if (span == first_) return first_rows_;
+    if (!rest_) rest_ = std::make_unique<Rest>();
+    if (span < first_) {
+      rest_->insert(rest_->begin(), {first_, first_rows_});
+      first_ = span;
+      first_rows_ = 0;
+      return first_rows_;
+    }
+    auto it = std::lower_bound(rest_->begin(), rest_->end(), span,
+                               [](const auto& entry, int64_t s) { return entry.first < s; });
+    if (it == rest_->end() || it->first != span) it = rest_->insert(it, {span, 0});
+    return it->second;
+  }
+  /// `f(span start, rows)` for each span, oldest first.
+  template <typename F>
+  void ForEach(F f) const {
+    if (empty()) return;
+    f(first_, first_rows_);
+    if (rest_) {
+      for (const auto& [span, rows] : *rest_) f(span, rows);
+    }
+  }
+
+ private:
+  using Rest = std::vector<std::pair<int64_t, uint32_t>>;
+  int64_t first_ = 0;
+  uint32_t first_rows_ = 0;  // 0: no span
+  std::unique_ptr<Rest> rest_;
+};
 
 // The rows of one join key that wait for the watermark, and the last pairing decided for it.
 //
@@ -52,7 +123,7 @@ struct JoinEntry {
   /// The rows the key took per span of the bound (by the span's start: floor(t / bound) x
   /// bound), oldest span first, for the cap on a key's rows; kept until the watermark is past
   /// the span's end (its start plus the bound, the bound of the day if it changed).
-  std::vector<std::pair<int64_t, uint32_t>> taken;
+  SpanCounts taken;
   /// Where the entry is in the deadline queue (not persisted).
   int64_t deadline = 0;
 
@@ -72,7 +143,7 @@ struct JoinEntry {
   }
   /// When its oldest span of taken rows ends; INT64_MAX: none.
   int64_t SpanDeadline(int64_t bound_us) const {
-    return taken.empty() ? INT64_MAX : taken.front().first + bound_us;
+    return taken.empty() ? INT64_MAX : taken.front_start() + bound_us;
   }
   int64_t NextDeadline(int64_t bound_us) const {
     return std::min(RowDeadline(bound_us), SpanDeadline(bound_us));
@@ -80,12 +151,7 @@ struct JoinEntry {
   /// Whether anything keeps the entry: rows, the last pairing, a span's count.
   bool holds_anything() const { return waiting() || last_head != INT64_MIN || !taken.empty(); }
   /// The count of rows taken in `span`, made when there is none.
-  uint32_t& TakenIn(int64_t span) {
-    auto it = std::lower_bound(taken.begin(), taken.end(), span,
-                               [](const auto& entry, int64_t s) { return entry.first < s; });
-    if (it == taken.end() || it->first != span) it = taken.insert(it, {span, 0});
-    return it->second;
-  }
+  uint32_t& TakenIn(int64_t span) { return taken.In(span); }
 };
 
 /// Appends the entry's persisted form (layout 3) to `out`.

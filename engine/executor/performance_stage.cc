@@ -1148,7 +1148,7 @@ class PerformanceStage::Impl {
   // any more. Returns whether the entry stays.
   bool DecideNext(JoinEntry& entry) {
     if (entry.SpanDeadline(bound_us_) < entry.RowDeadline(bound_us_)) {
-      entry.taken.erase(entry.taken.begin());
+      entry.taken.PopFront();
       return entry.holds_anything();
     }
     if (entry.label_first(bound_us_)) {
