@@ -75,7 +75,7 @@ struct Window {
   int64_t labelled = 0;
   int64_t unlabelled = 0;
   int64_t duplicate_labels = 0;
-  bool estimated = false;  // the "estimated" row was emitted
+  bool estimated = false;  // its part for the "estimated" row was handed to the model's task
   // Arrivals: counts per score bin (classification) or per value bucket (regression).
   std::vector<int64_t> score_bins;
   std::map<int32_t, int64_t> value_buckets;
