@@ -184,13 +184,23 @@ Status KafkaSource::PrepareFeeds(std::vector<KafkaReader::Range>& ranges,
     }
   }
   if (moved->cnt > 0) {
-    ErrorPtr error{rd_kafka_seek_partitions(consumer, moved.get(), request_timeout_ms_)};
-    for (int i = 0; !error && i < moved->cnt; ++i) {
-      if (moved->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        error.reset(rd_kafka_error_new(moved->elems[i].err, "topic %s partition %d: %s",
-                                       moved->elems[i].topic, moved->elems[i].partition,
-                                       rd_kafka_err2str(moved->elems[i].err)));
+    // A seek just after the group handed partitions back can time out while their fetchers
+    // start (seen once, after a process stalled 25 s and rejoined). Seeking again to the same
+    // offsets changes nothing else, so a timed-out seek is tried kSeekAttempts times before
+    // it fails the batch.
+    constexpr int kSeekAttempts = 3;
+    ErrorPtr error;
+    for (int attempt = 1; attempt <= kSeekAttempts; ++attempt) {
+      for (int i = 0; i < moved->cnt; ++i) moved->elems[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+      error.reset(rd_kafka_seek_partitions(consumer, moved.get(), request_timeout_ms_));
+      for (int i = 0; !error && i < moved->cnt; ++i) {
+        if (moved->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          error.reset(rd_kafka_error_new(moved->elems[i].err, "topic %s partition %d: %s",
+                                         moved->elems[i].topic, moved->elems[i].partition,
+                                         rd_kafka_err2str(moved->elems[i].err)));
+        }
       }
+      if (!error || rd_kafka_error_code(error.get()) != RD_KAFKA_RESP_ERR__TIMED_OUT) break;
     }
     if (error) {
       forget(*moved);
