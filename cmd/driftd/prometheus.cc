@@ -166,29 +166,25 @@ double LevelValue(AlertLevel level) {
 // The series of a pipeline whose per-detector gauges a scrape shows, in (model, series) order:
 // every one when there are at most `limit`, else the `limit` most urgent (a level other than
 // OK first, then the highest score of any detector, ties by model and series).
-std::vector<const Evaluation*> ShownSeries(const QueryMetricsSnapshot& m, size_t limit) {
-  std::vector<const Evaluation*> out;
+std::vector<SharedEvaluation> ShownSeries(const QueryMetricsSnapshot& m, size_t limit) {
+  std::vector<SharedEvaluation> out;
   out.reserve(std::min(limit, m.evaluations.size()));
   if (m.evaluations.size() <= limit) {
-    for (const auto& [key, evaluation] : m.evaluations) out.push_back(evaluation.get());
+    for (const auto& [key, evaluation] : m.evaluations) out.push_back(evaluation.Unpack());
     return out;
   }
   struct Candidate {
     bool ok;
     double score;
     size_t order;  // in the map's (model, series) order
-    const Evaluation* evaluation;
+    const PackedEvaluation* evaluation;
   };
   std::vector<Candidate> candidates;
   candidates.reserve(m.evaluations.size());
   for (const auto& [key, evaluation] : m.evaluations) {
-    double score = -std::numeric_limits<double>::infinity();
-    for (const DetectorReading& r : evaluation->detectors) {
-      if (!std::isnan(r.score)) score = std::max(score, r.score);
-    }
     const bool ok =
-        evaluation->level == AlertLevel::kOk || evaluation->level == AlertLevel::kResolved;
-    candidates.push_back({ok, score, candidates.size(), evaluation.get()});
+        evaluation.level() == AlertLevel::kOk || evaluation.level() == AlertLevel::kResolved;
+    candidates.push_back({ok, evaluation.max_score(), candidates.size(), &evaluation});
   }
   auto urgent = [](const Candidate& a, const Candidate& b) {
     if (a.ok != b.ok) return !a.ok;
@@ -200,7 +196,7 @@ std::vector<const Evaluation*> ShownSeries(const QueryMetricsSnapshot& m, size_t
   candidates.resize(limit);
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.order < b.order; });
-  for (const Candidate& c : candidates) out.push_back(c.evaluation);
+  for (const Candidate& c : candidates) out.push_back(c.evaluation->Unpack());
   return out;
 }
 
@@ -462,11 +458,11 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     // Drift gauges come from every evaluation (and are restored with the state), so each
     // series shows up at its first closed window, drifting or not; with more series than
     // max_drift_series, the most urgent of them.
-    std::vector<std::vector<const Evaluation*>> shown_series;
+    std::vector<std::vector<SharedEvaluation>> shown_series;
     for (const View& p : pipelines) {
       shown_series.push_back(ShownSeries(p.metrics, process.max_drift_series));
     }
-    auto shown_of = [&](const View& p) -> const std::vector<const Evaluation*>& {
+    auto shown_of = [&](const View& p) -> const std::vector<SharedEvaluation>& {
       return shown_series[static_cast<size_t>(&p - pipelines.data())];
     };
     w.Family("driftd_drift_series", "gauge",
@@ -485,7 +481,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
     w.Family("driftd_drift_statistic", "gauge",
              "The detector's statistic at the last evaluated window of the model and series.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_statistic",
@@ -499,7 +495,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The statistic the detector's warn and alert levels need at the last evaluated "
              "window's sample sizes (level label).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           for (const auto& [level, value] :
@@ -518,7 +514,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "normal tail is its false-alarm probability (levels: warn 5, alert 5.5 by "
              "default).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_score",
@@ -532,7 +528,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The level the detector's last reading indicates on its own (before hysteresis): "
              "0 ok, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         for (const DetectorReading& r : e.detectors) {
           w.Sample("driftd_drift_level",
@@ -546,7 +542,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "The series' alert state after its last evaluation (hysteresis and cooldown "
              "applied): 0 ok or resolved, 1 warn, 2 alert.");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         w.Sample("driftd_drift_series_level",
                  WithSegment({{"pipeline", p.name}, {"model", e.model}}, e.segment,
@@ -559,7 +555,7 @@ std::string RenderPrometheus(const ProcessMetricsView& process,
              "malformed series: the share of records without a value, or malformed; none for "
              "a categorical series).");
     for (const View& p : pipelines) {
-      for (const Evaluation* shown : shown_of(p)) {
+      for (const SharedEvaluation& shown : shown_of(p)) {
         const Evaluation& e = *shown;
         if (e.window_n == 0 || e.series_kind == SeriesKind::kCategorical) continue;
         w.Sample("driftd_drift_window_mean",

@@ -43,20 +43,27 @@ void KeepMostUrgent(std::vector<ReportSeries>& series) {
     AlertLevel level = AlertLevel::kOk;
     double score = 0;
     if (!s.points.empty()) level = s.points.back().level;
+    // A packed latest evaluation is unpacked for this alone, one series at a time.
+    const SharedEvaluation latest = s.latest ? s.latest : s.packed ? s.packed.Unpack() : nullptr;
     const std::vector<DetectorReading>* readings =
-        s.latest ? &s.latest->detectors : s.points.empty() ? nullptr : &s.points.back().detectors;
+        latest ? &latest->detectors : s.points.empty() ? nullptr : &s.points.back().detectors;
     if (readings != nullptr) {
       if (const DetectorReading* worst = WorstReading(*readings)) score = worst->score;
     }
-    if (s.latest) level = s.latest->level;
+    if (latest) level = latest->level;
     const bool open = level == AlertLevel::kWarn || level == AlertLevel::kAlert;
     return std::make_tuple(open, static_cast<int>(level), score);
   };
-  std::stable_sort(series.begin(), series.end(),
-                   [&](const ReportSeries& a, const ReportSeries& b) {
-                     return urgency(a) > urgency(b);
-                   });
-  series.resize(kMaxReportSeries);
+  // Each series' urgency once, then the most urgent in their order (a stable sort).
+  std::vector<std::pair<decltype(urgency(series[0])), size_t>> ranked;
+  ranked.reserve(series.size());
+  for (size_t i = 0; i < series.size(); ++i) ranked.emplace_back(urgency(series[i]), i);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<ReportSeries> kept;
+  kept.reserve(kMaxReportSeries);
+  for (size_t i = 0; i < kMaxReportSeries; ++i) kept.push_back(std::move(series[ranked[i].second]));
+  series = std::move(kept);
   std::sort(series.begin(), series.end(), [](const ReportSeries& a, const ReportSeries& b) {
     return std::tie(a.model, a.series) < std::tie(b.model, b.series);
   });
@@ -144,10 +151,14 @@ ReportPipeline ReportFromMetrics(const std::string& name, const QueryMetrics& me
     ReportSeries& s = report.series.emplace_back();
     s.model = key.first;
     s.series = key.second;
-    s.latest = latest;
+    s.packed = latest;
   }
   report.series_total = static_cast<int64_t>(report.series.size());
   KeepMostUrgent(report.series);
+  for (ReportSeries& s : report.series) {
+    if (s.packed) s.latest = s.packed.Unpack();
+    s.packed = PackedEvaluation();
+  }
   for (ReportSeries& s : report.series) s.points = metrics.SeriesHistory(s.model, s.series);
   report.alerts = metrics.RecentAlerts();
   report.incidents = metrics.OpenIncidents();

@@ -24,6 +24,8 @@ struct ReportSeries {
   std::string series;
   /// The latest evaluation, with its distributions (null when only history points are kept).
   SharedEvaluation latest;
+  /// The metrics' packed copy of it, while the most urgent series are chosen.
+  PackedEvaluation packed;
   std::vector<EvaluationPoint> points;  // oldest first
 };
 

@@ -242,15 +242,14 @@ std::string PipelineJson(const PipelineStatus& status) {
   // The grid: series in first-seen order (monitor order), then one row per model.
   std::vector<std::string> series;
   std::set<std::string> seen;
-  std::map<std::string, std::vector<const Evaluation*>> by_model;
+  std::map<std::string, std::vector<const PackedEvaluation*>> by_model;
   // A row per model, or per (model, segment): named "model [segment]".
-  for (const auto& [key, e] : m.evaluations) by_model[key.first].push_back(e.get());
+  for (const auto& [key, e] : m.evaluations) by_model[key.first].push_back(&e);
   for (const DriftMonitor::ModelStats& model : m.drift_models) {
     by_model[ModelLabel(model.model, model.segment)];
   }
-  for (const auto& [key, shared] : m.evaluations) {
-    const Evaluation& e = *shared;
-    if (seen.insert(e.series).second) series.push_back(e.series);
+  for (const auto& [key, e] : m.evaluations) {
+    if (seen.insert(key.second).second) series.push_back(key.second);
   }
   // Numbered series by their index, not as text ("x[10]" after "x[9]").
   std::stable_sort(series.begin(), series.end(), [](const std::string& a, const std::string& b) {
@@ -322,7 +321,8 @@ std::string PipelineJson(const PipelineStatus& status) {
     if (oldest != nullptr) o.Raw("incidentSince", IncidentJson(*oldest));
     std::string cells;
     JsonObject c(cells);
-    for (const Evaluation* e : evaluations) {
+    for (const PackedEvaluation* packed : evaluations) {
+      const SharedEvaluation e = packed->Unpack();  // the rows shown only
       std::string cell;
       JsonObject x(cell);
       x.String("level", LevelLabel(e->level));

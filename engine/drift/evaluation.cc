@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -218,7 +221,7 @@ RowShape EvaluationRowShape() {
        Member("batch_id", Kind::kLong)});
 }
 
-std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
+std::string EncodeEvaluation(const Evaluation& e, bool with_distribution, size_t* batch_id_at) {
   std::string out;
   drift::ByteWriter w(out);
   w.U8(kEncodingVersion);
@@ -238,6 +241,7 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution) {
   w.I64(e.baseline_n);
   w.F64(e.baseline_mean);
   w.F64(e.baseline_stddev);
+  if (batch_id_at != nullptr) *batch_id_at = out.size();
   w.I64(e.batch_id);
   w.U32(static_cast<uint32_t>(e.detectors.size()));
   for (const DetectorReading& r : e.detectors) {
@@ -366,6 +370,78 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   }
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   return e;
+}
+
+namespace {
+
+double MaxScore(const Evaluation& evaluation) {
+  double score = -std::numeric_limits<double>::infinity();
+  for (const DetectorReading& r : evaluation.detectors) {
+    if (!std::isnan(r.score)) score = std::max(score, r.score);
+  }
+  return score;
+}
+
+}  // namespace
+
+std::shared_ptr<PackedEvaluation::Data> PackedEvaluation::Make(const Evaluation& evaluation) {
+  auto data = std::make_shared<Data>();
+  size_t batch_id_at = 0;
+  data->bytes = EncodeEvaluation(evaluation, /*with_distribution=*/true, &batch_id_at);
+  data->bytes.shrink_to_fit();
+  data->model = evaluation.model;
+  data->segment = evaluation.segment;
+  data->series = evaluation.series;
+  data->max_score = MaxScore(evaluation);
+  data->batch_id_at = static_cast<uint32_t>(batch_id_at);
+  data->level = evaluation.level;
+  data->evaluated = evaluation.evaluated;
+  return data;
+}
+
+PackedEvaluation::PackedEvaluation(const Evaluation& evaluation) : data_(Make(evaluation)) {}
+
+Result<PackedEvaluation> PackedEvaluation::FromBytes(std::string bytes, std::string_view model,
+                                                     std::string_view segment) {
+  auto evaluation = DecodeEvaluation(bytes);
+  if (!evaluation) return tl::unexpected(evaluation.error());
+  evaluation->model = std::string(model);
+  evaluation->segment = std::string(segment);
+  return PackedEvaluation(*evaluation);
+}
+
+SharedEvaluation PackedEvaluation::Unpack() const {
+  if (!data_) return std::make_shared<const Evaluation>();
+  auto evaluation = DecodeEvaluation(data_->bytes);
+  // The bytes were written by EncodeEvaluation here.
+  assert(evaluation.has_value());
+  if (!evaluation) return std::make_shared<const Evaluation>();
+  return std::make_shared<const Evaluation>(std::move(*evaluation));
+}
+
+std::string_view PackedEvaluation::bytes() const {
+  return data_ ? std::string_view(data_->bytes) : std::string_view();
+}
+
+namespace {
+const std::string kNoName;
+}  // namespace
+
+const std::string& PackedEvaluation::model() const { return data_ ? data_->model : kNoName; }
+const std::string& PackedEvaluation::segment() const { return data_ ? data_->segment : kNoName; }
+const std::string& PackedEvaluation::series() const { return data_ ? data_->series : kNoName; }
+
+double PackedEvaluation::max_score() const {
+  return data_ ? data_->max_score : -std::numeric_limits<double>::infinity();
+}
+
+void PackedEvaluation::SetBatchId(int64_t batch_id) {
+  if (!data_) return;
+  assert(data_.use_count() == 1);
+  const auto v = static_cast<uint64_t>(batch_id);
+  for (int i = 0; i < 8; ++i) {
+    data_->bytes[data_->batch_id_at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
 }
 
 }  // namespace driftd

@@ -3,6 +3,7 @@
 // checkpoint so the drift gauges survive a restart.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,8 +31,10 @@ ShapeType BaselineShape(bool nullable);
 ShapeType DetectorReadingShape();
 
 /// Versioned little-endian bytes (engine/drift/codec.h); `with_distribution` false leaves the
-/// distribution out (a point of a series' history).
-std::string EncodeEvaluation(const Evaluation& evaluation, bool with_distribution = true);
+/// distribution out (a point of a series' history). `batch_id_at`, when given, is set to where
+/// the bytes hold the batch id (8 bytes, little-endian).
+std::string EncodeEvaluation(const Evaluation& evaluation, bool with_distribution = true,
+                             size_t* batch_id_at = nullptr);
 /// kCorruption on truncated or malformed bytes. Detector names map back to the static names.
 Result<Evaluation> DecodeEvaluation(std::string_view bytes);
 

@@ -721,7 +721,11 @@ void SortByRecord(std::vector<T>& items, std::vector<uint64_t>& records) {
 
 void DriftMonitor::InRecordOrder() {
   SortByRecord(events_, event_records_);
-  SortByRecord(evaluations_, evaluation_records_);
+  if (pack_) {
+    SortByRecord(packed_, evaluation_records_);
+  } else {
+    SortByRecord(evaluations_, evaluation_records_);
+  }
 }
 
 void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out) {
@@ -757,6 +761,15 @@ void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertE
     for (Evaluation& e : evaluations_) evaluations->push_back(std::move(e));
   }
   std::vector<Evaluation>().swap(evaluations_);
+  evaluation_records_.clear();
+}
+
+void DriftMonitor::Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
+                            std::vector<PackedRecord>& packed) {
+  Evaluate(batch_id, now_ms, out);
+  for (PackedRecord& e : packed_) e.evaluation.SetBatchId(batch_id);
+  packed.clear();
+  packed.swap(packed_);
   evaluation_records_.clear();
 }
 
@@ -829,7 +842,12 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
     e.baseline_mean = s.baseline.mean();
     e.baseline_stddev = s.baseline.Stddev();
   }
-  evaluations_.push_back(std::move(e));
+  if (pack_) {
+    std::string model = e.model;
+    packed_.push_back({std::move(model), pack_(std::move(e))});
+  } else {
+    evaluations_.push_back(std::move(e));
+  }
   evaluation_records_.push_back(record_);
 }
 

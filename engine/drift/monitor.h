@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -175,10 +176,57 @@ struct Evaluation {
   }
 };
 
-/// Evaluations are shared once made, not copied: the drift stage keeps each series' latest (for
-/// the checkpoint), the metrics keep them for the gauges and the history, the delivery thread
-/// reports them. At 10,000 models a batch may close 130,000 windows of ~1 KB each.
+/// Evaluations are shared once made, not copied: a series' history points, the performance
+/// stage's windows, what a reader unpacked. What is kept for every series is packed
+/// (PackedEvaluation, below).
 using SharedEvaluation = std::shared_ptr<const Evaluation>;
+
+/// An evaluation kept to be read later (each series' latest: the checkpoint's copy, the gauges):
+/// its bytes as EncodeEvaluation writes them (~0.95 KB at the default detectors, names and
+/// shared block included), where the object with its readings' and distribution's vectors
+/// takes ~1.7 KB. At 10,000 models x 13 series the objects took ~220 MB, and a batch's new
+/// ones piled up beside them until the metrics took them. Implemented in evaluation.cc. Names and what choosing among many series needs (level,
+/// highest score) are read once, when packed; the rest is decoded by Unpack. Shared: copies
+/// share the bytes.
+class PackedEvaluation {
+ public:
+  PackedEvaluation() = default;
+  explicit PackedEvaluation(const Evaluation& evaluation);
+  /// From EncodeEvaluation's bytes (a checkpoint's); kCorruption as DecodeEvaluation. The
+  /// model and segment the bytes name are replaced by `model` and `segment`.
+  static Result<PackedEvaluation> FromBytes(std::string bytes, std::string_view model,
+                                            std::string_view segment);
+
+  explicit operator bool() const { return data_ != nullptr; }
+  /// The evaluation again, as it was packed (a default one when empty).
+  SharedEvaluation Unpack() const;
+  /// EncodeEvaluation's bytes (with the distribution).
+  std::string_view bytes() const;
+  const std::string& model() const;
+  const std::string& segment() const;
+  const std::string& series() const;
+  AlertLevel level() const { return data_ ? data_->level : AlertLevel::kOk; }
+  bool evaluated() const { return data_ && data_->evaluated; }
+  /// The highest score of any reading (NaN scores left out); -inf without one.
+  double max_score() const;
+  /// Sets the batch id the bytes hold. Only before the first copy is made (the drift monitor
+  /// packs a window's evaluation when it closes, and learns the batch's id at its end).
+  void SetBatchId(int64_t batch_id);
+
+ private:
+  struct Data {
+    std::string bytes;
+    std::string model;
+    std::string segment;
+    std::string series;
+    double max_score = 0;
+    uint32_t batch_id_at = 0;  // where the bytes hold the batch id
+    AlertLevel level = AlertLevel::kOk;
+    bool evaluated = false;
+  };
+  static std::shared_ptr<Data> Make(const Evaluation& evaluation);
+  std::shared_ptr<Data> data_;
+};
 
 /// Counters for progress reports.
 struct DriftMonitorStats {
@@ -370,6 +418,14 @@ class DriftMonitor {
   /// CollectEvaluations(true); otherwise none are kept).
   void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
                 std::vector<Evaluation>* evaluations);
+  /// What the packed Evaluate hands out: an evaluation and the model as this monitor names it.
+  struct PackedRecord {
+    std::string model;
+    PackedEvaluation evaluation;
+  };
+  /// As above, with the evaluations packed as their windows closed (PackEvaluations).
+  void Evaluate(int64_t batch_id, int64_t now_ms, std::vector<AlertEvent>& out,
+                std::vector<PackedRecord>& packed);
   /// The record (AtRecord) each event and evaluation the last Evaluate handed out arose at, in
   /// their order; kClosedWindow for those of event-time windows closed by the watermark, which
   /// come last, models in name order. With several monitors each holding some of the models
@@ -383,6 +439,12 @@ class DriftMonitor {
   /// Keep an Evaluation per closed window for Evaluate(). Default: off
   /// (no cost).
   void CollectEvaluations(bool on) { collect_evaluations_ = on; }
+  /// Packs each evaluation as its window closes, with `pack` (which may rename its model), for
+  /// the packed Evaluate: a batch may close a window of every series (130,000 at 10,000
+  /// models), and as objects they took ~1.7 KB each until the batch's end.
+  void PackEvaluations(std::function<PackedEvaluation(Evaluation&&)> pack) {
+    pack_ = std::move(pack);
+  }
 
   /// Appends (key, value) for every model changed since the last call, and to `deletes` the
   /// keys that no longer hold anything. Keys (names with '%' and '/' percent-encoded):
@@ -605,6 +667,8 @@ class DriftMonitor {
   double error_threshold_ = 0.5;
   double resolve_log_evidence_ = 0;
   std::vector<Evaluation> evaluations_;
+  std::function<PackedEvaluation(Evaluation&&)> pack_;
+  std::vector<PackedRecord> packed_;  // instead of evaluations_ when pack_ is set
   /// The record (AtRecord) each of events_ and evaluations_ arose at.
   std::vector<uint64_t> evaluation_records_;
   std::vector<uint64_t> event_records_;

@@ -139,20 +139,26 @@ Status DriftStage::Impl::LoadBaseline() {
 
 Status DriftStage::Impl::Restore(std::string_view key, std::string_view value) {
   if (key.starts_with(kEvaluationPrefix)) {
-    auto evaluation = DecodeEvaluation(value);
-    if (!evaluation) return tl::unexpected(evaluation.error().Wrap(std::string(key)));
-    // The key names the model as the monitor knows it (with its segment, if any).
+    // The key names the model as the monitor knows it (with its segment, if any), and the
+    // series.
     std::string_view rest = key.substr(kEvaluationPrefix.size());
     const size_t slash = rest.find('/');
     auto monitor_name = UnescapeKeyPart(rest.substr(0, slash));
     if (!monitor_name) return tl::unexpected(monitor_name.error().Wrap(std::string(key)));
-    Name(*monitor_name, &evaluation->model, &evaluation->segment);
-    auto series_key = std::make_pair(*monitor_name, evaluation->series);
-    Latest& latest = latest_[std::move(series_key)];
+    auto series = slash == std::string_view::npos
+                      ? Result<std::string>(MakeError(ErrorCode::kCorruption, "no series"))
+                      : UnescapeKeyPart(rest.substr(slash + 1));
+    if (!series) return tl::unexpected(series.error().Wrap(std::string(key)));
+    std::string model;
+    std::string segment;
+    Name(*monitor_name, &model, &segment);
+    auto evaluation = PackedEvaluation::FromBytes(std::string(value), model, segment);
+    if (!evaluation) return tl::unexpected(evaluation.error().Wrap(std::string(key)));
+    Latest& latest = latest_[std::make_pair(std::move(*monitor_name), std::move(*series))];
     latest.saved = true;
-    latest.saved_level = evaluation->level;
-    latest.saved_evaluated = evaluation->evaluated;
-    latest.evaluation = std::make_shared<const Evaluation>(std::move(*evaluation));
+    latest.saved_level = evaluation->level();
+    latest.saved_evaluated = evaluation->evaluated();
+    latest.evaluation = std::move(*evaluation);
     return Ok();
   }
   if (key.starts_with(kMultivariatePrefix)) return RestoreMultivariate(key, value);
@@ -209,16 +215,16 @@ Status DriftStage::Impl::Restore(std::string_view key, std::string_view value) {
 void DriftStage::Impl::EvaluateShard(const BatchContext& context) {
   records_fed_ = 0;
   events_.clear();
-  evaluations_.clear();
+  packed_.clear();
   event_keys_.clear();
   evaluation_keys_.clear();
   if (!monitor_) return;
-  std::vector<Evaluation> evaluations;
+  std::vector<DriftMonitor::PackedRecord> evaluations;
   // Windows close by the watermark this batch's rows move the clock to: every row of a
   // window closed now was read (rows still to come for it are late by their own partition's
   // watermark), so closing now rather than one batch later changes nothing but latency.
   monitor_->AdvanceWatermark(context.next_watermark_us);
-  monitor_->Evaluate(context.batch_id, context.now_ms, events_, &evaluations);
+  monitor_->Evaluate(context.batch_id, context.now_ms, events_, evaluations);
   if (keep_merge_keys_) {
     auto keys = [](const std::vector<uint64_t>& records, auto&& model_of, size_t count,
                    std::vector<MergeKey>& out) {
@@ -233,27 +239,25 @@ void DriftStage::Impl::EvaluateShard(const BatchContext& context) {
     keys(monitor_->last_evaluation_records(), [&](size_t i) { return evaluations[i].model; },
          evaluations.size(), evaluation_keys_);
   }
-  // The monitor knows a segment's model as "<model>\x1f<value>...": events and evaluations
-  // name the model and the segment apart.
+  // The monitor knows a segment's model as "<model>\x1f<value>...": events name the model
+  // and the segment apart (evaluations were named so when packed: PackEvaluations).
   for (AlertEvent& event : events_) {
     const std::string monitor_name = event.model;
     Name(monitor_name, &event.model, &event.segment);
   }
-  evaluations_.reserve(evaluations.size());
-  for (Evaluation& evaluation : evaluations) {
-    std::string monitor_name = evaluation.model;
-    Name(monitor_name, &evaluation.model, &evaluation.segment);
-    auto series_key = std::make_pair(std::move(monitor_name), evaluation.series);
-    auto& shared =
-        evaluations_.emplace_back(std::make_shared<const Evaluation>(std::move(evaluation)));
-    auto latest = latest_.try_emplace(std::move(series_key)).first;
-    latest->second.evaluation = shared;
+  packed_.reserve(evaluations.size());
+  for (DriftMonitor::PackedRecord& record : evaluations) {
+    auto latest =
+        latest_.try_emplace(std::make_pair(std::move(record.model), record.evaluation.series()))
+            .first;
+    latest->second.evaluation = record.evaluation;
+    packed_.push_back(std::move(record.evaluation));
     dirty_evaluations_.push_back(latest);
   }
 }
 
 void DriftStage::Impl::Render(std::span<const AlertEvent> events,
-                              std::span<const SharedEvaluation> evaluations, OutputRows& alerts,
+                              std::span<const PackedEvaluation> evaluations, OutputRows& alerts,
                               OutputRows* rows) const {
   if (alerts.columns.empty()) {
     alerts.columns = {"alert_id", "level", "model", "series", "detector", "statistic",
@@ -265,8 +269,8 @@ void DriftStage::Impl::Render(std::span<const AlertEvent> events,
       rows->columns = {"evaluation_id", "model", "series", "level", "evaluated", "window",
                        "detectors"};
     }
-    for (const SharedEvaluation& evaluation : evaluations) {
-      rows->Add(evaluation->model, EvaluationToJson(*evaluation));
+    for (const PackedEvaluation& evaluation : evaluations) {
+      rows->Add(evaluation.model(), EvaluationToJson(*evaluation.Unpack()));
     }
   }
 }
@@ -277,10 +281,10 @@ void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all,
     Latest& latest = it->second;
     puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
                                   EscapeKeyPart(it->first.second)),
-                      EncodeEvaluation(*latest.evaluation));
+                      std::string(latest.evaluation.bytes()));
     latest.saved = true;
-    latest.saved_level = latest.evaluation->level;
-    latest.saved_evaluated = latest.evaluation->evaluated;
+    latest.saved_level = latest.evaluation.level();
+    latest.saved_evaluated = latest.evaluation.evaluated();
     latest.waiting = false;
   };
   if (evaluations_flushed_ms_ == INT64_MIN) evaluations_flushed_ms_ = now_ms;
@@ -292,8 +296,8 @@ void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all,
                            dirty_evaluations_.end());
   for (LatestMap::iterator it : dirty_evaluations_) {
     Latest& latest = it->second;
-    const bool changed = !latest.saved || latest.saved_level != latest.evaluation->level ||
-                         latest.saved_evaluated != latest.evaluation->evaluated;
+    const bool changed = !latest.saved || latest.saved_level != latest.evaluation.level() ||
+                         latest.saved_evaluated != latest.evaluation.evaluated();
     if (changed) {
       save(it);
     } else if (!latest.waiting) {
@@ -667,6 +671,11 @@ Status DriftStage::Impl::CreateMonitor(const Layout& layout) {
   if (!monitor) return tl::unexpected(monitor.error());
   monitor_ = std::move(*monitor);
   monitor_->CollectEvaluations(true);
+  monitor_->PackEvaluations([this](Evaluation&& evaluation) {
+    const std::string monitor_name = evaluation.model;
+    Name(monitor_name, &evaluation.model, &evaluation.segment);
+    return PackedEvaluation(evaluation);
+  });
   monitor_->UseSegments(segment_columns_.size());
   if (window_ms_ > 0) {
     monitor_->UseEventTimeWindows(window_ms_, 0);
@@ -896,20 +905,22 @@ bool DriftStage::ResetBaselines(const std::string& model) {
   return any;
 }
 
-const std::vector<SharedEvaluation>& DriftStage::LastEvaluations() const {
+const std::vector<PackedEvaluation>& DriftStage::LastEvaluations() const {
   return shards_.size() == 1 ? shards_[0]->LastEvaluations() : evaluations_;
 }
 
-std::vector<SharedEvaluation> DriftStage::LatestEvaluations() const {
-  std::vector<SharedEvaluation> latest = shards_[0]->LatestEvaluations();
+std::vector<PackedEvaluation> DriftStage::LatestEvaluations() const {
+  std::vector<PackedEvaluation> latest = shards_[0]->LatestEvaluations();
   for (size_t shard = 1; shard < shards_.size(); ++shard) {
-    std::vector<SharedEvaluation> more = shards_[shard]->LatestEvaluations();
-    latest.insert(latest.end(), more.begin(), more.end());
+    std::vector<PackedEvaluation> more = shards_[shard]->LatestEvaluations();
+    latest.insert(latest.end(), std::make_move_iterator(more.begin()),
+                  std::make_move_iterator(more.end()));
   }
   if (shards_.size() > 1) {
     // By model, segment and series, as one shard's map holds them.
     std::sort(latest.begin(), latest.end(), [](const auto& a, const auto& b) {
-      return std::tie(a->model, a->segment, a->series) < std::tie(b->model, b->segment, b->series);
+      return std::make_tuple(a.model(), a.segment(), a.series()) <
+             std::make_tuple(b.model(), b.segment(), b.series());
     });
   }
   return latest;

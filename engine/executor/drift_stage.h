@@ -118,10 +118,12 @@ class DriftStage final : public Stage {
 
   /// The alert events and the evaluations of the last Evaluate (for the metrics).
   const std::vector<AlertEvent>& LastEvents() const;
-  const std::vector<SharedEvaluation>& LastEvaluations() const;
+  /// Packed as their windows closed (DriftMonitor::PackEvaluations): at 10,000 models a batch
+  /// may close a window of every series, 130,000 of ~1.7 KB each as objects.
+  const std::vector<PackedEvaluation>& LastEvaluations() const;
   /// The latest evaluation of every (model, series) evaluated so far, restored ones included
   /// (they are persisted with the state, "drift-eval/<model>/<series>").
-  std::vector<SharedEvaluation> LatestEvaluations() const;
+  std::vector<PackedEvaluation> LatestEvaluations() const;
 
  private:
   class Impl;
@@ -140,7 +142,7 @@ class DriftStage final : public Stage {
   // With several shards: the batch's events and evaluations merged, records fed in the
   // batch, the shard of each id of the model interner, and per-shard scratch.
   std::vector<AlertEvent> events_;
-  std::vector<SharedEvaluation> evaluations_;
+  std::vector<PackedEvaluation> evaluations_;
   mutable ShapeCounts counts_;
   uint64_t records_fed_ = 0;
   std::vector<uint32_t> shard_of_id_;

@@ -202,13 +202,13 @@ class DriftStage::Impl {
 
   void Evaluate(const BatchContext& context, OutputRows& alerts, OutputRows* rows) {
     EvaluateShard(context);
-    if (monitor_) Render(events_, evaluations_, alerts, rows);
+    if (monitor_) Render(events_, packed_, alerts, rows);
   }
   // The monitor's part of Evaluate: the batch's events and evaluations (LastEvents,
   // LastEvaluations), and with merge keys (a shard's) where each goes among other shards'.
   void EvaluateShard(const BatchContext& context);
   // Alert rows of `events`, and evaluation rows of `evaluations` when a sink takes them.
-  void Render(std::span<const AlertEvent> events, std::span<const SharedEvaluation> evaluations,
+  void Render(std::span<const AlertEvent> events, std::span<const PackedEvaluation> evaluations,
               OutputRows& alerts, OutputRows* rows) const;
   // Where an event or evaluation goes among other shards': its record, and for one of a window
   // the watermark closed, the model as the monitor knows it (DriftMonitor::kClosedWindow).
@@ -239,9 +239,9 @@ class DriftStage::Impl {
   Result<std::string> ExportReference() const;
 
   const std::vector<AlertEvent>& LastEvents() const { return events_; }
-  const std::vector<SharedEvaluation>& LastEvaluations() const { return evaluations_; }
-  std::vector<SharedEvaluation> LatestEvaluations() const {
-    std::vector<SharedEvaluation> out;
+  const std::vector<PackedEvaluation>& LastEvaluations() const { return packed_; }
+  std::vector<PackedEvaluation> LatestEvaluations() const {
+    std::vector<PackedEvaluation> out;
     out.reserve(latest_.size());
     for (const auto& [key, latest] : latest_) out.push_back(latest.evaluation);
     return out;
@@ -925,14 +925,14 @@ class DriftStage::Impl {
   uint32_t last_id_ = UINT32_MAX;
   std::string name_;
   std::vector<AlertEvent> events_;
-  std::vector<SharedEvaluation> evaluations_;
+  std::vector<PackedEvaluation> packed_;  // the last Evaluate's (latest_ shares them)
   bool want_evaluation_rows_ = false;
   /// The latest evaluation of a series, and what the checkpoint holds of it. Only the status
   /// page, the metrics and `driftd report` read persisted evaluations (nothing a batch
   /// computes does), so one that keeps its series' level is written at most every
   /// kEvaluationFlushMs and at a clean stop; a changed level is written with its batch.
   struct Latest {
-    SharedEvaluation evaluation;
+    PackedEvaluation evaluation;
     bool saved = false;  // the checkpoint holds an evaluation of the series
     AlertLevel saved_level = AlertLevel::kOk;
     bool saved_evaluated = false;

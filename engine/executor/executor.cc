@@ -280,11 +280,12 @@ class QueryExecutor::Impl {
       }
       if (totals.drift) {
         options_.metrics->RecordDriftModels(DriftModelStats());
-        std::vector<SharedEvaluation> evaluations;
+        std::vector<PackedEvaluation> evaluations;
         for (const auto& [id, task] : tasks_) {
           if (!task->drift()) continue;
-          std::vector<SharedEvaluation> latest = task->drift()->LatestEvaluations();
-          evaluations.insert(evaluations.end(), latest.begin(), latest.end());
+          std::vector<PackedEvaluation> latest = task->drift()->LatestEvaluations();
+          evaluations.insert(evaluations.end(), std::make_move_iterator(latest.begin()),
+                             std::make_move_iterator(latest.end()));
         }
         options_.metrics->RecordRestoredEvaluations(evaluations);
       }
@@ -1044,7 +1045,7 @@ class QueryExecutor::Impl {
   struct DriftSnapshot {
     bool taken = false;
     std::vector<AlertEvent> events;
-    std::vector<SharedEvaluation> evaluations;
+    std::vector<PackedEvaluation> evaluations;
     std::optional<std::vector<DriftMonitor::ModelStats>> models;
   };
   DriftSnapshot DriftReport(bool alerts) const {
@@ -1064,10 +1065,10 @@ class QueryExecutor::Impl {
       if (const PerformanceStage* stage = task->performance()) {
         snapshot.taken = true;
         const auto& events = stage->last_events();
-        const auto& evaluations = stage->last_evaluations();
         snapshot.events.insert(snapshot.events.end(), events.begin(), events.end());
-        snapshot.evaluations.insert(snapshot.evaluations.end(), evaluations.begin(),
-                                    evaluations.end());
+        for (const SharedEvaluation& evaluation : stage->last_evaluations()) {
+          snapshot.evaluations.push_back(PackedEvaluation(*evaluation));
+        }
       }
     }
     // Levels change only with an alert event; value counts are refreshed with the report.

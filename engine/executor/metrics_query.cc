@@ -154,6 +154,14 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
 
 void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
                                const std::vector<SharedEvaluation>& evaluations, int64_t now_ms) {
+  std::vector<PackedEvaluation> packed;
+  packed.reserve(evaluations.size());
+  for (const SharedEvaluation& evaluation : evaluations) packed.emplace_back(*evaluation);
+  RecordDrift(events, packed, now_ms);
+}
+
+void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
+                               const std::vector<PackedEvaluation>& evaluations, int64_t now_ms) {
   if (events.empty() && evaluations.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const AlertEvent& event : events) {
@@ -162,38 +170,32 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
     incidents_.Apply(summary);
     while (alerts_.size() > options_.alert_history) alerts_.pop_front();
   }
-  for (const SharedEvaluation& shared : evaluations) {
-    const Evaluation& evaluation = *shared;
-    const std::string label = ModelLabel(evaluation.model, evaluation.segment);
+  for (const PackedEvaluation& packed : evaluations) {
+    const std::string label = ModelLabel(packed.model(), packed.segment());
     ++data_.evaluations_by_model[label];
-    auto key = std::make_pair(label, evaluation.series);
+    auto key = std::make_pair(label, packed.series());
     auto [at, added] = data_.evaluations.try_emplace(key);
     if (added || history_cap_ == 0) SetHistoryCap();
     if (history_cap_ > 1) {
-      auto found = history_.try_emplace(std::move(key)).first;
-      if (!evaluation.distribution.empty()) {
-        // Older points are drawn as a line: only the latest (the gauge's) keeps what it
-        // compared, so the history's memory stays what its cap says.
-        auto point = std::make_shared<Evaluation>(evaluation);
-        point->distribution = {};
-        point->categories = {};
-        found->second.Push(std::move(point), history_cap_);
-      } else {
-        found->second.Push(shared, history_cap_);
-      }
+      // Older points are drawn as a line: only the latest (the gauge's) keeps what it
+      // compared, so the history's memory stays what its cap says.
+      auto point = std::make_shared<Evaluation>(*packed.Unpack());
+      point->distribution = {};
+      point->categories = {};
+      history_.try_emplace(std::move(key)).first->second.Push(std::move(point), history_cap_);
     }
     // A window below minSamples has no readings: the gauges keep the last real ones, with
-    // this window's level (a copy: the evaluations are shared and never changed).
-    SharedEvaluation& gauge = at->second;
-    if (!evaluation.evaluated && gauge != nullptr) {
-      if (gauge->level != evaluation.level) {
-        auto relevelled = std::make_shared<Evaluation>(*gauge);
-        relevelled->level = evaluation.level;
-        gauge = std::move(relevelled);
+    // this window's level.
+    PackedEvaluation& gauge = at->second;
+    if (!packed.evaluated() && gauge) {
+      if (gauge.level() != packed.level()) {
+        Evaluation relevelled = *gauge.Unpack();
+        relevelled.level = packed.level();
+        gauge = PackedEvaluation(relevelled);
       }
       continue;
     }
-    gauge = shared;
+    gauge = packed;
   }
 }
 
@@ -217,11 +219,11 @@ void QueryMetrics::RecordRestoredModels(int64_t models, int64_t max_models) {
   data_.max_models = max_models;
 }
 
-void QueryMetrics::RecordRestoredEvaluations(std::vector<SharedEvaluation> latest) {
+void QueryMetrics::RecordRestoredEvaluations(std::vector<PackedEvaluation> latest) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (SharedEvaluation& evaluation : latest) {
-    auto key =
-        std::make_pair(ModelLabel(evaluation->model, evaluation->segment), evaluation->series);
+  for (PackedEvaluation& evaluation : latest) {
+    auto key = std::make_pair(ModelLabel(evaluation.model(), evaluation.segment()),
+                              evaluation.series());
     data_.evaluations[std::move(key)] = std::move(evaluation);
   }
 }
@@ -243,7 +245,7 @@ void QueryMetrics::RecordRestoredHistory(StatusHistory history) {
   for (auto& [key, points] : history.points) {
     if (points.empty()) continue;
     // A series only the history keeps (the performance stage's) shows its last point.
-    auto [at, added] = data_.evaluations.try_emplace(key, points.back());
+    auto [at, added] = data_.evaluations.try_emplace(key, PackedEvaluation(*points.back()));
     if (added || history_cap_ == 0) SetHistoryCap();
     if (history_cap_ <= 1) continue;
     EvaluationRing& ring = history_[key];
@@ -299,8 +301,8 @@ std::vector<EvaluationPoint> QueryMetrics::SeriesHistory(const std::string& mode
   if (it == history_.end()) {
     // With one point a series, that point is the gauge's.
     auto gauge = data_.evaluations.find({model, series});
-    if (history_cap_ > 1 || gauge == data_.evaluations.end() || gauge->second == nullptr) return {};
-    return {PointOf(*gauge->second)};
+    if (history_cap_ > 1 || gauge == data_.evaluations.end() || !gauge->second) return {};
+    return {PointOf(*gauge->second.Unpack())};
   }
   std::vector<EvaluationPoint> points;
   points.reserve(it->second.size());
@@ -330,7 +332,7 @@ SharedEvaluation QueryMetrics::LatestEvaluation(const std::string& model,
                                                 const std::string& series) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = data_.evaluations.find({model, series});
-  return it == data_.evaluations.end() ? nullptr : it->second;
+  return it == data_.evaluations.end() || !it->second ? nullptr : it->second.Unpack();
 }
 
 std::vector<IncidentSummary> QueryMetrics::OpenIncidents() const {

@@ -100,8 +100,9 @@ struct QueryMetricsSnapshot {
   /// Alert events emitted since start, by (model, segment, level).
   std::map<std::tuple<std::string, std::string, AlertLevel>, int64_t> alerts_by_model;
   /// The latest evaluation of each (model, series), from the first evaluation on and restored
-  /// from the checkpoint after a restart; by (ModelLabel, series).
-  std::map<std::pair<std::string, std::string>, SharedEvaluation> evaluations;
+  /// from the checkpoint after a restart; by (ModelLabel, series). Packed: a reader unpacks
+  /// the ones it shows.
+  std::map<std::pair<std::string, std::string>, PackedEvaluation> evaluations;
   /// Windows closed per model (and segment: ModelLabel) since start (evaluated or not).
   std::map<std::string, int64_t> evaluations_by_model;
   /// Drift values and rows not watched since start: map keys over drift.maxKeysPerModel (or
@@ -169,9 +170,11 @@ class QueryMetrics {
   void RecordLag(const std::vector<PartitionLag>& lag);
   /// After every batch: its alert events and the windows it closed.
   void RecordDrift(const std::vector<AlertEvent>& events,
+                   const std::vector<PackedEvaluation>& evaluations, int64_t now_ms);
+  void RecordDrift(const std::vector<AlertEvent>& events,
                    const std::vector<SharedEvaluation>& evaluations, int64_t now_ms);
   /// After restoring the checkpoint: the latest evaluation of every series.
-  void RecordRestoredEvaluations(std::vector<SharedEvaluation> latest);
+  void RecordRestoredEvaluations(std::vector<PackedEvaluation> latest);
   /// After restoring the checkpoint (after RecordRestoredEvaluations): the alert events, open
   /// incidents and series histories it kept (engine/executor/status_history.h).
   void RecordRestoredHistory(StatusHistory history);

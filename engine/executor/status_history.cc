@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -333,10 +334,16 @@ void HistoryStage::Finish(const BatchContext& context, BatchOutput&, StateChange
       touched.insert(incidents_.Apply(summary));
     }
   };
-  auto keep = [&](const std::vector<SharedEvaluation>& evaluations) {
-    for (const SharedEvaluation& shared : evaluations) {
+  auto keep = [&](const auto& evaluations) {
+    for (const auto& item : evaluations) {
       // Past 10,000 series no series keeps points here (SeriesCap), and the series only grow.
       if (cap_ == 0) break;
+      SharedEvaluation shared;
+      if constexpr (std::is_same_v<std::decay_t<decltype(item)>, PackedEvaluation>) {
+        shared = item.Unpack();
+      } else {
+        shared = item;
+      }
       const Evaluation& e = *shared;
       auto [found, added] = point_keys_.try_emplace({ModelLabel(e.model, e.segment), e.series});
       if (added) {

@@ -115,6 +115,77 @@ TEST_CASE("an evaluation round-trips through its persisted form and its JSON row
   CHECK(EvaluationId(e) == EvaluationId(*decoded));
 }
 
+TEST_CASE("a monitor that packs its evaluations as their windows close hands out what one "
+          "keeping the objects does, batch ids included",
+          "[drift][evaluation]") {
+  // A histogram detector, the mean, and a categorical series: distributions of both kinds,
+  // extras, levels that move (the shift), windows closing inside and at the end of batches.
+  DriftSpec spec = Spec();
+  DetectorSpec chi;
+  chi.kind = DetectorKind::kChiSquare;
+  chi.name = "chi_square";
+  spec.detectors.push_back(chi);
+  const std::vector<SeriesDef> series = {{"x", SeriesKind::kNumeric},
+                                         {"device", SeriesKind::kCategorical}};
+  auto objects = DriftMonitor::Create(spec, series).value();
+  objects->CollectEvaluations(true);
+  auto packing = DriftMonitor::Create(spec, series).value();
+  packing->CollectEvaluations(true);
+  int packed_count = 0;
+  packing->PackEvaluations([&](Evaluation&& e) {
+    ++packed_count;
+    e.segment = "renamed";  // what the drift stage's namer does to a segment's model
+    return PackedEvaluation(e);
+  });
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal(0, 1);
+  const char* devices[] = {"ios", "android", "web"};
+  size_t compared = 0;
+  bool moved = false;
+  bool histograms = false;
+  bool categories = false;
+  for (int i = 0; i < 9000; ++i) {
+    const double x = normal(rng) * 1.7 + (i >= 5000 ? 2.5 : 0) + 1.0 / 3;
+    const char* device = i >= 6000 ? "web" : devices[rng() % 3];
+    for (DriftMonitor* m : {objects.get(), packing.get()}) {
+      m->Observe(0, i % 2 ? "m1" : "m2", 0, x, int64_t(i) * 1000);
+      m->ObserveCategory(0, i % 2 ? "m1" : "m2", 1, device, int64_t(i) * 1000);
+    }
+    if ((i + 1) % 700 != 0 && i != 8999) continue;
+    const int64_t batch = 100 + i / 700;
+    std::vector<AlertEvent> events_a, events_b;
+    std::vector<Evaluation> kept;
+    std::vector<DriftMonitor::PackedRecord> packed;
+    objects->Evaluate(batch, 0, events_a, &kept);
+    packing->Evaluate(batch, 0, events_b, packed);
+    REQUIRE(packed.size() == kept.size());
+    CHECK(packing->last_evaluation_records() == objects->last_evaluation_records());
+    for (size_t k = 0; k < kept.size(); ++k) {
+      Evaluation expected = kept[k];
+      CHECK(packed[k].model == expected.model);
+      expected.segment = "renamed";
+      const PackedEvaluation& p = packed[k].evaluation;
+      CHECK(p.model() == expected.model);
+      CHECK(p.segment() == "renamed");
+      CHECK(p.series() == expected.series);
+      CHECK(p.level() == expected.level);
+      CHECK(p.evaluated() == expected.evaluated);
+      CHECK(EncodeEvaluation(*p.Unpack()) == EncodeEvaluation(expected));
+      CHECK(p.Unpack()->batch_id == batch);
+      CHECK(p.bytes() == EncodeEvaluation(expected));
+      ++compared;
+      moved = moved || expected.level != AlertLevel::kOk;
+      histograms = histograms || (!expected.distribution.empty() && expected.categories.empty());
+      categories = categories || !expected.categories.empty();
+    }
+  }
+  CHECK(packed_count == static_cast<int>(compared));
+  CHECK(compared == 16);  // 2 models x 2 series x 4 windows after the warmup
+  CHECK(moved);
+  CHECK(histograms);
+  CHECK(categories);
+}
+
 TEST_CASE("an evaluation carries the distributions its histogram detectors compared, and "
           "keeps them through its persisted form",
           "[drift][evaluation]") {

@@ -134,11 +134,12 @@ TEST_CASE("an evaluation that keeps its level waits up to 30 s to be written, a 
   std::unique_ptr<DriftRun> restarted = run.Restarted();
   std::map<std::string, int64_t> before;
   std::map<std::string, int64_t> after;
-  for (const SharedEvaluation& e : run.stage->LatestEvaluations()) {
-    before[e->series] = e->window_end_record;
+  for (const PackedEvaluation& e : run.stage->LatestEvaluations()) {
+    before[e.series()] = e.Unpack()->window_end_record;
+    CHECK(e.Unpack()->series == e.series());
   }
-  for (const SharedEvaluation& e : restarted->stage->LatestEvaluations()) {
-    after[e->series] = e->window_end_record;
+  for (const PackedEvaluation& e : restarted->stage->LatestEvaluations()) {
+    after[e.series()] = e.Unpack()->window_end_record;
   }
   CHECK(before.at("amount") == 3500);
   CHECK(before.at("latency") == 3500);

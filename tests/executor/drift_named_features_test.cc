@@ -383,8 +383,9 @@ sinks: [{name: alerts, format: console, stream: alerts}]
   all.insert(all.end(), continued->alerts.begin(), continued->alerts.end());
   CHECK(AlertFacts(all) == AlertFacts(whole.alerts));
   // Its restored evaluations name no segment either.
-  for (const SharedEvaluation& evaluation : old.Restarted(grouped)->stage->LatestEvaluations()) {
-    CHECK(evaluation->segment.empty());
+  for (const PackedEvaluation& evaluation : old.Restarted(grouped)->stage->LatestEvaluations()) {
+    CHECK(evaluation.segment().empty());
+    CHECK(evaluation.Unpack()->segment.empty());
   }
 
   // Segments the file names cannot be read from per-model state.

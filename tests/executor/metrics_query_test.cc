@@ -77,7 +77,7 @@ TEST_CASE("a window below minSamples keeps the gauges' last readings with its le
   const SharedEvaluation shared = std::make_shared<const Evaluation>(few);
   metrics.RecordDrift({}, {shared}, 0);
 
-  const SharedEvaluation gauge = metrics.Snapshot().evaluations.at({"m0", "prediction"});
+  const SharedEvaluation gauge = metrics.Snapshot().evaluations.at({"m0", "prediction"}).Unpack();
   CHECK(gauge->level == AlertLevel::kWarn);
   REQUIRE(gauge->detectors.size() == 1);
   CHECK(gauge->detectors[0].statistic == 1);
