@@ -21,8 +21,31 @@ namespace {
 // (numeric, categorical, missing, malformed) at the end; version 4 the segment's label and the
 // distributions compared: a varint cell count, a byte (1: categories), for bins the first lower
 // edge, then per cell its category name or its upper edge (the compact decimal form) and the
-// baseline's and the window's counts as varints. Versions 1 to 3 are still read.
-constexpr uint8_t kEncodingVersion = 4;
+// baseline's and the window's counts as varints. Version 5 is the same record in fewer bytes
+// (~590 instead of ~950 at the default detectors: each series' latest evaluation is kept in
+// memory and in the checkpoint this way): names and categories varint-prefixed, a reading's
+// three levels in one byte, its configured levels and effect floor and its extras in the
+// compact decimal form, and its extras' names left out when they are the ones its detector
+// declares, in that order. Versions 1 to 4 are still read.
+constexpr uint8_t kEncodingVersion = 5;
+
+// The extras a detector declares (DetectorDefaults::extras), or null for a name no detector
+// has.
+const std::vector<std::string_view>* DeclaredExtras(std::string_view detector) {
+  for (const DetectorDefaults& d : DetectorDefaultsTable()) {
+    if (d.name == detector) return &d.extras;
+  }
+  return nullptr;
+}
+
+bool NamesDeclared(const DetectorReading& r) {
+  const std::vector<std::string_view>* declared = DeclaredExtras(r.detector);
+  if (declared == nullptr || r.extras.size() > declared->size()) return false;
+  for (size_t i = 0; i < r.extras.size(); ++i) {
+    if (r.extras[i].first != (*declared)[i]) return false;
+  }
+  return true;
+}
 
 // DetectorReading names are string_views into static storage; decoded names are looked up
 // here (the known names first, anything else interned once per process).
@@ -225,8 +248,8 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution, size_t
   std::string out;
   drift::ByteWriter w(out);
   w.U8(kEncodingVersion);
-  w.Str(e.model);
-  w.Str(e.series);
+  w.Bytes(e.model);
+  w.Bytes(e.series);
   w.U8(e.evaluated ? 1 : 0);
   w.U8(static_cast<uint8_t>(e.previous_level));
   w.U8(static_cast<uint8_t>(e.level));
@@ -243,39 +266,41 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution, size_t
   w.F64(e.baseline_stddev);
   if (batch_id_at != nullptr) *batch_id_at = out.size();
   w.I64(e.batch_id);
-  w.U32(static_cast<uint32_t>(e.detectors.size()));
+  w.Varint(e.detectors.size());
+  int hint = 0;
   for (const DetectorReading& r : e.detectors) {
-    w.Str(r.detector);
+    w.Bytes(r.detector);
+    w.U8(static_cast<uint8_t>(static_cast<uint8_t>(r.level) |
+                              static_cast<uint8_t>(r.held_from) << 2 |
+                              static_cast<uint8_t>(r.window_level) << 4));
     w.F64(r.statistic);
-    w.F64(r.warn);
-    w.F64(r.alert);
-    w.U8(static_cast<uint8_t>(r.level));
     w.F64(r.score);
     w.F64(r.warn_threshold);
     w.F64(r.alert_threshold);
     w.F64(r.effect);
-    w.F64(r.min_effect);
-    w.U8(static_cast<uint8_t>(r.held_from));
-    w.U8(static_cast<uint8_t>(r.window_level));
-    w.U32(static_cast<uint32_t>(r.extras.size()));
+    w.Decimal(r.warn, hint);
+    w.Decimal(r.alert, hint);
+    w.Decimal(r.min_effect, hint);
+    w.Varint(r.extras.size());
+    const bool declared = NamesDeclared(r);
+    w.U8(declared ? 1 : 0);
     for (const auto& [name, value] : r.extras) {
-      w.Str(name);
-      w.F64(value);
+      if (!declared) w.Bytes(name);
+      w.Decimal(value, hint);
     }
   }
   w.U8(static_cast<uint8_t>(e.series_kind));
-  w.Str(e.segment);
+  w.Bytes(e.segment);
   const bool categories = e.series_kind == SeriesKind::kCategorical;
   const size_t cells = with_distribution ? e.distribution.size() : 0;
   w.Varint(cells);
   w.U8(categories ? 1 : 0);
-  int hint = 0;
   // A histogram's bins are contiguous: the first lower edge, then each bin's upper one.
   if (!categories && cells > 0) w.Decimal(e.distribution_lower, hint);
   for (size_t i = 0; i < cells; ++i) {
     const DistributionCell& cell = e.distribution[i];
     if (categories) {
-      w.Str(e.category(i));
+      w.Bytes(e.category(i));
     } else {
       w.Decimal(cell.upper, hint);
     }
@@ -284,6 +309,101 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution, size_t
   }
   return out;
 }
+
+namespace {
+
+// Version 5 (EncodeEvaluation).
+Result<Evaluation> DecodeCompact(std::string_view bytes) {
+  drift::ByteReader r(bytes);
+  auto corrupt = [&](std::string_view what) {
+    return MakeError(ErrorCode::kCorruption, "drift evaluation: {} ({} bytes)", what,
+                     bytes.size());
+  };
+  auto level = [&](uint8_t v, AlertLevel& out) {
+    if (v > static_cast<uint8_t>(AlertLevel::kResolved)) return false;
+    out = static_cast<AlertLevel>(v);
+    return true;
+  };
+  (void)r.U8();  // the version
+  Evaluation e;
+  e.model = std::string(r.Bytes());
+  e.series = std::string(r.Bytes());
+  e.evaluated = r.U8() != 0;
+  if (!level(r.U8(), e.previous_level) || !level(r.U8(), e.level)) return corrupt("bad level");
+  e.window_start_record = r.I64();
+  e.window_end_record = r.I64();
+  e.window_start_us = r.I64();
+  e.window_end_us = r.I64();
+  e.window_n = r.I64();
+  e.window_mean = r.F64();
+  e.window_stddev = r.F64();
+  const uint8_t kind = r.U8();
+  if (kind > static_cast<uint8_t>(BaselineKind::kSeasonal)) return corrupt("bad baseline kind");
+  e.baseline_kind = static_cast<BaselineKind>(kind);
+  e.baseline_n = r.I64();
+  e.baseline_mean = r.F64();
+  e.baseline_stddev = r.F64();
+  e.batch_id = r.I64();
+  const uint64_t detectors = r.Varint();
+  if (detectors > 64 || r.failed()) return corrupt("bad detector count");
+  e.detectors.reserve(static_cast<size_t>(detectors));
+  for (uint64_t i = 0; i < detectors; ++i) {
+    DetectorReading reading;
+    reading.detector = StaticName(r.Bytes());
+    const uint8_t levels = r.U8();
+    if (levels >> 6 != 0 || !level(levels & 3, reading.level) ||
+        !level(levels >> 2 & 3, reading.held_from) ||
+        !level(levels >> 4 & 3, reading.window_level)) {
+      return corrupt("bad detector level");
+    }
+    reading.statistic = r.F64();
+    reading.score = r.F64();
+    reading.warn_threshold = r.F64();
+    reading.alert_threshold = r.F64();
+    reading.effect = r.F64();
+    reading.warn = r.Decimal();
+    reading.alert = r.Decimal();
+    reading.min_effect = r.Decimal();
+    const uint64_t extras = r.Varint();
+    const bool declared = r.U8() != 0;
+    if (extras > 64 || r.failed()) return corrupt("bad extras");
+    const std::vector<std::string_view>* names =
+        declared ? DeclaredExtras(reading.detector) : nullptr;
+    if (declared && (names == nullptr || extras > names->size())) {
+      return corrupt("extras the detector does not declare");
+    }
+    reading.extras.reserve(static_cast<size_t>(extras));
+    for (uint64_t x = 0; x < extras; ++x) {
+      const std::string_view name = declared ? (*names)[x] : StaticName(r.Bytes());
+      reading.extras.emplace_back(name, r.Decimal());
+    }
+    e.detectors.push_back(std::move(reading));
+  }
+  const uint8_t series_kind = r.U8();
+  if (series_kind >= kSeriesKinds) return corrupt("bad series kind");
+  e.series_kind = static_cast<SeriesKind>(series_kind);
+  e.segment = std::string(r.Bytes());
+  const uint64_t cells = r.Varint();
+  const bool categories = r.U8() != 0;
+  if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
+  e.distribution.resize(static_cast<size_t>(cells));
+  if (categories) e.categories.resize(static_cast<size_t>(cells));
+  if (!categories && cells > 0) e.distribution_lower = r.Decimal();
+  for (size_t i = 0; i < e.distribution.size(); ++i) {
+    DistributionCell& cell = e.distribution[i];
+    if (categories) {
+      e.categories[i] = std::string(r.Bytes());
+    } else {
+      cell.upper = r.Decimal();
+    }
+    cell.baseline = static_cast<int64_t>(r.Varint());
+    cell.window = static_cast<int64_t>(r.Varint());
+  }
+  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
+  return e;
+}
+
+}  // namespace
 
 Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   drift::ByteReader r(bytes);
@@ -298,6 +418,7 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   };
   const uint8_t version = r.U8();
   if (version < 1 || version > kEncodingVersion) return corrupt("unknown version");
+  if (version >= 5) return DecodeCompact(bytes);
   Evaluation e;
   e.model = std::string(r.Str());
   e.series = std::string(r.Str());

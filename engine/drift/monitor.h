@@ -182,9 +182,9 @@ struct Evaluation {
 using SharedEvaluation = std::shared_ptr<const Evaluation>;
 
 /// An evaluation kept to be read later (each series' latest: the checkpoint's copy, the gauges):
-/// its bytes as EncodeEvaluation writes them (~0.95 KB at the default detectors, names and
-/// shared block included), where the object with its readings' and distribution's vectors
-/// takes ~1.7 KB. At 10,000 models x 13 series the objects took ~220 MB, and a batch's new
+/// its bytes as EncodeEvaluation writes them (~0.6 KB at the default detectors, ~0.77 KB with
+/// the names and the shared block), where the object with its readings' and distribution's
+/// vectors takes ~1.7 KB. At 10,000 models x 13 series the objects took ~220 MB, and a batch's new
 /// ones piled up beside them until the metrics took them. Implemented in evaluation.cc. Names and what choosing among many series needs (level,
 /// highest score) are read once, when packed; the rest is decoded by Unpack. Shared: copies
 /// share the bytes.

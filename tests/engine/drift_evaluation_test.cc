@@ -3,9 +3,11 @@
 #include "engine/drift/evaluation.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
+#include <fmt/format.h>
 #include <simdjson.h>
 #include <catch2/catch.hpp>
 
@@ -293,6 +295,128 @@ TEST_CASE("a model's baselines exported, then reset: it warms up again and recov
   CHECK(evaluations.front().window_start_record == 4000 + 1000);  // indexes continue
   REQUIRE(!events.empty());
   CHECK(events.back().level == AlertLevel::kResolved);
+}
+
+}  // namespace
+}  // namespace driftd
+
+namespace driftd {
+namespace {
+
+// An evaluation with every field set: readings of two detectors (one with its declared
+// extras, one with an extra it does not declare), a histogram, a segment.
+Evaluation EveryField() {
+  Evaluation e;
+  e.model = "fraud-v2";
+  e.segment = "country=DE";
+  e.series = "amount";
+  e.series_kind = SeriesKind::kNumeric;
+  e.evaluated = true;
+  e.previous_level = AlertLevel::kWarn;
+  e.level = AlertLevel::kAlert;
+  e.window_start_record = 4000;
+  e.window_end_record = 5000;
+  e.window_start_us = 1'700'000'000'000'000;
+  e.window_end_us = 1'700'000'060'000'000;
+  e.window_n = 1000;
+  e.window_mean = 12.345678901234;
+  e.window_stddev = 0.1 + 0.2;
+  e.baseline_kind = BaselineKind::kTrailing;
+  e.baseline_n = 5000;
+  e.baseline_mean = 11.75;
+  e.baseline_stddev = 1.0 / 3;
+  e.batch_id = 77;
+  DetectorReading mean;
+  mean.detector = "mean_shift";
+  mean.statistic = 6.123456789;
+  mean.score = 5.9876;
+  mean.warn = 5;
+  mean.alert = 5.5;
+  mean.warn_threshold = 4.41234;
+  mean.alert_threshold = 4.9;
+  mean.effect = 0.593;
+  mean.min_effect = 0.2;
+  mean.level = AlertLevel::kAlert;
+  mean.held_from = AlertLevel::kOk;
+  mean.window_level = AlertLevel::kWarn;
+  mean.extras = {{"z", 6.123456789}, {"welch_t", 5.75}, {"lookback_windows", 3}};
+  DetectorReading psi;
+  psi.detector = "psi";
+  psi.statistic = 0.0123;
+  psi.score = std::nan("");
+  psi.warn = 5;
+  psi.alert = 5.5;
+  psi.warn_threshold = 0.21;
+  psi.alert_threshold = 0.25;
+  psi.effect = 0.0123;
+  psi.min_effect = 0.1;
+  psi.level = AlertLevel::kOk;
+  psi.held_from = AlertLevel::kWarn;
+  psi.window_level = AlertLevel::kResolved;
+  psi.extras = {{"df", 9}, {"z", -0.5}};  // "z" is not psi's
+  e.detectors = {mean, psi};
+  e.distribution_lower = -std::numeric_limits<double>::infinity();
+  e.distribution = {{-1.5, 100, 90}, {0.1 + 0.2, 200, 210}, {7.25, 300, 0},
+                    {std::numeric_limits<double>::infinity(), 400, 700}};
+  return e;
+}
+
+// EveryField() as version 4 wrote it (EncodeEvaluation before the compact version 5).
+constexpr std::string_view kVersion4Hex =
+    "040800000066726175642d763206000000616d6f756e74010102a00f00000000000088130000000000000040"
+    "1e18240a060000c7b11b240a0600e8030000000000003b6f2fd3fcb02840343333333333d33f028813000000"
+    "0000000000000000802740555555555555d53f4d00000000000000020000000a0000006d65616e5f73686966"
+    "748de5dc746b7e184000000000000014400000000000001640024f1e166a4df31740a054fb743ca611409a99"
+    "99999999134060e5d022dbf9e23f9a9999999999c93f000103000000010000007a8de5dc746b7e1840070000"
+    "0077656c63685f740000000000001740100000006c6f6f6b6261636b5f77696e646f77730000000000000840"
+    "030000007073698d28ed0dbe30893f0000000000001440000000000000164000000000000000f87fe17a14ae"
+    "47e1ca3f000000000000d03f8d28ed0dbe30893f9a9999999999b93f01030200000002000000646600000000"
+    "00002240010000007a000000000000e0bf000a000000636f756e7472793d444504000f000000000000f0ffd1"
+    "03645a0f343333333333d33fc801d201a2b501ac02000f000000000000f07f9003bc05";
+
+std::string FromHex(std::string_view hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  }
+  return out;
+}
+
+TEST_CASE("an evaluation's compact bytes (version 5) keep every field, and version 4's are "
+          "still read",
+          "[drift][evaluation]") {
+  const Evaluation e = EveryField();
+  const std::string v5 = EncodeEvaluation(e);
+  auto decoded = DecodeEvaluation(v5);
+  REQUIRE(decoded);
+  // Every field, NaN score and infinite edges included, as the bytes they encode to.
+  CHECK(EncodeEvaluation(*decoded) == v5);
+  CHECK(EvaluationToJson(*decoded) == EvaluationToJson(e));
+  CHECK(decoded->segment == "country=DE");
+  CHECK(decoded->detectors[0].window_level == AlertLevel::kWarn);
+  CHECK(decoded->detectors[1].held_from == AlertLevel::kWarn);
+  CHECK(decoded->detectors[1].window_level == AlertLevel::kResolved);
+  CHECK(std::isnan(decoded->detectors[1].score));
+  // Declared extras come back under the detector's names; one it does not declare under its own.
+  CHECK(decoded->detectors[0].extras[1].first == "welch_t");
+  CHECK(decoded->detectors[0].extras[1].second == 5.75);
+  CHECK(decoded->detectors[1].extras[1].first == "z");
+  CHECK(decoded->distribution[1].upper == 0.1 + 0.2);
+  CHECK(std::isinf(decoded->lower(0)));
+
+  const std::string v4 = FromHex(kVersion4Hex);
+  REQUIRE(v4[0] == 4);
+  auto old = DecodeEvaluation(v4);
+  REQUIRE(old);
+  CHECK(EncodeEvaluation(*old) == v5);
+  CHECK(v5.size() * 10 < v4.size() * 8);  // at least a fifth smaller
+
+  // Cut short anywhere, or with a byte more, the bytes are refused, never misread.
+  for (size_t n = 0; n < v5.size(); ++n) {
+    CHECK(DecodeEvaluation(std::string_view(v5).substr(0, n)).error().code() ==
+          ErrorCode::kCorruption);
+  }
+  CHECK(!DecodeEvaluation(v5 + '\0'));
 }
 
 }  // namespace
