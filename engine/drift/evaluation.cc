@@ -310,101 +310,6 @@ std::string EncodeEvaluation(const Evaluation& e, bool with_distribution, size_t
   return out;
 }
 
-namespace {
-
-// Version 5 (EncodeEvaluation).
-Result<Evaluation> DecodeCompact(std::string_view bytes) {
-  drift::ByteReader r(bytes);
-  auto corrupt = [&](std::string_view what) {
-    return MakeError(ErrorCode::kCorruption, "drift evaluation: {} ({} bytes)", what,
-                     bytes.size());
-  };
-  auto level = [&](uint8_t v, AlertLevel& out) {
-    if (v > static_cast<uint8_t>(AlertLevel::kResolved)) return false;
-    out = static_cast<AlertLevel>(v);
-    return true;
-  };
-  (void)r.U8();  // the version
-  Evaluation e;
-  e.model = std::string(r.Bytes());
-  e.series = std::string(r.Bytes());
-  e.evaluated = r.U8() != 0;
-  if (!level(r.U8(), e.previous_level) || !level(r.U8(), e.level)) return corrupt("bad level");
-  e.window_start_record = r.I64();
-  e.window_end_record = r.I64();
-  e.window_start_us = r.I64();
-  e.window_end_us = r.I64();
-  e.window_n = r.I64();
-  e.window_mean = r.F64();
-  e.window_stddev = r.F64();
-  const uint8_t kind = r.U8();
-  if (kind > static_cast<uint8_t>(BaselineKind::kSeasonal)) return corrupt("bad baseline kind");
-  e.baseline_kind = static_cast<BaselineKind>(kind);
-  e.baseline_n = r.I64();
-  e.baseline_mean = r.F64();
-  e.baseline_stddev = r.F64();
-  e.batch_id = r.I64();
-  const uint64_t detectors = r.Varint();
-  if (detectors > 64 || r.failed()) return corrupt("bad detector count");
-  e.detectors.reserve(static_cast<size_t>(detectors));
-  for (uint64_t i = 0; i < detectors; ++i) {
-    DetectorReading reading;
-    reading.detector = StaticName(r.Bytes());
-    const uint8_t levels = r.U8();
-    if (levels >> 6 != 0 || !level(levels & 3, reading.level) ||
-        !level(levels >> 2 & 3, reading.held_from) ||
-        !level(levels >> 4 & 3, reading.window_level)) {
-      return corrupt("bad detector level");
-    }
-    reading.statistic = r.F64();
-    reading.score = r.F64();
-    reading.warn_threshold = r.F64();
-    reading.alert_threshold = r.F64();
-    reading.effect = r.F64();
-    reading.warn = r.Decimal();
-    reading.alert = r.Decimal();
-    reading.min_effect = r.Decimal();
-    const uint64_t extras = r.Varint();
-    const bool declared = r.U8() != 0;
-    if (extras > 64 || r.failed()) return corrupt("bad extras");
-    const std::vector<std::string_view>* names =
-        declared ? DeclaredExtras(reading.detector) : nullptr;
-    if (declared && (names == nullptr || extras > names->size())) {
-      return corrupt("extras the detector does not declare");
-    }
-    reading.extras.reserve(static_cast<size_t>(extras));
-    for (uint64_t x = 0; x < extras; ++x) {
-      const std::string_view name = declared ? (*names)[x] : StaticName(r.Bytes());
-      reading.extras.emplace_back(name, r.Decimal());
-    }
-    e.detectors.push_back(std::move(reading));
-  }
-  const uint8_t series_kind = r.U8();
-  if (series_kind >= kSeriesKinds) return corrupt("bad series kind");
-  e.series_kind = static_cast<SeriesKind>(series_kind);
-  e.segment = std::string(r.Bytes());
-  const uint64_t cells = r.Varint();
-  const bool categories = r.U8() != 0;
-  if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
-  e.distribution.resize(static_cast<size_t>(cells));
-  if (categories) e.categories.resize(static_cast<size_t>(cells));
-  if (!categories && cells > 0) e.distribution_lower = r.Decimal();
-  for (size_t i = 0; i < e.distribution.size(); ++i) {
-    DistributionCell& cell = e.distribution[i];
-    if (categories) {
-      e.categories[i] = std::string(r.Bytes());
-    } else {
-      cell.upper = r.Decimal();
-    }
-    cell.baseline = static_cast<int64_t>(r.Varint());
-    cell.window = static_cast<int64_t>(r.Varint());
-  }
-  if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
-  return e;
-}
-
-}  // namespace
-
 Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   drift::ByteReader r(bytes);
   auto corrupt = [&](std::string_view what) {
@@ -418,10 +323,12 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   };
   const uint8_t version = r.U8();
   if (version < 1 || version > kEncodingVersion) return corrupt("unknown version");
-  if (version >= 5) return DecodeCompact(bytes);
+  const bool compact = version >= 5;
+  // Names and categories: u32-prefixed before version 5, varint-prefixed since.
+  auto name = [&] { return compact ? r.Bytes() : r.Str(); };
   Evaluation e;
-  e.model = std::string(r.Str());
-  e.series = std::string(r.Str());
+  e.model = std::string(name());
+  e.series = std::string(name());
   e.evaluated = r.U8() != 0;
   if (!level(r.U8(), e.previous_level) || !level(r.U8(), e.level)) return corrupt("bad level");
   e.window_start_record = r.I64();
@@ -438,30 +345,56 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
   e.baseline_mean = r.F64();
   e.baseline_stddev = r.F64();
   e.batch_id = r.I64();
-  const uint32_t detectors = r.U32();
+  const uint64_t detectors = compact ? r.Varint() : r.U32();
   if (detectors > 64 || r.failed()) return corrupt("bad detector count");
-  for (uint32_t i = 0; i < detectors; ++i) {
+  e.detectors.reserve(static_cast<size_t>(detectors));
+  for (uint64_t i = 0; i < detectors; ++i) {
     DetectorReading reading;
-    reading.detector = StaticName(r.Str());
-    reading.statistic = r.F64();
-    reading.warn = r.F64();
-    reading.alert = r.F64();
-    if (!level(r.U8(), reading.level)) return corrupt("bad detector level");
-    if (version >= 2) {
+    reading.detector = StaticName(name());
+    if (compact) {
+      const uint8_t levels = r.U8();
+      if (levels >> 6 != 0 || !level(levels & 3, reading.level) ||
+          !level(levels >> 2 & 3, reading.held_from) ||
+          !level(levels >> 4 & 3, reading.window_level)) {
+        return corrupt("bad detector level");
+      }
+      reading.statistic = r.F64();
       reading.score = r.F64();
       reading.warn_threshold = r.F64();
       reading.alert_threshold = r.F64();
       reading.effect = r.F64();
-      reading.min_effect = r.F64();
-      if (!level(r.U8(), reading.held_from) || !level(r.U8(), reading.window_level)) {
-        return corrupt("bad detector level");
+      reading.warn = r.Decimal();
+      reading.alert = r.Decimal();
+      reading.min_effect = r.Decimal();
+    } else {
+      reading.statistic = r.F64();
+      reading.warn = r.F64();
+      reading.alert = r.F64();
+      if (!level(r.U8(), reading.level)) return corrupt("bad detector level");
+      if (version >= 2) {
+        reading.score = r.F64();
+        reading.warn_threshold = r.F64();
+        reading.alert_threshold = r.F64();
+        reading.effect = r.F64();
+        reading.min_effect = r.F64();
+        if (!level(r.U8(), reading.held_from) || !level(r.U8(), reading.window_level)) {
+          return corrupt("bad detector level");
+        }
       }
     }
-    const uint32_t extras = r.U32();
+    const uint64_t extras = compact ? r.Varint() : r.U32();
+    // Since version 5 an extra's name is left out when it is the one its detector declares.
+    const bool declared = compact && r.U8() != 0;
     if (extras > 64 || r.failed()) return corrupt("bad extras");
-    for (uint32_t x = 0; x < extras; ++x) {
-      const std::string_view name = StaticName(r.Str());
-      reading.extras.emplace_back(name, r.F64());
+    const std::vector<std::string_view>* names =
+        declared ? DeclaredExtras(reading.detector) : nullptr;
+    if (declared && (names == nullptr || extras > names->size())) {
+      return corrupt("extras the detector does not declare");
+    }
+    reading.extras.reserve(static_cast<size_t>(extras));
+    for (uint64_t x = 0; x < extras; ++x) {
+      const std::string_view extra = declared ? (*names)[x] : StaticName(name());
+      reading.extras.emplace_back(extra, compact ? r.Decimal() : r.F64());
     }
     e.detectors.push_back(std::move(reading));
   }
@@ -471,7 +404,7 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     e.series_kind = static_cast<SeriesKind>(series_kind);
   }
   if (version >= 4) {
-    e.segment = std::string(r.Str());
+    e.segment = std::string(name());
     const uint64_t cells = r.Varint();
     const bool categories = r.U8() != 0;
     if (r.failed() || cells > r.remaining()) return corrupt("bad distribution");
@@ -481,7 +414,7 @@ Result<Evaluation> DecodeEvaluation(std::string_view bytes) {
     for (size_t i = 0; i < e.distribution.size(); ++i) {
       DistributionCell& cell = e.distribution[i];
       if (categories) {
-        e.categories[i] = std::string(r.Str());
+        e.categories[i] = std::string(name());
       } else {
         cell.upper = r.Decimal();
       }

@@ -153,14 +153,6 @@ void QueryMetrics::RecordBatch(const ProgressRecord& progress) {
 }
 
 void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
-                               const std::vector<SharedEvaluation>& evaluations, int64_t now_ms) {
-  std::vector<PackedEvaluation> packed;
-  packed.reserve(evaluations.size());
-  for (const SharedEvaluation& evaluation : evaluations) packed.emplace_back(*evaluation);
-  RecordDrift(events, packed, now_ms);
-}
-
-void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
                                const std::vector<PackedEvaluation>& evaluations, int64_t now_ms) {
   if (events.empty() && evaluations.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);

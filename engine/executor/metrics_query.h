@@ -171,8 +171,6 @@ class QueryMetrics {
   /// After every batch: its alert events and the windows it closed.
   void RecordDrift(const std::vector<AlertEvent>& events,
                    const std::vector<PackedEvaluation>& evaluations, int64_t now_ms);
-  void RecordDrift(const std::vector<AlertEvent>& events,
-                   const std::vector<SharedEvaluation>& evaluations, int64_t now_ms);
   /// After restoring the checkpoint: the latest evaluation of every series.
   void RecordRestoredEvaluations(std::vector<PackedEvaluation> latest);
   /// After restoring the checkpoint (after RecordRestoredEvaluations): the alert events, open

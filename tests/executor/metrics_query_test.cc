@@ -22,6 +22,13 @@ SharedEvaluation Evaluated(const std::string& model, int64_t batch_id) {
   return std::make_shared<const Evaluation>(std::move(evaluation));
 }
 
+// The evaluations of a batch as the executor hands them to the metrics: packed.
+void Record(QueryMetrics& metrics, const std::vector<SharedEvaluation>& evaluations) {
+  std::vector<PackedEvaluation> packed;
+  for (const SharedEvaluation& evaluation : evaluations) packed.emplace_back(*evaluation);
+  metrics.RecordDrift({}, packed, 0);
+}
+
 TEST_CASE("each series keeps its evaluation history until many series share the points budget",
           "[metrics]") {
   QueryMetricsOptions options;
@@ -31,7 +38,7 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
 
   // Two series: each keeps its last 5 evaluations.
   for (int64_t batch = 0; batch < 8; ++batch) {
-    metrics.RecordDrift({}, {Evaluated("m0", batch), Evaluated("m1", batch)}, 0);
+    Record(metrics, {Evaluated("m0", batch), Evaluated("m1", batch)});
   }
   auto history = metrics.SeriesHistory("m0", "prediction");
   REQUIRE(history.size() == 5);
@@ -42,12 +49,12 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
   // Ten series share 20 points: every series, the old ones too, keeps its last 2.
   std::vector<SharedEvaluation> more;
   for (int model = 2; model < 10; ++model) more.push_back(Evaluated("m" + std::to_string(model), 8));
-  metrics.RecordDrift({}, more, 0);
+  Record(metrics, more);
   history = metrics.SeriesHistory("m0", "prediction");
   REQUIRE(history.size() == 2);
   CHECK(history.front().batch_id == 6);
   CHECK(history.back().batch_id == 7);
-  metrics.RecordDrift({}, {Evaluated("m1", 9)}, 0);
+  Record(metrics, {Evaluated("m1", 9)});
   history = metrics.SeriesHistory("m1", "prediction");
   REQUIRE(history.size() == 2);
   CHECK(history.back().batch_id == 9);
@@ -58,7 +65,7 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
   for (int model = 10; model < 40; ++model) {
     more.push_back(Evaluated("m" + std::to_string(model), 10));
   }
-  metrics.RecordDrift({}, more, 0);
+  Record(metrics, more);
   history = metrics.SeriesHistory("m1", "prediction");
   REQUIRE(history.size() == 1);
   CHECK(history.back().batch_id == 9);
@@ -67,7 +74,7 @@ TEST_CASE("each series keeps its evaluation history until many series share the 
 
 TEST_CASE("a window below minSamples keeps the gauges' last readings with its level", "[metrics]") {
   QueryMetrics metrics;
-  metrics.RecordDrift({}, {Evaluated("m0", 1)}, 0);
+  Record(metrics, {Evaluated("m0", 1)});
   Evaluation few;
   few.model = "m0";
   few.series = "prediction";
@@ -75,7 +82,7 @@ TEST_CASE("a window below minSamples keeps the gauges' last readings with its le
   few.level = AlertLevel::kWarn;
   few.batch_id = 2;
   const SharedEvaluation shared = std::make_shared<const Evaluation>(few);
-  metrics.RecordDrift({}, {shared}, 0);
+  Record(metrics, {shared});
 
   const SharedEvaluation gauge = metrics.Snapshot().evaluations.at({"m0", "prediction"}).Unpack();
   CHECK(gauge->level == AlertLevel::kWarn);
