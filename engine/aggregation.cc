@@ -852,8 +852,7 @@ void Aggregator::EncodeGroup(const Group& group, std::string& out) const {
   }
 }
 
-void Aggregator::EndBatch(int64_t watermark_us, bool evict,
-                          std::vector<std::pair<std::string, std::string>>& puts,
+void Aggregator::EndBatch(int64_t watermark_us, bool evict, StatePuts& puts,
                           std::vector<std::string>& deletes) {
   if (window_column_ >= 0 && watermark_us != INT64_MIN) {
     auto it = open_by_end_.begin();

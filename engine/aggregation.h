@@ -30,6 +30,7 @@
 #include "engine/pipeline_spec.h"
 #include "engine/quantile_sketch.h"
 #include "engine/result.h"
+#include "engine/state_value.h"
 #include "engine/row_shape.h"
 #include "engine/stats.h"
 #include "engine/string_hash.h"
@@ -84,8 +85,7 @@ class Aggregator {
   /// Ends the batch: windows closed by `watermark_us` are evicted (state deleted) if `evict`
   /// (every output mode but complete), else marked emitted; changed groups and evicted keys are
   /// reported for the checkpoint; the per-batch "updated" marks are cleared.
-  void EndBatch(int64_t watermark_us, bool evict,
-                std::vector<std::pair<std::string, std::string>>& puts,
+  void EndBatch(int64_t watermark_us, bool evict, StatePuts& puts,
                 std::vector<std::string>& deletes);
 
   /// Restores one group from the checkpoint (a key and value reported by EndBatch). A group

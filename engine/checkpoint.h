@@ -16,6 +16,7 @@
 
 #include "engine/offsets.h"
 #include "engine/result.h"
+#include "engine/state_value.h"
 
 namespace driftd {
 
@@ -85,7 +86,7 @@ struct OutboxEntry {
 /// Everything one batch changes, applied atomically by CheckpointStore::Commit.
 struct BatchWrite {
   CommitRecord commit;
-  std::vector<std::pair<std::string, std::string>> state_puts;
+  StatePuts state_puts;
   std::vector<std::string> state_deletes;
   /// Empty pending_sinks: nothing to deliver, no outbox entry written.
   OutboxEntry outbox;
@@ -125,8 +126,7 @@ class CheckpointStore {
 
   /// Applies state entries alone (deletes first, then puts) atomically, without a commit
   /// record: a scaled-out task's state restored from its changelog. Synced if options.sync.
-  virtual Status ApplyState(const std::vector<std::pair<std::string, std::string>>& puts,
-                            const std::vector<std::string>& deletes) = 0;
+  virtual Status ApplyState(const StatePuts& puts, const std::vector<std::string>& deletes) = 0;
 
   /// Calls `visit` for every state entry whose key starts with `prefix`, in key order.
   virtual Status ScanStatePrefix(

@@ -424,8 +424,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status ScanState(
       const std::function<void(std::string_view key, std::string_view value)>& visit) override;
   Status Commit(BatchWrite write) override;
-  Status ApplyState(const std::vector<std::pair<std::string, std::string>>& puts,
-                    const std::vector<std::string>& deletes) override;
+  Status ApplyState(const StatePuts& puts, const std::vector<std::string>& deletes) override;
   Status ScanStatePrefix(
       std::string_view prefix,
       const std::function<void(std::string_view key, std::string_view value)>& visit) override;
@@ -466,8 +465,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   };
   // Mirrors applied state puts and deletes in the live key count and sizes.
   void CountState(const std::vector<CountedEntry>& entries);
-  void CountState(const std::vector<std::pair<std::string, std::string>>& puts,
-                  const std::vector<std::string>& deletes);
+  void CountState(const StatePuts& puts, const std::vector<std::string>& deletes);
   Status CheckOrWriteMarker(bool created_now);
   Result<bool> CfIsEmpty(CfIndex index);
   Result<bool> DatabaseIsEmpty(const std::vector<std::string>& cf_names) const;
@@ -939,11 +937,11 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   counted.reserve(write.state_puts.size() + write.state_deletes.size());
   for (uint32_t i : order) {
     auto& [key, value] = write.state_puts[i];
-    if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+    if (status.ok()) status = batch.Put(cf(kStateCf), key, ToSlice(value.view()));
     counted.push_back(
         {StateKeyHash(key), static_cast<uint32_t>(key.size()), static_cast<int64_t>(value.size())});
     std::string().swap(key);
-    std::string().swap(value);
+    value.Release();
   }
   for (const std::string& key : write.state_deletes) {
     if (status.ok()) status = batch.Delete(cf(kStateCf), key);
@@ -973,7 +971,7 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
     return tl::unexpected(Fail(status, fmt::format("preparing batch {}", batch_id)));
 
   // The rest of the write is in the WriteBatch too: released before the memtables copy it.
-  std::vector<std::pair<std::string, std::string>>().swap(write.state_puts);
+  StatePuts().swap(write.state_puts);
   std::vector<std::string>().swap(write.state_deletes);
   std::string().swap(write.outbox.payload);
 
@@ -1009,7 +1007,7 @@ void RocksCheckpointStore::CountState(const std::vector<CountedEntry>& entries) 
   }
 }
 
-void RocksCheckpointStore::CountState(const std::vector<std::pair<std::string, std::string>>& puts,
+void RocksCheckpointStore::CountState(const StatePuts& puts,
                                       const std::vector<std::string>& deletes) {
   std::vector<CountedEntry> entries;
   entries.reserve(puts.size() + deletes.size());
@@ -1023,9 +1021,8 @@ void RocksCheckpointStore::CountState(const std::vector<std::pair<std::string, s
   CountState(entries);
 }
 
-Status RocksCheckpointStore::ApplyState(
-    const std::vector<std::pair<std::string, std::string>>& puts,
-    const std::vector<std::string>& deletes) {
+Status RocksCheckpointStore::ApplyState(const StatePuts& puts,
+                                        const std::vector<std::string>& deletes) {
   DRIFTD_TRY(RefuseIfReadOnly("writing state"));
   rocksdb::WriteBatch batch;
   rocksdb::Status status;
@@ -1033,7 +1030,7 @@ Status RocksCheckpointStore::ApplyState(
     if (status.ok()) status = batch.Delete(cf(kStateCf), key);
   }
   for (const auto& [key, value] : puts) {
-    if (status.ok()) status = batch.Put(cf(kStateCf), key, value);
+    if (status.ok()) status = batch.Put(cf(kStateCf), key, ToSlice(value.view()));
   }
   if (status.ok()) status = db_->Write(SyncedWrite(), &batch);
   if (!status.ok()) return tl::unexpected(Fail(status, "writing state"));

@@ -477,6 +477,11 @@ std::string_view PackedEvaluation::bytes() const {
   return data_ ? std::string_view(data_->bytes) : std::string_view();
 }
 
+std::shared_ptr<const std::string> PackedEvaluation::shared_bytes() const {
+  if (!data_) return nullptr;
+  return std::shared_ptr<const std::string>(data_, &data_->bytes);
+}
+
 namespace {
 const std::string kNoName;
 }  // namespace

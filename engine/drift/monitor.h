@@ -24,6 +24,7 @@
 #include "engine/drift/histogram.h"
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
+#include "engine/state_value.h"
 #include "engine/row_shape.h"
 #include "engine/stats.h"
 
@@ -202,6 +203,10 @@ class PackedEvaluation {
   SharedEvaluation Unpack() const;
   /// EncodeEvaluation's bytes (with the distribution).
   std::string_view bytes() const;
+  /// The same bytes, shared with this evaluation's copies (null when empty): what a batch
+  /// hands the checkpoint, so that saving an evaluation does not copy it. SetBatchId must not
+  /// be called after.
+  std::shared_ptr<const std::string> shared_bytes() const;
   const std::string& model() const;
   const std::string& segment() const;
   const std::string& series() const;
@@ -459,11 +464,10 @@ class DriftMonitor {
   ///                                    edges are fixed
   ///   "drift/%series"                  the series names the model records refer to
   /// so a batch writes what its values changed, not the whole state of every series it saw.
-  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
-                    std::vector<std::string>& deletes);
+  void CollectDirty(StatePuts& puts, std::vector<std::string>& deletes);
   /// As above, dropping the deletes: only for a state restored from one call's puts (tests);
   /// a checkpoint that keeps keys the monitor deleted may read back what they held.
-  void CollectDirty(std::vector<std::pair<std::string, std::string>>& puts);
+  void CollectDirty(StatePuts& puts);
   /// Warmup values per block key of the version-5 layout (still read).
   static constexpr size_t kWarmupBlockValues = 32;
   /// What the last CollectDirty wrote: the series whose values changed, the encoded size of the
@@ -636,8 +640,7 @@ class DriftMonitor {
   /// Restore: puts a model's keys together once every key was read. `lenient`: a model whose
   /// keys do not fit starts afresh instead of failing.
   Status CompleteModel(ModelState& m, bool lenient);
-  void WriteModel(ModelState& m, std::vector<std::pair<std::string, std::string>>& puts,
-                  std::vector<std::string>& deletes);
+  void WriteModel(ModelState& m, StatePuts& puts, std::vector<std::string>& deletes);
   /// The table of series names that model records and segments refer to by position: the
   /// restored one, with the series it lacks appended.
   void ResolveTable();

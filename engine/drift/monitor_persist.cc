@@ -47,13 +47,12 @@ void DriftMonitor::ResolveTable() {
   for (size_t i = 0; i < n; ++i) table_series_[series_table_index_[i]] = static_cast<int32_t>(i);
 }
 
-void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts) {
+void DriftMonitor::CollectDirty(StatePuts& puts) {
   std::vector<std::string> deletes;
   CollectDirty(puts, deletes);
 }
 
-void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>& puts,
-                                std::vector<std::string>& deletes) {
+void DriftMonitor::CollectDirty(StatePuts& puts, std::vector<std::string>& deletes) {
   last_write_ = {};
   const size_t first_put = puts.size();
   ResolveTable();
@@ -78,8 +77,7 @@ void DriftMonitor::CollectDirty(std::vector<std::pair<std::string, std::string>>
   }
 }
 
-void DriftMonitor::WriteModel(ModelState& m, std::vector<std::pair<std::string, std::string>>& puts,
-                              std::vector<std::string>& deletes) {
+void DriftMonitor::WriteModel(ModelState& m, StatePuts& puts, std::vector<std::string>& deletes) {
   const std::string model_key = std::string(kStateKeyPrefix) + EscapeKeyPart(m.name);
   last_write_.dirty_series += static_cast<int64_t>(m.dirty.size());
   for (uint32_t series : m.dirty) m.series[series].dirty = false;

@@ -275,13 +275,12 @@ void DriftStage::Impl::Render(std::span<const AlertEvent> events,
   }
 }
 
-void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all,
-                                          std::vector<std::pair<std::string, std::string>>& puts) {
+void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all, StatePuts& puts) {
   auto save = [&](LatestMap::iterator it) {
     Latest& latest = it->second;
     puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
                                   EscapeKeyPart(it->first.second)),
-                      std::string(latest.evaluation.bytes()));
+                      StateValue(latest.evaluation.shared_bytes()));
     latest.saved = true;
     latest.saved_level = latest.evaluation.level();
     latest.saved_evaluated = latest.evaluation.evaluated();
@@ -314,8 +313,7 @@ void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all,
   unsaved_evaluations_.clear();
 }
 
-void DriftStage::Impl::CollectDirty(int64_t now_ms,
-                                    std::vector<std::pair<std::string, std::string>>& puts,
+void DriftStage::Impl::CollectDirty(int64_t now_ms, StatePuts& puts,
                                     std::vector<std::string>& deletes, StageProgress& progress) {
   const size_t first_put = puts.size();
   CollectEvaluations(now_ms, /*all=*/false, puts);
@@ -1063,7 +1061,7 @@ Status DriftStage::Impl::RestoreMultivariate(std::string_view key, std::string_v
   return mv_->Restore(Intern(*name), *name, value);
 }
 
-void DriftStage::Impl::CollectMultivariate(std::vector<std::pair<std::string, std::string>>& puts) {
+void DriftStage::Impl::CollectMultivariate(StatePuts& puts) {
   if (!mv_) return;
   for (auto& [id, bytes] : mv_->TakeDirty()) {
     puts.emplace_back(std::string(kMultivariatePrefix) + EscapeKeyPart(names_[id]),

@@ -260,11 +260,10 @@ class DriftStage::Impl {
 
   // The evaluations newer than the checkpoint's copies (`all`: every one; otherwise those
   // whose level changed, and the rest once kEvaluationFlushMs has passed since the last time).
-  void CollectEvaluations(int64_t now_ms, bool all,
-                          std::vector<std::pair<std::string, std::string>>& puts);
+  void CollectEvaluations(int64_t now_ms, bool all, StatePuts& puts);
 
-  void CollectDirty(int64_t now_ms, std::vector<std::pair<std::string, std::string>>& puts,
-                    std::vector<std::string>& deletes, StageProgress& progress);
+  void CollectDirty(int64_t now_ms, StatePuts& puts, std::vector<std::string>& deletes,
+                    StageProgress& progress);
 
  private:
   // What the series are: array widths, map keys, and the segment columns state is keyed by.
@@ -809,7 +808,7 @@ class DriftStage::Impl {
   Status InitMultivariate(const PipelineSpec& spec);
   void CreateMultivariate(std::vector<SeriesDef>& defs);
   Status RestoreMultivariate(std::string_view key, std::string_view value);
-  void CollectMultivariate(std::vector<std::pair<std::string, std::string>>& puts);
+  void CollectMultivariate(StatePuts& puts);
 
   // Record-count windows of a model read from two partitions depend on how reads interleave.
   void NotePartition(uint32_t model, uint32_t partition) {

@@ -233,7 +233,7 @@ Status ScaledOutPlacement::AddTask(uint32_t id, TaskMap& tasks, Report& report) 
     end = parts_.group->ReadChangelog(id, 0, collect);
     if (!end) return tl::unexpected(end.error().Wrap(fmt::format("restoring task {}", id)));
   }
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::vector<std::string> deletes;
   for (auto& [key, value] : latest) {
     if (value) {
@@ -432,7 +432,7 @@ void ScaledOutPlacement::TaskFinished(QueryTask& task, StateWrites& writes, size
   task.PersistClock(writes);
   const uint32_t id = task.id();
   for (size_t i = puts_from; i < writes.puts.size(); ++i) {
-    output.changelog.push_back({id, writes.puts[i].first, writes.puts[i].second, false});
+    output.changelog.push_back({id, writes.puts[i].first, writes.puts[i].second.str(), false});
   }
   for (size_t i = deletes_from; i < writes.deletes.size(); ++i) {
     output.changelog.push_back({id, writes.deletes[i], "", true});

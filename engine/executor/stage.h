@@ -23,6 +23,7 @@
 #include "engine/pipeline_spec.h"
 #include "engine/result.h"
 #include "engine/sink.h"
+#include "engine/state_value.h"
 
 namespace driftd {
 
@@ -44,7 +45,7 @@ struct BatchContext {
 /// State changes of a batch, keys in the stage's own encoding (the executor adds scope and
 /// namespace).
 struct StateChanges {
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::vector<std::string> deletes;
 };
 

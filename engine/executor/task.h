@@ -44,7 +44,7 @@ class OrderBuffer;
 /// State changes of a batch with their keys encoded (EncodeStateKey: scope, namespace, key), as
 /// the checkpoint's commit takes them.
 struct StateWrites {
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::vector<std::string> deletes;
 };
 

@@ -43,7 +43,7 @@ Emitted EndBatch(std::span<Aggregator* const> parts, int64_t watermark_us, bool 
   out.append_columns = rows.columns;
   for (Aggregator* part : parts) {
     out.dropped += part->TakeRowsDroppedByWatermark();
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     part->EndBatch(watermark_us, evict, puts, deletes);
     for (auto& [key, value] : puts) out.puts.emplace(key, value);

@@ -155,7 +155,7 @@ class Driver {
     for (const std::string& row : rows.rows) result.rows.push_back(Compact(row));
     result.dropped = aggregator_->TakeRowsDroppedByWatermark();
     result.without_event_time = aggregator_->TakeRowsWithoutEventTime();
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     aggregator_->EndBatch(watermark_us_, mode_ != OutputMode::kComplete, puts, deletes);
     result.deletes = static_cast<int64_t>(deletes.size());

@@ -285,7 +285,7 @@ TEST_CASE("state of a long windowed run stays bounded by the open windows",
       if (!fresh) FAIL("window emitted twice: " << *it);
     }
     dropped += aggregator.TakeRowsDroppedByWatermark();
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     aggregator.EndBatch(watermark, true, puts, deletes);
     for (const auto& entry : puts) state.insert(entry.first);

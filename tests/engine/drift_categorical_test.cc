@@ -156,7 +156,7 @@ class Harness {
     in_batch_ = 0;
     monitor_.Evaluate(batch_, 1'800'000'000'000 + batch_, events, &evaluations);
     ++batch_;
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     monitor_.CollectDirty(puts, deletes);
     for (auto& [k, v] : puts) store[k] = v;
@@ -706,7 +706,7 @@ std::vector<AlertEvent> RunTimed(const std::vector<TimedRecord>& stream, size_t 
     const bool done = !any;
     monitor->AdvanceWatermark(done ? INT64_MAX - 1 : *std::min_element(max_t.begin(), max_t.end()));
     monitor->Evaluate(batch, 0, events);
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     monitor->CollectDirty(puts, deletes);
     for (auto& [k, v] : puts) store[k] = v;
@@ -774,7 +774,7 @@ TEST_CASE("categorical state restored from CollectDirty continues exactly",
     DriftMonitor early(spec, Harness::Series(2));
     for (const auto& [key, value] : a.store) REQUIRE(early.Restore(key, value));
     REQUIRE(early.FinishRestore());
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     early.CollectDirty(puts, deletes);
     CHECK(puts.empty());  // nothing changed by reading it back
@@ -829,7 +829,7 @@ TEST_CASE("a million distinct categories keep a series' memory and state bounded
                             kStartUs + i);
     if (i % 10'000 == 9'999) {
       monitor.Evaluate(i / 10'000, 0, events);
-      std::vector<std::pair<std::string, std::string>> puts;
+      StatePuts puts;
       std::vector<std::string> deletes;
       monitor.CollectDirty(puts, deletes);
       for (auto& [k, v] : puts) {

@@ -58,7 +58,7 @@ struct Feed {
   std::mt19937_64 rng{21};
   std::normal_distribution<double> normal{0, 1};
   std::vector<AlertEvent> events;
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::map<std::string, std::string> state;
 };
 

@@ -115,7 +115,7 @@ class Harness {
     } else {
       monitor_.Evaluate(batch, 1'800'000'000'000 + batch, events);
     }
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     monitor_.CollectDirty(puts, deletes);
     for (auto& [k, v] : puts) store[k] = v;
@@ -629,7 +629,7 @@ TEST_CASE("model names with slashes make distinct, reversible state keys",
   DriftMonitor monitor(spec, {"x"});
   const std::string odd = "team/a%b";
   monitor.Observe(0, odd, 0, 1.0, 0);
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   monitor.CollectDirty(puts);
   // The series table, the model record and the segment of its first warmup values.
   REQUIRE(puts.size() == 3);
@@ -641,7 +641,7 @@ TEST_CASE("model names with slashes make distinct, reversible state keys",
   for (const auto& [key, value] : written) REQUIRE(restored.Restore(key, value));
   REQUIRE(restored.FinishRestore());
   restored.Observe(3, odd, 0, 2.0, 0);
-  std::vector<std::pair<std::string, std::string>> again;
+  StatePuts again;
   restored.CollectDirty(again);
   REQUIRE(again.size() == 2);
   std::map<std::string, std::string> rewritten(again.begin(), again.end());

@@ -198,7 +198,7 @@ TEST_CASE("open event-time windows survive a restore and give the same alerts",
   auto first = make();
   EventTimeDriver b{*first, kDelay};
   b.Minutes(0, 5, 500, mean);
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   first->CollectDirty(puts);
   auto second = make();
   for (const auto& [key, value] : puts) REQUIRE(second->Restore(key, value));

@@ -105,7 +105,7 @@ struct Scenario {
   DriftMonitor& monitor;
   int64_t delay_us = 0;
   std::map<std::string, std::string> store;  // what the checkpoint holds
-  std::vector<std::pair<std::string, std::string>> puts;  // the last batch's
+  StatePuts puts;  // the last batch's
   std::vector<std::string> deletes;
   std::vector<AlertEvent> events;
   int64_t step = 0;
@@ -115,14 +115,13 @@ struct Scenario {
 
 constexpr int64_t kEnds[2] = {1'500, 14'000};
 
-size_t Count(const std::vector<std::pair<std::string, std::string>>& puts,
-             const std::string& prefix) {
+size_t Count(const StatePuts& puts, const std::string& prefix) {
   return static_cast<size_t>(std::count_if(puts.begin(), puts.end(), [&](const auto& p) {
     return p.first.compare(0, prefix.size(), prefix) == 0;
   }));
 }
 
-bool Has(const std::vector<std::pair<std::string, std::string>>& puts, const std::string& key) {
+bool Has(const StatePuts& puts, const std::string& key) {
   return std::any_of(puts.begin(), puts.end(), [&](const auto& p) { return p.first == key; });
 }
 
@@ -444,7 +443,7 @@ std::pair<std::map<std::string, std::string>, std::vector<std::string>> FixWarmE
   if (window_ms > 0) monitor.AdvanceWatermark(monitor.max_event_time_us() + 1'000'000);
   std::vector<AlertEvent> events;
   monitor.Evaluate(batch, 1'700'000'000'000 + batch, events);
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::vector<std::string> deletes;
   monitor.CollectDirty(puts, deletes);
   std::map<std::string, std::string> written(puts.begin(), puts.end());

@@ -86,7 +86,7 @@ TEST_CASE("grouping by the shared model ids gives the rows and state of grouping
     aggregator.Add(batch, times);
     EmittedRows rows;
     aggregator.EmitUpdated(rows);
-    std::vector<std::pair<std::string, std::string>> puts;
+    StatePuts puts;
     std::vector<std::string> deletes;
     aggregator.EndBatch(INT64_MIN, true, puts, deletes);
     for (auto& [key, value] : puts) state[key] = value;

@@ -206,7 +206,7 @@ QuerySpec PercentileQuery(bool windowed) {
 
 struct Emitted {
   std::vector<std::string> rows;
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
 };
 
 Emitted RunAggregator(Aggregator& aggregator, const std::vector<std::string>& lines,

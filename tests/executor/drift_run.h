@@ -60,8 +60,10 @@ struct DriftRun {
 
   void Apply(StateChanges& changes) {
     last_puts.clear();
+    last_put_bytes.clear();
     for (auto& [key, value] : changes.puts) {
       last_puts.push_back(key);
+      last_put_bytes[key] = reinterpret_cast<uintptr_t>(value.data());
       state[key] = value;
     }
     for (const std::string& key : changes.deletes) state.erase(key);
@@ -95,8 +97,9 @@ struct DriftRun {
   std::unique_ptr<DriftStage> stage;
   std::vector<std::string> alerts;
   std::map<std::string, std::string> state;
-  /// Keys the last batch (or Stop) put.
+  /// Keys the last batch (or Stop) put, and where each put's bytes were.
   std::vector<std::string> last_puts;
+  std::map<std::string, uintptr_t> last_put_bytes;
   int64_t batch_id = 0;
   /// The processing time batches run at (Unix epoch milliseconds).
   int64_t now_ms = 1'700'000'000'000;

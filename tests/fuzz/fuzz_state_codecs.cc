@@ -81,8 +81,8 @@ void WriteSeeds(const std::string& dir) {
                   std::ios::binary)
         << input;
   };
-  auto keyed = [&](uint8_t codec, const std::string& key, const std::string& value) {
-    seed(codec, key + std::string(1, '\0') + value);
+  auto keyed = [&](uint8_t codec, const std::string& key, std::string_view value) {
+    seed(codec, key + std::string(1, '\0') + std::string(value));
   };
   CommitRecord commit;
   commit.batch_id = 41;
@@ -131,7 +131,7 @@ void WriteSeeds(const std::string& dir) {
   RowTimes times;  // no watermark: nothing late
   times.event_us.assign(batch.num_rows, INT64_MIN);
   times.late_before.assign(batch.num_rows, INT64_MIN);
-  std::vector<std::pair<std::string, std::string>> puts;
+  StatePuts puts;
   std::vector<std::string> deletes;
   auto aggregator = Aggregator::Create(Spec().query, Spec().schema);
   if (!aggregator) std::abort();

@@ -42,7 +42,7 @@ constexpr int64_t kWatermarkPerBatch = 1000;
 std::string StateKey(int i) { return fmt::format("model-{:02d}/feature", i); }
 
 /// Every state value of batch N: N, padded so a batch writes a few kB.
-std::string StateValue(int64_t batch_id) { return fmt::format("{:>64}", batch_id); }
+std::string BatchValue(int64_t batch_id) { return fmt::format("{:>64}", batch_id); }
 
 SourceOffsets EndOffsets(int64_t batch_id) { return {{"p0", batch_id}, {"p1", batch_id}}; }
 
@@ -84,11 +84,11 @@ CheckpointOptions ChildOptions() {
     write.commit.start = EndOffsets(id - 1);
     write.commit.end = EndOffsets(id);
     write.commit.watermark_us = id * kWatermarkPerBatch;
-    for (auto& put : write.state_puts) put.second = StateValue(id);
+    for (auto& put : write.state_puts) put.second = BatchValue(id);
     // Even batches put the parity key, odd ones delete it: deletes must be atomic too.
     write.state_deletes.clear();
     if (id % 2 == 0) {
-      write.state_puts.emplace_back("parity", StateValue(id));
+      write.state_puts.emplace_back("parity", BatchValue(id));
     } else {
       write.state_deletes.push_back("parity");
     }
@@ -190,11 +190,11 @@ Observed CheckConsistent(const std::string& dir, int64_t previous) {
     state_bytes += static_cast<int64_t>(key.size() + value.size());
     if (key == "parity") {
       parity_seen = true;
-      CHECK(value == StateValue(n));
+      CHECK(value == BatchValue(n));
       return;
     }
     ++state_keys;
-    CHECK(value == StateValue(n));
+    CHECK(value == BatchValue(n));
   }));
   CHECK(state_keys == kStateKeys);
   CHECK(parity_seen == (n % 2 == 0));
