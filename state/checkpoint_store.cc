@@ -488,7 +488,9 @@ class RocksCheckpointStore final : public CheckpointStore {
   /// The sinks still to deliver of the outbox entries this store wrote or read, by batch id:
   /// marking the last one delivered deletes the entry without reading its payload back.
   std::unordered_map<int64_t, std::vector<std::string>> outbox_sinks_;
-  /// Commit's WriteBatch, kept with its buffer (batch_reserved_ bytes) from batch to batch.
+  /// Commit's WriteBatch, kept with its buffer (batch_reserved_ bytes) from batch to batch
+  /// while that is at most kKeptWriteBatchBytes.
+  static constexpr size_t kKeptWriteBatchBytes = 4 << 20;
   rocksdb::WriteBatch batch_;
   size_t batch_reserved_ = 0;
   StateStats stats_;
@@ -905,15 +907,18 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   if (record.committed_at_ms == 0) record.committed_at_ms = NowMs();
   const std::string id_key = EncodeBatchId(batch_id);
 
-  // The WriteBatch's bytes reserved once: a batch's state and outbox entry can be tens of
+  // The WriteBatch's bytes reserved at once: a batch's state and outbox entry can be tens of
   // megabytes, and growing by doubling would hold up to twice that while the old copy moves.
-  // Each entry costs its bytes and at most 16 more (tag, column family, two lengths). The
-  // buffer is kept for the next batch (they are alike in size), unless it is far too large.
-  size_t reserve = 64 + write.outbox.payload.size();
+  // Each entry costs its bytes and at most 16 more (tag, column family, two lengths); the
+  // outbox header and the commit log's trimmed ids take a few kilobytes at most.
+  const std::string commit_value = EncodeCommit(record);
+  size_t reserve = 4096 + id_key.size() + commit_value.size() + write.outbox.payload.size();
+  for (const std::string& sink : write.outbox.pending_sinks) reserve += sink.size() + 8;
   for (const auto& [key, value] : write.state_puts) reserve += key.size() + value.size() + 16;
   for (const std::string& key : write.state_deletes) reserve += key.size() + 16;
-  if (reserve > batch_reserved_ || reserve < batch_reserved_ / 4) {
-    batch_reserved_ = reserve + reserve / 8;
+  if (reserve > batch_reserved_) {
+    batch_ = rocksdb::WriteBatch();  // the old buffer goes before the new one is taken
+    batch_reserved_ = reserve + reserve / 64;
     batch_ = rocksdb::WriteBatch(batch_reserved_);
   } else {
     batch_.Clear();
@@ -947,7 +952,7 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
     if (status.ok()) status = batch.Delete(cf(kStateCf), key);
     counted.push_back({StateKeyHash(key), static_cast<uint32_t>(key.size()), -1});
   }
-  if (status.ok()) status = batch.Put(cf(kCommitsCf), id_key, EncodeCommit(record));
+  if (status.ok()) status = batch.Put(cf(kCommitsCf), id_key, commit_value);
 
   std::vector<std::string> sinks = write.outbox.pending_sinks;
   std::sort(sinks.begin(), sinks.end());
@@ -976,6 +981,13 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   std::string().swap(write.outbox.payload);
 
   status = db_->Write(SyncedWrite(), &batch);
+  // A large buffer is not kept between batches: the memtables hold the batch by now, and a
+  // process past its warmup would carry the largest batch's size (85 MB at 10,000 models)
+  // for nothing while it reads the next one. A small one saves the next batch's page faults.
+  if (batch_reserved_ > kKeptWriteBatchBytes) {
+    batch_ = rocksdb::WriteBatch();
+    batch_reserved_ = 0;
+  }
   if (!status.ok())
     return tl::unexpected(Fail(status, fmt::format("committing batch {}", batch_id)));
 
