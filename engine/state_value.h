@@ -18,10 +18,11 @@ class StateValue {
   StateValue() = default;
   StateValue(std::string bytes) : owned_(std::move(bytes)) {}  // NOLINT: implicit by design
   StateValue(const char* bytes) : owned_(bytes) {}             // NOLINT
-  /// Bytes another holder keeps; they must not change while this value lives.
-  explicit StateValue(std::shared_ptr<const std::string> shared) : shared_(std::move(shared)) {}
+  /// `bytes`, which `owner` keeps alive; they must not change while this value lives.
+  StateValue(std::shared_ptr<const void> owner, std::string_view bytes)
+      : owner_(std::move(owner)), shared_(bytes) {}
 
-  std::string_view view() const { return shared_ ? std::string_view(*shared_) : owned_; }
+  std::string_view view() const { return owner_ ? shared_ : std::string_view(owned_); }
   operator std::string_view() const { return view(); }  // NOLINT
   size_t size() const { return view().size(); }
   bool empty() const { return view().empty(); }
@@ -32,7 +33,8 @@ class StateValue {
   /// Lets go of the bytes (frees them if owned, drops the share otherwise).
   void Release() {
     std::string().swap(owned_);
-    shared_.reset();
+    owner_.reset();
+    shared_ = {};
   }
 
   friend bool operator==(const StateValue& a, std::string_view b) { return a.view() == b; }
@@ -42,7 +44,8 @@ class StateValue {
 
  private:
   std::string owned_;
-  std::shared_ptr<const std::string> shared_;
+  std::shared_ptr<const void> owner_;
+  std::string_view shared_;
 };
 
 /// A batch's state puts: (key, value), in the order they were made.

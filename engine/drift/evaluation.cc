@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <set>
 
 #include <fmt/format.h>
@@ -438,22 +439,30 @@ double MaxScore(const Evaluation& evaluation) {
 
 }  // namespace
 
-std::shared_ptr<PackedEvaluation::Data> PackedEvaluation::Make(const Evaluation& evaluation) {
-  auto data = std::make_shared<Data>();
+PackedEvaluation::PackedEvaluation(const Evaluation& evaluation) {
   size_t batch_id_at = 0;
-  data->bytes = EncodeEvaluation(evaluation, /*with_distribution=*/true, &batch_id_at);
-  data->bytes.shrink_to_fit();
-  data->model = evaluation.model;
-  data->segment = evaluation.segment;
-  data->series = evaluation.series;
-  data->max_score = MaxScore(evaluation);
-  data->batch_id_at = static_cast<uint32_t>(batch_id_at);
-  data->level = evaluation.level;
-  data->evaluated = evaluation.evaluated;
-  return data;
+  const std::string bytes = EncodeEvaluation(evaluation, /*with_distribution=*/true, &batch_id_at);
+  const std::array<std::string_view, 4> parts = {bytes, evaluation.model, evaluation.segment,
+                                                 evaluation.series};
+  Header header;
+  size_t size = sizeof(Header);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    header.sizes[i] = static_cast<uint32_t>(parts[i].size());
+    size += parts[i].size();
+  }
+  header.max_score = MaxScore(evaluation);
+  header.batch_id_at = static_cast<uint32_t>(batch_id_at);
+  header.level = evaluation.level;
+  header.evaluated = evaluation.evaluated;
+  static_assert(alignof(Header) <= alignof(uint64_t));
+  data_ = std::make_shared_for_overwrite<uint64_t[]>((size + 7) / 8);
+  new (data_.get()) Header(header);
+  char* at = chars();
+  for (std::string_view part : parts) {
+    std::copy(part.begin(), part.end(), at);
+    at += part.size();
+  }
 }
-
-PackedEvaluation::PackedEvaluation(const Evaluation& evaluation) : data_(Make(evaluation)) {}
 
 Result<PackedEvaluation> PackedEvaluation::FromBytes(std::string bytes, std::string_view model,
                                                      std::string_view segment) {
@@ -466,41 +475,33 @@ Result<PackedEvaluation> PackedEvaluation::FromBytes(std::string bytes, std::str
 
 SharedEvaluation PackedEvaluation::Unpack() const {
   if (!data_) return std::make_shared<const Evaluation>();
-  auto evaluation = DecodeEvaluation(data_->bytes);
+  auto evaluation = DecodeEvaluation(bytes());
   // The bytes were written by EncodeEvaluation here.
   assert(evaluation.has_value());
   if (!evaluation) return std::make_shared<const Evaluation>();
   return std::make_shared<const Evaluation>(std::move(*evaluation));
 }
 
-std::string_view PackedEvaluation::bytes() const {
-  return data_ ? std::string_view(data_->bytes) : std::string_view();
+std::string_view PackedEvaluation::Part(int index) const {
+  if (!data_) return {};
+  const Header& h = header();
+  size_t at = 0;
+  for (int i = 0; i < index; ++i) at += h.sizes[i];
+  return std::string_view(chars() + at, h.sizes[index]);
 }
 
-std::shared_ptr<const std::string> PackedEvaluation::shared_bytes() const {
-  if (!data_) return nullptr;
-  return std::shared_ptr<const std::string>(data_, &data_->bytes);
-}
-
-namespace {
-const std::string kNoName;
-}  // namespace
-
-const std::string& PackedEvaluation::model() const { return data_ ? data_->model : kNoName; }
-const std::string& PackedEvaluation::segment() const { return data_ ? data_->segment : kNoName; }
-const std::string& PackedEvaluation::series() const { return data_ ? data_->series : kNoName; }
+std::string_view PackedEvaluation::bytes() const { return Part(0); }
 
 double PackedEvaluation::max_score() const {
-  return data_ ? data_->max_score : -std::numeric_limits<double>::infinity();
+  return data_ ? header().max_score : -std::numeric_limits<double>::infinity();
 }
 
 void PackedEvaluation::SetBatchId(int64_t batch_id) {
   if (!data_) return;
   assert(data_.use_count() == 1);
   const auto v = static_cast<uint64_t>(batch_id);
-  for (int i = 0; i < 8; ++i) {
-    data_->bytes[data_->batch_id_at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  }
+  char* at = chars() + header().batch_id_at;
+  for (int i = 0; i < 8; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 }  // namespace driftd

@@ -5,6 +5,7 @@
 // persists as key/value pairs. Pure code: no I/O, no logging, deterministic.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -183,12 +184,11 @@ struct Evaluation {
 using SharedEvaluation = std::shared_ptr<const Evaluation>;
 
 /// An evaluation kept to be read later (each series' latest: the checkpoint's copy, the gauges):
-/// its bytes as EncodeEvaluation writes them (~0.6 KB at the default detectors, ~0.77 KB with
-/// the names and the shared block), where the object with its readings' and distribution's
-/// vectors takes ~1.7 KB. At 10,000 models x 13 series the objects took ~220 MB, and a batch's new
-/// ones piled up beside them until the metrics took them. Implemented in evaluation.cc. Names and what choosing among many series needs (level,
-/// highest score) are read once, when packed; the rest is decoded by Unpack. Shared: copies
-/// share the bytes.
+/// its bytes as EncodeEvaluation writes them (~0.6 KB at the default detectors), with its names
+/// and what choosing among many series needs (level, highest score) read once, when packed, in
+/// one block of ~0.7 KB. The object, with its readings' and distribution's vectors, takes
+/// ~1.7 KB: at 10,000 models x 13 series the objects took ~220 MB. The rest is decoded by
+/// Unpack. Copies share the block. Implemented in evaluation.cc.
 class PackedEvaluation {
  public:
   PackedEvaluation() = default;
@@ -203,15 +203,15 @@ class PackedEvaluation {
   SharedEvaluation Unpack() const;
   /// EncodeEvaluation's bytes (with the distribution).
   std::string_view bytes() const;
-  /// The same bytes, shared with this evaluation's copies (null when empty): what a batch
-  /// hands the checkpoint, so that saving an evaluation does not copy it. SetBatchId must not
-  /// be called after.
-  std::shared_ptr<const std::string> shared_bytes() const;
-  const std::string& model() const;
-  const std::string& segment() const;
-  const std::string& series() const;
-  AlertLevel level() const { return data_ ? data_->level : AlertLevel::kOk; }
-  bool evaluated() const { return data_ && data_->evaluated; }
+  /// What keeps bytes() alive, shared with this evaluation's copies (null when empty): a
+  /// batch hands the checkpoint the bytes with it, so that saving an evaluation does not copy
+  /// it. SetBatchId must not be called after.
+  std::shared_ptr<const void> owner() const { return data_; }
+  std::string_view model() const { return Part(1); }
+  std::string_view segment() const { return Part(2); }
+  std::string_view series() const { return Part(3); }
+  AlertLevel level() const { return data_ ? header().level : AlertLevel::kOk; }
+  bool evaluated() const { return data_ && header().evaluated; }
   /// The highest score of any reading (NaN scores left out); -inf without one.
   double max_score() const;
   /// Sets the batch id the bytes hold. Only before the first copy is made (the drift monitor
@@ -219,18 +219,19 @@ class PackedEvaluation {
   void SetBatchId(int64_t batch_id);
 
  private:
-  struct Data {
-    std::string bytes;
-    std::string model;
-    std::string segment;
-    std::string series;
+  // One block (a series keeps one: 100,000 series keep 100,000): this header, then the bytes,
+  // the model, the segment and the series, one after the other.
+  struct Header {
     double max_score = 0;
     uint32_t batch_id_at = 0;  // where the bytes hold the batch id
+    std::array<uint32_t, 4> sizes{};  // of the bytes and the three names
     AlertLevel level = AlertLevel::kOk;
     bool evaluated = false;
   };
-  static std::shared_ptr<Data> Make(const Evaluation& evaluation);
-  std::shared_ptr<Data> data_;
+  const Header& header() const { return *reinterpret_cast<const Header*>(data_.get()); }
+  char* chars() const { return reinterpret_cast<char*>(data_.get()) + sizeof(Header); }
+  std::string_view Part(int index) const;
+  std::shared_ptr<uint64_t[]> data_;
 };
 
 /// Counters for progress reports.

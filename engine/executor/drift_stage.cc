@@ -247,9 +247,8 @@ void DriftStage::Impl::EvaluateShard(const BatchContext& context) {
   }
   packed_.reserve(evaluations.size());
   for (DriftMonitor::PackedRecord& record : evaluations) {
-    auto latest =
-        latest_.try_emplace(std::make_pair(std::move(record.model), record.evaluation.series()))
-            .first;
+    std::pair<std::string, std::string> key(std::move(record.model), record.evaluation.series());
+    auto latest = latest_.try_emplace(std::move(key)).first;
     latest->second.evaluation = record.evaluation;
     packed_.push_back(std::move(record.evaluation));
     dirty_evaluations_.push_back(latest);
@@ -270,7 +269,7 @@ void DriftStage::Impl::Render(std::span<const AlertEvent> events,
                        "detectors"};
     }
     for (const PackedEvaluation& evaluation : evaluations) {
-      rows->Add(evaluation.model(), EvaluationToJson(*evaluation.Unpack()));
+      rows->Add(std::string(evaluation.model()), EvaluationToJson(*evaluation.Unpack()));
     }
   }
 }
@@ -280,7 +279,7 @@ void DriftStage::Impl::CollectEvaluations(int64_t now_ms, bool all, StatePuts& p
     Latest& latest = it->second;
     puts.emplace_back(fmt::format("{}{}/{}", kEvaluationPrefix, EscapeKeyPart(it->first.first),
                                   EscapeKeyPart(it->first.second)),
-                      StateValue(latest.evaluation.shared_bytes()));
+                      StateValue(latest.evaluation.owner(), latest.evaluation.bytes()));
     latest.saved = true;
     latest.saved_level = latest.evaluation.level();
     latest.saved_evaluated = latest.evaluation.evaluated();

@@ -165,7 +165,7 @@ void QueryMetrics::RecordDrift(const std::vector<AlertEvent>& events,
   for (const PackedEvaluation& packed : evaluations) {
     const std::string label = ModelLabel(packed.model(), packed.segment());
     ++data_.evaluations_by_model[label];
-    auto key = std::make_pair(label, packed.series());
+    auto key = std::make_pair(label, std::string(packed.series()));
     auto [at, added] = data_.evaluations.try_emplace(key);
     if (added || history_cap_ == 0) SetHistoryCap();
     if (history_cap_ > 1) {
@@ -215,7 +215,7 @@ void QueryMetrics::RecordRestoredEvaluations(std::vector<PackedEvaluation> lates
   std::lock_guard<std::mutex> lock(mutex_);
   for (PackedEvaluation& evaluation : latest) {
     auto key = std::make_pair(ModelLabel(evaluation.model(), evaluation.segment()),
-                              evaluation.series());
+                              std::string(evaluation.series()));
     data_.evaluations[std::move(key)] = std::move(evaluation);
   }
 }

@@ -135,11 +135,11 @@ TEST_CASE("an evaluation that keeps its level waits up to 30 s to be written, a 
   std::map<std::string, int64_t> before;
   std::map<std::string, int64_t> after;
   for (const PackedEvaluation& e : run.stage->LatestEvaluations()) {
-    before[e.series()] = e.Unpack()->window_end_record;
+    before[std::string(e.series())] = e.Unpack()->window_end_record;
     CHECK(e.Unpack()->series == e.series());
   }
   for (const PackedEvaluation& e : restarted->stage->LatestEvaluations()) {
-    after[e.series()] = e.Unpack()->window_end_record;
+    after[std::string(e.series())] = e.Unpack()->window_end_record;
   }
   CHECK(before.at("amount") == 3500);
   CHECK(before.at("latency") == 3500);
@@ -160,7 +160,7 @@ TEST_CASE("a batch hands the checkpoint the evaluation bytes the stage keeps, no
   REQUIRE(EvaluationKeys(run.last_puts) == std::vector<std::string>{kAmount, kLatency});
   int shared = 0;
   for (const PackedEvaluation& e : run.stage->LatestEvaluations()) {
-    const auto put = run.last_put_bytes.find("drift-eval/m/" + e.series());
+    const auto put = run.last_put_bytes.find("drift-eval/m/" + std::string(e.series()));
     if (put == run.last_put_bytes.end()) continue;
     CHECK(put->second == reinterpret_cast<uintptr_t>(e.bytes().data()));
     CHECK(run.state.at(put->first) == e.bytes());
