@@ -819,15 +819,15 @@ void DriftMonitor::RecordEvaluation(const ModelState& m, size_t series, bool eva
     }
   } else if (is_error) {
     e.window_start_record = s.eval().window_start;
-    e.window_n = s.eval().err_window.count();
+    e.window_n = s.eval().err_window->count();
     e.window_end_record = e.window_start_record + e.window_n;
     e.window_start_us = s.eval().window_min_us;
     e.window_end_us = ExclusiveEndUs(s.eval().window_max_us);
-    e.window_mean = s.eval().err_window.abs_error.mean();
-    e.window_stddev = s.eval().err_window.abs_error.Stddev();
-    e.baseline_n = s.eval().err_baseline.count();
-    e.baseline_mean = s.eval().err_baseline.abs_error.mean();
-    e.baseline_stddev = s.eval().err_baseline.abs_error.Stddev();
+    e.window_mean = s.eval().err_window->abs_error.mean();
+    e.window_stddev = s.eval().err_window->abs_error.Stddev();
+    e.baseline_n = s.eval().err_baseline->count();
+    e.baseline_mean = s.eval().err_baseline->abs_error.mean();
+    e.baseline_stddev = s.eval().err_baseline->abs_error.Stddev();
   } else {
     const HigherMoments raw = s.eval().window_raw.ToMoments();
     e.window_start_record = s.eval().window_start;
@@ -879,7 +879,7 @@ void DriftMonitor::ObserveReferenceLabel(uint32_t model, const std::string& mode
   SeriesState& s = m.series[series];
   if (s.frozen) return;
   MarkDirty(m, series);
-  s.mut_eval().err_baseline.Add(prediction, label, error_threshold_);
+  s.mut_eval().err_baseline.mut().Add(prediction, label, error_threshold_);
 }
 
 Status DriftMonitor::SetReference(uint32_t model, const std::string& model_name, size_t series,
@@ -974,7 +974,7 @@ Status DriftMonitor::SetErrorReference(uint32_t model, const std::string& model_
   const size_t series = series_names_.size();
   SeriesState& s = m.series[series];
   MarkDirty(m, series);
-  s.mut_eval().err_baseline = summary;
+  s.mut_eval().err_baseline.mut() = summary;
   s.frozen = true;
   return Ok();
 }
@@ -986,7 +986,7 @@ Status DriftMonitor::FreezeReferences() {
     for (size_t i = 0; i < m.series.size(); ++i) {
       SeriesState& s = m.series[i];
       const bool is_error = i == series_names_.size();
-      const int64_t n = is_error ? s.eval().err_baseline.count()
+      const int64_t n = is_error ? s.eval().err_baseline->count()
                         : s.cat  ? s.cat->baseline_n()
                                  : BaselineCount(s);
       if (s.frozen || n == 0) continue;
@@ -1042,10 +1042,10 @@ std::vector<DriftMonitor::BaselineExport> DriftMonitor::ExportBaselines() const 
       BaselineExport e;
       e.model = m->name;
       if (i == series_names_.size()) {
-        if (s.eval().err_baseline.count() == 0) continue;
+        if (s.eval().err_baseline->count() == 0) continue;
         e.series = std::string(kErrorSeries);
-        e.moments = s.eval().err_baseline.abs_error;
-        e.errors = s.eval().err_baseline.errors;
+        e.moments = s.eval().err_baseline->abs_error;
+        e.errors = s.eval().err_baseline->errors;
       } else if (s.cat) {
         const CategoricalState& c = *s.cat;
         e.series = series_names_[i];

@@ -300,7 +300,7 @@ void DriftMonitor::CloseCategoryWindow(ModelState& m, size_t series, std::vector
       }
     }
     v.llr.fill(std::numeric_limits<double>::quiet_NaN());
-    const Incident& inc = ev.inc;
+    const Incident& inc = *ev.inc;
     if (inc.shape_n > 0 && inc.shape_delta.size() == cat_evid_win_.size()) {
       std::vector<double> delta(inc.shape_delta.size());
       for (size_t b = 0; b < delta.size(); ++b) {

@@ -60,6 +60,18 @@ bool IsDefault(const Incident& inc) {
          inc.shape_delta.empty() && inc.error_n == 0 && inc.error_errors == 0;
 }
 
+}  // namespace monitor_detail
+
+void DriftMonitor::SeriesState::ReleaseDefaultParts() {
+  if (!evaluation) return;
+  auto unused = [](const ErrorSummary& e) { return e.count() == 0 && e.errors == 0; };
+  if (IsDefault(*evaluation->inc)) evaluation->inc.reset();
+  if (unused(*evaluation->err_baseline)) evaluation->err_baseline.reset();
+  if (unused(*evaluation->err_window)) evaluation->err_window.reset();
+}
+
+namespace monitor_detail {
+
 /// A warmup's moments are those of its kept values (in order), so they need not be written.
 bool BaselineFromWarmup(const DriftMonitor::SeriesState& s) {
   return !s.edges_ready && s.baseline_from_warmup;
@@ -108,8 +120,8 @@ void EncodeBase(const DriftMonitor::SeriesState& s, std::string& out) {
   drift::ByteWriter w(out);
   w.U8(kBaseEncodingVersion);
   EncodeBaseFields(w, out, s);
-  w.I64(s.eval().err_baseline.errors);
-  s.eval().err_baseline.abs_error.Encode(out);
+  w.I64(s.eval().err_baseline->errors);
+  s.eval().err_baseline->abs_error.Encode(out);
 }
 
 HigherMoments NormalShaped(const Moments& m) {
@@ -255,8 +267,8 @@ Status DecodeLegacySeries(drift::ByteReader& r, uint8_t version, DriftMonitor::S
   s.mut_eval().window_max_us = r.I64();
   (void)r.Str();  // Page-Hinkley's state: dropped
   DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
-  if (!ReadErrors(r, s.mut_eval().err_baseline)) return corrupt("bad error baseline");
-  if (!ReadErrors(r, s.mut_eval().err_window)) return corrupt("bad error window");
+  if (!ReadErrors(r, s.mut_eval().err_baseline.mut())) return corrupt("bad error baseline");
+  if (!ReadErrors(r, s.mut_eval().err_window.mut())) return corrupt("bad error window");
   s.open.clear();
   if (version >= 2) {
     DRIFTD_TRY(ReadOpenWindows(r, DecodeLegacyOpenSums, s.open, corrupt));
@@ -293,7 +305,7 @@ Status DecodeBase(std::string_view bytes, DriftMonitor::SeriesState& s, size_t b
   };
   if (r.U8() != kBaseEncodingVersion) return corrupt("unknown version");
   DRIFTD_TRY(DecodeBaseFields(r, s, bins_limit, corrupt));
-  if (!ReadErrors(r, s.mut_eval().err_baseline)) return corrupt("bad error baseline");
+  if (!ReadErrors(r, s.mut_eval().err_baseline.mut())) return corrupt("bad error baseline");
   if (r.failed() || !r.at_end()) return corrupt("trailing or missing bytes");
   return Ok();
 }
@@ -368,7 +380,7 @@ void EncodeCategoricalSeries(const DriftMonitor::SeriesState& s, std::string& ou
   w.I64(s.eval().season_end_us);
   s.alert.Encode(out);
   w.U64(s.eval().incident);
-  const Incident& inc = s.eval().inc;
+  const Incident& inc = *s.eval().inc;
   w.U8(inc.families);
   w.U32(static_cast<uint32_t>(inc.lead));
   for (double e : inc.evidence) w.F64(e);
@@ -421,7 +433,7 @@ Status DecodeCategoricalSeries(std::string_view bytes, DriftMonitor::SeriesState
   s.mut_eval().window_max_us = r.I64();
   s.mut_eval().season_end_us = r.I64();
   DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
-  Incident& inc = s.mut_eval().inc;
+  Incident& inc = s.mut_eval().inc.mut();
   inc.families = r.U8();
   inc.lead = static_cast<int32_t>(r.U32());
   for (double& e : inc.evidence) e = r.F64();
@@ -495,7 +507,7 @@ Status CheckCategorical(const DriftMonitor::SeriesState& s, std::string_view key
   for (const auto& p : c.phases) {
     if (p.size() != cells) return bad("bad seasonal phase");
   }
-  if (!s.eval().inc.shape_delta.empty() && s.eval().inc.shape_delta.size() != c.set.tracked() + 1) {
+  if (!s.eval().inc->shape_delta.empty() && s.eval().inc->shape_delta.size() != c.set.tracked() + 1) {
     return bad("bad incident");
   }
   return Ok();
@@ -586,7 +598,7 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s,
       if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
     }
     DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
-    Incident& inc = s.mut_eval().inc;
+    Incident& inc = s.mut_eval().inc.mut();
     inc.families = r.U8();
     inc.lead = static_cast<int32_t>(r.U32());
     for (double& e : inc.evidence) e = r.F64();
@@ -601,10 +613,10 @@ Status DecodeSeries(std::string_view bytes, DriftMonitor::SeriesState& s,
     for (double& d : inc.shape_delta) d = r.F64();
     inc.error_n = r.I64();
     inc.error_errors = r.I64();
-    if (!base_apart && !ReadErrors(r, s.mut_eval().err_baseline)) {
+    if (!base_apart && !ReadErrors(r, s.mut_eval().err_baseline.mut())) {
       return corrupt("bad error baseline");
     }
-    if (!ReadErrors(r, s.mut_eval().err_window)) return corrupt("bad error window");
+    if (!ReadErrors(r, s.mut_eval().err_window.mut())) return corrupt("bad error window");
     DRIFTD_TRY(ReadOpenWindows(r, DecodeOpenSums, s.open, corrupt));
     if (version >= 4) {
       for (OpenWindow& o : s.open) {
@@ -639,12 +651,12 @@ uint32_t HotSectionsOf(const DriftMonitor::SeriesState& s, const DetectorSlots& 
   if (!s.frozen && s.baseline.count() > 0 && !BaselineFromWarmup(s)) bits |= kHotBaseline;
   if (!s.frozen && s.edges_ready) bits |= kHotClipped;
   if (s.eval().window_raw.count() > 0 || s.eval().window_sums.count() > 0) bits |= kHotWindow;
-  if (s.eval().window_raw.count() > 0 || s.eval().err_window.count() > 0) bits |= kHotSpan;
+  if (s.eval().window_raw.count() > 0 || s.eval().err_window->count() > 0) bits |= kHotSpan;
   if (!slots.IsNew(s.eval().detector_states, StatePart::kValues)) bits |= kHotStates;
-  if (!s.frozen && (s.eval().err_baseline.count() > 0 || s.eval().err_baseline.errors != 0)) {
+  if (!s.frozen && (s.eval().err_baseline->count() > 0 || s.eval().err_baseline->errors != 0)) {
     bits |= kHotErrBaseline;
   }
-  if (s.eval().err_window.count() > 0 || s.eval().err_window.errors != 0) bits |= kHotErrWindow;
+  if (s.eval().err_window->count() > 0 || s.eval().err_window->errors != 0) bits |= kHotErrWindow;
   if (!s.open.empty()) bits |= kHotOpen;
   return bits;
 }
@@ -677,12 +689,12 @@ void EncodeHot(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, u
   }
   if (bits & kHotStates) slots.Encode(s.eval().detector_states, StatePart::kValues, w);
   if (bits & kHotErrBaseline) {
-    w.Zigzag(s.eval().err_baseline.errors);
-    s.eval().err_baseline.abs_error.Encode(out);
+    w.Zigzag(s.eval().err_baseline->errors);
+    s.eval().err_baseline->abs_error.Encode(out);
   }
   if (bits & kHotErrWindow) {
-    w.Zigzag(s.eval().err_window.errors);
-    s.eval().err_window.abs_error.Encode(out);
+    w.Zigzag(s.eval().err_window->errors);
+    s.eval().err_window->abs_error.Encode(out);
   }
   if (bits & kHotOpen) {
     w.Varint(s.open.size());
@@ -750,12 +762,12 @@ Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, const Detec
     if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
   }
   if (bits & kHotErrBaseline) {
-    s.mut_eval().err_baseline.errors = r.Zigzag();
-    if (!ReadMoments(r, s.mut_eval().err_baseline.abs_error)) return corrupt("bad error baseline");
+    s.mut_eval().err_baseline.mut().errors = r.Zigzag();
+    if (!ReadMoments(r, s.mut_eval().err_baseline.mut().abs_error)) return corrupt("bad error baseline");
   }
   if (bits & kHotErrWindow) {
-    s.mut_eval().err_window.errors = r.Zigzag();
-    if (!ReadMoments(r, s.mut_eval().err_window.abs_error)) return corrupt("bad error window");
+    s.mut_eval().err_window.mut().errors = r.Zigzag();
+    if (!ReadMoments(r, s.mut_eval().err_window.mut().abs_error)) return corrupt("bad error window");
   }
   if (bits & kHotOpen) {
     const uint64_t open = r.Varint();
@@ -802,7 +814,7 @@ uint32_t ColdSectionsOf(const DriftMonitor::SeriesState& s, const DetectorSlots&
   if (!s.eval().recent.empty() || s.eval().recent_next != 0) bits |= kColdRecent;
   if (!slots.IsNew(s.eval().detector_states, StatePart::kWindows)) bits |= kColdStates;
   if (!(s.alert == kNoAlert) || s.eval().incident != 0) bits |= kColdAlert;
-  if (!IsDefault(s.eval().inc)) bits |= kColdIncident;
+  if (!IsDefault(*s.eval().inc)) bits |= kColdIncident;
   return bits;
 }
 
@@ -845,7 +857,7 @@ void EncodeCold(const DriftMonitor::SeriesState& s, const DetectorSlots& slots, 
     w.U64(s.eval().incident);
   }
   if (bits & kColdIncident) {
-    const Incident& inc = s.eval().inc;
+    const Incident& inc = *s.eval().inc;
     w.U8(inc.families);
     w.Zigzag(inc.lead);
     for (double e : inc.evidence) w.F64(e);
@@ -925,7 +937,7 @@ Status DecodeCold(std::string_view bytes, DriftMonitor::SeriesState& s,
     DRIFTD_TRY(ReadAlert(r, "alert", s.alert, s.mut_eval().incident, corrupt));
   }
   if (bits & kColdIncident) {
-    Incident& inc = s.mut_eval().inc;
+    Incident& inc = s.mut_eval().inc.mut();
     inc.families = r.U8();
     inc.lead = static_cast<int32_t>(r.Zigzag());
     for (double& e : inc.evidence) e = r.F64();

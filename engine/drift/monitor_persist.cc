@@ -646,6 +646,7 @@ Status DriftMonitor::CompleteModel(ModelState& m, bool lenient) {
         s.mut_eval().window_counts.assign(s.edges.bins(), 0);  // an empty window
       }
       DRIFTD_TRY(CheckHistograms(s, name_of(i)));
+      s.ReleaseDefaultParts();
       // A histogram that the current configuration does not use is dropped; one it needs but
       // the state lacks is rebuilt empty (the baseline then has no reference shares).
       if (has_histogram_ && i < series_names_.size() && s.frozen &&

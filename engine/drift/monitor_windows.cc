@@ -284,7 +284,7 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
 
     // Evidence that the series is back, per family, from this window.
     v.llr.fill(std::numeric_limits<double>::quiet_NaN());
-    const Incident& inc = ev.inc;
+    const Incident& inc = *ev.inc;
     const int64_t n_w = window_c.count();
     if (inc.loc_n > 0) {
       v.llr[static_cast<int>(DetectorFamily::kLocation)] =
@@ -311,10 +311,10 @@ void DriftMonitor::CloseWindow(ModelState& m, size_t series) {
     if (rate) {
       // As the error series: the binomial evidence of the window's rate.
       const int64_t flagged = std::llround(window_c.mean() * static_cast<double>(n_w));
-      if (ev.inc.error_n > 0) {
+      if (ev.inc->error_n > 0) {
         v.llr[static_cast<int>(DetectorFamily::kError)] = ErrorBackEvidence(
             n_w, flagged, static_cast<double>(in.rate_ref_k) / static_cast<double>(in.rate_ref_n),
-            static_cast<double>(ev.inc.error_errors) / static_cast<double>(ev.inc.error_n));
+            static_cast<double>(ev.inc->error_errors) / static_cast<double>(ev.inc->error_n));
       }
       v.error_n = n_w;
       v.error_errors = flagged;
@@ -363,28 +363,29 @@ void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
   const bool in_incident = before == AlertLevel::kWarn || before == AlertLevel::kAlert;
   bool back = false;
   if (!v.sequential && in_incident) {
+    Incident& inc = ev.inc.mut();
     for (int f = 0; f < kDetectorFamilies; ++f) {
-      if ((ev.inc.families & (1u << f)) && std::isfinite(v.llr[static_cast<size_t>(f)])) {
-        ev.inc.evidence[static_cast<size_t>(f)] =
-            std::max(0.0, ev.inc.evidence[static_cast<size_t>(f)] + v.llr[static_cast<size_t>(f)]);
+      if ((inc.families & (1u << f)) && std::isfinite(v.llr[static_cast<size_t>(f)])) {
+        inc.evidence[static_cast<size_t>(f)] =
+            std::max(0.0, inc.evidence[static_cast<size_t>(f)] + v.llr[static_cast<size_t>(f)]);
       }
     }
     // A family that starts reading WARN during the incident joins it and must clear too.
-    for (int f = 0; f < kDetectorFamilies && ev.inc.families != 0; ++f) {
-      if ((v.families_now & (1u << f)) && !(ev.inc.families & (1u << f))) {
-        ev.inc.families = static_cast<uint8_t>(ev.inc.families | (1u << f));
-        ev.inc.evidence[static_cast<size_t>(f)] = 0;
+    for (int f = 0; f < kDetectorFamilies && inc.families != 0; ++f) {
+      if ((v.families_now & (1u << f)) && !(inc.families & (1u << f))) {
+        inc.families = static_cast<uint8_t>(inc.families | (1u << f));
+        inc.evidence[static_cast<size_t>(f)] = 0;
       }
     }
-    if (ev.inc.families == 0) {
+    if (inc.families == 0) {
       // An incident from state written before calibration knows nothing of its change: it
       // clears when a window reads below WARN on every detector.
       back = v.observed < AlertLevel::kWarn;
     } else {
       back = v.window_level < AlertLevel::kWarn;
       for (int f = 0; f < kDetectorFamilies && back; ++f) {
-        if (ev.inc.families & (1u << f)) {
-          back = ev.inc.evidence[static_cast<size_t>(f)] >= resolve_log_evidence_;
+        if (inc.families & (1u << f)) {
+          back = inc.evidence[static_cast<size_t>(f)] >= resolve_log_evidence_;
         }
       }
     }
@@ -394,29 +395,30 @@ void DriftMonitor::Decide(ModelState& m, size_t series, Verdict& v) {
   const bool opens = changed && (before == AlertLevel::kOk || before == AlertLevel::kResolved) &&
                      (after == AlertLevel::kWarn || after == AlertLevel::kAlert);
   const bool leaves = changed && (after == AlertLevel::kOk || after == AlertLevel::kResolved);
-  const int32_t incident_lead = ev.inc.lead;
+  const int32_t incident_lead = ev.inc->lead;
   const int lead_family =
       v.lead >= 0 ? static_cast<int>(
                         DefaultsFor(detectors_[v.detector_of[static_cast<size_t>(v.lead)]].kind)
                             .family)
                   : 0;
   if (opens) {
-    ev.inc = Incident();
-    ev.inc.families =
-        v.families_now != 0 ? v.families_now : static_cast<uint8_t>(1u << lead_family);
-    ev.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
+    Incident& inc = ev.inc.mut();
+    inc = Incident();
+    inc.families = v.families_now != 0 ? v.families_now : static_cast<uint8_t>(1u << lead_family);
+    inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
   } else if (changed && after == AlertLevel::kAlert && v.lead >= 0) {
-    ev.inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
-    ev.inc.families = static_cast<uint8_t>(ev.inc.families | v.families_now);
+    Incident& inc = ev.inc.mut();
+    inc.lead = static_cast<int32_t>(v.detector_of[static_cast<size_t>(v.lead)]);
+    inc.families = static_cast<uint8_t>(inc.families | v.families_now);
   }
   if (!v.sequential && (after == AlertLevel::kWarn || after == AlertLevel::kAlert)) {
-    AddToIncident(ev.inc, v.loc_n, v.loc_u, v.spread_dof, v.spread_log_ratio, v.win_counts,
+    AddToIncident(ev.inc.mut(), v.loc_n, v.loc_u, v.spread_dof, v.spread_log_ratio, v.win_counts,
                   v.ref_counts, v.error_n, v.error_errors);
   }
   if (leaves) {
     // The evidence the detector states and look-back tests held was the incident's: they start
     // afresh with the series back at its baseline.
-    ev.inc = Incident();
+    ev.inc.reset();
     if (ev.detector_states.made()) {
       for (const DetectorSlot& slot : detector_slots_.slots) {
         if (slot.ops->end_incident != nullptr) {
@@ -513,22 +515,22 @@ void DriftMonitor::ObserveLabel(uint32_t model, double prediction, double label,
   const double threshold = error_threshold_;
   if (!s.frozen) {
     ++s.seen;
-    ev.err_baseline.Add(prediction, label, threshold);
-    if (ev.err_baseline.count() >= spec_.baseline.records) {
+    ev.err_baseline.mut().Add(prediction, label, threshold);
+    if (ev.err_baseline->count() >= spec_.baseline.records) {
       s.frozen = true;
       s.cold_dirty = true;  // the baseline moves to its own key
     }
     return;
   }
-  if (ev.err_window.count() == 0) {
+  if (ev.err_window->count() == 0) {
     ev.window_start = s.seen;
     ev.window_min_us = INT64_MIN;
     ev.window_max_us = INT64_MIN;
   }
   ++s.seen;
-  ev.err_window.Add(prediction, label, threshold);
+  ev.err_window.mut().Add(prediction, label, threshold);
   WidenSpan(ev.window_min_us, ev.window_max_us, event_time_us);
-  if (ev.err_window.count() >= spec_.window_records) CloseErrorWindow(m);
+  if (ev.err_window->count() >= spec_.window_records) CloseErrorWindow(m);
 }
 
 void DriftMonitor::CloseErrorWindow(ModelState& m) {
@@ -544,20 +546,20 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
       break;
     }
   }
-  const bool ready = d < detectors_.size() && ev.err_window.count() >= spec_.min_samples &&
-                     ev.err_baseline.count() >= spec_.min_samples;
+  const bool ready = d < detectors_.size() && ev.err_window->count() >= spec_.min_samples &&
+                     ev.err_baseline->count() >= spec_.min_samples;
   if (!ready && d < detectors_.size() && collect_evaluations_) {
     RecordEvaluation(m, series, false, s.alert.state(), nullptr);
   }
   if (ready) {
     Remember(ev.recent, ev.recent_next,
-             {ev.err_window.count(), static_cast<double>(ev.err_window.errors), 0},
+             {ev.err_window->count(), static_cast<double>(ev.err_window->errors), 0},
              kLookbackWindows);
     std::vector<ErrorLookback> lookbacks;
     BuildErrorLookbacks(ev.recent, ev.recent_next, lookbacks);
     EvaluationInput in;
-    in.error_reference = ev.err_baseline;
-    in.error_window = ev.err_window;
+    in.error_reference = *ev.err_baseline;
+    in.error_window = *ev.err_window;
     in.error_lookbacks = lookbacks;
     in.error_threshold = detectors_[d].threshold;
     const Thresholds& t = m.thresholds[series * detectors_.size() + d];
@@ -573,27 +575,27 @@ void DriftMonitor::CloseErrorWindow(ModelState& m) {
       v.families_now = 1u << static_cast<int>(DetectorFamily::kError);
     }
     v.llr.fill(std::numeric_limits<double>::quiet_NaN());
-    if (ev.inc.error_n > 0) {
+    if (ev.inc->error_n > 0) {
       v.llr[static_cast<int>(DetectorFamily::kError)] = ErrorBackEvidence(
-          ev.err_window.count(), ev.err_window.errors, ev.err_baseline.ErrorRate(),
-          static_cast<double>(ev.inc.error_errors) / static_cast<double>(ev.inc.error_n));
+          ev.err_window->count(), ev.err_window->errors, ev.err_baseline->ErrorRate(),
+          static_cast<double>(ev.inc->error_errors) / static_cast<double>(ev.inc->error_n));
     }
-    v.error_n = ev.err_window.count();
-    v.error_errors = ev.err_window.errors;
+    v.error_n = ev.err_window->count();
+    v.error_errors = ev.err_window->errors;
     v.now_ms = WindowClockMs(ev.window_max_us);
     v.window_start_record = ev.window_start;
-    v.window_end_record = ev.window_start + ev.err_window.count();
+    v.window_end_record = ev.window_start + ev.err_window->count();
     v.window_start_us = ev.window_min_us;
     v.window_end_us = ExclusiveEndUs(ev.window_max_us);
-    v.window_n = ev.err_window.count();
-    v.window_mean = ev.err_window.abs_error.mean();
-    v.window_stddev = ev.err_window.abs_error.Stddev();
-    v.baseline_n = ev.err_baseline.count();
-    v.baseline_mean = ev.err_baseline.abs_error.mean();
-    v.baseline_stddev = ev.err_baseline.abs_error.Stddev();
+    v.window_n = ev.err_window->count();
+    v.window_mean = ev.err_window->abs_error.mean();
+    v.window_stddev = ev.err_window->abs_error.Stddev();
+    v.baseline_n = ev.err_baseline->count();
+    v.baseline_mean = ev.err_baseline->abs_error.mean();
+    v.baseline_stddev = ev.err_baseline->abs_error.Stddev();
     Decide(m, series, v);
   }
-  ev.err_window.Clear();
+  ev.err_window.mut().Clear();
 }
 
 void DriftMonitor::Transition(ModelState& m, size_t series, AlertLevel previous, AlertLevel level,
