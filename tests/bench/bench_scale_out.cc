@@ -220,17 +220,22 @@ double CpuSecondsOf(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// Rows of real models counted in the stats windows a read_committed reader sees so far.
+// Rows of real models counted in the stats windows a read_committed reader sees so far. The
+// reader is assigned the topic's partitions from their start: a group subscription made right
+// after the topic's creation could be given no partition and wait for the next metadata
+// refresh (5 minutes), which once stalled a run.
 class StatsReader {
  public:
-  explicit StatsReader(const std::string& topic) {
+  StatsReader(const std::string& topic, int partitions) {
     consumer_ = NewClient(RD_KAFKA_CONSUMER, {{"group.id", "bench-reader-" + topic},
                                               {"isolation.level", "read_committed"},
-                                              {"auto.offset.reset", "earliest"},
                                               {"enable.auto.commit", "false"}});
-    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(list, topic.c_str(), RD_KAFKA_PARTITION_UA);
-    rd_kafka_subscribe(consumer_, list);
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; ++p) {
+      rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset =
+          RD_KAFKA_OFFSET_BEGINNING;
+    }
+    rd_kafka_assign(consumer_, list);
     rd_kafka_topic_partition_list_destroy(list);
   }
   ~StatsReader() {
@@ -266,11 +271,12 @@ Result Run(rd_kafka_t* admin, const fs::path& dir, const std::string& input, con
                                        scale_out ? "group" : "solo");
   const std::string stats = name + "-stats";
   const std::string alerts = name + "-alerts";
-  CreateTopic(admin, stats, 3);
+  constexpr int kStatsPartitions = 3;
+  CreateTopic(admin, stats, kStatsPartitions);
   CreateTopic(admin, alerts, 1);
   const fs::path yaml = dir / (name + ".yaml");
   std::ofstream(yaml) << kPipeline;
-  StatsReader reader(stats);
+  StatsReader reader(stats, kStatsPartitions);
   const auto start = Clock::now();
   std::vector<pid_t> pids;
   for (int i = 0; i < processes; ++i) {
