@@ -507,7 +507,8 @@ Status CheckCategorical(const DriftMonitor::SeriesState& s, std::string_view key
   for (const auto& p : c.phases) {
     if (p.size() != cells) return bad("bad seasonal phase");
   }
-  if (!s.eval().inc->shape_delta.empty() && s.eval().inc->shape_delta.size() != c.set.tracked() + 1) {
+  const std::vector<double>& shape_delta = s.eval().inc->shape_delta;
+  if (!shape_delta.empty() && shape_delta.size() != c.set.tracked() + 1) {
     return bad("bad incident");
   }
   return Ok();
@@ -762,12 +763,14 @@ Status DecodeHot(drift::ByteReader& r, DriftMonitor::SeriesState& s, const Detec
     if (!bad.empty()) return corrupt(fmt::format("bad {}", bad));
   }
   if (bits & kHotErrBaseline) {
-    s.mut_eval().err_baseline.mut().errors = r.Zigzag();
-    if (!ReadMoments(r, s.mut_eval().err_baseline.mut().abs_error)) return corrupt("bad error baseline");
+    ErrorSummary& baseline = s.mut_eval().err_baseline.mut();
+    baseline.errors = r.Zigzag();
+    if (!ReadMoments(r, baseline.abs_error)) return corrupt("bad error baseline");
   }
   if (bits & kHotErrWindow) {
-    s.mut_eval().err_window.mut().errors = r.Zigzag();
-    if (!ReadMoments(r, s.mut_eval().err_window.mut().abs_error)) return corrupt("bad error window");
+    ErrorSummary& window = s.mut_eval().err_window.mut();
+    window.errors = r.Zigzag();
+    if (!ReadMoments(r, window.abs_error)) return corrupt("bad error window");
   }
   if (bits & kHotOpen) {
     const uint64_t open = r.Varint();
