@@ -25,7 +25,6 @@ class StateValue {
   std::string_view view() const { return owner_ ? shared_ : std::string_view(owned_); }
   operator std::string_view() const { return view(); }  // NOLINT
   size_t size() const { return view().size(); }
-  bool empty() const { return view().empty(); }
   const char* data() const { return view().data(); }
   /// The bytes as a string of their own (a copy when shared).
   std::string str() const { return std::string(view()); }
@@ -38,9 +37,6 @@ class StateValue {
   }
 
   friend bool operator==(const StateValue& a, std::string_view b) { return a.view() == b; }
-  friend bool operator==(const StateValue& a, const StateValue& b) {
-    return a.view() == b.view();
-  }
 
  private:
   std::string owned_;

@@ -237,6 +237,16 @@ Error RocksError(const rocksdb::Status& status, std::string_view what, const std
 
 uint64_t StateKeyHash(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
+/// The bytes a WriteBatch takes for these state entries: each one's key and value and at most
+/// 16 more (tag, column family, two lengths). A batch's state can be tens of megabytes, and a
+/// WriteBatch grown by doubling would hold up to twice that while the old copy moves.
+size_t StateEntryBytes(const StatePuts& puts, const std::vector<std::string>& deletes) {
+  size_t bytes = 0;
+  for (const auto& [key, value] : puts) bytes += key.size() + value.size() + 16;
+  for (const std::string& key : deletes) bytes += key.size() + 16;
+  return bytes;
+}
+
 rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
                                            size_t write_buffer_bytes) {
   rocksdb::ColumnFamilyOptions cf;
@@ -907,15 +917,12 @@ Status RocksCheckpointStore::Commit(BatchWrite write) {
   if (record.committed_at_ms == 0) record.committed_at_ms = NowMs();
   const std::string id_key = EncodeBatchId(batch_id);
 
-  // The WriteBatch's bytes reserved at once: a batch's state and outbox entry can be tens of
-  // megabytes, and growing by doubling would hold up to twice that while the old copy moves.
-  // Each entry costs its bytes and at most 16 more (tag, column family, two lengths); the
-  // outbox header and the commit log's trimmed ids take a few kilobytes at most.
+  // The WriteBatch's bytes reserved at once (StateEntryBytes); the outbox header and the
+  // commit log's trimmed ids take a few kilobytes at most.
   const std::string commit_value = EncodeCommit(record);
-  size_t reserve = 4096 + id_key.size() + commit_value.size() + write.outbox.payload.size();
+  size_t reserve = 4096 + id_key.size() + commit_value.size() + write.outbox.payload.size() +
+                   StateEntryBytes(write.state_puts, write.state_deletes);
   for (const std::string& sink : write.outbox.pending_sinks) reserve += sink.size() + 8;
-  for (const auto& [key, value] : write.state_puts) reserve += key.size() + value.size() + 16;
-  for (const std::string& key : write.state_deletes) reserve += key.size() + 16;
   if (reserve > batch_reserved_) {
     batch_ = rocksdb::WriteBatch();  // the old buffer goes before the new one is taken
     batch_reserved_ = reserve + reserve / 64;
@@ -1037,10 +1044,7 @@ Status RocksCheckpointStore::ApplyState(const StatePuts& puts,
                                         const std::vector<std::string>& deletes) {
   DRIFTD_TRY(RefuseIfReadOnly("writing state"));
   // Reserved at its size, as Commit's: a clean stop may write every waiting evaluation.
-  size_t reserve = 64;
-  for (const auto& [key, value] : puts) reserve += key.size() + value.size() + 16;
-  for (const std::string& key : deletes) reserve += key.size() + 16;
-  rocksdb::WriteBatch batch(reserve);
+  rocksdb::WriteBatch batch(64 + StateEntryBytes(puts, deletes));
   rocksdb::Status status;
   for (const std::string& key : deletes) {
     if (status.ok()) status = batch.Delete(cf(kStateCf), key);
